@@ -1,0 +1,156 @@
+"""Rebuild missing sensors from backed-up ones, and score window aggregates.
+
+Shapes: ``T`` readings, ``n`` sensors, ``m`` backed-up sensors, ``k = n - m``
+reconstructed sensors, ``W`` windows. Windows are counted in readings: window
+``w`` and slide ``l``; window ``j`` covers rows ``[j*l, j*l + w)``. Only complete
+windows are produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import ParameterError
+
+AGGREGATES: tuple[str, ...] = ("avg", "sum", "max", "min")
+
+
+@dataclass(frozen=True, eq=False)
+class LinearMap:
+    """Conditional-mean reconstruction ``y = intercept + coef @ backup``.
+
+    Attributes
+    ----------
+    sensors : all ``n`` sensor names, in output column order.
+    backup : the ``m`` backed-up sensors, in input column order.
+    targets : the ``k`` reconstructed sensors.
+    intercept : (k,) float.
+    coef : (k, m) float.
+    conditional_variance : (k,) model variance of each reconstruction error.
+    """
+
+    sensors: tuple[str, ...]
+    backup: tuple[str, ...]
+    targets: tuple[str, ...]
+    intercept: np.ndarray
+    coef: np.ndarray
+    conditional_variance: np.ndarray
+
+    def __post_init__(self) -> None:
+        k, m = len(self.targets), len(self.backup)
+        if set(self.backup) & set(self.targets):
+            raise ParameterError("a sensor cannot be both backed up and reconstructed")
+        if sorted(self.backup + self.targets) != sorted(self.sensors):
+            raise ParameterError("backup and reconstructed sensors must partition the sensors")
+        if np.shape(self.coef) != (k, m) or np.shape(self.intercept) != (k,):
+            raise ParameterError(
+                f"reconstruction shapes do not match: coef {np.shape(self.coef)}, "
+                f"intercept {np.shape(self.intercept)}, expected ({k}, {m}) and ({k},)"
+            )
+
+    def apply(self, backup_values: np.ndarray) -> np.ndarray:
+        """Rebuild all sensors.
+
+        Parameters
+        ----------
+        backup_values : (T, m) readings of ``self.backup``, in that column order.
+
+        Returns
+        -------
+        (T, n) readings in ``self.sensors`` order; backed-up columns are copied.
+        """
+        x = np.asarray(backup_values, dtype=float)
+        if x.ndim != 2 or x.shape[1] != len(self.backup):
+            raise ParameterError(
+                f"expected backup values of shape (T, {len(self.backup)}), got {x.shape}"
+            )
+        out = np.empty((x.shape[0], len(self.sensors)))
+        position = {name: i for i, name in enumerate(self.sensors)}
+        backup_cols = [position[s] for s in self.backup]
+        target_cols = [position[s] for s in self.targets]
+        out[:, backup_cols] = x
+        out[:, target_cols] = self.intercept + x @ self.coef.T
+        return out
+
+
+def check_window(window: int, slide: int) -> None:
+    """Raise ``ParameterError`` unless ``1 <= slide <= window``."""
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
+        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
+    if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
+        raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
+    if slide > window:
+        raise ParameterError(f"slide must not exceed window ({window}), got {slide!r}")
+
+
+def window_starts(n_rows: int, window: int, slide: int) -> np.ndarray:
+    """First row of every complete window: (W,) int."""
+    check_window(window, slide)
+    if n_rows < window:
+        return np.zeros(0, dtype=int)
+    return np.arange(0, n_rows - window + 1, slide)
+
+
+def window_aggregates(values: np.ndarray, window: int, slide: int, aggregate: str) -> np.ndarray:
+    """Aggregate every complete sliding window.
+
+    Parameters
+    ----------
+    values : (T, n) readings (a 1-D array is treated as one sensor).
+    window, slide : in readings.
+    aggregate : one of ``avg``, ``sum``, ``max``, ``min``.
+
+    Returns
+    -------
+    (W, n) window aggregates.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim == 1:
+        x = x[:, None]
+    starts = window_starts(x.shape[0], window, slide)
+    if starts.size == 0:
+        return np.zeros((0, x.shape[1]))
+    if aggregate in ("avg", "sum"):
+        csum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
+        sums = csum[starts + window] - csum[starts]
+        return sums / window if aggregate == "avg" else sums
+    if aggregate in ("max", "min"):
+        view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)[starts]
+        return view.max(axis=-1) if aggregate == "max" else view.min(axis=-1)
+    raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+
+
+def window_errors(
+    truth: np.ndarray, recovered: np.ndarray, window: int, slide: int, aggregate: str
+) -> np.ndarray:
+    """Absolute error of every recovered window aggregate: (W, n)."""
+    if np.shape(truth) != np.shape(recovered):
+        raise ParameterError(
+            f"truth and recovered shapes differ: {np.shape(truth)} vs {np.shape(recovered)}"
+        )
+    a = window_aggregates(truth, window, slide, aggregate)
+    b = window_aggregates(recovered, window, slide, aggregate)
+    return np.abs(a - b)
+
+
+def violation_rates(errors: np.ndarray, eps: float) -> np.ndarray:
+    """Fraction of windows whose error exceeds ``eps``, per sensor: (n,).
+
+    A sensor with no window has rate ``nan`` (nothing was measured).
+    """
+    e = np.asarray(errors, dtype=float)
+    if e.shape[0] == 0:
+        return np.full(e.shape[1] if e.ndim == 2 else 1, np.nan)
+    return (e > eps).mean(axis=0)
+
+
+def column_indices(sensors: Sequence[str], names: Sequence[str]) -> list[int]:
+    """Positions of ``names`` in ``sensors``; an unknown name is a ``ParameterError``."""
+    position = {s: i for i, s in enumerate(sensors)}
+    missing = [s for s in names if s not in position]
+    if missing:
+        raise ParameterError(f"unknown sensor(s): {', '.join(map(repr, missing[:5]))}")
+    return [position[s] for s in names]

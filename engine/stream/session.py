@@ -1,0 +1,80 @@
+"""The one place a SparkSession is built.
+
+Local mode (``local[*]``) by default, sized for a small machine; set
+``LACUNA_SPARK_MASTER`` (or pass ``master=``) to run the same pipeline on a
+cluster. PySpark is imported lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import PipelineError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+MASTER_ENV = "LACUNA_SPARK_MASTER"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """What the session is built with. ``master=None`` reads ``LACUNA_SPARK_MASTER``."""
+
+    master: str | None = None
+    app_name: str = "lacuna"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+
+    def resolved_master(self) -> str:
+        return self.master or os.environ.get(MASTER_ENV) or "local[*]"
+
+
+def java_problem() -> str | None:
+    """Why no usable JVM is present, or ``None`` when ``java -version`` works."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return "no Java found: install Java 17 or 21 (e.g. apt-get install openjdk-17-jre-headless)"
+    try:
+        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"Java at {java} does not run: {err}"
+    return None
+
+
+def get_spark(settings: SparkSettings | None = None) -> SparkSession:
+    """Return the process-wide SparkSession, creating it on first use."""
+    settings = settings or SparkSettings()
+    problem = java_problem()
+    if problem:
+        raise PipelineError(problem)
+    master = settings.resolved_master()
+    if master.startswith("local"):
+        # Keep a local driver on loopback: never bind a public interface by accident.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder: Any = (
+        SparkSession.builder.master(master)
+        .appName(settings.app_name)
+        .config("spark.driver.memory", settings.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.ui.enabled", str(settings.ui_enabled).lower())
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+    )
+    try:
+        spark = builder.getOrCreate()
+    except Exception as err:  # py4j / JVM start-up failures have many types
+        raise PipelineError(f"Spark could not start on {master}: {err}") from err
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
