@@ -232,8 +232,9 @@ def history_from_frame(
     )
     frame.columns = [str(c) for c in frame.columns]
     _check_names(source, list(frame.columns))
-    for name in frame.columns[[dtype == np.dtype(object) for dtype in frame.dtypes]]:
-        frame[name] = frame[name].astype("string")  # mixed objects: let the parser name bad values
+    for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
+        if dtype == np.dtype(object) or isinstance(dtype, pd.CategoricalDtype):
+            frame[name] = frame[name].astype("string")  # the parser names bad values
     with _connect() as con:
         con.register("frame_view", frame)
         con.execute("CREATE TABLE raw AS SELECT * FROM frame_view")
@@ -425,8 +426,8 @@ def _find_time_column(table: _Table, options: LoadOptions) -> tuple[str, str]:
         if row is not None and row[0]:
             return names[0], "first column holds datetimes"
     raise DataError(
-        f"{table.source}: no time column: name one {', '.join(sorted(TIME_NAMES))} or put "
-        f"datetimes in the first column; columns: {_short(names)}"
+        f"{table.source}: no time column: pass time_column, name it one of "
+        f"{', '.join(sorted(TIME_NAMES))}, or put datetimes first; columns: {_short(names)}"
     )
 
 
@@ -588,14 +589,7 @@ def _assemble(decoded: _Decoded, options: LoadOptions) -> SensorHistory:
             f"{dropped} of {n_rows_raw} dropped) for {len(sensors)} sensors; "
             f"need at least {len(sensors) + 2} rows"
         )
-    interval, gaps = _describe_steps(times)
-    constant, duplicates = _describe_sensors(values, sensors)
-    if gaps:
-        notes.append(f"{gaps} gaps longer than {GAP_FACTOR} x the median step of {interval:g} s")
-    if constant:
-        notes.append(f"constant sensors {_short(constant)} are reconstructed exactly by their mean")
-    if duplicates:
-        notes.append(f"{len(duplicates)} sensors duplicate another column exactly")
+    interval, gaps, constant, duplicates = _describe(times, values, sensors, notes)
     report = DataReport(
         source=source,
         layout=decoded.layout,
@@ -666,8 +660,9 @@ def _handle_missing(
             )
     keep = ~np.isnan(values).any(axis=1)
     dropped = int(keep.size - keep.sum())
-    if dropped:
-        notes.append(f"dropped {dropped} rows that still had missing values")
+    if not dropped:
+        return times, values, filled, 0
+    notes.append(f"dropped {dropped} rows that still had missing values")
     return times[keep], values[keep], filled, dropped
 
 
@@ -690,6 +685,23 @@ def _interpolate(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, int
     return out, filled
 
 
+def _describe(
+    times: np.ndarray, values: np.ndarray, sensors: tuple[str, ...], notes: list[str]
+) -> tuple[float, int, tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Sampling interval (s), gap count, constant sensors and duplicate pairs, with notes."""
+    interval, gaps = _describe_steps(times)
+    constant, duplicates = _describe_sensors(values, sensors)
+    if gaps:
+        notes.append(f"{gaps} gaps longer than {GAP_FACTOR} x the median step of {interval:g} s")
+    if constant:
+        notes.append(f"constant sensors {_short(constant)} are reconstructed exactly by their mean")
+    if duplicates:
+        pairs = ", ".join(f"{b!r} = {a!r}" for a, b in duplicates[:3])
+        more = ", ..." if len(duplicates) > 3 else ""
+        notes.append(f"{len(duplicates)} sensors duplicate another column exactly ({pairs}{more})")
+    return interval, gaps, constant, duplicates
+
+
 def _describe_steps(times: np.ndarray) -> tuple[float, int]:
     """Median step in seconds and the number of steps longer than ``GAP_FACTOR`` x median."""
     if times.size < 2:
@@ -704,14 +716,16 @@ def _describe_sensors(
     values: np.ndarray, sensors: tuple[str, ...]
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """Constant sensors and (first, duplicate) pairs of identical columns."""
-    constant = tuple(s for s, p in zip(sensors, np.ptp(values, axis=0), strict=True) if p == 0)
-    columns = np.ascontiguousarray(values.T)
-    groups: dict[bytes, list[int]] = {}
+    constant = tuple(np.asarray(sensors)[values.max(axis=0) == values.min(axis=0)].tolist())
+    # cheap per-column signature first; only columns sharing one are compared in full
+    signature = np.column_stack(
+        [values[0], values[-1], values.sum(axis=0), (values**2).sum(axis=0)]
+    )
+    groups: dict[tuple[float, ...], list[int]] = {}
     pairs: list[tuple[str, str]] = []
-    for j in range(columns.shape[0]):
-        key = hashlib.blake2b(columns[j].tobytes(), digest_size=16).digest()
+    for j, key in enumerate(map(tuple, signature.tolist())):
         group = groups.setdefault(key, [])
-        match = next((i for i in group if np.array_equal(columns[i], columns[j])), None)
+        match = next((i for i in group if np.array_equal(values[:, i], values[:, j])), None)
         if match is None:
             group.append(j)
         else:

@@ -186,6 +186,20 @@ def test_utc_offsets_are_converted_to_utc(tmp_csv):
     assert any("UTC" in note for note in history.report.notes)
 
 
+def test_zone_aware_frame_times_become_utc():
+    frame = make_wide(6, 2)
+    frame["time"] = frame["time"].dt.tz_localize("Asia/Shanghai")
+    history = history_from_frame(frame)
+    expected = (make_wide(6, 2)["time"] - pd.Timedelta(hours=8)).to_numpy()
+    np.testing.assert_array_equal(history.times, expected)
+    assert any("UTC" in note for note in history.report.notes)
+
+
+def test_categorical_long_frame():
+    long = to_long(make_wide(6, 2)).astype({"sensor": "category"})
+    assert history_from_frame(long).sensors == ("s0", "s1")
+
+
 # --- missing values -------------------------------------------------------------------
 
 
@@ -354,6 +368,11 @@ def test_no_time_column_and_no_sensor_column(tmp_csv):
     message = error_of(tmp_csv("a,b\n1,2\n2,3\n"))
     assert message.startswith("data.csv: no time column") and "'a', 'b'" in message
     assert "no numeric sensor columns" in error_of(tmp_csv("time\n2024-01-01\n", "t.csv"))
+
+
+def test_sensor_named_time_is_rejected(tmp_csv):
+    frame = make_wide(6, 2).rename(columns={"time": "timestamp", "s1": "time"})
+    assert "data.csv: a sensor is named 'time'" in error_of(tmp_csv(frame))
 
 
 def test_unparsable_value_names_column_row_and_value(tmp_csv):
