@@ -208,7 +208,20 @@ class _Decoded:
 def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> SensorHistory:
     """Load a CSV (.csv/.txt/.tsv) or Parquet (.parquet/.pq) history, wide or long.
 
-    Raises ``DataError`` with one line naming the file (and column/row where possible).
+    Parameters
+    ----------
+    path : the file. Wide = a time column + one numeric column per sensor; long =
+        (time, sensor, value) rows, detected or forced with ``options.layout``.
+    options : layout, time column, missing-value policy, unit of a numeric time.
+
+    Returns
+    -------
+    SensorHistory with ``times`` (T,) sorted and unique, ``values`` (T, n) finite,
+    and a ``DataReport`` of what was found and done.
+
+    Raises
+    ------
+    DataError : one line naming the file, and the column and row where possible.
     """
     path = Path(path)
     kind = _check_file(path)
@@ -227,9 +240,8 @@ def history_from_frame(
     """Validate an in-memory frame like ``load_history`` (a DatetimeIndex becomes a column)."""
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
-    frame = (
-        df.reset_index() if isinstance(df.index, pd.DatetimeIndex) else df.reset_index(drop=True)
-    )
+    index_is_time = isinstance(df.index, pd.DatetimeIndex) and df.index.name not in df.columns
+    frame = df.reset_index(drop=not index_is_time)
     frame.columns = [str(c) for c in frame.columns]
     _check_names(source, list(frame.columns))
     for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
