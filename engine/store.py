@@ -1,0 +1,323 @@
+"""DuckDB backup store: append-only, idempotent per micro-batch.
+
+One DuckDB file holds what survives a failure:
+
+* ``backup``  the raw readings the backup writer kept (all sensors in ``full``
+  mode, the plan's backup sensors in ``approx``, nothing in ``none``);
+* ``results`` window aggregates, ``kind`` ``'live'`` or ``'recovered'``;
+* ``batches`` one marker per committed micro-batch;
+* ``plan_log`` every plan the pipeline ran with, and why it changed;
+* ``late``    readings that arrived after their windows were closed;
+* ``state``   the latest window-state snapshot of each run (operator state).
+
+A micro-batch is keyed by ``(run, batch_id)``: ``run`` numbers a query lifetime
+(a new run starts after a failure discarded the checkpoint, because Spark then
+restarts its batch ids at 0). A batch's rows and its marker are written in one
+transaction, and a key that is already committed is skipped, so a batch that
+Spark replays after a crash never duplicates a row.
+
+DuckDB allows one writer process: every access stays in this process, through
+one connection per store file, a fresh cursor per call and a lock per file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from engine.errors import StoreError
+
+# Bytes of one backup row in its row format: run INTEGER (4) + batch_id, seq,
+# event_time, value (8 each); the sensor name adds its UTF-8 length.
+BACKUP_ROW_FIXED_BYTES = 36
+RECOVERY_BATCH = -1  # batch id under which a run's recovery results are committed
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS backup (run INTEGER, batch_id BIGINT, seq BIGINT,"
+    " event_time TIMESTAMP, sensor VARCHAR, value DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS results (run INTEGER, batch_id BIGINT, window_id BIGINT,"
+    " window_start TIMESTAMP, window_end TIMESTAMP, sensor VARCHAR, value DOUBLE,"
+    " kind VARCHAR, version INTEGER, final BOOLEAN)",
+    "CREATE TABLE IF NOT EXISTS batches (run INTEGER, batch_id BIGINT, rows BIGINT,"
+    " bytes BIGINT, max_seq BIGINT, committed_at TIMESTAMP, PRIMARY KEY (run, batch_id))",
+    'CREATE TABLE IF NOT EXISTS plan_log ("at" TIMESTAMP, reason VARCHAR, backup_sensors VARCHAR)',
+    "CREATE TABLE IF NOT EXISTS late (run INTEGER, batch_id BIGINT, seq BIGINT,"
+    " event_time TIMESTAMP, sensor VARCHAR, value DOUBLE, arrival_time TIMESTAMP)",
+    "CREATE TABLE IF NOT EXISTS state (run INTEGER PRIMARY KEY, batch_id BIGINT, snapshot BLOB)",
+)
+BACKUP_COLUMNS = ("seq", "event_time", "sensor", "value")
+RESULT_COLUMNS = (
+    "window_id",
+    "window_start",
+    "window_end",
+    "sensor",
+    "value",
+    "kind",
+    "version",
+    "final",
+)
+LATE_COLUMNS = ("seq", "event_time", "sensor", "value", "arrival_time")
+
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.RLock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(path), threading.RLock())
+
+
+@dataclass(frozen=True, eq=False)
+class BatchWrite:
+    """Everything one micro-batch persists, committed together or not at all.
+
+    Frames: ``backup`` has ``BACKUP_COLUMNS``, ``results`` has ``RESULT_COLUMNS``,
+    ``late`` has ``LATE_COLUMNS``; any may be ``None``. ``max_seq`` is the largest
+    reading index the batch carried (-1 if none); ``state`` is the window-state
+    snapshot after the batch.
+    """
+
+    run: int
+    batch_id: int
+    backup: pd.DataFrame | None = None
+    results: pd.DataFrame | None = None
+    late: pd.DataFrame | None = None
+    max_seq: int = -1
+    state: bytes | None = None
+
+
+@dataclass(frozen=True)
+class StoreSize:
+    """Backup volume. ``backup_bytes`` counts rows x the row format's bytes
+    (``BACKUP_ROW_FIXED_BYTES`` + sensor name); ``file_bytes`` is the DuckDB file
+    (and WAL) on disk, which also holds results and markers and grows in blocks."""
+
+    backup_rows: int
+    backup_bytes: int
+    file_bytes: int
+
+
+def backup_bytes(rows: pd.DataFrame | None) -> int:
+    """Bytes the backup rows occupy in the row format (see ``StoreSize``)."""
+    if rows is None or rows.empty:
+        return 0
+    counts = rows["sensor"].value_counts()
+    names = sum(len(str(s).encode()) * int(c) for s, c in counts.items())
+    return BACKUP_ROW_FIXED_BYTES * len(rows) + names
+
+
+class BackupStore:
+    """The DuckDB backup store at ``path`` (created if missing).
+
+    Raises ``StoreError`` naming the path when it cannot be created or opened.
+    """
+
+    def __init__(self, path: str | Path, now: Callable[[], datetime] | None = None) -> None:
+        self.path = Path(path).absolute()
+        self._now = now or (lambda: datetime.now(UTC))
+        self._lock = _lock_for(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._con = duckdb.connect(str(self.path))
+        except (OSError, duckdb.Error) as err:
+            raise StoreError(f"cannot open the backup store at {str(self.path)!r}: {err}") from err
+        with self._cursor() as cur:
+            for statement in _SCHEMA:
+                cur.execute(statement)
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> BackupStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _cursor(self) -> _Cursor:
+        return _Cursor(self)
+
+    # -- writes ---------------------------------------------------------------
+
+    def commit_batch(
+        self, write: BatchWrite, before_commit: Callable[[], None] | None = None
+    ) -> bool:
+        """Write a batch and its marker in one transaction.
+
+        Returns ``False`` (and writes nothing) when ``(run, batch_id)`` is already
+        committed. ``before_commit`` runs inside the transaction after every row
+        is inserted; if it raises, the transaction rolls back (fault injection).
+        """
+        with self._cursor() as cur:
+            cur.begin()
+            try:
+                if self._committed(cur, write.run, write.batch_id):
+                    cur.rollback()
+                    return False
+                self._insert_rows(cur, write)
+                if before_commit is not None:
+                    before_commit()
+                cur.commit()
+            except duckdb.Error as err:
+                cur.rollback()
+                raise StoreError(
+                    f"cannot write batch {write.batch_id} of run {write.run} to "
+                    f"{str(self.path)!r}: {err}"
+                ) from err
+            except BaseException:
+                cur.rollback()
+                raise
+        return True
+
+    def _insert_rows(self, cur: duckdb.DuckDBPyConnection, w: BatchWrite) -> None:
+        key = {"run": w.run, "batch": w.batch_id}
+        inserts = (
+            ("backup", w.backup, BACKUP_COLUMNS),
+            ("results", w.results, RESULT_COLUMNS),
+            ("late", w.late, LATE_COLUMNS),
+        )
+        for table, frame, columns in inserts:
+            if frame is not None and not frame.empty:
+                cur.register("_frame", frame)
+                cols = ", ".join(columns)
+                cur.execute(f"INSERT INTO {table} SELECT $run, $batch, {cols} FROM _frame", key)
+                cur.unregister("_frame")
+        n_rows = 0 if w.backup is None else len(w.backup)
+        cur.execute(
+            "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+            [w.run, w.batch_id, n_rows, backup_bytes(w.backup), w.max_seq, self._stamp()],
+        )
+        if w.state is not None:
+            cur.execute("DELETE FROM state WHERE run = ?", [w.run])
+            cur.execute("INSERT INTO state VALUES (?, ?, ?)", [w.run, w.batch_id, w.state])
+
+    def log_plan(self, reason: str, backup_sensors: Sequence[str]) -> None:
+        """Append a plan change to ``plan_log``."""
+        with self._cursor() as cur:
+            cur.execute(
+                "INSERT INTO plan_log VALUES (?, ?, ?)",
+                [self._stamp(), reason, json.dumps(list(backup_sensors))],
+            )
+
+    def delete_state(self, run: int) -> None:
+        """Forget the window-state snapshot of ``run`` (part of a simulated failure)."""
+        with self._cursor() as cur:
+            cur.execute("DELETE FROM state WHERE run = ?", [run])
+
+    # -- reads ----------------------------------------------------------------
+
+    def is_committed(self, run: int, batch_id: int) -> bool:
+        with self._cursor() as cur:
+            return self._committed(cur, run, batch_id)
+
+    @staticmethod
+    def _committed(cur: duckdb.DuckDBPyConnection, run: int, batch_id: int) -> bool:
+        cur.execute("SELECT 1 FROM batches WHERE run = ? AND batch_id = ?", [run, batch_id])
+        return cur.fetchone() is not None
+
+    def next_run(self) -> int:
+        """A run number no batch has used."""
+        return self._scalar("SELECT coalesce(max(run), -1) + 1 FROM batches") or 0
+
+    def committed_batches(self, run: int) -> list[int]:
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT batch_id FROM batches WHERE run = ? AND batch_id >= 0 ORDER BY 1", [run]
+            )
+            return [int(r[0]) for r in cur.fetchall()]
+
+    def horizon(self) -> int:
+        """The largest reading index any committed batch carried (-1 if none)."""
+        value = self._scalar("SELECT coalesce(max(max_seq), -1) FROM batches")
+        return -1 if value is None else int(value)
+
+    def last_window(self) -> int:
+        """The largest window id with a final result of any kind (-1 if none)."""
+        value = self._scalar("SELECT coalesce(max(window_id), -1) FROM results WHERE final")
+        return -1 if value is None else int(value)
+
+    def load_state(self, run: int) -> bytes | None:
+        with self._cursor() as cur:
+            cur.execute("SELECT snapshot FROM state WHERE run = ?", [run])
+            row = cur.fetchone()
+        return None if row is None else bytes(row[0])
+
+    def read_backup(
+        self, first_seq: int, last_seq: int, sensors: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Backup rows with ``first_seq <= seq <= last_seq`` as Arrow (``BACKUP_COLUMNS``)."""
+        where = "seq BETWEEN ? AND ?"
+        params: list[Any] = [first_seq, last_seq]
+        if sensors is not None:
+            where += " AND list_contains(?, sensor)"
+            params.append(list(sensors))
+        sql = (
+            f"SELECT seq, event_time, sensor, value FROM backup WHERE {where} ORDER BY seq, sensor"
+        )
+        with self._cursor() as cur:
+            return cur.execute(sql, params).to_arrow_table()
+
+    def read_results(self, kind: str | None = None) -> pd.DataFrame:
+        """Window results (``RESULT_COLUMNS`` plus run and batch_id), ordered by window."""
+        where, params = ("WHERE kind = ?", [kind]) if kind else ("", [])
+        sql = f"SELECT * FROM results {where} ORDER BY window_id, kind, sensor"
+        with self._cursor() as cur:
+            return cur.execute(sql, params).df()
+
+    def read_table(self, table: str) -> pd.DataFrame:
+        """A whole table (``backup``, ``batches``, ``plan_log``, ``late``, ...)."""
+        if table not in {"backup", "results", "batches", "plan_log", "late", "state"}:
+            raise StoreError(f"no table {table!r} in the backup store")
+        with self._cursor() as cur:
+            return cur.execute(f"SELECT * FROM {table}").df()
+
+    def size(self) -> StoreSize:
+        """Backup rows and bytes (see ``StoreSize`` for what each counts)."""
+        with self._cursor() as cur:
+            cur.execute("SELECT coalesce(sum(rows), 0), coalesce(sum(bytes), 0) FROM batches")
+            rows, nbytes = cur.fetchone() or (0, 0)
+        files = [self.path, self.path.with_name(self.path.name + ".wal")]
+        on_disk = sum(f.stat().st_size for f in files if f.exists())
+        return StoreSize(int(rows), int(nbytes), int(on_disk))
+
+    def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self._cursor() as cur:
+            cur.execute(sql, list(params))
+            row = cur.fetchone()
+        return None if row is None else row[0]
+
+    def _stamp(self) -> datetime:
+        # DuckDB TIMESTAMP is naive; the store keeps UTC.
+        return self._now().astimezone(UTC).replace(tzinfo=None)
+
+
+class _Cursor:
+    """Holds the file's lock and a fresh cursor for one operation."""
+
+    def __init__(self, store: BackupStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> duckdb.DuckDBPyConnection:
+        self._store._lock.acquire()
+        try:
+            self._cur = self._store._con.cursor()
+        except duckdb.Error as err:
+            self._store._lock.release()
+            raise StoreError(f"backup store {str(self._store.path)!r} is closed: {err}") from err
+        return self._cur
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._cur.close()
+        finally:
+            self._store._lock.release()
