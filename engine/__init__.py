@@ -4,7 +4,16 @@ Pure Python. Importing this package never imports Streamlit and never starts a
 JVM; PySpark is imported lazily inside ``engine.stream`` functions.
 """
 
-from engine.errors import (
+import os
+
+# The engine's linear algebra is many small solves (n x n with n in the tens to
+# hundreds). Multi-threaded BLAS makes those ~10x slower on a 2-core machine
+# (threads spin and contend), so default to one thread unless told otherwise.
+# This only takes effect if numpy has not been imported yet.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from engine.errors import (  # noqa: E402
     ConfigError,
     DataError,
     EngineError,

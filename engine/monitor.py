@@ -1,0 +1,133 @@
+"""Live violation monitor: is the guarantee holding on the stream right now?
+
+While the pipeline runs, every sensor still flows through it; only the backup is
+partial. So for every closed window the pipeline can compute what recovery from
+the backup *would* have produced and compare it with the real aggregate. This
+module keeps the per-sensor tally and decides when the observed violation rate
+is above ``delta`` with statistical confidence.
+
+The test is one-sided: a sensor alerts when the Clopper-Pearson lower bound of
+its violation rate (at ``confidence``) exceeds ``delta``. Under the null
+hypothesis "the true rate is at most delta" a single sensor alerts with
+probability at most ``1 - confidence`` at any one check. Checks repeat after
+every batch, so we also require ``min_windows`` observations before judging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import beta
+
+from engine.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class MonitorAlert:
+    """Sensors whose live violation rate exceeds ``delta`` with confidence."""
+
+    sensors: tuple[str, ...]
+    rates: dict[str, float]
+    lower_bounds: dict[str, float]
+    windows: int
+    reason: str
+
+
+def rate_lower_bound(violations: int, windows: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson lower bound of a binomial rate."""
+    if violations <= 0 or windows <= 0:
+        return 0.0
+    return float(beta.ppf(1.0 - confidence, violations, windows - violations + 1))
+
+
+def rate_upper_bound(violations: int, windows: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound of a binomial rate (1.0 with no data)."""
+    if windows <= 0:
+        return 1.0
+    if violations >= windows:
+        return 1.0
+    return float(beta.ppf(confidence, violations + 1, windows - violations))
+
+
+class ViolationMonitor:
+    """Per-sensor tally of shadow-recovery misses.
+
+    Parameters
+    ----------
+    sensors : all sensor names, in the column order of the errors passed in.
+    eps, delta : the operator's tolerance.
+    confidence : of the one-sided test that the rate exceeds ``delta``.
+    min_windows : windows a sensor needs before it can alert.
+    """
+
+    def __init__(
+        self,
+        sensors: Sequence[str],
+        eps: float,
+        delta: float,
+        confidence: float = 0.95,
+        min_windows: int = 10,
+    ) -> None:
+        if not 0.0 < delta < 1.0:
+            raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
+        if not 0.5 <= confidence < 1.0:
+            raise ParameterError(f"confidence must be in [0.5, 1), got {confidence!r}")
+        if eps <= 0:
+            raise ParameterError(f"eps must be > 0, got {eps!r}")
+        self.sensors = tuple(sensors)
+        self.eps, self.delta = float(eps), float(delta)
+        self.confidence, self.min_windows = confidence, int(min_windows)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every tally (after a re-plan the old counts say nothing)."""
+        self._violations = np.zeros(len(self.sensors), dtype=int)
+        self._windows = np.zeros(len(self.sensors), dtype=int)
+
+    def observe(self, errors: np.ndarray, reconstructed: Sequence[str]) -> MonitorAlert | None:
+        """Count a batch of closed windows; return an alert if one is due.
+
+        Parameters
+        ----------
+        errors : (W, n) absolute window errors of shadow recovery, ``sensors`` order.
+        reconstructed : sensors that recovery would rebuild (only these count).
+        """
+        e = np.asarray(errors, dtype=float)
+        if e.ndim != 2 or e.shape[1] != len(self.sensors):
+            raise ParameterError(
+                f"errors must have shape (W, {len(self.sensors)}), got {e.shape}"
+            )
+        mask = np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
+        finite = np.isfinite(e)
+        self._windows += (finite & mask).sum(axis=0)
+        self._violations += ((e > self.eps) & finite & mask).sum(axis=0)
+        return self._alert()
+
+    def rates(self) -> dict[str, tuple[int, int]]:
+        """sensor -> (violations, windows) since the last reset."""
+        return {
+            s: (int(v), int(w))
+            for s, v, w in zip(self.sensors, self._violations, self._windows, strict=True)
+        }
+
+    def _alert(self) -> MonitorAlert | None:
+        hits: dict[str, float] = {}
+        rates: dict[str, float] = {}
+        for s, v, w in zip(self.sensors, self._violations, self._windows, strict=True):
+            if w < self.min_windows:
+                continue
+            lower = rate_lower_bound(int(v), int(w), self.confidence)
+            if lower > self.delta:
+                hits[s], rates[s] = lower, v / w
+        if not hits:
+            return None
+        worst = max(rates, key=lambda s: rates[s])
+        windows = int(self._windows[self.sensors.index(worst)])
+        reason = (
+            f"live violation rate of {worst} is {rates[worst]:.1%} over {windows} windows "
+            f"(lower {self.confidence:.0%} bound {hits[worst]:.1%} > delta {self.delta:.1%}); "
+            f"{len(hits)} sensor(s) alerting"
+        )
+        return MonitorAlert(tuple(hits), rates, hits, windows, reason)

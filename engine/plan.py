@@ -1,0 +1,219 @@
+"""BackupPlan: parameters, model, selection, calibration and backtest, tied together.
+
+A plan is fitted on the most recent ``history`` rows (rolling re-learning), its
+targets calibrated on held-out blocks of those rows (unless told not to), and
+then *measured* by a rolling-origin backtest on the whole file. The backtest
+figures, not the model's probability, are what the operator is promised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.calibration import (
+    CALIBRATIONS,
+    BacktestResult,
+    BacktestSettings,
+    CalibrationInfo,
+    PlanningSpec,
+    Progress,
+    plan_on,
+    run_backtest,
+)
+from engine.data import SensorHistory
+from engine.errors import ParameterError
+from engine.guarantee import check_parameters, window_violation_probability
+from engine.reconstruct import LinearMap
+
+METHODS: tuple[str, ...] = ("greedy", "paper", "exact")
+DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
+BYTES_PER_READING = 16.0  # 8-byte timestamp + 8-byte float; sensor ids are dictionary-coded
+
+
+@dataclass(frozen=True)
+class PlanParameters:
+    """The operator's request. ``slide=None`` means tumbling (slide = window)."""
+
+    eps: float
+    delta: float
+    window: int
+    slide: int | None = None
+    aggregate: str = "avg"
+    method: str = "greedy"
+    calibration: str = "backtest"
+    history: int | None = None  # rows to learn from; None: ``default_history``
+
+    def __post_init__(self) -> None:
+        check_parameters(self.eps, self.delta, self.window, self.effective_slide, self.aggregate)
+        if self.method not in METHODS:
+            raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.calibration not in CALIBRATIONS:
+            raise ParameterError(
+                f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}"
+            )
+        if self.history is not None and (not isinstance(self.history, int) or self.history < 4):
+            raise ParameterError(f"history must be an integer >= 4 rows, got {self.history!r}")
+
+    @property
+    def effective_slide(self) -> int:
+        return self.window if self.slide is None else self.slide
+
+    def spec(self) -> PlanningSpec:
+        return PlanningSpec(
+            eps=self.eps,
+            delta=self.delta,
+            window=self.window,
+            slide=self.effective_slide,
+            aggregate=self.aggregate,
+            method=self.method,
+            calibration=self.calibration,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_history(n_rows: int, window: int) -> int:
+    """Rows to learn from when not told: ``DEFAULT_HISTORY``, less on short files.
+
+    Short files keep room for at least four backtest folds of one window each.
+    """
+    room = n_rows - 4 * window
+    return int(max(min(DEFAULT_HISTORY, room), min(n_rows, 2 * window + 2)))
+
+
+@dataclass(frozen=True)
+class Savings:
+    """Projected backup volume, per day, at the file's sampling interval."""
+
+    readings_per_day_full: float
+    readings_per_day_backup: float
+    readings_per_day_saved: float
+    bytes_per_reading: float
+    bytes_per_day_full: float
+    bytes_per_day_backup: float
+    bytes_per_day_saved: float
+    fraction_saved: float
+
+    def cost_per_month(self, price_per_gb_month: float, retention_days: float = 30.0) -> dict[str, float]:
+        """Storage cost of keeping ``retention_days`` of backup, full against planned."""
+        if price_per_gb_month < 0 or retention_days <= 0:
+            raise ParameterError(
+                f"price and retention must be positive, got {price_per_gb_month!r}, {retention_days!r}"
+            )
+        gb = retention_days / 1e9
+        return {
+            "full": self.bytes_per_day_full * gb * price_per_gb_month,
+            "plan": self.bytes_per_day_backup * gb * price_per_gb_month,
+            "none": 0.0,
+        }
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, eq=False)
+class BackupPlan:
+    """A chosen backup set with everything needed to recover, explain and export it."""
+
+    parameters: PlanParameters
+    sensors: tuple[str, ...]
+    backup_sensors: tuple[str, ...]
+    linear_map: LinearMap
+    conditional_variance: np.ndarray  # (n,) model var_{i|O}; 0 for backed-up sensors
+    targets: np.ndarray  # (n,) variance targets used (calibrated or the seed's)
+    model_violation_probability: np.ndarray  # (n,) model-only, under the seed's assumptions
+    calibration: CalibrationInfo
+    backtest: BacktestResult | None
+    sampling_interval_s: float
+    data_fingerprint: str
+    history_rows: int
+    model_note: str
+
+    @property
+    def backup_fraction(self) -> float:
+        return len(self.backup_sensors) / len(self.sensors)
+
+    @property
+    def model_worst_probability(self) -> float:
+        """Largest model-only miss probability over reconstructed sensors."""
+        return float(np.max(self.model_violation_probability, initial=0.0))
+
+    def savings(self, bytes_per_reading: float = BYTES_PER_READING) -> Savings:
+        per_day = 86400.0 / self.sampling_interval_s
+        full, kept = len(self.sensors) * per_day, len(self.backup_sensors) * per_day
+        return Savings(
+            readings_per_day_full=full,
+            readings_per_day_backup=kept,
+            readings_per_day_saved=full - kept,
+            bytes_per_reading=bytes_per_reading,
+            bytes_per_day_full=full * bytes_per_reading,
+            bytes_per_day_backup=kept * bytes_per_reading,
+            bytes_per_day_saved=(full - kept) * bytes_per_reading,
+            fraction_saved=1.0 - self.backup_fraction,
+        )
+
+    def sources(self, sensor: str, top: int = 3) -> list[tuple[str, float]]:
+        """The backed-up sensors that weigh most in ``sensor``'s reconstruction."""
+        if sensor not in self.linear_map.targets:
+            return []
+        row = self.linear_map.coef[self.linear_map.targets.index(sensor)]
+        order = np.argsort(-np.abs(row))[:top]
+        return [(self.linear_map.backup[i], float(row[i])) for i in order]
+
+
+def make_plan(
+    history: SensorHistory,
+    params: PlanParameters,
+    *,
+    backtest: BacktestSettings | None = None,
+    run_backtest_now: bool = True,
+    progress: Progress | None = None,
+) -> BackupPlan:
+    """Plan on the most recent ``params.history`` rows, then backtest the procedure.
+
+    Parameters
+    ----------
+    history : the sensor history, (T, n).
+    params : the operator's request.
+    backtest : rolling-origin settings; defaults to ``history`` = the plan's and one window a step.
+    run_backtest_now : False skips the backtest (the plan then says it is unmeasured).
+    progress : called with (fraction, message) during the backtest.
+    """
+    x, sensors = history.values, history.sensors
+    rows = params.history or default_history(x.shape[0], params.window)
+    if x.shape[0] < len(sensors) + 2:
+        raise ParameterError(
+            f"need at least {len(sensors) + 2} rows for {len(sensors)} sensors, got {x.shape[0]}"
+        )
+    spec = params.spec()
+    fold = plan_on(x[-rows:], sensors, spec)
+    backup = fold.selection.backup
+    result = None
+    if run_backtest_now:
+        settings = backtest or BacktestSettings(history=rows)
+        result = run_backtest(x, sensors, spec, settings, progress)
+    return BackupPlan(
+        parameters=params,
+        sensors=sensors,
+        backup_sensors=tuple(sensors[i] for i in sorted(backup)),
+        linear_map=fold.model.linear_map(sorted(backup)),
+        conditional_variance=fold.selection.conditional_variance,
+        targets=fold.targets,
+        model_violation_probability=np.where(
+            np.isin(np.arange(len(sensors)), backup),
+            0.0,
+            window_violation_probability(
+                fold.selection.conditional_variance, params.eps, params.window, params.aggregate
+            ),
+        ),
+        calibration=fold.calibration,
+        backtest=result,
+        sampling_interval_s=history.report.sampling_interval_s,
+        data_fingerprint=history.fingerprint(),
+        history_rows=min(rows, x.shape[0]),
+        model_note=fold.model.repair_note_,
+    )
