@@ -1,0 +1,133 @@
+"""From an error tolerance to a variance target, and back (DESIGN.md section 2).
+
+A zero-mean Gaussian error with variance ``v`` lies in ``[-eps, eps]`` with
+probability ``2 Phi(eps / sqrt(v)) - 1``. The targets below are the seed's: they
+assume reconstruction errors are independent over time, which real sensor data
+violates (DESIGN.md section 3). They are the *model-only* guarantee; calibration
+corrects them.
+
+``eps`` is in the unit of the aggregate, variances in that unit squared, ``window``
+in readings.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, overload
+
+import numpy as np
+from scipy.stats import norm
+
+from engine.errors import ParameterError
+
+Aggregate = Literal["avg", "sum", "max", "min"]
+AGGREGATES: tuple[str, ...] = ("avg", "sum", "max", "min")
+
+
+def z_value(delta: float) -> float:
+    """``Phi^{-1}(1 - delta/2)``: the two-sided standard normal quantile."""
+    _check_delta(delta)
+    # isf keeps full precision for tiny delta, where 1 - delta/2 rounds.
+    return float(norm.isf(delta / 2.0))
+
+
+def variance_target(eps: float, delta: float, window: int, aggregate: str) -> float:
+    """Largest per-reading conditional variance that meets ``(eps, delta)``.
+
+    ``avg``: ``w v*``; ``sum``: ``v* / w``; ``max``/``min``: every reading of the
+    window within ``eps``, ``(eps / Phi^{-1}((1 + (1-delta)^{1/w}) / 2))^2``;
+    with ``v* = (eps / z_value(delta))^2``.
+    """
+    _check_eps(eps)
+    _check_delta(delta)
+    _check_window(window)
+    _check_aggregate(aggregate)
+    if aggregate == "avg":
+        return window * (eps / z_value(delta)) ** 2
+    if aggregate == "sum":
+        return (eps / z_value(delta)) ** 2 / window
+    # Per-reading miss probability q solves (1 - q)^w = 1 - delta; the quantile
+    # Phi^{-1}((1 + (1-delta)^{1/w}) / 2) = Phi^{-1}(1 - q/2) is computed via isf(q/2).
+    q = -math.expm1(math.log1p(-delta) / window)
+    return float((eps / norm.isf(q / 2.0)) ** 2)
+
+
+@overload
+def window_violation_probability(var: float, eps: float, window: int, aggregate: str) -> float: ...
+@overload
+def window_violation_probability(
+    var: np.ndarray, eps: float, window: int, aggregate: str
+) -> np.ndarray: ...
+def window_violation_probability(
+    var: float | np.ndarray, eps: float, window: int, aggregate: str
+) -> float | np.ndarray:
+    """Model probability that a recovered window aggregate misses by more than ``eps``.
+
+    The inverse of ``variance_target`` under the seed's independence assumption:
+    ``avg`` error variance ``v / w``, ``sum`` ``w v``; ``max``/``min`` use the same
+    union-style bound as the target, ``1 - (2 Phi(eps / sqrt v) - 1)^w``.
+
+    Parameters
+    ----------
+    var : per-reading conditional variance, scalar or array of any shape (>= 0).
+
+    Returns
+    -------
+    Probability with the shape of ``var`` (a float for a scalar). 0 where ``var == 0``.
+    """
+    _check_eps(eps)
+    _check_window(window)
+    _check_aggregate(aggregate)
+    v = np.asarray(var, dtype=float)
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ParameterError(f"variance must be finite and >= 0, got {var!r}")
+    scale = {"avg": 1.0 / window, "sum": float(window)}.get(aggregate, 1.0)
+    with np.errstate(divide="ignore"):
+        ratio = eps / np.sqrt(v * scale)  # inf where v == 0
+    tail = 2.0 * norm.sf(ratio)  # P(|e| > eps) for one Gaussian error
+    if aggregate in ("max", "min"):
+        tail = -np.expm1(window * np.log1p(-np.minimum(tail, 1.0)))
+    out = np.asarray(tail, dtype=float)
+    return float(out) if out.ndim == 0 else out
+
+
+def check_parameters(
+    eps: float, delta: float, window: int, slide: int | None, aggregate: str
+) -> None:
+    """Raise ``ParameterError`` naming the first bad value.
+
+    ``slide=None`` means tumbling windows (slide = window).
+    """
+    _check_eps(eps)
+    _check_delta(delta)
+    _check_window(window)
+    if slide is not None:
+        if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
+            raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
+        if slide > window:
+            raise ParameterError(f"slide must not exceed the window ({window}), got {slide!r}")
+    _check_aggregate(aggregate)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+
+def _check_eps(eps: float) -> None:
+    if not _is_real(eps) or not math.isfinite(eps) or eps <= 0:
+        raise ParameterError(f"eps must be a finite number > 0, got {eps!r}")
+
+
+def _check_delta(delta: float) -> None:
+    if not _is_real(delta) or not 0.0 < delta < 1.0:
+        raise ParameterError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
+
+
+def _check_window(window: int) -> None:
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
+        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
+
+
+def _check_aggregate(aggregate: str) -> None:
+    if aggregate not in AGGREGATES:
+        raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
