@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +129,9 @@ def plan_on(
         )
         info = CalibrationInfo("none", reason)
         return FoldPlan(model, select_backups(model.cov_, base, spec.method), base, info)
-    return _calibrate(x, sensors, spec, model, blocks, np.ones(x.shape[1]) if scale is None else scale)
+    return _calibrate(
+        x, sensors, spec, model, blocks, np.ones(x.shape[1]) if scale is None else scale
+    )
 
 
 def _block_bounds(n_rows: int, spec: PlanningSpec) -> list[tuple[int, int]] | None:
@@ -185,7 +188,9 @@ def _calibrate(
     return FoldPlan(model, selection, targets * scale, info, carry if spec.carry else None)
 
 
-def _complement_model(stats: list[MomentStats], skip: int, sensors: tuple[str, ...]) -> GaussianModel:
+def _complement_model(
+    stats: list[MomentStats], skip: int, sensors: tuple[str, ...]
+) -> GaussianModel:
     rest = [s for i, s in enumerate(stats) if i != skip]
     merged = rest[0]
     for s in rest[1:]:
@@ -217,7 +222,8 @@ def _held_out_quantiles(
     the held-out pairs, clipped to [0, 1].
     """
     residuals = [
-        _window_residuals(x[a:b], m, backup, spec) for (a, b), m in zip(blocks, held_out, strict=True)
+        _window_residuals(x[a:b], m, backup, spec)
+        for (a, b), m in zip(blocks, held_out, strict=True)
     ]
     carry = np.zeros(x.shape[1])
     if spec.carry:
@@ -230,8 +236,10 @@ def _held_out_quantiles(
     else:
         e = np.abs(np.vstack(residuals))
     import os
+
     if os.environ.get("LACUNA_EST") == "gauss":
         from scipy.stats import norm
+
         rms = np.sqrt(np.mean(e**2, axis=0))
         return norm.ppf(1 - (1 - level) / 2) * rms, e.shape[0], carry
     return np.quantile(e, level, axis=0, method="higher"), e.shape[0], carry
@@ -340,8 +348,13 @@ def run_backtest(
     spec: PlanningSpec,
     settings: BacktestSettings,
     progress: Progress | None = None,
-) -> BacktestResult:
-    """Rolling-origin evaluation of the planning procedure ``spec`` on ``x`` (T, n)."""
+    return_scale: bool = False,
+) -> Any:
+    """Rolling-origin evaluation of the planning procedure ``spec`` on ``x`` (T, n).
+
+    Returns the ``BacktestResult``; with ``return_scale`` also the online target
+    correction (n,) reached at the end, which the live plan starts from.
+    """
     origins = fold_origins(x.shape[0], spec.window, settings)
     step = settings.step or spec.window
     n = x.shape[1]
@@ -364,7 +377,8 @@ def run_backtest(
             np.clip(log_scale, -MAX_LOG_SCALE, MAX_LOG_SCALE, out=log_scale)
         if progress is not None:
             progress((k + 1) / origins.size, f"backtest fold {k + 1}/{origins.size}")
-    return _summarise(origins.size, settings.history, step, viol, wins, total, fractions, sensors)
+    result = _summarise(origins.size, settings.history, step, viol, wins, total, fractions, sensors)
+    return (result, np.exp(log_scale)) if return_scale else result
 
 
 def _score_fold(

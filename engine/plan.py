@@ -8,7 +8,7 @@ figures, not the model's probability, are what the operator is promised.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,9 @@ from engine.calibration import (
 from engine.data import SensorHistory
 from engine.errors import ParameterError
 from engine.guarantee import check_parameters, window_violation_probability
+from engine.model import GaussianModel
 from engine.reconstruct import LinearMap
+from engine.selection import Selection, select_backups
 
 METHODS: tuple[str, ...] = ("greedy", "paper", "exact")
 DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
@@ -98,7 +100,9 @@ class Savings:
     bytes_per_day_saved: float
     fraction_saved: float
 
-    def cost_per_month(self, price_per_gb_month: float, retention_days: float = 30.0) -> dict[str, float]:
+    def cost_per_month(
+        self, price_per_gb_month: float, retention_days: float = 30.0
+    ) -> dict[str, float]:
         """Storage cost of keeping ``retention_days`` of backup, full against planned."""
         if price_per_gb_month < 0 or retention_days <= 0:
             raise ParameterError(
@@ -132,6 +136,12 @@ class BackupPlan:
     data_fingerprint: str
     history_rows: int
     model_note: str
+    model: GaussianModel
+
+    @property
+    def measured(self) -> bool:
+        """True when a backtest backs this plan's guarantee."""
+        return self.backtest is not None and self.backtest.n_folds > 0
 
     @property
     def backup_fraction(self) -> float:
@@ -173,47 +183,102 @@ def make_plan(
     run_backtest_now: bool = True,
     progress: Progress | None = None,
 ) -> BackupPlan:
-    """Plan on the most recent ``params.history`` rows, then backtest the procedure.
+    """Backtest the planning procedure, then plan on the most recent ``history`` rows.
 
     Parameters
     ----------
     history : the sensor history, (T, n).
     params : the operator's request.
     backtest : rolling-origin settings; defaults to ``history`` = the plan's and one window a step.
-    run_backtest_now : False skips the backtest (the plan then says it is unmeasured).
+    run_backtest_now : False skips the backtest: the plan is then unmeasured and,
+        with calibration, lacks the online correction the backtest learns.
     progress : called with (fraction, message) during the backtest.
+
+    The backtest runs first because, with calibration, it also learns each
+    sensor's online target correction from the errors it measures; the final
+    plan starts from where the backtest ended.
     """
     x, sensors = history.values, history.sensors
-    rows = params.history or default_history(x.shape[0], params.window)
     if x.shape[0] < len(sensors) + 2:
         raise ParameterError(
             f"need at least {len(sensors) + 2} rows for {len(sensors)} sensors, got {x.shape[0]}"
         )
+    rows = params.history or default_history(x.shape[0], params.window)
     spec = params.spec()
-    fold = plan_on(x[-rows:], sensors, spec)
-    backup = fold.selection.backup
-    result = None
+    result, scale = None, None
     if run_backtest_now:
         settings = backtest or BacktestSettings(history=rows)
-        result = run_backtest(x, sensors, spec, settings, progress)
+        result, scale = run_backtest(x, sensors, spec, settings, progress, return_scale=True)
+    fold = plan_on(x[-rows:], sensors, spec, scale)
+    return _assemble(
+        history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
+    )
+
+
+def retarget(plan: BackupPlan, eps: float | None = None, method: str | None = None) -> BackupPlan:
+    """Re-select for a new ``eps`` or method without refitting: instant, but unmeasured.
+
+    Calibrated targets are ``(eps / c_i)^2``, so they scale with ``eps^2``. The
+    result carries no backtest (``measured`` is False) until one is run for it.
+    """
+    params = replace(
+        plan.parameters,
+        eps=plan.parameters.eps if eps is None else eps,
+        method=method or plan.parameters.method,
+    )
+    targets = plan.targets * (params.eps / plan.parameters.eps) ** 2
+    selection = select_backups(plan.model.cov_, targets, params.method)
+    info = replace(
+        plan.calibration,
+        reason=plan.calibration.reason + f"; retargeted from eps={plan.parameters.eps:g}",
+    )
+    history_stub = _Provenance(plan.sampling_interval_s, plan.data_fingerprint)
+    return _assemble(
+        history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
+    )
+
+
+@dataclass(frozen=True)
+class _Provenance:
+    """What ``_assemble`` needs of a history when re-targeting without one."""
+
+    sampling_interval_s: float
+    data_fingerprint: str
+
+
+def _assemble(
+    source: SensorHistory | _Provenance,
+    params: PlanParameters,
+    model: GaussianModel,
+    selection: Selection,
+    targets: np.ndarray,
+    calibration: CalibrationInfo,
+    backtest: BacktestResult | None,
+    rows: int,
+) -> BackupPlan:
+    backup = sorted(selection.backup)
+    sensors = model.sensors_
+    rebuilt = ~np.isin(np.arange(len(sensors)), backup)
+    model_p = window_violation_probability(
+        selection.conditional_variance, params.eps, params.window, params.aggregate
+    )
+    if isinstance(source, _Provenance):
+        interval, fingerprint = source.sampling_interval_s, source.data_fingerprint
+    else:
+        interval, fingerprint = source.report.sampling_interval_s, source.fingerprint()
     return BackupPlan(
         parameters=params,
         sensors=sensors,
-        backup_sensors=tuple(sensors[i] for i in sorted(backup)),
-        linear_map=fold.model.linear_map(sorted(backup)),
-        conditional_variance=fold.selection.conditional_variance,
-        targets=fold.targets,
-        model_violation_probability=np.where(
-            np.isin(np.arange(len(sensors)), backup),
-            0.0,
-            window_violation_probability(
-                fold.selection.conditional_variance, params.eps, params.window, params.aggregate
-            ),
-        ),
-        calibration=fold.calibration,
-        backtest=result,
-        sampling_interval_s=history.report.sampling_interval_s,
-        data_fingerprint=history.fingerprint(),
-        history_rows=min(rows, x.shape[0]),
-        model_note=fold.model.repair_note_,
+        backup_sensors=tuple(sensors[i] for i in backup),
+        linear_map=model.linear_map(backup),
+        conditional_variance=selection.conditional_variance,
+        targets=targets,
+        model_violation_probability=np.where(rebuilt, model_p, 0.0),
+        calibration=calibration,
+        backtest=backtest,
+        sampling_interval_s=interval,
+        data_fingerprint=fingerprint,
+        history_rows=rows,
+        model_note=model.repair_note_,
+        model=model,
     )
