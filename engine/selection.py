@@ -1,0 +1,486 @@
+"""Backup-set selection: the smallest ``O`` with ``var_{i|O} <= target_i`` for every i.
+
+Methods (DESIGN.md section 2):
+
+* ``paper``: the seed's greedy, literally: add the sensor that most reduces
+  ``max_i var_{i|O}``, each candidate scored with a fresh matrix solve. Baseline.
+* ``greedy``: ours. Keeps the conditional covariance ``C`` and adds ``j`` by the
+  rank-one downdate ``C <- C - C[:, j] C[j, :] / C[j, j]`` (O(n^2) per step); adds the
+  sensor that minimises the total excess variance ``sum_i max(0, var_{i|O+j} - t_i)``,
+  then drops any sensor the set stays feasible without.
+* ``exact``: branch and bound over set sizes, for small ``n``.
+
+``cov`` is (n, n) symmetric positive semi-definite, ``targets`` a scalar or (n,).
+A variance is feasible when ``var <= target (1 + 1e-9) + 1e-12 s``, with ``s`` the mean
+variance (the scale of ``cov``). Sensors whose conditional variance is below that
+absolute tolerance are never chosen: they are already known to within rounding.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import scipy.linalg
+
+from engine.errors import ParameterError
+
+Method = Literal["paper", "greedy", "exact"]
+METHODS: tuple[str, ...] = ("paper", "greedy", "exact")
+REL_TOL = 1e-9
+ABS_TOL = 1e-12  # times the mean variance
+BRUTE_FORCE_MAX_N = 16
+_BLOCK_BYTES = 1 << 20  # column block of the candidate scoring: stays in cache
+_PARALLEL_MIN = 1 << 18  # stored entries above which scoring uses two threads
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """A chosen backup set and what it achieves.
+
+    Attributes
+    ----------
+    backup : indices of the backed-up sensors, in the order they were added.
+    conditional_variance : (n,) ``var_{i|O}``, 0 for backed-up sensors.
+    targets : (n,) per-sensor variance targets.
+    method : ``paper``, ``greedy``, ``exact`` or ``brute_force``.
+    feasible : every conditional variance is within its target (with tolerance).
+    """
+
+    backup: tuple[int, ...]
+    conditional_variance: np.ndarray
+    targets: np.ndarray
+    method: str
+    feasible: bool
+
+    @property
+    def cost(self) -> int:
+        """Number of backed-up sensors ``|O|``."""
+        return len(self.backup)
+
+
+def select_backups(
+    cov: np.ndarray,
+    targets: np.ndarray | float,
+    method: Method = "greedy",
+    *,
+    exact_max_n: int = 24,
+) -> Selection:
+    """Choose the sensors to back up.
+
+    Parameters
+    ----------
+    cov : (n, n) covariance of the sensors.
+    targets : scalar or (n,) largest acceptable conditional variance per sensor (>= 0).
+    method : ``paper``, ``greedy`` or ``exact``.
+    exact_max_n : largest ``n`` accepted by ``exact``.
+
+    Returns
+    -------
+    ``Selection``; ``feasible`` is True for every method on valid input.
+    """
+    c, t = _check_inputs(cov, targets)
+    if method == "paper":
+        backup, var = _select_paper(c, t)
+    elif method == "greedy":
+        backup, var = _select_greedy(c, t)
+    elif method == "exact":
+        if c.shape[0] > exact_max_n:
+            raise ParameterError(
+                f"exact selection is limited to n <= {exact_max_n} sensors, got n={c.shape[0]}; "
+                "use method='greedy'"
+            )
+        backup, var = _select_exact(c, t)
+    else:
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    return _make_selection(c, t, backup, var, method)
+
+
+def brute_force_min_backup(cov: np.ndarray, targets: np.ndarray | float) -> Selection:
+    """Reference: a minimum-cardinality feasible set by enumeration (n <= 16).
+
+    Sizes are tried in increasing order and sets of one size in lexicographic
+    order, so the answer is the lexicographically smallest optimum. Each set is
+    scored with a direct solve, independent of the incremental code.
+    """
+    c, t = _check_inputs(cov, targets)
+    n = c.shape[0]
+    if n > BRUTE_FORCE_MAX_N:
+        raise ParameterError(f"brute force is limited to n <= {BRUTE_FORCE_MAX_N}, got n={n}")
+    tol = _tolerance(c, t)
+    for size in range(n + 1):
+        for subset in itertools.combinations(range(n), size):
+            var = _direct_conditional_variance(c, list(subset))
+            if np.all(var <= tol):
+                return _make_selection(c, t, subset, var, "brute_force")
+    raise AssertionError("unreachable: backing up every sensor is always feasible")
+
+
+def _check_inputs(cov: np.ndarray, targets: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    c = np.asarray(cov, dtype=float)
+    if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] < 1:
+        raise ParameterError(f"cov must be a non-empty square (n, n) matrix, got shape {c.shape}")
+    if not np.all(np.isfinite(c)):
+        raise ParameterError("cov must be finite, got NaN or infinite entries")
+    scale = float(np.max(np.abs(c))) if c.size else 0.0
+    asym = float(np.max(np.abs(c - c.T)))
+    if asym > 1e-8 * max(scale, 1e-300):
+        raise ParameterError(f"cov must be symmetric, got max |cov - cov.T| = {asym:.3g}")
+    if np.any(np.diag(c) < 0):
+        raise ParameterError(f"cov must have a non-negative diagonal, got {np.diag(c).min()!r}")
+    t = np.asarray(targets, dtype=float)
+    if t.ndim == 0:
+        t = np.full(c.shape[0], float(t))
+    if t.shape != (c.shape[0],):
+        raise ParameterError(f"targets must be a scalar or shape ({c.shape[0]},), got {t.shape}")
+    if not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ParameterError(f"targets must be finite and >= 0, got {targets!r}")
+    return (c + c.T) / 2.0, t
+
+
+def _abs_tol(c: np.ndarray) -> float:
+    return ABS_TOL * max(float(np.mean(np.diag(c))), 1e-300)
+
+
+def _tolerance(c: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(n,) largest variance counted as feasible."""
+    return t * (1.0 + REL_TOL) + _abs_tol(c)
+
+
+def _make_selection(
+    c: np.ndarray, t: np.ndarray, backup: tuple[int, ...], var: np.ndarray, method: str
+) -> Selection:
+    var = np.maximum(np.asarray(var, dtype=float), 0.0)
+    var[list(backup)] = 0.0
+    feasible = bool(np.all(var <= _tolerance(c, t)))
+    return Selection(tuple(int(j) for j in backup), var, t.copy(), method, feasible)
+
+
+def _direct_conditional_variance(c: np.ndarray, subset: list[int]) -> np.ndarray:
+    """``var_{i|O}`` (n,) by one solve with ``Sigma_OO`` (least squares if singular)."""
+    var = np.diag(c).copy()
+    if subset:
+        block, cross = c[np.ix_(subset, subset)], c[subset, :]
+        try:
+            sol = np.linalg.solve(block, cross)
+        except np.linalg.LinAlgError:
+            sol = np.linalg.lstsq(block, cross, rcond=None)[0]
+        var -= np.einsum("ij,ij->j", cross, sol)
+        var[subset] = 0.0
+    return np.maximum(var, 0.0)
+
+
+# ----------------------------------------------------------------------------- paper
+def _select_paper(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """The seed's greedy: minimise ``max_i var_{i|O+j}``, one fresh solve per candidate."""
+    n = c.shape[0]
+    tol = _tolerance(c, t)
+    chosen: list[int] = []
+    var = np.diag(c).copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+        while not np.all(var <= tol):
+            best_j, best_score, best_var = -1, np.inf, var
+            for j in range(n):
+                if j in chosen:
+                    continue
+                cand = _paper_candidate_variance(c, [*chosen, j])
+                if cand is not None and cand.max() < best_score:
+                    best_j, best_score, best_var = j, float(cand.max()), cand
+            if best_j < 0:  # every candidate singular: cannot happen for PSD input
+                break
+            chosen.append(best_j)
+            var = best_var
+    return tuple(chosen), var
+
+
+def _paper_candidate_variance(c: np.ndarray, subset: list[int]) -> np.ndarray | None:
+    try:
+        sol = scipy.linalg.solve(c[np.ix_(subset, subset)], c[subset, :], assume_a="pos")
+    except np.linalg.LinAlgError:
+        return None
+    var = np.diag(c) - np.einsum("ij,ij->j", c[subset, :], sol)
+    var[subset] = 0.0
+    return np.maximum(var, 0.0)
+
+
+# ---------------------------------------------------------------------------- greedy
+def _select_greedy(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """Excess-variance greedy with rank-one downdates, then a pruning pass."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        state = _Greedy(c, t, pool if c.shape[0] ** 2 >= _PARALLEL_MIN else None)
+        while np.any(state.var > state.tol):
+            state.add(state.best_candidate())
+    if not state.chosen:
+        return (), state.var
+    return _prune(state.lines[: len(state.chosen)].T, state.chosen, state.var, state.tol)
+
+
+class _Greedy:
+    """Incremental conditional covariance for the excess-variance greedy.
+
+    Only ``C[rows, cols]`` is stored, with ``rows`` the sensors still above target
+    (a sensor within target stays within target, so its row never scores again)
+    and ``cols`` the sensors not chosen yet. Any other entry of ``C`` is rebuilt
+    from the pivoted Cholesky factor, ``C = Sigma - L L^T``. The downdate by the
+    last pivot is applied lazily, fused with the scoring pass over cache-sized
+    column blocks, so a step reads and writes the stored block once:
+    O(|rows| |cols|), plus O(n m) when the chosen sensor is already within target.
+    """
+
+    def __init__(self, c: np.ndarray, t: np.ndarray, pool: ThreadPoolExecutor | None) -> None:
+        n = c.shape[0]
+        self.pool = pool
+        self.cov, self.tol, self.atol = c, _tolerance(c, t), _abs_tol(c)
+        self.var = np.diag(c).copy()
+        self.rows = np.flatnonzero(self.var > self.tol)
+        self.cols = np.arange(n)
+        self.block = np.asfortranarray(c[self.rows, :])
+        self.lines = np.zeros((8, n))  # L^T: one row per chosen sensor
+        self.chosen: list[int] = []
+        self.pending: np.ndarray | None = None
+
+    def best_candidate(self) -> int:
+        """Candidate whose addition removes the most excess variance.
+
+        The excess removed by ``j`` is ``sum_i min(excess_i, C_ij^2 / C_jj)``; ties go
+        to the largest drop of total variance ``sum_i C_ij^2 / C_jj``, then lowest index.
+        """
+        self._compact()
+        cols = self.cols
+        usable = self.var[cols] > self.atol
+        usable[np.isin(cols, self.chosen)] = False
+        pivots = np.where(usable, self.var[cols], 1.0)
+        excess = np.maximum(self.var[self.rows] - self.tol[self.rows], 0.0)[:, None]
+        score = self._score(pivots, excess)
+        score[~usable] = -np.inf
+        best = float(score.max())
+        ties = cols[score >= best - 1e-9 * abs(best) - self.atol]
+        if ties.size == 1:
+            return int(ties[0])
+        tied = self._columns(ties)
+        drop = np.einsum("ij,ij->j", tied, tied) / self.var[ties]
+        return int(ties[np.argmax(drop)])  # argmax: first of equal drops = lowest index
+
+    def _score(self, pivots: np.ndarray, excess: np.ndarray) -> np.ndarray:
+        """Apply the pending downdate and score every stored column.
+
+        Large blocks are split in two column halves scored on two threads (NumPy
+        releases the GIL inside ufuncs).
+        """
+        ncols = self.cols.size
+        score = np.empty(ncols)
+        args = (pivots, excess, score)
+        if self.rows.size * ncols < _PARALLEL_MIN or self.pool is None:
+            self._score_range(0, ncols, *args)
+        else:
+            half = ncols // 2
+            jobs = [
+                self.pool.submit(self._score_range, lo, hi, *args)
+                for lo, hi in ((0, half), (half, ncols))
+            ]
+            for job in jobs:
+                job.result()
+        self.pending = None
+        return score
+
+    def _score_range(
+        self, lo: int, hi: int, pivots: np.ndarray, excess: np.ndarray, score: np.ndarray
+    ) -> None:
+        """Columns ``lo:hi``, in cache-sized blocks: downdate, then excess removed."""
+        pending = self.pending
+        width = max(8, _BLOCK_BYTES // (8 * max(self.rows.size, 1)))
+        buf = np.empty((self.rows.size, width), order="F")
+        if pending is not None:
+            down_rows, down_cols = pending[self.rows][:, None], pending[self.cols]
+        for start in range(lo, hi, width):
+            stop = min(start + width, hi)
+            block, out = self.block[:, start:stop], buf[:, : stop - start]
+            if pending is not None:
+                np.multiply(down_rows, down_cols[start:stop], out=out)
+                block -= out
+            np.square(block, out=out)
+            out /= pivots[start:stop]
+            np.minimum(out, excess, out=out)
+            out.sum(axis=0, out=score[start:stop])
+
+    def add(self, j: int) -> None:
+        """Observe sensor ``j``: extend the factor; the block downdate is left pending."""
+        m = len(self.chosen)
+        hit = np.flatnonzero(self.rows == j)
+        if hit.size and self.pending is None:
+            row = np.zeros(self.cov.shape[0])
+            row[self.cols] = self.block[hit[0], :]
+        else:
+            row = self.cov[j, :] - self.lines[:m, j] @ self.lines[:m, :]
+        if m == self.lines.shape[0]:
+            self.lines = np.vstack([self.lines, np.zeros_like(self.lines)])
+        line = row / np.sqrt(row[j])
+        line[self.chosen] = 0.0
+        self.lines[m] = line
+        self.chosen.append(j)
+        self.var = np.maximum(self.var - line**2, 0.0)
+        self.var[self.chosen] = 0.0
+        self.pending = line
+
+    def _columns(self, idx: np.ndarray) -> np.ndarray:
+        """Columns ``C[:, idx]`` (n, len(idx)) of the current conditional covariance."""
+        m = len(self.chosen)
+        return self.cov[:, idx] - self.lines[:m].T @ self.lines[:m, idx]
+
+    def _compact(self) -> None:
+        """Drop stored rows within target and chosen columns, once a quarter is stale."""
+        keep_rows = self.var[self.rows] > self.tol[self.rows]
+        keep_cols = ~np.isin(self.cols, self.chosen)
+        if keep_rows.sum() > 0.75 * keep_rows.size and keep_cols.sum() > 0.75 * keep_cols.size:
+            return
+        if self.pending is not None:
+            self.block -= np.outer(self.pending[self.rows], self.pending[self.cols])
+            self.pending = None
+        self.rows, self.cols = self.rows[keep_rows], self.cols[keep_cols]
+        self.block = np.asfortranarray(self.block[np.ix_(keep_rows, keep_cols)])
+
+
+def _prune(
+    factor: np.ndarray, chosen: list[int], var: np.ndarray, tol: np.ndarray
+) -> tuple[tuple[int, ...], np.ndarray]:
+    """Drop chosen sensors (latest first) whose removal keeps every target met.
+
+    With ``P = Sigma_OO^{-1}`` and ``B = Sigma_:O P``, removing ``k`` raises each
+    conditional variance by ``B[:, k]^2 / P_kk``; ``P`` and ``B`` are then downdated
+    (block inverse), so the pass costs O(n m^2).
+    """
+    inv_lo = scipy.linalg.solve_triangular(factor[chosen, :], np.eye(len(chosen)), lower=True)
+    coef = factor @ inv_lo  # B (n, m)
+    prec = inv_lo.T @ inv_lo  # P (m, m)
+    keep = list(range(len(chosen)))
+    for pos in reversed(range(len(chosen))):
+        k = keep.index(pos)
+        raised = var + coef[:, k] ** 2 / prec[k, k]
+        raised[chosen[pos]] = 1.0 / prec[k, k]
+        if not np.all(raised <= tol):
+            continue
+        rest = [q for q in range(len(keep)) if q != k]
+        coef = coef[:, rest] - np.outer(coef[:, k], prec[k, rest]) / prec[k, k]
+        prec = prec[np.ix_(rest, rest)] - np.outer(prec[rest, k], prec[k, rest]) / prec[k, k]
+        keep.pop(k)
+        var = raised
+    backup = tuple(chosen[p] for p in keep)
+    var[list(backup)] = 0.0
+    return backup, var
+
+
+# ----------------------------------------------------------------------------- exact
+def _select_exact(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """Branch and bound: the smallest size ``k`` for which a feasible set exists.
+
+    The greedy set bounds the answer from above. Sensors that even all the other
+    sensors together cannot bring within target are in every feasible set, so they
+    are fixed first. For each size below the greedy's, a depth-first search over
+    sets in index order prunes a branch when (a) a skipped sensor stays infeasible
+    even if every remaining candidate is added (conditional variance only shrinks
+    as sensors are added), or (b) more candidates are individually indispensable
+    than slots remain. Both tests use a safety margin, so rounding can only make
+    the search prune less, never wrongly.
+    """
+    n = c.shape[0]
+    greedy_backup, greedy_var = _select_greedy(c, t)
+    search = _Search(c, t)
+    forced = search.indispensable(c, [], list(range(n)))
+    free = [i for i in range(n) if i not in set(forced)]
+    base = c
+    for j in forced:
+        base = search.downdate(base, j)
+    for size in range(len(forced), len(greedy_backup)):
+        found = search.dfs(base, list(forced), free, 0, size)
+        if found is not None:
+            backup = tuple(sorted(found))
+            return backup, _direct_conditional_variance(c, list(backup))
+    return greedy_backup, greedy_var
+
+
+class _Search:
+    """Depth-first search state for ``_select_exact`` (tolerances and margins)."""
+
+    def __init__(self, c: np.ndarray, t: np.ndarray) -> None:
+        self.t = t
+        self.tol = _tolerance(c, t)
+        self.atol = _abs_tol(c)
+
+    def downdate(self, cond: np.ndarray, j: int) -> np.ndarray:
+        """Conditional covariance after also observing ``j``."""
+        if cond[j, j] <= self.atol:  # already known to rounding: carries no information
+            out = cond.copy()
+        else:
+            out = cond - np.outer(cond[:, j], cond[j, :]) / cond[j, j]
+        out[j, :] = 0.0
+        out[:, j] = 0.0
+        return out
+
+    def clearly_above(self, var: np.ndarray, idx: list[int], ref: np.ndarray) -> np.ndarray:
+        """``var > target`` by a margin larger than any rounding of ``var``."""
+        return var > self.tol[idx] * (1 + 1e-6) + 1e-7 * ref[idx] + 1e3 * self.atol
+
+    def indispensable(self, cond: np.ndarray, skipped: list[int], pool: list[int]) -> list[int]:
+        """Members of ``pool`` that nothing else can cover; [] if undecidable.
+
+        Also returns ``[-1]`` when a ``skipped`` sensor stays infeasible with all of
+        ``pool`` added (the branch is dead). ``cond`` is the current conditional cov.
+        """
+        live = [i for i in pool if cond[i, i] > self.atol]
+        if not live:
+            return [-1] if skipped and np.any(np.diag(cond)[skipped] > self.tol[skipped]) else []
+        try:
+            factor = np.linalg.cholesky(cond[np.ix_(live, live)])
+        except np.linalg.LinAlgError:
+            return []
+        diag = np.diag(cond)
+        if skipped:
+            proj = scipy.linalg.solve_triangular(factor, cond[np.ix_(live, skipped)], lower=True)
+            rest = diag[skipped] - np.einsum("ij,ij->j", proj, proj)
+            if np.any(self.clearly_above(rest, skipped, diag)):
+                return [-1]
+        inv_factor = scipy.linalg.solve_triangular(factor, np.eye(len(live)), lower=True)
+        alone = 1.0 / np.einsum("ij,ij->j", inv_factor, inv_factor)  # var_{i | all others}
+        return [live[p] for p in np.flatnonzero(self.clearly_above(alone, live, diag))]
+
+    def dfs(
+        self, cond: np.ndarray, chosen: list[int], free: list[int], start: int, size: int
+    ) -> list[int] | None:
+        """First feasible set of at most ``size`` extending ``chosen`` with ``free[start:]``."""
+        diag = np.diag(cond)
+        if np.all(diag <= self.tol):
+            return chosen
+        slots = size - len(chosen)
+        pool = free[start:]
+        if slots <= 0 or len(pool) == 0:
+            return None
+        skipped = [i for i in free[:start] if i not in set(chosen)]
+        must = self.indispensable(cond, skipped, pool)
+        if must == [-1] or len(must) > slots:
+            return None
+        if slots == 1:
+            return self._last_slot(cond, chosen, pool)
+        # Skipping an indispensable sensor kills the branch: branch only up to the first.
+        last = free.index(must[0]) if must else len(free) - 1
+        for pos in range(start, min(last, len(free) - slots) + 1):
+            j = free[pos]
+            found = self.dfs(self.downdate(cond, j), [*chosen, j], free, pos + 1, size)
+            if found is not None:
+                return found
+        return None
+
+    def _last_slot(self, cond: np.ndarray, chosen: list[int], pool: list[int]) -> list[int] | None:
+        """All single additions at once: ``var_i - C_ij^2 / C_jj`` for every j in pool."""
+        diag = np.diag(cond)
+        for j in pool:
+            piv = cond[j, j]
+            var = diag - (cond[:, j] ** 2 / piv if piv > self.atol else 0.0)
+            var[j] = 0.0
+            if np.all(var <= self.tol):
+                return [*chosen, j]
+        return None
