@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -359,6 +360,25 @@ Item = tuple[float, int, int, str, float, float, int]
 LateItem = tuple[float, int, int, int, str, float, float, int]
 
 
+def parse_item(x: Sequence[Any]) -> Item:
+    """An ``Item`` back from its JSON list form."""
+    return (float(x[0]), int(x[1]), int(x[2]), str(x[3]), float(x[4]), float(x[5]), int(x[6]))
+
+
+def parse_late_item(x: Sequence[Any]) -> LateItem:
+    """A ``LateItem`` back from its JSON list form."""
+    return (
+        float(x[0]),
+        int(x[1]),
+        int(x[2]),
+        int(x[3]),
+        str(x[4]),
+        float(x[5]),
+        float(x[6]),
+        int(x[7]),
+    )
+
+
 @dataclass
 class BufferOutput:
     """What the buffer produced since the last ``drain``."""
@@ -550,10 +570,7 @@ class KSlackBuffer:
         buf.t_max, buf.k, buf.now = state["t_max"], float(state["k"]), float(state["now"])
         buf.pd.alpha, buf.pd.prev_err = float(state["pd"]["alpha"]), state["pd"]["prev_err"]
         buf.target = CoverageTarget.restore(state["target"])
-        buf._heap = [
-            (float(t), int(q), int(f), str(s), float(v), float(a), int(g))
-            for t, q, f, s, v, a, g in state["heap"]
-        ]
+        buf._heap = [parse_item(x) for x in state["heap"]]
         heapq.heapify(buf._heap)
         buf._seq, buf._next_close = int(state["seq"]), state["next_close"]
         buf._open = {

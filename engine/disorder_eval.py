@@ -33,11 +33,36 @@ import numpy as np
 import pandas as pd
 
 from engine.delays import DelayModel, parse_delays
-from engine.disorder import DisorderConfig, Item, KSlackBuffer, LateItem, Zone
+from engine.disorder import (
+    DisorderConfig,
+    Item,
+    KSlackBuffer,
+    LateItem,
+    Zone,
+    parse_item,
+    parse_late_item,
+)
 from engine.errors import ParameterError
 
 # (window, start_s, end_s, sensor, value, kind, version, final, emitted_at_s)
 ResultRow = tuple[int, float, float, str, float, str, int, bool, float]
+
+
+def parse_row(x: Any) -> ResultRow:
+    """A ``ResultRow`` back from its JSON list form."""
+    return (
+        int(x[0]),
+        float(x[1]),
+        float(x[2]),
+        str(x[3]),
+        float(x[4]),
+        str(x[5]),
+        int(x[6]),
+        bool(x[7]),
+        float(x[8]),
+    )
+
+
 METHODS: dict[str, str] = {
     "ours": "adaptive",
     "mp_kslack": "mp_kslack",
@@ -170,16 +195,10 @@ class ResultLedger:
         led.final = {int(j) for j in state["final"]}
         led.unfinal = [(float(e), int(j)) for e, j in state["unfinal"]]
         heapq.heapify(led.unfinal)
-        led.pending = [
-            (float(t), int(q), int(f), int(la), s, float(v), float(a), int(g))
-            for t, q, f, la, s, v, a, g in state["pending"]
-        ]
+        led.pending = [parse_late_item(x) for x in state["pending"]]
         led._lo = min((p[0] for p in led.pending), default=math.inf)
         led._hi = max((p[0] for p in led.pending), default=-math.inf)
-        led.rows = [
-            (int(j), float(a), float(b), s, float(v), k, int(n), bool(f), float(t))
-            for j, a, b, s, v, k, n, f, t in state["rows"]
-        ]
+        led.rows = [parse_row(x) for x in state["rows"]]
         led.n_corrections, led.n_batches, led.n_reopened = (int(c) for c in state["counters"])
         return led
 
@@ -244,14 +263,8 @@ class DisorderProcessor:
         proc = cls(buffer.config)
         proc.buffer = buffer
         proc.ledger = ResultLedger.restore(buffer.config, state["ledger"])
-        proc.released = [
-            (float(t), int(q), int(f), s, float(v), float(a), int(g))
-            for t, q, f, s, v, a, g in state["released"]
-        ]
-        proc.late = [
-            (float(t), int(q), int(f), int(la), s, float(v), float(a), int(g))
-            for t, q, f, la, s, v, a, g in state["late"]
-        ]
+        proc.released = [parse_item(x) for x in state["released"]]
+        proc.late = [parse_late_item(x) for x in state["late"]]
         return proc
 
 

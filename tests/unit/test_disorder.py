@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from itertools import pairwise
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -35,8 +36,9 @@ from engine.disorder_eval import (
     run_disorder_experiment,
     window_truth,
 )
-from engine.errors import ParameterError
+from engine.errors import ParameterError, PipelineError
 from engine.reconstruct import window_aggregates
+from engine.stream.disorder_stage import DisorderStage
 
 Tuple4 = tuple[float, str, float, float]  # event time, sensor, value, arrival
 
@@ -550,3 +552,90 @@ def test_experiment_in_order_stream_needs_no_correction() -> None:
     for name in METHODS:
         assert report[name]["late_tuples"] == 0 and report[name]["corrections"] == 0
         assert report[name]["provisional_accuracy"] == 1.0
+
+
+# -- the pipeline stage (pure pandas, no JVM) --------------------------------------
+
+
+def stage_frame(tuples: list[Tuple4], base: str = "2024-01-01") -> pd.DataFrame:
+    origin = pd.Timestamp(base, tz="UTC")
+    return pd.DataFrame(
+        {
+            "seq": np.arange(len(tuples), dtype=np.int64),
+            "event_time": [origin + pd.Timedelta(seconds=t[0]) for t in tuples],
+            "arrival_time": [origin + pd.Timedelta(seconds=t[3]) for t in tuples],
+            "sensor": [t[1] for t in tuples],
+            "value": [t[2] for t in tuples],
+        }
+    ).astype({"event_time": "datetime64[us, UTC]", "arrival_time": "datetime64[us, UTC]"})
+
+
+@settings(max_examples=30, deadline=None)
+@given(streams(), st.lists(st.floats(0, 1), max_size=4))
+def test_stage_micro_batches_equal_one_pure_pass(
+    case: tuple[DisorderConfig, list[Tuple4]], cuts: list[float]
+) -> None:
+    config, tuples = case
+    # Spark timestamps are microseconds: quantise, then restore the arrival order
+    tuples = arrival_order([(t[0], t[1], t[2], round(t[3] * 1e6) / 1e6) for t in tuples])
+    origin = pd.Timestamp("2024-01-01", tz="UTC").value / 1e9
+    config = DisorderConfig.from_dict({**config.to_dict(), "origin_s": origin})
+    frame = stage_frame(tuples)
+    stage = DisorderStage(config)
+    bounds = sorted({0, len(tuples), *(int(c * len(tuples)) for c in cuts)})
+    shuffled = np.random.default_rng(0)
+    outs = []
+    for batch_id, (lo, hi) in enumerate(pairwise(bounds)):
+        part = frame.iloc[lo:hi].sample(
+            frac=1.0, random_state=shuffled.integers(1000)
+        )  # Spark gives no row order
+        outs.append(stage.process(part, batch_id))
+    outs.append(stage.flush())
+    released = pd.concat([o[0] for o in outs], ignore_index=True)
+    late = pd.concat([o[1] for o in outs], ignore_index=True)
+    shifted = [(t[0] + origin, t[1], t[2], t[3] + origin) for t in tuples]
+    _, _, ref_released, ref_late, ref_rows = run(config, shifted)
+    assert released["seq"].tolist() == [r[6] for r in ref_released]
+    assert late["seq"].tolist() == [x[7] for x in ref_late]
+    assert released["event_time"].tolist() == frame["event_time"].iloc[released["seq"]].tolist()
+    assert str(released["event_time"].dtype) == "datetime64[us, UTC]"
+    results = stage.pop_results()
+    assert len(results) == len(ref_rows)
+    assert results["value"].tolist() == [r[4] for r in ref_rows]
+    assert results["kind"].tolist() == [r[5] for r in ref_rows]
+
+
+def test_stage_replayed_batch_returns_the_same_output_once(tmp_path: Path) -> None:
+    tuples = arrival_order(
+        [(float(t), s, float(t), t + (t * 7 % 5)) for t in range(40) for s in ("a", "b")]
+    )
+    frame = stage_frame(tuples)
+    origin = pd.Timestamp("2024-01-01", tz="UTC").value / 1e9
+    config = DisorderConfig(window=4, origin_s=origin, policy="fixed", fixed_k_s=2.0)
+    state_file = tmp_path / "chk" / "disorder.json"
+    stage = DisorderStage(config, state_path=state_file)
+    first = stage.process(frame.iloc[:30], batch_id=0)
+    second = stage.process(frame.iloc[30:50], batch_id=1)
+    # a restarted query resumes from the file and Spark replays batch 1
+    resumed = DisorderStage.load(state_file)
+    again = resumed.process(frame.iloc[30:50], batch_id=1)
+    pd.testing.assert_frame_equal(again[0], second[0])
+    pd.testing.assert_frame_equal(again[1], second[1])
+    assert resumed.process(frame.iloc[:30], batch_id=0)[0].empty  # older batch: nothing twice
+    rest = resumed.process(frame.iloc[50:], batch_id=2)
+    final = resumed.flush()
+    released = pd.concat([first[0], second[0], rest[0], final[0]], ignore_index=True)
+    late = pd.concat([first[1], second[1], rest[1], final[1]], ignore_index=True)
+    assert sorted(released["seq"].tolist() + late["seq"].tolist()) == list(range(len(tuples)))
+
+
+def test_stage_for_history_lines_windows_up_with_the_history() -> None:
+    times = pd.date_range("2024-01-01", periods=10, freq="h").to_numpy()
+    stage = DisorderStage.for_history(
+        times, 4, None, "avg", 1.0, 0.05, policy="none", backup_sensors=["a"]
+    )
+    assert stage.config.origin_s == pd.Timestamp("2024-01-01").value / 1e9
+    assert stage.config.interval_s == 3600.0 and stage.config.policy == "none"
+    assert stage.backup_sensors == {"a"}
+    with pytest.raises(PipelineError, match="lacks column"):
+        stage.process(pd.DataFrame({"event_time": [], "sensor": [], "value": []}))

@@ -1,0 +1,256 @@
+"""Disorder handling inside the live Spark pipeline (the pipeline's ``Stage`` hook).
+
+``DisorderStage`` wraps the pure-Python ``DisorderProcessor`` (K-slack buffer +
+batch corrections, ``engine.disorder`` / ``engine.disorder_eval``). Spark only
+delivers micro-batches: ``foreachBatch`` hands each one to ``process`` on the
+driver, where the buffer state lives. Inside a batch, rows are fed in arrival
+order (ties: event time, then sensor name), so any split of a stream into
+micro-batches that respects arrival order gives exactly the result of one pass
+of the pure-Python processor over the whole stream.
+
+State: ``snapshot()``/``restore()`` give a JSON-serialisable dict (the pipeline
+keeps it with its window state). With ``state_path`` the stage also writes it
+to a JSON file after every batch (atomically), so a restarted query resumes
+with the tuples that were still buffered. With ``backup_sensors`` only those
+sensors' raw readings are persisted, like the rest of approximate backup:
+after a failure, buffered or pending-late readings of other sensors are gone
+(recovery reconstructs their windows); the per-window partial aggregates of
+every sensor are kept, so late readings that arrive after the restart still
+correct any sensor's results.
+
+No PySpark import here: the stage is pure pandas and runs without a JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.disorder import DisorderConfig, Item, LateItem, parse_item, parse_late_item
+from engine.disorder_eval import DisorderProcessor, ResultRow, parse_row
+from engine.errors import PipelineError
+
+INPUT_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
+RESULT_COLUMNS: tuple[str, ...] = (
+    "window_id", "window_start", "window_end", "sensor", "value", "kind", "version", "final",
+    "emitted_at",
+)  # fmt: skip
+
+
+def to_seconds(column: pd.Series) -> np.ndarray:
+    """(N,) float seconds since the epoch from a timestamp (naive = UTC) or numeric column."""
+    if pd.api.types.is_datetime64_any_dtype(column):
+        stamps = pd.to_datetime(column, utc=True).dt.tz_localize(None)
+        return stamps.to_numpy(dtype="datetime64[ns]").view(np.int64) / 1e9
+    return pd.to_numeric(column).to_numpy(dtype=float)
+
+
+def to_timestamps(seconds: Sequence[float], like: pd.Series | None = None) -> pd.Series:
+    """Inverse of ``to_seconds`` at microsecond precision (Spark's), in ``like``'s dtype."""
+    micros = np.round(np.asarray(seconds, dtype=float) * 1e6).astype(np.int64)
+    stamps = pd.Series(pd.to_datetime(micros, unit="us", utc=True))
+    if like is None or not pd.api.types.is_datetime64_any_dtype(like):
+        return stamps if like is None else pd.Series(np.asarray(seconds, dtype=float))
+    if getattr(like.dtype, "tz", None) is None:
+        stamps = stamps.dt.tz_localize(None)
+    return stamps.astype(like.dtype)
+
+
+def order_arrivals(batch: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the canonical arrival order: arrival time, event time, sensor name."""
+    return batch.sort_values(["arrival_time", "event_time", "sensor"], kind="stable")
+
+
+class DisorderStage:
+    """The pipeline's disorder stage: ``process``, ``snapshot``, ``restore``."""
+
+    def __init__(
+        self,
+        config: DisorderConfig,
+        *,
+        state_path: str | Path | None = None,
+        backup_sensors: Sequence[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.processor = DisorderProcessor(config)
+        self.state_path = None if state_path is None else Path(state_path)
+        self.backup_sensors = None if backup_sensors is None else set(backup_sensors)
+        self.rows: list[ResultRow] = []
+        self.last_batch_id: int | None = None
+        self._last_output: tuple[list[Item], list[LateItem]] = ([], [])
+        self._dtypes: dict[str, Any] = {}
+
+    @classmethod
+    def for_history(
+        cls,
+        times: np.ndarray,
+        window: int,
+        slide: int | None,
+        aggregate: str,
+        eps_thr: float,
+        delta: float,
+        **options: Any,
+    ) -> DisorderStage:
+        """A stage whose windows line up with the pipeline's: window 0 starts at ``times[0]``.
+
+        ``times`` (T,) datetime64 of the replayed history; the interval is its
+        median step. ``options`` go to ``DisorderConfig`` except ``state_path``
+        and ``backup_sensors``, which go to the stage.
+        """
+        seconds = np.asarray(times).astype("datetime64[ns]").view(np.int64) / 1e9
+        if seconds.size < 2:
+            raise PipelineError(
+                f"need at least 2 reading times to size windows, got {seconds.size}"
+            )
+        stage_keys = {"state_path", "backup_sensors"}
+        config = DisorderConfig(
+            window=window, slide=slide, aggregate=aggregate, eps_thr=eps_thr, delta=delta,
+            interval_s=float(np.median(np.diff(seconds))), origin_s=float(seconds[0]),
+            **{k: v for k, v in options.items() if k not in stage_keys},
+        )  # fmt: skip
+        return cls(config, **{k: v for k, v in options.items() if k in stage_keys})
+
+    @classmethod
+    def load(cls, state_path: str | Path, **kwargs: Any) -> DisorderStage:
+        """A stage resumed from the JSON file a previous stage wrote."""
+        path = Path(state_path)
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise PipelineError(f"cannot read disorder state {path}: {err}") from err
+        stage = cls(
+            DisorderConfig.from_dict(state["processor"]["buffer"]["config"]),
+            state_path=path,
+            **kwargs,
+        )
+        stage.restore(state)
+        return stage
+
+    # -- the hook -------------------------------------------------------------
+    def process(
+        self, batch: pd.DataFrame, batch_id: int | None = None
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Feed a micro-batch; return (released in timestamp order, late tuples).
+
+        ``batch`` has ``event_time``, ``arrival_time``, ``sensor``, ``value`` and
+        optionally ``seq`` (carried through). Given ``batch_id``, a batch that
+        was already processed (Spark replays the last batch after a crash)
+        returns the same output again instead of being fed twice.
+        """
+        missing = [c for c in INPUT_COLUMNS if c != "seq" and c not in batch.columns]
+        if missing:
+            raise PipelineError(
+                f"disorder stage input lacks column(s) {missing}, got {list(batch.columns)}"
+            )
+        if (
+            batch_id is not None
+            and self.last_batch_id is not None
+            and batch_id <= self.last_batch_id
+        ):
+            if batch_id == self.last_batch_id:
+                return self._frames(*self._last_output)
+            return self._frames([], [])
+        for name in ("event_time", "arrival_time", "value"):
+            self._dtypes.setdefault(name, batch[name].dtype)
+        ordered = order_arrivals(batch)
+        tags = ordered["seq"].to_numpy(np.int64) if "seq" in ordered else np.full(len(ordered), -1)
+        columns = zip(
+            to_seconds(ordered["event_time"]).tolist(), ordered["sensor"].astype(str).tolist(),
+            ordered["value"].to_numpy(float).tolist(), to_seconds(ordered["arrival_time"]).tolist(),
+            tags.tolist(), strict=True,
+        )  # fmt: skip
+        for ts, sensor, value, arrival, tag in columns:
+            self.processor.push(ts, sensor, value, arrival, tag)
+        return self._finish_batch(batch_id)
+
+    def flush(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """End of stream: release everything, apply every correction, mark all final."""
+        self.processor.flush()
+        return self._finish_batch(None)
+
+    def _finish_batch(self, batch_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        released, late, rows = self.processor.drain()
+        self.rows.extend(rows)
+        if batch_id is not None:
+            self.last_batch_id = batch_id
+            self._last_output = (released, late)
+        self._save()
+        return self._frames(released, late)
+
+    def pop_results(self) -> pd.DataFrame:
+        """Result rows (provisional, correction, final) emitted since the last call."""
+        rows, self.rows = self.rows, []
+        frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+        frame = frame.astype({"window_id": "int64", "version": "int64", "final": "bool"})
+        for name in ("window_start", "window_end", "emitted_at"):
+            frame[name] = to_timestamps(
+                frame[name].to_numpy(float), pd.Series(pd.to_datetime([], utc=True))
+            )
+        return frame
+
+    def _frames(
+        self, released: list[Item], late: list[LateItem]
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        rel = [(r[0], r[5], r[3], r[4], r[6]) for r in released]
+        lat = [(x[0], x[6], x[4], x[5], x[7]) for x in late]
+        return self._frame(rel), self._frame(lat)
+
+    def _frame(self, rows: list[tuple[float, float, str, float, int]]) -> pd.DataFrame:
+        """Columns ``INPUT_COLUMNS`` from (event s, arrival s, sensor, value, seq) rows."""
+        ts, arrival, sensor, value, tag = (
+            (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 5
+        )
+        like = {name: pd.Series([], dtype=dtype) for name, dtype in self._dtypes.items()}
+        return pd.DataFrame(
+            {
+                "seq": pd.Series(tag, dtype="int64"),
+                "event_time": to_timestamps(ts, like.get("event_time")),
+                "arrival_time": to_timestamps(arrival, like.get("arrival_time")),
+                "sensor": pd.Series(sensor, dtype=object),
+                "value": pd.Series(value, dtype="float64"),
+            }
+        )
+
+    # -- state ------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state (raw readings of ``backup_sensors`` only, if set)."""
+        keep = self.backup_sensors
+        released, late = self._last_output
+        return {
+            "processor": self.processor.snapshot(keep),
+            "rows": [list(r) for r in self.rows],
+            "last_batch_id": self.last_batch_id,
+            "last_output": {
+                "released": [list(r) for r in released if keep is None or r[3] in keep],
+                "late": [list(x) for x in late if keep is None or x[4] in keep],
+            },
+            "dtypes": {name: str(dtype) for name, dtype in self._dtypes.items()},
+        }
+
+    def restore(self, state: dict[str, Any]) -> DisorderStage:
+        """Continue from ``snapshot()`` (in place; returns self)."""
+        self.processor = DisorderProcessor.restore(state["processor"])
+        self.config = self.processor.buffer.config
+        self.rows = [parse_row(x) for x in state["rows"]]
+        self.last_batch_id = state["last_batch_id"]
+        out = state["last_output"]
+        self._last_output = (
+            [parse_item(x) for x in out["released"]],
+            [parse_late_item(x) for x in out["late"]],
+        )
+        self._dtypes = {name: pd.api.types.pandas_dtype(d) for name, d in state["dtypes"].items()}
+        return self
+
+    def _save(self) -> None:
+        if self.state_path is None:
+            return
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        staged = self.state_path.with_suffix(self.state_path.suffix + ".tmp")
+        staged.write_text(json.dumps(self.snapshot()))
+        os.replace(staged, self.state_path)
