@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,8 @@ from engine.errors import ParameterError
 from engine.guarantee import variance_target
 from engine.model import GaussianModel, MomentStats
 from engine.monitor import rate_upper_bound
-from engine.reconstruct import window_aggregates, window_starts
-from engine.selection import Selection, select_backups
+from engine.reconstruct import window_aggregates
+from engine.selection import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")
 MAX_LOG_SCALE = 4.0  # the online correction moves a target by at most e^4 ~ 55x either way
@@ -50,7 +51,7 @@ class PlanningSpec:
     window: int
     slide: int
     aggregate: str
-    method: str = "greedy"
+    method: Method = "greedy"
     calibration: str = "backtest"
     margin: float = 0.5  # calibrate to delta * margin: held-out data is not the future
     blocks: int = 4
@@ -139,7 +140,7 @@ def _block_bounds(n_rows: int, spec: PlanningSpec) -> list[tuple[int, int]] | No
     if size < 2 * spec.window:
         return None
     edges = [i * size for i in range(spec.blocks)] + [n_rows]
-    return list(zip(edges[:-1], edges[1:], strict=True))
+    return list(pairwise(edges))
 
 
 def _calibrate(
@@ -157,7 +158,7 @@ def _calibrate(
     selection = select_backups(model.cov_, targets * scale, spec.method)
     ratio, carry = np.ones(x.shape[1]), np.zeros(x.shape[1])
     n_windows, iterations, seen = 0, 0, {selection.backup}
-    for iterations in range(1, 9):  # noqa: B007 - the count is reported
+    for iterations in range(1, 9):
         q, n_windows, carry = _held_out_quantiles(
             x, blocks, held_out, selection.backup, spec, level
         )
@@ -235,13 +236,6 @@ def _held_out_quantiles(
         e = np.abs(now - carry * before)
     else:
         e = np.abs(np.vstack(residuals))
-    import os
-
-    if os.environ.get("LACUNA_EST") == "gauss":
-        from scipy.stats import norm
-
-        rms = np.sqrt(np.mean(e**2, axis=0))
-        return norm.ppf(1 - (1 - level) / 2) * rms, e.shape[0], carry
     return np.quantile(e, level, axis=0, method="higher"), e.shape[0], carry
 
 
@@ -321,7 +315,9 @@ class BacktestResult:
             "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
             "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
             "worst_sensor": self.worst_sensor,
-            "violation_rate_worst_sensor_when_rebuilt": self.violation_rate_worst_sensor_when_rebuilt,
+            "violation_rate_worst_sensor_when_rebuilt": (
+                self.violation_rate_worst_sensor_when_rebuilt
+            ),
             "per_sensor": {
                 s: {"violations": v, "windows_rebuilt": r, "windows": w}
                 for s, (v, r, w) in self.per_sensor.items()

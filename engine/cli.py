@@ -13,9 +13,13 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from engine.errors import EngineError, ParameterError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.data import SensorHistory
+    from engine.plan import PlanParameters
 
 EXIT_BAD_INPUT = 2
 
@@ -35,7 +39,9 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slide", type=int, default=None, help="slide in readings (default: window)")
     p.add_argument("--agg", default="avg", help="avg, sum, max or min")
     p.add_argument("--method", default="greedy", help="greedy (default), paper or exact")
-    p.add_argument("--calibration", default="backtest", help="backtest (default) or none (seed bound)")
+    p.add_argument(
+        "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
+    )
     p.add_argument("--history", type=int, default=None, help="rows to learn from (default 336)")
     p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
     p.add_argument("--layout", default="auto", help="auto, wide or long")
@@ -82,13 +88,16 @@ def _progress(fraction: float, message: str) -> None:
     print(f"\r{message} ({fraction:.0%})", end="\n" if fraction >= 1 else "", file=sys.stderr)
 
 
-def _history(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _history(args: argparse.Namespace) -> SensorHistory:
     from engine.data import LoadOptions, load_history
 
     layout = getattr(args, "layout", "auto")
     if layout not in ("auto", "wide", "long"):
         raise ParameterError(f"--layout must be auto, wide or long, got {layout!r}")
-    history = load_history(args.data, LoadOptions(layout=layout, time_column=getattr(args, "time_column", None)))
+    history = load_history(
+        args.data,
+        LoadOptions(layout=cast(Any, layout), time_column=getattr(args, "time_column", None)),
+    )
     if args.sensors:
         history = history.select(resolve_sensors(history.sensors, args.sensors))
     return history
@@ -100,9 +109,11 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
     for item in (s.strip() for s in spec.split(",")):
         if not item:
             continue
-        hits = [s for s in available if fnmatch.fnmatchcase(s, item)] if any(
-            c in item for c in "*?["
-        ) else ([item] if item in available else [])
+        hits = (
+            [s for s in available if fnmatch.fnmatchcase(s, item)]
+            if any(c in item for c in "*?[")
+            else ([item] if item in available else [])
+        )
         if not hits:
             raise ParameterError(f"unknown sensor {item!r} (the data has {len(available)} sensors)")
         chosen += [h for h in hits if h not in chosen]
@@ -111,7 +122,7 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
     return chosen
 
 
-def _params(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _params(args: argparse.Namespace) -> PlanParameters:
     from engine.plan import PlanParameters
 
     return PlanParameters(
@@ -136,7 +147,11 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     rows = params.history or default_history(history.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=args.max_folds)
     plan = make_plan(
-        history, params, backtest=settings, run_backtest_now=not args.no_backtest, progress=_progress
+        history,
+        params,
+        backtest=settings,
+        run_backtest_now=not args.no_backtest,
+        progress=_progress,
     )
     config = plan_to_config(plan)
     if args.out:

@@ -51,6 +51,7 @@ class LoadOptions:
     time_column: str | None = None  # auto-detect when None
     missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
     numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
+    min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
 
     def __post_init__(self) -> None:
         _check_choice("layout", self.layout, ("auto", "wide", "long"))
@@ -62,6 +63,8 @@ class LoadOptions:
             raise ParameterError(
                 f"time_column must be a column name or None, got {self.time_column!r}"
             )
+        if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
+            raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -595,11 +598,12 @@ def _assemble(decoded: _Decoded, options: LoadOptions) -> SensorHistory:
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
     times, values, filled, dropped = _handle_missing(times, values, options.missing, notes)
-    if times.size < len(sensors) + 2:
+    need = len(sensors) + 2 if options.min_rows is None else options.min_rows
+    if times.size < need:
         raise DataError(
             f"{source}: {times.size} rows left after missing-value handling ({options.missing}, "
             f"{dropped} of {n_rows_raw} dropped) for {len(sensors)} sensors; "
-            f"need at least {len(sensors) + 2} rows"
+            f"need at least {need} rows"
         )
     interval, gaps, constant, duplicates = _describe(times, values, sensors, notes)
     report = DataReport(

@@ -35,7 +35,9 @@ def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-def plan_to_config(plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> dict[str, Any]:
+def plan_to_config(
+    plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> dict[str, Any]:
     """The backup config (schema v1) of ``plan`` as plain JSON-ready data."""
     p, lm = plan.parameters, plan.linear_map
     reconstruction = {
@@ -63,7 +65,9 @@ def plan_to_config(plan: BackupPlan, now: Callable[[], datetime] = lambda: datet
         "reconstruction": reconstruction,
         "guarantee": _guarantee(plan),
         "savings": plan.savings().to_dict(),
-        "production": production_snippets(plan.backup_sensors, p.effective_slide * plan.sampling_interval_s),
+        "production": production_snippets(
+            plan.backup_sensors, p.effective_slide * plan.sampling_interval_s
+        ),
     }
 
 
@@ -86,7 +90,9 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
     }
 
 
-def production_snippets(backup_sensors: tuple[str, ...], checkpoint_interval_s: float) -> dict[str, Any]:
+def production_snippets(
+    backup_sensors: tuple[str, ...], checkpoint_interval_s: float
+) -> dict[str, Any]:
     """Ready-to-paste Spark filter and Flink checkpoint keys."""
     names = ", ".join(repr(s) for s in backup_sensors)
     spark = (
@@ -108,7 +114,11 @@ def production_snippets(backup_sensors: tuple[str, ...], checkpoint_interval_s: 
         "state.backend.incremental": True,
         "lacuna.backup.sensors": list(backup_sensors),
     }
-    return {"spark_filter": spark, "flink_config": flink, "flink_config_yaml": yaml.safe_dump(flink)}
+    return {
+        "spark_filter": spark,
+        "flink_config": flink,
+        "flink_config_yaml": yaml.safe_dump(flink),
+    }
 
 
 def dump_config(config: dict[str, Any], fmt: str = "json") -> str:
@@ -213,5 +223,7 @@ def load_config(path: str | Path) -> BackupConfig:
         data = yaml.safe_load(text) if src.suffix.lower() in (".yaml", ".yml") else json.loads(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         first = str(err).splitlines()[0]
-        raise ConfigError(f"{src.name}: not valid {src.suffix.lstrip('.') or 'json'}: {first}") from None
+        raise ConfigError(
+            f"{src.name}: not valid {src.suffix.lstrip('.') or 'json'}: {first}"
+        ) from None
     return BackupConfig.from_dict(data)

@@ -96,9 +96,7 @@ class ViolationMonitor:
         """
         e = np.asarray(errors, dtype=float)
         if e.ndim != 2 or e.shape[1] != len(self.sensors):
-            raise ParameterError(
-                f"errors must have shape (W, {len(self.sensors)}), got {e.shape}"
-            )
+            raise ParameterError(f"errors must have shape (W, {len(self.sensors)}), got {e.shape}")
         mask = np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
         finite = np.isfinite(e)
         self._windows += (finite & mask).sum(axis=0)

@@ -28,7 +28,7 @@ from engine.errors import ParameterError
 from engine.guarantee import check_parameters, window_violation_probability
 from engine.model import GaussianModel
 from engine.reconstruct import LinearMap
-from engine.selection import Selection, select_backups
+from engine.selection import Method, Selection, select_backups
 
 METHODS: tuple[str, ...] = ("greedy", "paper", "exact")
 DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
@@ -44,7 +44,7 @@ class PlanParameters:
     window: int
     slide: int | None = None
     aggregate: str = "avg"
-    method: str = "greedy"
+    method: Method = "greedy"
     calibration: str = "backtest"
     history: int | None = None  # rows to learn from; None: ``default_history``
 
@@ -106,7 +106,8 @@ class Savings:
         """Storage cost of keeping ``retention_days`` of backup, full against planned."""
         if price_per_gb_month < 0 or retention_days <= 0:
             raise ParameterError(
-                f"price and retention must be positive, got {price_per_gb_month!r}, {retention_days!r}"
+                "price and retention must be positive, "
+                f"got {price_per_gb_month!r}, {retention_days!r}"
             )
         gb = retention_days / 1e9
         return {
@@ -215,7 +216,9 @@ def make_plan(
     )
 
 
-def retarget(plan: BackupPlan, eps: float | None = None, method: str | None = None) -> BackupPlan:
+def retarget(
+    plan: BackupPlan, eps: float | None = None, method: Method | None = None
+) -> BackupPlan:
     """Re-select for a new ``eps`` or method without refitting: instant, but unmeasured.
 
     Calibrated targets are ``(eps / c_i)^2``, so they scale with ``eps^2``. The

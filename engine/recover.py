@@ -31,7 +31,9 @@ class RecoverResult:
         return asdict(self)
 
 
-def recover_file(config_path: str | Path, backup_path: str | Path, out_path: str | Path) -> RecoverResult:
+def recover_file(
+    config_path: str | Path, backup_path: str | Path, out_path: str | Path
+) -> RecoverResult:
     """Rebuild all sensors from ``backup_path`` with the map in ``config_path``.
 
     The backup file holds a time column and (at least) every backup sensor's
@@ -41,7 +43,7 @@ def recover_file(config_path: str | Path, backup_path: str | Path, out_path: str
     out = Path(out_path)
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise DataError(f"{out.name}: output must end in .csv or .parquet")
-    history = load_history(backup_path, LoadOptions(min_rows=1))
+    history = load_history(backup_path, LoadOptions(min_rows=2))
     missing = [s for s in config.backup_sensors if s not in history.sensors]
     if missing:
         raise ConfigError(
@@ -50,7 +52,9 @@ def recover_file(config_path: str | Path, backup_path: str | Path, out_path: str
         )
     ignored = tuple(s for s in history.sensors if s not in config.backup_sensors)
     lm = config.linear_map()
-    values = lm.apply(history.select(list(lm.backup)).values if lm.backup else np.zeros((len(history.times), 0)))
+    values = lm.apply(
+        history.select(list(lm.backup)).values if lm.backup else np.zeros((len(history.times), 0))
+    )
     frame = pd.DataFrame(values, columns=list(lm.sensors))
     frame.insert(0, "time", history.times)
     try:

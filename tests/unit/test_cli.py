@@ -1,0 +1,141 @@
+"""The CLI as an operator uses it: a real subprocess, JSON out, exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.data import load_history
+from engine.export import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_plan_writes_a_valid_config_and_recover_rebuilds_every_sensor(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    done = run_cli(
+        "plan",
+        "--data",
+        str(SMALL),
+        "--sensors",
+        "*_TEMP",
+        "--eps",
+        "1.0",
+        "--delta",
+        "0.05",
+        "--window",
+        "24",
+        "--agg",
+        "avg",
+        "--max-folds",
+        "8",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["config"] == str(out)
+    assert summary["guarantee"]["backtest"]["n_folds"] == 8
+    config = load_config(out)
+    history = load_history(SMALL)
+    frame = history.to_frame()[["time", *config.backup_sensors]]
+    frame.to_csv(tmp_path / "backup.csv", index=False)
+    done = run_cli(
+        "recover",
+        "--config",
+        str(out),
+        "--backup",
+        str(tmp_path / "backup.csv"),
+        "--out",
+        str(tmp_path / "all.parquet"),
+    )
+    assert done.returncode == 0, done.stderr
+    rebuilt = load_history(tmp_path / "all.parquet")
+    assert rebuilt.sensors == config.sensors
+
+
+def test_backtest_prints_the_contract_keys() -> None:
+    done = run_cli(
+        "backtest",
+        "--data",
+        str(SMALL),
+        "--sensors",
+        "*_TEMP",
+        "--eps",
+        "1.0",
+        "--delta",
+        "0.05",
+        "--window",
+        "24",
+        "--calibration",
+        "none",
+        "--history",
+        "240",
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for key in (
+        "backup_fraction_mean",
+        "violation_rate_mean",
+        "violation_rate_worst_sensor",
+        "violation_rate_worst_sensor_ucb95",
+        "n_folds",
+    ):
+        assert key in result
+    assert result["n_folds"] == (720 - 240) // 24
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--eps", "0"], "eps"),
+        (["--eps", "-1"], "eps"),
+        (["--delta", "1.2"], "delta"),
+        (["--delta", "0"], "delta"),
+        (["--window", "0"], "window"),
+        (["--window", "5", "--slide", "6"], "slide"),
+        (["--agg", "median"], "aggregate"),
+        (["--sensors", "nope"], "unknown sensor"),
+        (["--eps", "abc"], "invalid float"),
+        (["--data", "missing.csv"], "missing.csv"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(flags: list[str], needle: str) -> None:
+    base = {"--data": str(SMALL), "--eps": "1", "--delta": "0.05", "--window": "24"}
+    args = list(flags)
+    for key, value in base.items():
+        if key not in flags:
+            args += [key, value]
+    done = run_cli("plan", *args, "--no-backtest")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"schema_version": 1, "surprise": true}')
+    done = run_cli(
+        "recover", "--config", str(bad), "--backup", str(SMALL), "--out", str(tmp_path / "o.csv")
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "config invalid" in done.stderr

@@ -1,0 +1,71 @@
+"""Live violation monitor: fires on a regime change, stays quiet when stationary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from engine.errors import ParameterError
+from engine.monitor import ViolationMonitor, rate_lower_bound, rate_upper_bound
+
+SENSORS = ("a", "b", "c", "d")
+
+
+def _feed(monitor: ViolationMonitor, errors: np.ndarray, batch: int = 5):
+    alerts = []
+    for start in range(0, errors.shape[0], batch):
+        alert = monitor.observe(errors[start : start + batch], reconstructed=("a", "b", "c"))
+        if alert:
+            alerts.append((start, alert))
+    return alerts
+
+
+def test_quiet_on_stationary_data_at_the_promised_rate() -> None:
+    rng = np.random.default_rng(7)
+    # errors ~ |N(0, s)| with s chosen so that P(|e| > eps) = 0.03 < delta = 0.05
+    eps, sd = 1.0, 1.0 / 2.17
+    errors = np.abs(rng.normal(0.0, sd, size=(400, 4)))
+    alerts = _feed(ViolationMonitor(SENSORS, eps=eps, delta=0.05), errors)
+    assert alerts == []
+
+
+def test_fires_after_an_injected_regime_change_and_names_the_sensor() -> None:
+    rng = np.random.default_rng(7)
+    errors = np.abs(rng.normal(0.0, 0.3, size=(400, 4)))
+    errors[200:, 1] = np.abs(rng.normal(0.0, 1.5, size=200))  # sensor b goes stale at 200
+    alerts = _feed(ViolationMonitor(SENSORS, eps=1.0, delta=0.05), errors)
+    assert alerts, "the monitor missed the regime change"
+    first, alert = alerts[0]
+    assert first >= 200
+    assert first < 260  # caught within a few dozen windows
+    assert alert.sensors == ("b",)
+    assert alert.lower_bounds["b"] > 0.05
+    assert "b" in alert.reason
+
+
+def test_backed_up_sensors_do_not_count() -> None:
+    errors = np.full((50, 4), 10.0)
+    monitor = ViolationMonitor(SENSORS, eps=1.0, delta=0.05)
+    assert monitor.observe(errors, reconstructed=()) is None
+    assert monitor.rates()["a"] == (0, 0)
+    alert = monitor.observe(errors, reconstructed=("d",))
+    assert alert is not None and alert.sensors == ("d",)
+    monitor.reset()
+    assert monitor.rates()["d"] == (0, 0)
+
+
+@pytest.mark.parametrize(("k", "n"), [(1, 10), (5, 40), (30, 100)])
+def test_bounds_agree_with_scipy_exact_interval(k: int, n: int) -> None:
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact")
+    assert rate_lower_bound(k, n, 0.95) == pytest.approx(ci.low, rel=1e-6)
+    assert rate_upper_bound(k, n, 0.95) == pytest.approx(ci.high, rel=1e-6)
+    assert rate_lower_bound(0, n, 0.95) == 0.0
+    assert rate_upper_bound(n, n) == 1.0
+
+
+def test_bad_parameters_are_named() -> None:
+    with pytest.raises(ParameterError, match="delta"):
+        ViolationMonitor(SENSORS, eps=1.0, delta=1.5)
+    with pytest.raises(ParameterError, match="shape"):
+        ViolationMonitor(SENSORS, eps=1.0, delta=0.05).observe(np.zeros((3, 2)), ("a",))
