@@ -233,7 +233,7 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         ids=np.arange(state.next_window, stop, dtype=np.int64),
         starts=state.times[firsts],
         ends=state.times[firsts + w - 1],
-        aggregates=window_aggregates(block, w, step, params.aggregate),
+        aggregates=aggregate_each_window(block, count, w, step, params.aggregate),
         recovered=window_aggregates(state.filled[lo:hi].astype(float), w, step, "max")[:, 0] > 0,
         block=block,
     )
@@ -247,6 +247,24 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         damaged_until=state.damaged_until,
     )
     return rest, closed
+
+
+def aggregate_each_window(
+    block: np.ndarray, count: int, window: int, slide: int, aggregate: str
+) -> np.ndarray:
+    """(count, n) aggregates of the windows at rows ``k*slide`` of ``block``.
+
+    Each window is aggregated on its own rows, so the live pipeline, the recovery
+    job and the scoring give bit-identical results on identical rows.
+    """
+    if count == 0:
+        return np.zeros((0, block.shape[1]))
+    return np.vstack(
+        [
+            window_aggregates(block[k * slide : k * slide + window], window, window, aggregate)
+            for k in range(count)
+        ]
+    )
 
 
 def _no_windows(n: int) -> ClosedWindows:
@@ -330,7 +348,12 @@ def aggregate_window_frame(
     rows = pdf.sort_values("seq").drop_duplicates("seq")
     values = rows[list(columns)].to_numpy(dtype=float)
     if len(rows) != window or np.isnan(values).any():
-        return pd.DataFrame({c: [] for c in out_cols}).astype({"window_id": np.int64})
+        empty = {
+            "window_id": np.zeros(0, np.int64),
+            "window_start": np.zeros(0, "datetime64[ns]"),
+            "window_end": np.zeros(0, "datetime64[ns]"),
+        }
+        return pd.DataFrame({**empty, **{c: np.zeros(0) for c in columns}})[out_cols]
     agg = window_aggregates(values, window, window, aggregate)[0]
     head = {
         "window_id": [int(rows["window_id"].iloc[0])],

@@ -210,7 +210,8 @@ class Feeder:
             yield table, arrival[idx[0]]
 
     def _publish(self, table: pa.Table, tmp: Path) -> None:
-        name = f"part-{self._file_no:08d}.parquet"
+        # Named by the first replayed row too, so two feeds of one history never clash.
+        name = f"part-{self.first_seq:010d}-{self._file_no:08d}.parquet"
         staged, final = tmp / name, self.landing / name
         pq.write_table(table, staged)
         os.replace(staged, final)

@@ -1,0 +1,437 @@
+"""The live query: Spark Structured Streaming over the landing directory.
+
+``foreachBatch`` turns each micro-batch into pandas (Arrow) and calls the pure
+functions of ``engine.stream.batch``: (a) the backup writer keeps the readings
+the mode asks for, (b) window aggregates are emitted as windows complete, (c)
+the shadow check measures what recovery from the backup sensors would have
+missed. A batch's backup rows, results, late readings, marker and window-state
+snapshot go to the store in one transaction, keyed by ``(run, batch_id)``.
+
+PySpark is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import PipelineError
+from engine.store import BackupStore, BatchWrite, backup_bytes
+from engine.stream.batch import (
+    LATE_COLUMNS,
+    WindowAdvance,
+    WindowParams,
+    WindowState,
+    advance_windows,
+    results_frame,
+    select_backup_rows,
+    shadow_errors,
+)
+from engine.stream.spec import (
+    PipelineOptions,
+    PipelinePaths,
+    StatusBoard,
+    StreamSpec,
+    check_mode,
+)
+
+RUN_FILE = "lacuna_run.json"
+FAILURE_MARK = "lacuna simulated failure"
+
+
+class SimulatedFailure(RuntimeError):
+    """Raised inside ``foreachBatch`` to kill the query on purpose."""
+
+
+class Monitor(Protocol):
+    def observe(self, errors: np.ndarray, reconstructed: Any) -> Any: ...
+
+
+class Stage(Protocol):
+    """Optional disorder stage (``engine.disorder``) run before windowing."""
+
+    def process(self, batch: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    def restore(self, state: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test fault: raise in batch ``batch_id`` inside the store transaction after
+    the rows are inserted (``before_commit``), or right after it commits."""
+
+    batch_id: int
+    point: Literal["before_commit", "after_commit"]
+
+
+class LivePipeline:
+    """One streaming query over ``paths.landing`` writing to ``store``.
+
+    A checkpoint directory that already holds a run resumes it (Spark replays
+    the batch it had not committed; the window state comes from the store).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        spec: StreamSpec,
+        mode: str,
+        paths: PipelinePaths,
+        store: BackupStore,
+        *,
+        board: StatusBoard | None = None,
+        options: PipelineOptions | None = None,
+        monitor: Monitor | None = None,
+        stage: Stage | None = None,
+        seed: WindowState | None = None,
+        fault: Fault | None = None,
+    ) -> None:
+        check_mode(mode)
+        self.spark, self.mode, self.paths, self.store = spark, mode, paths, store
+        self.board = board or StatusBoard()
+        self.options = options or PipelineOptions()
+        self.monitor, self.stage, self.fault = monitor, stage, fault
+        self._spec = spec
+        self._spec_lock = threading.Lock()
+        self._fail = threading.Event()
+        self._seed = seed
+        self._state = seed or WindowState.empty(len(spec.sensors))
+        self._readings = 0
+        self.run = -1
+        self.query: Any = None
+        self._listener: Any = None
+
+    # -- control ------------------------------------------------------------
+
+    def start(self) -> LivePipeline:
+        """Start the query (resuming the checkpoint's run if there is one)."""
+        self.run = self._claim_run()
+        self.board.update(state="running", mode=self.mode, run=self.run, last_error=None)
+        reader = (
+            self.spark.readStream.schema(_feed_schema())
+            .option("maxFilesPerTrigger", self.options.max_files_per_trigger)
+            .parquet(str(self.paths.landing_dir))
+        )
+        writer = (
+            reader.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.paths.checkpoint_dir))
+            .queryName(f"lacuna_run_{self.run}")
+        )
+        if self.options.available_now:
+            writer = writer.trigger(availableNow=True)
+        elif self.options.trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
+        self._listener = _make_listener(self)
+        self.spark.streams.addListener(self._listener)
+        try:
+            self.query = writer.start()
+        except Exception as err:  # py4j raises many types; report one readable line
+            self._remove_listener()
+            raise PipelineError(f"the streaming query could not start: {err}") from err
+        return self
+
+    def _claim_run(self) -> int:
+        ck = self.paths.checkpoint_dir
+        run_file = ck / RUN_FILE
+        try:
+            if run_file.exists():
+                run = int(json.loads(run_file.read_text())["run"])
+                blob = self.store.load_state(run)
+                if blob is not None:
+                    self._state = self._unpack(blob)
+                return run
+            ck.mkdir(parents=True, exist_ok=True)
+            run = self.store.next_run()
+            run_file.write_text(json.dumps({"run": run}))
+        except OSError as err:
+            raise PipelineError(f"checkpoint directory {str(ck)!r} is not usable: {err}") from err
+        reason = "start" if self._seed is None else "restart after recovery"
+        self.store.log_plan(f"run {run}: {reason} in mode {self.mode}", self._spec.backup_sensors)
+        return run
+
+    def set_spec(self, spec: StreamSpec, reason: str) -> None:
+        """Swap the plan; it takes effect at the next batch and is logged."""
+        with self._spec_lock:
+            self._spec.check_compatible(spec)
+            self._spec = spec
+        self.store.log_plan(reason, spec.backup_sensors)
+        self.board.add(plan_changes=1)
+        self.board.reset_shadow()
+
+    @property
+    def spec(self) -> StreamSpec:
+        with self._spec_lock:
+            return self._spec
+
+    @property
+    def state(self) -> WindowState:
+        return self._state
+
+    def request_failure(self) -> None:
+        """Make the next batch raise, killing the query."""
+        self._fail.set()
+
+    def process_all_available(self) -> None:
+        """Block until everything that has landed is processed (raises if the query died)."""
+        try:
+            self.query.processAllAvailable()
+        except Exception as err:
+            raise PipelineError(f"the streaming query failed: {_first_line(err)}") from err
+
+    def await_termination(self, timeout: float) -> bool:
+        """Wait for the query to end; ``True`` if it has (with or without an error)."""
+        try:
+            return bool(self.query.awaitTermination(timeout))
+        except Exception:  # the query died with an exception: it has terminated
+            return True
+
+    def stop(self) -> None:
+        """Stop the query (if it runs) and detach the listener."""
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        finally:
+            self._remove_listener()
+
+    def _remove_listener(self) -> None:
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
+    # -- one micro-batch ----------------------------------------------------
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        limit = self.options.fail_after_readings
+        if self._fail.is_set() or (limit is not None and self._readings >= limit):
+            self._fail.set()
+            raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
+        if self.store.is_committed(self.run, batch_id):
+            # A replay of a batch whose effects are already stored: take its state.
+            blob = self.store.load_state(self.run)
+            if blob is not None:
+                self._state = self._unpack(blob)
+            return
+        spec = self.spec
+        t0 = time.perf_counter()
+        pdf = df.toPandas()
+        t1 = time.perf_counter()
+        advance, late, errors = self._compute(pdf, spec)
+        t2 = time.perf_counter()
+        backup = select_backup_rows(pdf, spec.stored_sensors(self.mode))
+        write = BatchWrite(
+            run=self.run,
+            batch_id=batch_id,
+            backup=backup,
+            results=results_frame(advance.closed, spec.sensors),
+            late=late,
+            max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
+            state=self._pack(advance.state),
+        )
+        self.store.commit_batch(write, before_commit=self._fault_hook(batch_id, "before_commit"))
+        t3 = time.perf_counter()
+        self._fault_hook(batch_id, "after_commit")()
+        self._state = advance.state
+        self._readings += len(pdf)
+        self._report(pdf, advance, late, errors, backup, spec)
+        self.board.add_profile(
+            {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
+        )
+
+    def _compute(
+        self, pdf: pd.DataFrame, spec: StreamSpec
+    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
+        params = WindowParams(spec.sensors, spec.window, spec.slide, spec.aggregate)
+        released, late = pdf, pdf.iloc[0:0][list(LATE_COLUMNS)]
+        if self.stage is not None:
+            released, late = self.stage.process(pdf)
+            late = late[list(LATE_COLUMNS)]
+        repair = spec.recovery_map(self.mode) if self.mode != "none" else None
+        advance = advance_windows(self._state, released, params, repair)
+        late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
+        errors = None
+        if self.options.shadow and len(advance.closed):
+            errors = shadow_errors(advance.closed, params, spec.linear_map)
+        return advance, late, errors
+
+    def _report(
+        self,
+        pdf: pd.DataFrame,
+        advance: WindowAdvance,
+        late: pd.DataFrame,
+        errors: np.ndarray | None,
+        backup: pd.DataFrame,
+        spec: StreamSpec,
+    ) -> None:
+        self.board.add(
+            batches=1,
+            input_rows=len(pdf),
+            backup_rows=len(backup),
+            backup_bytes=backup_bytes(backup),
+            windows_emitted=len(advance.closed),
+            late_rows=len(late),
+            duplicate_readings=advance.duplicates,
+            stale_readings=advance.stale,
+        )
+        self.board.update(buffered_rows=advance.state.buffered_rows)
+        if errors is None:
+            return
+        targets = spec.linear_map.targets
+        self.board.record_shadow(errors, spec.sensors, targets, spec.eps)
+        if self.monitor is not None:
+            alert = self.monitor.observe(errors, reconstructed=targets)
+            if alert is not None:
+                self.board.update(last_alert=str(getattr(alert, "reason", alert)))
+
+    def _fault_hook(self, batch_id: int, point: str) -> Callable[[], None]:
+        fault = self.fault
+
+        def hook() -> None:
+            if fault is not None and fault.batch_id == batch_id and fault.point == point:
+                self.fault = None  # fire once
+                raise SimulatedFailure(f"{FAILURE_MARK}: injected {point} in batch {batch_id}")
+
+        return hook
+
+    def _pack(self, state: WindowState) -> bytes:
+        stage = json.dumps(self.stage.snapshot() if self.stage is not None else None).encode()
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            window=np.frombuffer(state.to_bytes(), np.uint8),
+            stage=np.frombuffer(stage, np.uint8),
+        )
+        return buf.getvalue()
+
+    def _unpack(self, blob: bytes) -> WindowState:
+        with np.load(io.BytesIO(blob)) as data:
+            stage = json.loads(data["stage"].tobytes().decode())
+            state = WindowState.from_bytes(data["window"].tobytes())
+        if self.stage is not None and stage is not None:
+            self.stage.restore(stage)
+        return state
+
+
+def _feed_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("seq", T.LongType()),
+            T.StructField("event_time", T.TimestampType()),
+            T.StructField("arrival_time", T.TimestampType()),
+            T.StructField("sensor", T.StringType()),
+            T.StructField("value", T.DoubleType()),
+        ]
+    )
+
+
+def _make_listener(pipeline: LivePipeline) -> Any:
+    """A StreamingQueryListener feeding the pipeline's status board."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class _Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if pipeline.query is None or str(p.id) != str(pipeline.query.id):
+                return
+            durations = dict(p.durationMs or {})
+            pipeline.board.update(
+                input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
+                processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
+            )
+            pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if pipeline.query is None or str(event.id) != str(pipeline.query.id):
+                return
+            if event.exception:
+                failed = FAILURE_MARK in str(event.exception)
+                pipeline.board.update(
+                    state="failed" if failed else "error",
+                    last_error=_first_line(event.exception),
+                )
+
+    return _Listener()
+
+
+def _first_line(err: object) -> str:
+    text = str(err).strip()
+    for line in text.splitlines():
+        if FAILURE_MARK in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# -- failure: what a crash destroys ------------------------------------------
+
+
+def read_source_log(checkpoint: Path) -> dict[int, list[Path]]:
+    """Files per batch id, from the file source's log in a Spark checkpoint."""
+    log_dir = checkpoint / "sources" / "0"
+    batches: dict[int, list[Path]] = {}
+    if not log_dir.is_dir():
+        return batches
+    for entry in sorted(log_dir.iterdir()):
+        if entry.name.startswith(".") or entry.name.endswith(".crc"):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            if line.strip():
+                item = json.loads(line)
+                path = Path(unquote(urlparse(item["path"]).path))
+                batches.setdefault(int(item["batchId"]), []).append(path)
+    return batches
+
+
+def spark_committed_batches(checkpoint: Path) -> set[int]:
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return set()
+    return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
+
+
+def consumed_files(checkpoint: Path, store: BackupStore, run: int) -> list[Path]:
+    """Landing files whose batch finished (in Spark's commit log or in the store)."""
+    done = spark_committed_batches(checkpoint) | set(store.committed_batches(run))
+    log = read_source_log(checkpoint)
+    return sorted({f for b, files in log.items() if b in done for f in files})
+
+
+def discard_lost_state(paths: PipelinePaths, store: BackupStore, run: int) -> list[Path]:
+    """What a crash destroys: the consumed input, the checkpoint, the window state.
+
+    Deletes the landing files the failed run had consumed (their readings now
+    exist only in the backup), the checkpoint directory and the run's state
+    snapshot. Files not consumed yet stay: the restarted query reads them.
+    Returns the deleted input files.
+    """
+    import shutil
+
+    ck = paths.checkpoint_dir
+    files = consumed_files(ck, store, run)
+    try:
+        for f in files:
+            f.unlink(missing_ok=True)
+        shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
+    except OSError as err:
+        raise PipelineError(
+            f"cannot discard the failed run's files under {str(ck)!r}: {err}"
+        ) from err
+    store.delete_state(run)
+    return files

@@ -1,0 +1,349 @@
+"""Recovery after a failure, as a Spark batch job, and its report.
+
+What was lost: every window without a final result when the query died, i.e.
+the rows from ``first_window * slide`` up to the largest reading index the
+failed query had consumed (``last_row``). The job reads the backup rows of that
+range from the DuckDB store (Arrow -> ``spark.createDataFrame``), pivots them
+wide, rebuilds the missing sensors with the plan's linear map in
+``mapInPandas``, aggregates every window that lies inside the range in
+``applyInPandas`` and writes those as ``recovered`` results. Windows that run
+past ``last_row`` are finished by the restarted live query, which is seeded
+with the rebuilt rows.
+
+PySpark is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import ParameterError
+from engine.reconstruct import violation_rates, window_aggregates
+from engine.store import RECOVERY_BATCH, BackupStore, BatchWrite
+from engine.stream.batch import (
+    ClosedWindows,
+    WindowState,
+    aggregate_window_frame,
+    reconstruct_frame,
+    results_frame,
+    seed_state,
+)
+from engine.stream.spec import StreamSpec, check_mode
+
+
+@dataclass(frozen=True)
+class LostRange:
+    """Rows ``first_row .. last_row`` (inclusive) lost their live windows."""
+
+    first_window: int
+    first_row: int
+    last_row: int
+
+    @property
+    def rows(self) -> int:
+        return max(0, self.last_row - self.first_row + 1)
+
+    def lost_windows(self, slide: int) -> np.ndarray:
+        """Ids of every window that needs a lost row."""
+        return np.arange(self.first_window, self.last_row // slide + 1, dtype=np.int64)
+
+    def inside_windows(self, window: int, slide: int) -> np.ndarray:
+        """Ids of the lost windows that end at or before ``last_row``."""
+        stop = (self.last_row - window + 1) // slide + 1 if self.last_row >= window - 1 else 0
+        return np.arange(self.first_window, max(self.first_window, stop), dtype=np.int64)
+
+
+def find_lost_range(store: BackupStore, slide: int) -> LostRange:
+    """The lost range after a failure, from what the store holds."""
+    first_window = store.last_window() + 1
+    return LostRange(first_window, first_window * slide, store.horizon())
+
+
+@dataclass(frozen=True, eq=False)
+class RecoveryOutcome:
+    """What the recovery job produced: recovered windows and the restart state."""
+
+    window_ids: np.ndarray  # (W,)
+    seed: WindowState
+    rows_read: int
+
+
+def recover_lost_range(
+    spark: Any, store: BackupStore, spec: StreamSpec, mode: str, lost: LostRange, run: int
+) -> RecoveryOutcome:
+    """Run the recovery job and commit its windows under ``(run, RECOVERY_BATCH)``."""
+    check_mode(mode)
+    if mode == "none" or lost.rows == 0:
+        next_window = max(lost.first_window, lost.last_row // spec.slide + 1)
+        seed = WindowState.empty(len(spec.sensors), next_window, spec.slide)
+        seed = WindowState(
+            seed.start, seed.next_window, seed.values, seed.times, seed.filled, lost.last_row
+        )
+        return RecoveryOutcome(np.zeros(0, dtype=np.int64), seed, 0)
+    linear_map = spec.recovery_map(mode)
+    table = store.read_backup(lost.first_row, lost.last_row, linear_map.backup)
+    if table.num_rows == 0:
+        return recover_lost_range(spark, store, spec, "none", lost, run)
+    rebuilt = _rebuild_rows(spark, table, spec, mode)
+    inside = lost.inside_windows(spec.window, spec.slide)
+    windows = _aggregate_windows(rebuilt, spec, lost, inside)
+    names = _positional(spec.sensors)
+    closed = ClosedWindows(
+        ids=windows["window_id"].to_numpy(dtype=np.int64),
+        starts=windows["window_start"].to_numpy(dtype="datetime64[ns]"),
+        ends=windows["window_end"].to_numpy(dtype="datetime64[ns]"),
+        aggregates=windows[names].to_numpy(dtype=float),
+        recovered=np.ones(len(windows), dtype=bool),
+        block=np.zeros((0, len(spec.sensors))),
+    )
+    store.commit_batch(
+        BatchWrite(run=run, batch_id=RECOVERY_BATCH, results=results_frame(closed, spec.sensors))
+    )
+    seed = _seed_from_tail(rebuilt, spec, lost, inside)
+    return RecoveryOutcome(closed.ids, seed, int(table.num_rows))
+
+
+def _positional(sensors: tuple[str, ...], prefix: str = "s") -> list[str]:
+    # Sensor names may hold dots ("PM2.5") that Spark reads as struct access.
+    return [f"{prefix}{i}" for i in range(len(sensors))]
+
+
+def _rebuild_rows(spark: Any, table: Any, spec: StreamSpec, mode: str) -> Any:
+    """Backup rows (long, Arrow) -> wide -> every sensor rebuilt (Spark DataFrame)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    linear_map = spec.recovery_map(mode)
+    inputs = _positional(linear_map.backup, "b")
+    outputs = [f"s{spec.sensors.index(s)}" for s in linear_map.sensors]
+    long = spark.createDataFrame(table.to_pandas())
+    wide = (
+        long.groupBy("seq", "event_time")
+        .pivot("sensor", list(linear_map.backup))
+        .agg(F.first("value"))
+        .toDF("seq", "event_time", *inputs)
+    )
+    fields = [T.StructField("seq", T.LongType()), T.StructField("event_time", T.TimestampType())]
+    fields += [T.StructField(c, T.DoubleType()) for c in _positional(spec.sensors)]
+    fields.append(T.StructField("complete", T.BooleanType()))
+    order = ["seq", "event_time", *_positional(spec.sensors), "complete"]
+
+    def rebuild(frames: Any) -> Any:
+        for pdf in frames:
+            yield reconstruct_frame(pdf, linear_map, inputs, outputs)[order]
+
+    return wide.mapInPandas(rebuild, T.StructType(fields))
+
+
+def _aggregate_windows(rebuilt: Any, spec: StreamSpec, lost: LostRange, ids: np.ndarray) -> Any:
+    """Window aggregates of the windows ``ids`` (wide pandas: window_id, start, end, s0..)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = _positional(spec.sensors)
+    if ids.size == 0:
+        return pd.DataFrame(columns=["window_id", "window_start", "window_end", *names])
+    w, step = spec.window, spec.slide
+    seq = F.col("seq")
+    lo = F.greatest(F.lit(int(ids[0])), F.ceil((seq - w + 1) / step).cast("long"))
+    hi = F.least(F.lit(int(ids[-1])), F.floor(seq / step).cast("long"))
+    exploded = (
+        rebuilt.withColumn("lo", lo)
+        .withColumn("hi", hi)
+        .filter(F.col("lo") <= F.col("hi"))
+        .withColumn("window_id", F.explode(F.sequence("lo", "hi")))
+        .drop("lo", "hi", "complete")
+    )
+    schema = T.StructType(
+        [
+            T.StructField("window_id", T.LongType()),
+            T.StructField("window_start", T.TimestampType()),
+            T.StructField("window_end", T.TimestampType()),
+        ]
+        + [T.StructField(c, T.DoubleType()) for c in names]
+    )
+    aggregate = spec.aggregate
+
+    def per_window(pdf: pd.DataFrame) -> pd.DataFrame:
+        return aggregate_window_frame(pdf, w, aggregate, names)
+
+    return exploded.groupBy("window_id").applyInPandas(per_window, schema).toPandas()
+
+
+def _seed_from_tail(
+    rebuilt: Any, spec: StreamSpec, lost: LostRange, inside: np.ndarray
+) -> WindowState:
+    """State for the restarted query: rebuilt rows of the windows that run past the range."""
+    from pyspark.sql import functions as F
+
+    next_window = int(inside[-1]) + 1 if inside.size else lost.first_window
+    start = next_window * spec.slide
+    tail = rebuilt.filter((F.col("seq") >= start) & F.col("complete")).toPandas()
+    tail = tail.rename(columns=dict(zip(_positional(spec.sensors), spec.sensors, strict=True)))
+    have = set(tail["seq"].tolist())
+    missing = [r for r in range(start, lost.last_row + 1) if r not in have]
+    if missing:  # a window that needs a row nobody can rebuild is lost: skip past it
+        next_window = max(next_window, max(missing) // spec.slide + 1)
+    return seed_state(tail, spec.sensors, next_window, spec.slide, lost.last_row)
+
+
+# -- the report ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """How recovery went, scored against the truth kept aside.
+
+    ``errors`` is (W, n): the absolute error of every recovered window
+    (``window_ids``) and sensor (``sensors`` order). Violation rates count
+    errors above ``eps``; ``violation_rate`` is over the (window, reconstructed
+    sensor) pairs, 0 when nothing is reconstructed. ``backup_rows`` are the rows
+    read from the backup for the lost range; ``backup_bytes`` is everything the
+    store holds, in the row format (``backup_file_bytes`` is the file on disk).
+    """
+
+    mode: str
+    spark_version: str
+    windows_lost: int
+    windows_recovered: int
+    windows_pending: int
+    max_abs_error: float | None
+    mean_abs_error: float | None
+    violation_rate: float | None
+    violation_rate_worst_sensor: float | None
+    violation_rates: dict[str, float]
+    eps: float
+    delta: float
+    window: int
+    slide: int
+    aggregate: str
+    recovery_seconds: float
+    backup_rows: int
+    backup_bytes: int
+    backup_file_bytes: int
+    input_rows: int
+    lost_rows: tuple[int, int]
+    window_ids: tuple[int, ...]
+    errors: tuple[tuple[float, ...], ...]
+    sensors: tuple[str, ...]
+    backup_sensors: tuple[str, ...]
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types; NaN becomes ``None``."""
+        return _json_safe(asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def score_recovery(
+    store: BackupStore,
+    spec: StreamSpec,
+    mode: str,
+    lost: LostRange,
+    truth: np.ndarray,
+    *,
+    spark_version: str,
+    seconds: float,
+    rows_read: int,
+    input_rows: int,
+    truth_first_seq: int = 0,
+) -> RecoveryReport:
+    """Compare every recovered window of the lost range with the truth.
+
+    ``truth`` is (T, n) in ``spec.sensors`` order, row ``i`` = reading ``truth_first_seq + i``.
+    """
+    lost_ids = lost.lost_windows(spec.slide)
+    ids, recovered = _recovered_windows(store, spec, lost_ids)
+    firsts = ids * spec.slide - truth_first_seq
+    if firsts.size and (firsts.min() < 0 or firsts.max() + spec.window > len(truth)):
+        raise ParameterError("the truth does not cover the recovered windows")
+    exact = np.vstack(
+        [np.zeros((0, len(spec.sensors)))]
+        + [
+            window_aggregates(truth[f : f + spec.window], spec.window, spec.window, spec.aggregate)
+            for f in firsts
+        ]
+    )
+    errors = np.abs(recovered - exact)
+    rates = violation_rates(errors, spec.eps) if ids.size else np.full(len(spec.sensors), np.nan)
+    targets = [i for i, s in enumerate(spec.sensors) if s not in spec.stored_sensors(mode)]
+    pairs = errors[:, targets] if mode == "approx" else np.zeros((len(ids), 0))
+    size = store.size()
+    return RecoveryReport(
+        mode=mode,
+        spark_version=spark_version,
+        windows_lost=int(lost_ids.size),
+        windows_recovered=int(ids.size),
+        windows_pending=0,
+        max_abs_error=float(errors.max()) if errors.size else None,
+        mean_abs_error=float(errors.mean()) if errors.size else None,
+        violation_rate=float((pairs > spec.eps).mean())
+        if pairs.size
+        else (0.0 if ids.size else None),
+        violation_rate_worst_sensor=float(np.nanmax(rates)) if ids.size else None,
+        violation_rates={s: float(r) for s, r in zip(spec.sensors, rates, strict=True)},
+        eps=spec.eps,
+        delta=spec.delta,
+        window=spec.window,
+        slide=spec.slide,
+        aggregate=spec.aggregate,
+        recovery_seconds=float(seconds),
+        backup_rows=int(rows_read),
+        backup_bytes=size.backup_bytes,
+        backup_file_bytes=size.file_bytes,
+        input_rows=int(input_rows),
+        lost_rows=(lost.first_row, lost.last_row),
+        window_ids=tuple(int(j) for j in ids),
+        errors=tuple(tuple(float(v) for v in row) for row in errors),
+        sensors=spec.sensors,
+        backup_sensors=spec.stored_sensors(mode),
+        note=_note(mode, int(lost_ids.size), int(ids.size)),
+    )
+
+
+def _recovered_windows(
+    store: BackupStore, spec: StreamSpec, lost_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ids (W,) and aggregates (W, n) of the recovered results among ``lost_ids``."""
+    res = store.read_results(kind="recovered")
+    res = res[res["window_id"].isin(lost_ids.tolist()) & res["final"]]
+    if res.empty:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, len(spec.sensors)))
+    wide = res.pivot_table(index="window_id", columns="sensor", values="value", aggfunc="last")
+    wide = wide.reindex(columns=list(spec.sensors)).dropna()
+    return wide.index.to_numpy(dtype=np.int64), wide.to_numpy(dtype=float)
+
+
+def _note(mode: str, lost: int, recovered: int) -> str:
+    if mode == "none":
+        return f"mode none keeps no backup: {lost} window(s) lost, none can be recovered"
+    missing = lost - recovered
+    what = (
+        "exact copies from the full backup"
+        if mode == "full"
+        else ("backed-up sensors exact, the others rebuilt with the plan's linear map")
+    )
+    tail = f"; {missing} window(s) not (yet) recovered" if missing else ""
+    return f"{recovered} of {lost} lost window(s) recovered: {what}{tail}"
+
+
+def timed(clock: Callable[[], float], fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``(fn(), seconds)`` measured with ``clock``."""
+    t0 = clock()
+    out = fn()
+    return out, clock() - t0

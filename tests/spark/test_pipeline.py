@@ -1,0 +1,154 @@
+"""The live Spark pipeline against a pure-Python reference on the same data."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.reconstruct import window_aggregates, window_errors
+from engine.store import BackupStore
+from engine.stream.feeder import Feeder, FeedOptions
+from engine.stream.pipeline import Fault, LivePipeline, consumed_files
+from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
+
+pytestmark = pytest.mark.spark
+
+ONCE = PipelineOptions(max_files_per_trigger=3, available_now=True)
+
+
+def feed(history: Any, paths: PipelinePaths, rows: slice | None = None) -> None:
+    rows = rows or slice(0, len(history.times))
+    options = FeedOptions(rows_per_file=4, start_row=rows.start, stop_row=rows.stop)
+    Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, options).run()
+
+
+def run_once(
+    spark: Any, spec: StreamSpec, mode: str, paths: PipelinePaths, store: BackupStore, **kwargs: Any
+) -> LivePipeline:
+    """Start a query that processes what has landed, wait for it, stop it."""
+    pipeline = LivePipeline(spark, spec, mode, paths, store, options=ONCE, **kwargs).start()
+    try:
+        pipeline.await_termination(120)
+    finally:
+        pipeline.stop()
+    return pipeline
+
+
+def wide_results(store: BackupStore, sensors: tuple[str, ...]) -> pd.DataFrame:
+    res = store.read_results()
+    assert not res.duplicated(["window_id", "sensor"]).any()
+    return res.pivot(index="window_id", columns="sensor", values="value")[list(sensors)]
+
+
+def test_live_windows_backup_and_shadow_equal_the_reference(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    paths = PipelinePaths(tmp_path).ensure()
+    feed(history, paths)
+    backup_sensors = spec.backup_sensors
+    with BackupStore(paths.store_file) as store:
+        pipeline = run_once(spark, spec, "approx", paths, store)
+        expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
+        got = wide_results(store, spec.sensors)
+        assert got.index.tolist() == list(range(len(expected)))
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-12)
+        assert set(store.read_results()["kind"]) == {"live"}
+
+        backup = store.read_table("backup")
+        assert set(backup["sensor"]) == set(backup_sensors)
+        assert not backup.duplicated(["seq", "sensor"]).any()
+        pivot = backup.pivot(index="seq", columns="sensor", values="value")[list(backup_sensors)]
+        idx = [spec.sensors.index(s) for s in backup_sensors]
+        np.testing.assert_array_equal(pivot.to_numpy(), history.values[:, idx])
+
+        status = pipeline.board.snapshot()
+        assert status.input_rows == history.values.size and status.batches == 8
+        assert status.backup_rows == len(backup) == 96 * 2
+        assert status.backup_bytes == store.size().backup_bytes
+        assert status.windows_emitted == len(expected)
+        rebuilt = spec.linear_map.apply(history.values[:, idx])
+        errors = window_errors(history.values, rebuilt, spec.window, spec.slide, "avg")
+        misses = {
+            s: int((errors[:, i] > spec.eps).sum())
+            for i, s in enumerate(spec.sensors)
+            if s not in backup_sensors
+        }
+        assert status.shadow_violations == misses and status.shadow_windows == len(expected)
+        assert store.read_table("plan_log")["reason"].str.contains("start").all()
+
+
+@pytest.mark.parametrize(("mode", "stored"), [("full", 6), ("none", 0)])
+def test_backup_modes_store_all_or_nothing(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, mode: str, stored: int
+) -> None:
+    paths = PipelinePaths(tmp_path).ensure()
+    feed(history, paths, slice(0, 40))
+    with BackupStore(paths.store_file) as store:
+        run_once(spark, spec, mode, paths, store)
+        assert len(store.read_table("backup")) == 40 * stored
+        assert len(store.read_results()) == 9 * len(spec.sensors)  # windows 0..8 of 40 rows
+
+
+@pytest.mark.parametrize("point", ["before_commit", "after_commit"])
+def test_a_crash_inside_a_batch_neither_duplicates_nor_loses_backup_rows(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, point: str
+) -> None:
+    paths = PipelinePaths(tmp_path).ensure()
+    feed(history, paths)
+    with BackupStore(paths.store_file) as store:
+        crashed = run_once(spark, spec, "full", paths, store, fault=Fault(2, point))  # type: ignore[arg-type]
+        assert crashed.query.exception() is not None
+        assert store.committed_batches(0) == ([0, 1] if point == "before_commit" else [0, 1, 2])
+        resumed = run_once(spark, spec, "full", paths, store)
+        assert resumed.run == crashed.run == 0  # same checkpoint, same run: Spark replays batch 2
+        backup = store.read_table("backup")
+        assert len(backup) == history.values.size
+        assert not backup.duplicated(["seq", "sensor"]).any()
+        expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
+        np.testing.assert_allclose(wide_results(store, spec.sensors).to_numpy(), expected)
+        assert len(consumed_files(paths.checkpoint_dir, store, 0)) == 24
+
+
+def test_a_new_plan_takes_effect_at_the_next_batch(
+    spark: Any, spec: StreamSpec, spec_factory: Any, tmp_path: Path, history: Any
+) -> None:
+    paths = PipelinePaths(tmp_path).ensure()
+    wider = spec_factory(backup=(*spec.backup_sensors, "Changping_PM2.5"))
+    options = PipelineOptions(max_files_per_trigger=5, trigger_seconds=0.0)
+    with BackupStore(paths.store_file) as store:
+        pipeline = LivePipeline(spark, spec, "approx", paths, store, options=options).start()
+        try:
+            feed(history, paths, slice(0, 48))
+            pipeline.process_all_available()
+            pipeline.set_spec(wider, "live violation rate above delta")
+            feed(history, paths, slice(48, 96))
+            pipeline.process_all_available()
+            status = _wait_for_metrics(pipeline)
+        finally:
+            pipeline.stop()
+        backup = store.read_table("backup")
+        added = backup[backup["sensor"] == "Changping_PM2.5"]["seq"]
+        assert added.min() == 48 and added.max() == 95 and len(added) == 48
+        log = store.read_table("plan_log")
+        assert log["reason"].tolist()[-1] == "live violation rate above delta"
+        assert status.plan_changes == 1
+        assert status.processed_rows_per_second > 0 and status.batch_duration_ms > 0
+        assert status.profile["batches"] >= 2 and status.profile["to_pandas"] > 0
+        with pytest.raises(Exception, match="window"):
+            pipeline.set_spec(spec_factory(window=12), "bad")
+
+
+def _wait_for_metrics(pipeline: LivePipeline, timeout: float = 10.0) -> Any:
+    """Listener events arrive asynchronously; wait for the first progress report."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = pipeline.board.snapshot()
+        if status.batch_duration_ms > 0:
+            return status
+        time.sleep(0.1)
+    return pipeline.board.snapshot()

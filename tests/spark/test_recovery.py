@@ -1,0 +1,227 @@
+"""Failure and recovery on Spark, checked against pure-Python references."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
+from engine.reconstruct import window_aggregates
+from engine.store import BackupStore, BatchWrite
+from engine.stream.manager import PipelineManager, run_simulation
+from engine.stream.recovery import LostRange, RecoveryReport, recover_lost_range
+from engine.stream.session import SparkSettings
+from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
+
+pytestmark = pytest.mark.spark
+
+OPTIONS = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0)
+LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
+
+
+def per_window(values: np.ndarray, ids: np.ndarray, spec: StreamSpec) -> np.ndarray:
+    """Reference: each window aggregated on its own rows with engine.reconstruct."""
+    w, step = spec.window, spec.slide
+    rows = [window_aggregates(values[j * step : j * step + w], w, w, spec.aggregate) for j in ids]
+    return np.vstack(rows)
+
+
+def results_by_window(
+    store: BackupStore, spec: StreamSpec, kind: str | None = None
+) -> pd.DataFrame:
+    res = store.read_results(kind)
+    assert not res.duplicated(["window_id", "sensor"]).any()
+    return res.pivot(index="window_id", columns="sensor", values="value")[list(spec.sensors)]
+
+
+def commit_backup(
+    store: BackupStore, history: Any, sensors: tuple[str, ...], drop: tuple[int, str] | None = None
+) -> None:
+    idx = [history.sensors.index(s) for s in sensors]
+    t = len(history.times)
+    frame = pd.DataFrame(
+        {
+            "seq": np.repeat(np.arange(t), len(sensors)),
+            "event_time": np.repeat(history.times, len(sensors)),
+            "sensor": np.tile(sensors, t),
+            "value": history.values[:, idx].reshape(-1),
+        }
+    )
+    if drop is not None:
+        frame = frame[~((frame["seq"] == drop[0]) & (frame["sensor"] == drop[1]))]
+    store.commit_batch(BatchWrite(run=0, batch_id=0, backup=frame, max_seq=t - 1))
+
+
+@pytest.mark.parametrize(("aggregate", "window", "slide"), [("avg", 8, 4), ("max", 6, 6)])
+def test_recovery_job_equals_the_reference(
+    spark: Any,
+    history: Any,
+    spec_factory: Any,
+    tmp_path: Path,
+    aggregate: str,
+    window: int,
+    slide: int,
+) -> None:
+    spec = spec_factory(aggregate=aggregate, window=window, slide=slide)
+    b_idx = [spec.sensors.index(s) for s in spec.backup_sensors]
+    rebuilt = spec.linear_map.apply(
+        history.values[:, [spec.sensors.index(s) for s in spec.linear_map.backup]]
+    )
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        commit_backup(store, history, spec.backup_sensors)
+        lost = LostRange(first_window=2, first_row=2 * slide, last_row=61)
+        outcome = recover_lost_range(spark, store, spec, "approx", lost, run=0)
+        inside = lost.inside_windows(window, slide)
+        assert outcome.window_ids.tolist() == inside.tolist() and inside.size >= 8
+        assert outcome.rows_read == lost.rows * len(spec.backup_sensors)
+        got = results_by_window(store, spec, "recovered")
+        assert got.index.tolist() == inside.tolist()
+        expected = per_window(rebuilt, inside, spec)
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-12, atol=1e-12)
+        # backed-up sensors come straight from the backup: exactly the truth
+        truth = per_window(history.values, inside, spec)
+        np.testing.assert_array_equal(got.to_numpy()[:, b_idx], truth[:, b_idx])
+        seed = outcome.seed
+        assert seed.next_window == inside[-1] + 1 and seed.damaged_until == 61
+        assert seed.start == seed.next_window * slide and seed.filled.all()
+        np.testing.assert_allclose(seed.values, rebuilt[seed.start : 62], rtol=1e-12)
+
+
+def test_a_row_missing_from_the_backup_loses_only_its_windows(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        commit_backup(store, history, spec.backup_sensors, drop=(30, spec.backup_sensors[0]))
+        lost = LostRange(first_window=0, first_row=0, last_row=59)
+        outcome = recover_lost_range(spark, store, spec, "approx", lost, run=0)
+        inside = set(lost.inside_windows(spec.window, spec.slide).tolist())
+        assert set(outcome.window_ids.tolist()) == inside - {6, 7}  # windows holding row 30
+
+
+def lost_reference(history: Any, spec: StreamSpec, report: RecoveryReport, mode: str) -> np.ndarray:
+    """What recovery must give: lost rows rebuilt from the backup, later rows live."""
+    first, last = report.lost_rows
+    values = history.values.copy()
+    if mode == "approx":
+        cols = [spec.sensors.index(s) for s in spec.linear_map.backup]
+        values[first : last + 1] = spec.linear_map.apply(history.values[first : last + 1][:, cols])
+    return per_window(values, np.asarray(report.window_ids), spec)
+
+
+@pytest.mark.parametrize("mode", ["approx", "full"])
+def test_simulation_recovers_every_lost_window(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, mode: str
+) -> None:
+    paths = PipelinePaths(tmp_path)
+    report = run_simulation(
+        history, spec, mode, 0.5, paths, LOCAL, rows_per_file=5, options=OPTIONS
+    )
+    assert report.windows_lost >= 2 and report.windows_recovered == report.windows_lost
+    assert report.windows_pending == 0 and report.input_rows == history.values.size
+    errors = np.asarray(report.errors)
+    assert errors.shape == (report.windows_recovered, len(spec.sensors))
+    b_idx = [spec.sensors.index(s) for s in spec.backup_sensors]
+    assert np.all(errors[:, b_idx] == 0.0)  # backed-up sensors are exactly the truth
+    with BackupStore(paths.store_file) as store:
+        everything = results_by_window(store, spec)
+        recovered = results_by_window(store, spec, "recovered")
+        backup = store.read_table("backup")
+    n_windows = len(window_aggregates(history.values, spec.window, spec.slide, "avg"))
+    assert everything.index.tolist() == list(range(n_windows))  # nothing lost, nothing twice
+    np.testing.assert_allclose(
+        recovered.loc[list(report.window_ids)].to_numpy(),
+        lost_reference(history, spec, report, mode),
+        rtol=1e-12,
+    )
+    live = everything.drop(index=list(report.window_ids))
+    np.testing.assert_allclose(live.to_numpy(), per_window(history.values, live.index, spec))
+    assert not backup.duplicated(["seq", "sensor"]).any()
+    stored = 6 if mode == "full" else 2
+    assert len(backup) == history.values.shape[0] * stored
+    if mode == "full":
+        assert report.max_abs_error == 0.0 and report.violation_rate == 0.0
+    else:
+        assert report.max_abs_error > 0 and report.backup_sensors == spec.backup_sensors
+    assert report.backup_rows == (report.lost_rows[1] - report.lost_rows[0] + 1) * stored
+    assert RecoveryReport.__dataclass_fields__.keys() <= report.to_dict().keys()
+
+
+def test_mode_none_loses_the_windows_and_says_so(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    paths = PipelinePaths(tmp_path)
+    report = run_simulation(
+        history, spec, "none", 0.5, paths, LOCAL, rows_per_file=5, options=OPTIONS
+    )
+    d = report.to_dict()
+    assert d["windows_lost"] >= 2 and d["windows_recovered"] == 0 and d["backup_rows"] == 0
+    assert d["max_abs_error"] is None and "none" in d["note"] and "lost" in d["note"]
+    first, last = report.lost_rows
+    lost_ids = set(range(first // spec.slide, last // spec.slide + 1))
+    with BackupStore(paths.store_file) as store:
+        got = results_by_window(store, spec)
+        assert store.read_table("backup").empty
+    assert lost_ids.isdisjoint(got.index) and len(lost_ids) == d["windows_lost"]
+    assert got.index.max() == (len(history.times) - spec.window) // spec.slide  # the live tail
+    np.testing.assert_allclose(got.to_numpy(), per_window(history.values, got.index, spec))
+
+
+def test_manager_refuses_a_second_start_and_recovers_a_flagged_failure(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    manager = PipelineManager(LOCAL)
+    paths = PipelinePaths(tmp_path)
+    slow = PipelineOptions(max_files_per_trigger=1, trigger_seconds=0.0)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            manager.start(history, spec, "full", paths, rows_per_file=4, options=slow)
+        except EngineError as err:
+            errors.append(err)
+
+    try:
+        threads = [threading.Thread(target=start) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) == 1 and isinstance(errors[0], PipelineError)
+        assert "already" in str(errors[0])
+        with pytest.raises(PipelineError, match="nothing to recover"):
+            manager.recover()
+        status = manager.simulate_failure()
+        assert status.state == "failed" and not paths.checkpoint_dir.exists()
+        with pytest.raises(PipelineError, match="no pipeline is running"):
+            manager.simulate_failure()
+        report = manager.recover()
+        assert manager.status().state == "running" and report.mode == "full"
+        manager.drain(120)
+        final = manager.report()
+        assert final.windows_recovered == final.windows_lost and final.max_abs_error in (0.0, None)
+        assert manager.status().feed.done and manager.status().input_rows >= history.values.size
+    finally:
+        manager.close()
+    assert manager.stop().state == "stopped"  # idempotent
+
+
+def test_bad_inputs_give_clear_engine_errors(
+    spark: Any, history: Any, spec_factory: Any, tmp_path: Path
+) -> None:
+    spec = spec_factory()
+    narrow = type(history)(history.times, history.values[:, :4], history.sensors[:4])
+    with pytest.raises(ConfigError, match=r"Changping_PM2\.5"):
+        run_simulation(narrow, spec, "approx", 0.5, PipelinePaths(tmp_path / "a"), LOCAL)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PipelineError, match="file"):
+        run_simulation(history, spec, "approx", 0.5, PipelinePaths(blocker / "root"), LOCAL)
+    with pytest.raises(ParameterError, match="fail_at"):
+        run_simulation(history, spec, "approx", 1.5, PipelinePaths(tmp_path / "b"), LOCAL)
+    with pytest.raises(ParameterError, match="mode"):
+        run_simulation(history, spec, "most", 0.5, PipelinePaths(tmp_path / "c"), LOCAL)
