@@ -33,7 +33,7 @@ def autocorrelated_sensors(rows: int, n: int, phi: float, seed: int) -> np.ndarr
 
 @pytest.fixture(scope="module")
 def smooth() -> np.ndarray:
-    return autocorrelated_sensors(rows=3000, n=8, phi=0.97, seed=3)
+    return autocorrelated_sensors(rows=6000, n=8, phi=0.97, seed=3)
 
 
 def _spec(calibration: str) -> PlanningSpec:
