@@ -174,6 +174,26 @@ def _direct_conditional_variance(c: np.ndarray, subset: list[int]) -> np.ndarray
     return np.maximum(var, 0.0)
 
 
+def _clearly_above(var: np.ndarray, tol: np.ndarray, ref: np.ndarray, atol: float) -> np.ndarray:
+    """``var > tol`` by a margin larger than any rounding of ``var`` (scale ``ref``)."""
+    return var > tol * (1 + 1e-6) + 1e-7 * ref + 1e3 * atol
+
+
+def _alone_variance(cond: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Cholesky factor of ``cond[live, live]`` and ``var_{i | live without i}`` for i in live.
+
+    ``None`` when the block is not numerically positive definite (undecidable).
+    """
+    try:
+        factor = scipy.linalg.cholesky(cond[np.ix_(live, live)], lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    inv_factor, info = scipy.linalg.lapack.dtrtri(factor, lower=1)
+    if info != 0:
+        return None
+    return factor, 1.0 / np.einsum("ij,ij->j", inv_factor, inv_factor)
+
+
 # ----------------------------------------------------------------------------- paper
 def _select_paper(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
     """The seed's greedy: minimise ``max_i var_{i|O+j}``, one fresh solve per candidate."""
@@ -236,13 +256,34 @@ class _Greedy:
         n = c.shape[0]
         self.pool = pool
         self.cov, self.tol, self.atol = c, _tolerance(c, t), _abs_tol(c)
-        self.var = np.diag(c).copy()
+        forced = self._indispensable()
+        # Sensors nothing else can cover are in every feasible set: add them as one
+        # block (BLAS-3) instead of one rank-one step each. lines = L^T, one row each.
+        lines = np.zeros((0, n))
+        if forced:
+            factor = scipy.linalg.cholesky(
+                c[np.ix_(forced, forced)], lower=True, check_finite=False
+            )
+            lines = scipy.linalg.solve_triangular(factor, c[forced, :], lower=True)
+        self.lines = np.vstack([lines, np.zeros((max(8, len(forced)), n))])
+        self.chosen: list[int] = list(forced)
+        self.var = np.maximum(np.diag(c) - np.einsum("ij,ij->j", lines, lines), 0.0)
+        self.var[forced] = 0.0
         self.rows = np.flatnonzero(self.var > self.tol)
-        self.cols = np.arange(n)
-        self.block = np.asfortranarray(c[self.rows, :])
-        self.lines = np.zeros((8, n))  # L^T: one row per chosen sensor
-        self.chosen: list[int] = []
+        self.cols = np.setdiff1d(np.arange(n), forced)
+        cross = lines[:, self.rows].T @ lines[:, self.cols]
+        self.block = np.asfortranarray(c[np.ix_(self.rows, self.cols)] - cross)
         self.pending: np.ndarray | None = None
+
+    def _indispensable(self) -> list[int]:
+        """Sensors whose variance given all the others is still above target."""
+        diag = np.diag(self.cov)
+        live = [int(i) for i in np.flatnonzero(diag > self.atol)]
+        solved = _alone_variance(self.cov, live) if live else None
+        if solved is None:
+            return []
+        above = _clearly_above(solved[1], self.tol[live], diag[live], self.atol)
+        return [live[p] for p in np.flatnonzero(above)]
 
     def best_candidate(self) -> int:
         """Candidate whose addition removes the most excess variance.
@@ -421,10 +462,6 @@ class _Search:
         out[:, j] = 0.0
         return out
 
-    def clearly_above(self, var: np.ndarray, idx: list[int], ref: np.ndarray) -> np.ndarray:
-        """``var > target`` by a margin larger than any rounding of ``var``."""
-        return var > self.tol[idx] * (1 + 1e-6) + 1e-7 * ref[idx] + 1e3 * self.atol
-
     def indispensable(self, cond: np.ndarray, skipped: list[int], pool: list[int]) -> list[int]:
         """Members of ``pool`` that nothing else can cover; [] if undecidable.
 
@@ -432,21 +469,20 @@ class _Search:
         ``pool`` added (the branch is dead). ``cond`` is the current conditional cov.
         """
         live = [i for i in pool if cond[i, i] > self.atol]
-        if not live:
-            return [-1] if skipped and np.any(np.diag(cond)[skipped] > self.tol[skipped]) else []
-        try:
-            factor = np.linalg.cholesky(cond[np.ix_(live, live)])
-        except np.linalg.LinAlgError:
-            return []
         diag = np.diag(cond)
+        if not live:
+            return [-1] if skipped and np.any(diag[skipped] > self.tol[skipped]) else []
+        solved = _alone_variance(cond, live)
+        if solved is None:
+            return []
+        factor, alone = solved
         if skipped:
             proj = scipy.linalg.solve_triangular(factor, cond[np.ix_(live, skipped)], lower=True)
             rest = diag[skipped] - np.einsum("ij,ij->j", proj, proj)
-            if np.any(self.clearly_above(rest, skipped, diag)):
+            if np.any(_clearly_above(rest, self.tol[skipped], diag[skipped], self.atol)):
                 return [-1]
-        inv_factor = scipy.linalg.solve_triangular(factor, np.eye(len(live)), lower=True)
-        alone = 1.0 / np.einsum("ij,ij->j", inv_factor, inv_factor)  # var_{i | all others}
-        return [live[p] for p in np.flatnonzero(self.clearly_above(alone, live, diag))]
+        above = _clearly_above(alone, self.tol[live], diag[live], self.atol)
+        return [live[p] for p in np.flatnonzero(above)]
 
     def dfs(
         self, cond: np.ndarray, chosen: list[int], free: list[int], start: int, size: int

@@ -224,3 +224,18 @@ def test_bad_inputs_are_rejected(cov, targets, fragment):
 def test_unknown_method_is_rejected():
     with pytest.raises(ParameterError, match="magic"):
         select_backups(np.eye(3), 0.5, "magic")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sensors_only_coverable_by_themselves_are_detected_exactly(seed):
+    """The greedy's first block is {i : var_{i | all others} > t_i}, nothing more."""
+    from engine.selection import _Greedy
+
+    cov, target = random_instance(seed, 12)
+    t = np.array(np.broadcast_to(target, (12,)))
+    t[[0, 6]] = 2.0 * np.diag(cov)[[0, 6]]  # within target already, yet still informative
+    alone = 1.0 / np.diag(np.linalg.inv(cov))
+    state = _Greedy(cov, t, pool=None)
+    assert state.chosen == [i for i in range(12) if alone[i] > t[i]]
+    for method in METHODS:
+        assert set(state.chosen) <= set(select_backups(cov, t, method).backup)
