@@ -1,0 +1,46 @@
+"""Export: the backup config as JSON or YAML, a preview and the production snippets."""
+
+import streamlit as st
+
+from ui import exporting, panels, state
+
+st.title("Export")
+with panels.page_guard():
+    data = state.planning_data()
+    if not panels.require_sensors(data):
+        st.stop()
+    plan = panels.current_plan(data, state.params())
+    panels.status_line(plan)
+    fmt = st.radio("Format", ["json", "yaml"], horizontal=True, key="w_export_format")
+    config, text = exporting.config_text(plan, fmt)
+    name = f"lacuna_backup.{fmt}"
+    st.success(
+        f"{name}: valid against backup config schema v1 — {len(config['sensors'])} "
+        f"sensors, {len(config['backup_sensors'])} backed up, the rest rebuilt "
+        "from them."
+    )
+    c1, c2 = st.columns(2)
+    c1.download_button(
+        f"Download {name}",
+        text,
+        file_name=name,
+        mime=exporting.MIME[fmt],
+        type="primary",
+        key="download_config",
+    )
+    c2.download_button(
+        "Download the backed-up sensors' data (CSV)",
+        exporting.backup_csv(data.history, plan),
+        file_name="lacuna_backup_sensors.csv",
+        mime="text/csv",
+    )
+    st.caption("Rebuild every sensor from the config and the backed-up data:")
+    st.code(exporting.recover_command(name), language="bash")
+    with st.expander(f"Preview of {name}", expanded=False):
+        st.code(text, language=fmt)
+    snippets = config["production"]
+    st.subheader("Production snippets")
+    st.caption("Spark: persist only the backed-up sensors' readings.")
+    st.code(snippets["spark_filter"], language="python")
+    st.caption("Flink: checkpoint keys for the backed-up stream.")
+    st.code(snippets["flink_config_yaml"], language="yaml")

@@ -1,0 +1,42 @@
+"""Graph: sensors as nodes, strong correlations as edges, backed-up sensors highlighted."""
+
+import streamlit as st
+
+from ui import charts, graph, panels, state
+
+st.title("Correlation graph")
+with panels.page_guard():
+    data = state.planning_data()
+    if not panels.require_sensors(data):
+        st.stop()
+    plan = panels.current_plan(data, state.params())
+    panels.status_line(plan)
+    n = len(plan.sensors)
+    c1, c2 = st.columns([1, 2])
+    how = c1.radio(
+        "Edges", ["strongest per sensor", "above a threshold"], horizontal=True, key="w_edge_mode"
+    )
+    if how == "strongest per sensor":
+        k = c2.slider(
+            "Edges per sensor (top-k by |corr|)",
+            1,
+            max(1, min(10, n - 1)),
+            min(3, n - 1),
+            key="w_top_k",
+        )
+        edges_kw = {"top_k": k}
+    else:
+        t = c2.slider("Show |corr| at least", 0.0, 1.0, 0.9, 0.01, key="w_threshold")
+        edges_kw = {"threshold": t}
+    corr = graph.correlation(plan.model.cov_)
+    edges = graph.strong_edges(corr, **edges_kw)
+    left, right = st.columns([3, 2])
+    left.plotly_chart(graph.graph_figure(plan, corr, edges))
+    right.plotly_chart(
+        charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
+    )
+    st.caption(
+        "Stars are backed up. Node colour: the sensor's conditional variance given the "
+        "backed-up sensors, as a share of its target (1 = at the limit). Hover a node "
+        "for its variance, target, model error bound and the sensors it is rebuilt from."
+    )

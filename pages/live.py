@@ -1,0 +1,50 @@
+"""Live pipeline: stream the current dataset with the current plan, fail it, recover it."""
+
+import streamlit as st
+
+from ui import live, panels, resources, state
+
+st.title("Live pipeline")
+with panels.page_guard():
+    data = state.planning_data()
+    if not panels.require_sensors(data):
+        st.stop()
+    plan = panels.current_plan(data, state.params())
+    panels.status_line(plan)
+    manager = resources.pipeline_manager()
+    running = manager.status().state in live.ACTIVE
+    c1, c2, c3, c4, c5 = st.columns([1, 1, 1, 1, 1])
+    mode = c1.selectbox(
+        "Backup mode",
+        ["approx", "full", "none"],
+        key="w_mode",
+        help="approx: the plan's backup set; full: every sensor; none: nothing",
+    )
+    rate = c2.select_slider("Replay speed (rows/s)", live.RATES, value=10, key="w_rate")
+    if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):
+        with st.status(
+            "Starting Spark and the streaming query (the first start takes about half a minute)..."
+        ) as box:
+            live.start(data.history, plan, mode, rate)
+            box.update(label="Pipeline running", state="complete")
+        st.rerun()
+    failed = manager.status().state == "failed"
+    if c4.button(
+        "Recover" if failed else "Simulate failure",
+        key="simulate_failure",
+        disabled=manager.status().state not in ("running", "failed"),
+    ):
+        live.recover_only() if failed else live.fail_and_recover()
+    if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
+        live.stop()
+    live.ownership_note()
+    live.status_panel(plan.parameters.delta)
+    report = live.last_report()
+    if report is None:
+        st.caption(
+            "Start the pipeline, let a few batches through, then press Simulate failure: "
+            "the query is killed, its state and unsaved input are discarded, and the lost "
+            "windows are rebuilt from the backup."
+        )
+        st.stop()
+    live.recovery_section(data.history, plan, report)

@@ -1,0 +1,26 @@
+"""Plan & savings: the backup set, each sensor's status, the guarantee and what it saves."""
+
+import pandas as pd
+import streamlit as st
+
+from ui import charts, panels, plans, savings, state, widgets
+
+st.title("Backup plan and savings")
+with panels.page_guard():
+    data = state.planning_data()
+    if not panels.require_sensors(data):
+        st.stop()
+    plan = panels.current_plan(data, state.params())
+    panels.status_line(plan)
+    panels.guarantee(plan)
+    st.subheader("Sensors")
+    table = pd.DataFrame(plans.backup_table(plan))
+    st.dataframe(table, hide_index=True, column_config=savings.TABLE_FORMAT)
+    st.subheader("Projected savings")
+    price, days, size = widgets.storage_price()
+    s = plan.savings(size)
+    savings.metrics(s, s.cost_per_month(price, days))
+    compare = savings.comparison(plan, s, price, days)
+    c1, c2 = st.columns([3, 2])
+    c1.dataframe(compare, hide_index=True)
+    c2.plotly_chart(charts.savings_bars(compare))

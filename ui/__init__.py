@@ -1,0 +1,1 @@
+"""Streamlit glue between the pages and the engine (the engine never imports this)."""

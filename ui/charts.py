@@ -1,0 +1,243 @@
+"""Plotly figures for the pages (no Streamlit here: figures in, figures out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.data import SensorHistory
+
+BACKUP_COLOUR, REBUILT_COLOUR, ACCENT = "#d62728", "#1f77b4", "#2ca02c"
+MAX_POINTS = 4000
+
+
+def _layout(fig: go.Figure, title: str, height: int = 380, **axes: str) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=height,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend={"orientation": "h", "y": -0.2},
+    )
+    if "x" in axes:
+        fig.update_xaxes(title=axes["x"])
+    if "y" in axes:
+        fig.update_yaxes(title=axes["y"])
+    return fig
+
+
+def preview_chart(history: SensorHistory, sensors: Sequence[str], limit: int = 12) -> go.Figure:
+    """Readings over time of up to ``limit`` sensors (thinned to ``MAX_POINTS`` rows)."""
+    step = max(1, history.values.shape[0] // MAX_POINTS)
+    fig = go.Figure()
+    for name in list(sensors)[:limit]:
+        j = history.sensors.index(name)
+        fig.add_trace(
+            go.Scattergl(
+                x=history.times[::step],
+                y=history.values[::step, j],
+                mode="lines",
+                name=name,
+                line={"width": 1},
+            )
+        )
+    shown = min(limit, len(sensors))
+    return _layout(
+        fig, f"Readings ({shown} of {len(sensors)} chosen sensors)", 360, x="time", y="value"
+    )
+
+
+def whatif_chart(
+    x: Sequence[float], y: Sequence[float], current: float, label: str, log_x: bool = True
+) -> go.Figure:
+    """Model projection of the backup fraction against one parameter."""
+    fig = go.Figure(
+        go.Scatter(
+            x=list(x),
+            y=[100 * v for v in y],
+            mode="lines+markers",
+            name="backup fraction (model projection)",
+            line={"shape": "hv"},
+        )
+    )
+    fig.add_vline(
+        x=current, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=f"now: {current:g}"
+    )
+    fig.update_xaxes(type="log" if log_x else "linear")
+    fig.update_yaxes(range=[0, 105])
+    return _layout(
+        fig,
+        f"Backup fraction vs {label} (model projection, not backtested)",
+        320,
+        x=label,
+        y="% of sensors backed up",
+    )
+
+
+def heatmap(
+    corr: np.ndarray, sensors: Sequence[str], order: Sequence[int], backup: Sequence[str]
+) -> go.Figure:
+    """Correlation heatmap, rows in ``order``; backed-up sensors marked with a star."""
+    names = [("★ " if sensors[i] in backup else "") + sensors[i] for i in order]
+    z = corr[np.ix_(order, order)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=names,
+            y=names,
+            zmin=-1,
+            zmax=1,
+            colorscale="RdBu_r",
+            colorbar={"title": "corr"},
+            hovertemplate="%{y} / %{x}: %{z:.2f}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    size = min(900, 260 + 14 * len(sensors))
+    return _layout(fig, "Correlation (★ = backed up)", size)
+
+
+def savings_bars(rows: pd.DataFrame) -> go.Figure:
+    """Bytes per day persisted and cost per month: plan vs full vs none."""
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=rows["strategy"],
+            y=rows["MB per day persisted"],
+            name="MB/day",
+            marker_color=[BACKUP_COLOUR, REBUILT_COLOUR, "#999999"],
+            text=[f"{v:.3g} MB" for v in rows["MB per day persisted"]],
+            textposition="outside",
+        )
+    )
+    return _layout(fig, "Backup volume per day", 320, y="MB per day")
+
+
+def recovery_chart(
+    frame: pd.DataFrame, sensor: str, lost: tuple[object, object] | None, eps: float
+) -> go.Figure:
+    """Window aggregates of one sensor: truth, live and recovered; failure range shaded.
+
+    ``frame`` columns: ``window_start``, ``truth``, ``live``, ``recovered``.
+    """
+    fig = go.Figure()
+    x = frame["window_start"]
+    fig.add_trace(
+        go.Scatter(
+            x=x, y=frame["truth"], name="true aggregate", mode="lines", line={"color": "#444444"}
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=frame["truth"] + eps,
+            mode="lines",
+            line={"width": 0},
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=frame["truth"] - eps,
+            mode="lines",
+            line={"width": 0},
+            fill="tonexty",
+            fillcolor="rgba(68,68,68,0.12)",
+            name=f"truth ± eps ({eps:g})",
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=frame["live"],
+            name="live result",
+            mode="markers",
+            marker={"color": REBUILT_COLOUR, "size": 6},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=frame["recovered"],
+            name="recovered after failure",
+            mode="markers",
+            marker={"color": BACKUP_COLOUR, "size": 9, "symbol": "diamond"},
+        )
+    )
+    if lost is not None:
+        fig.add_vrect(
+            x0=lost[0],
+            x1=lost[1],
+            fillcolor="rgba(214,39,40,0.12)",
+            line_width=0,
+            annotation_text="failure: lost range",
+            annotation_position="top left",
+        )
+    return _layout(
+        fig, f"{sensor}: recovered vs true window aggregates", 400, x="window start", y="aggregate"
+    )
+
+
+def error_histogram(errors: np.ndarray, eps: float) -> go.Figure:
+    """Absolute window errors of rebuilt sensors, against eps."""
+    fig = go.Figure(
+        go.Histogram(x=errors, nbinsx=30, marker_color=REBUILT_COLOUR, name="recovered windows")
+    )
+    fig.add_vline(
+        x=eps, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=f"eps = {eps:g}"
+    )
+    return _layout(
+        fig,
+        "Error of recovered window aggregates (rebuilt sensors)",
+        320,
+        x="|recovered - true|",
+        y="windows",
+    )
+
+
+def violation_bars(rates: dict[str, float], delta: float, title: str) -> go.Figure:
+    """Per-sensor violation rate with delta as a line."""
+    names = list(rates)
+    values = [100 * rates[s] for s in names]
+    colours = [BACKUP_COLOUR if v > 100 * delta else REBUILT_COLOUR for v in values]
+    fig = go.Figure(go.Bar(x=names, y=values, marker_color=colours, name="violation rate"))
+    fig.add_hline(
+        y=100 * delta,
+        line_dash="dash",
+        line_color=BACKUP_COLOUR,
+        annotation_text=f"delta = {delta:g}",
+    )
+    return _layout(fig, title, 320, y="% of windows with error > eps")
+
+
+def mode_bars(table: pd.DataFrame) -> go.Figure:
+    """Backup volume and recovered windows for approx, full and none."""
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=table["mode"],
+            y=table["backup rows"],
+            name="backup rows stored",
+            marker_color=REBUILT_COLOUR,
+            offsetgroup="rows",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=table["mode"],
+            y=table["windows recovered"],
+            name="windows recovered",
+            marker_color=ACCENT,
+            yaxis="y2",
+            offsetgroup="windows",
+        )
+    )
+    fig.update_layout(
+        barmode="group", yaxis2={"overlaying": "y", "side": "right", "title": "windows recovered"}
+    )
+    return _layout(fig, "approx vs full vs none", 320, y="backup rows")

@@ -1,0 +1,35 @@
+"""Export glue: the config file, its checks and what to paste in production."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.data import SensorHistory
+from engine.export import dump_config, plan_to_config, validate_config
+from engine.plan import BackupPlan
+
+MIME = {"json": "application/json", "yaml": "application/x-yaml"}
+
+
+def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
+    """The schema-v1 config of ``plan`` (validated) and its text in ``fmt``."""
+    config = plan_to_config(plan)
+    validate_config(config)
+    return config, dump_config(config, fmt)
+
+
+def backup_csv(history: SensorHistory, plan: BackupPlan) -> bytes:
+    """The backed-up sensors' readings: what production keeps, and ``recover`` reads."""
+    frame = (
+        history.select(list(plan.backup_sensors)).to_frame()
+        if plan.backup_sensors
+        else (history.to_frame()[["time"]])
+    )
+    return frame.to_csv(index=False).encode()
+
+
+def recover_command(config_name: str) -> str:
+    return (
+        f"python -m engine recover --config {config_name} "
+        "--backup lacuna_backup_sensors.csv --out all_sensors.csv"
+    )

@@ -1,0 +1,153 @@
+"""The correlation graph: nodes = sensors, edges = strong correlations.
+
+Layout is classical multidimensional scaling of the correlation distance
+``sqrt(2 (1 - |r|))``: strongly correlated sensors land close together, and it
+is deterministic (no random force layout), so the picture does not jump
+between reruns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from scipy.cluster.hierarchy import leaves_list, linkage
+from scipy.spatial.distance import squareform
+
+from engine.plan import BackupPlan
+from ui.charts import BACKUP_COLOUR, _layout
+from ui.plans import error_bounds
+
+
+def correlation(cov: np.ndarray) -> np.ndarray:
+    """(n, n) correlation from a covariance; constant sensors get 0 off the diagonal."""
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = cov / np.outer(sd, sd)
+    corr = np.where(np.isfinite(corr), corr, 0.0)
+    np.fill_diagonal(corr, 1.0)
+    return np.clip(corr, -1.0, 1.0)
+
+
+def layout_positions(corr: np.ndarray) -> np.ndarray:
+    """(n, 2) coordinates by classical MDS of ``sqrt(2 (1 - |r|))``."""
+    n = corr.shape[0]
+    if n < 3:
+        return np.column_stack([np.arange(n, dtype=float), np.zeros(n)])
+    d2 = 2.0 * (1.0 - np.abs(corr))
+    centre = np.eye(n) - np.ones((n, n)) / n
+    b = -0.5 * centre @ d2 @ centre
+    vals, vecs = np.linalg.eigh(b)
+    top = np.argsort(vals)[::-1][:2]
+    pos = vecs[:, top] * np.sqrt(np.maximum(vals[top], 1e-12))
+    # Coincident points (identical sensors) would hide each other: spread them a little.
+    jitter = 0.02 * np.column_stack([np.cos(np.arange(n)), np.sin(np.arange(n))])
+    return pos + jitter * max(1e-3, float(np.ptp(pos)) if pos.size else 1.0)
+
+
+def strong_edges(
+    corr: np.ndarray, threshold: float | None = None, top_k: int | None = None
+) -> list[tuple[int, int]]:
+    """Edges (i < j) with ``|r| >= threshold``, or each node's ``top_k`` strongest."""
+    a = np.abs(corr.copy())
+    np.fill_diagonal(a, -1.0)
+    n = a.shape[0]
+    edges: set[tuple[int, int]] = set()
+    if top_k is not None:
+        k = max(0, min(top_k, n - 1))
+        for i in range(n):
+            for j in np.argsort(-a[i])[:k]:
+                edges.add((min(i, int(j)), max(i, int(j))))
+    if threshold is not None:
+        ii, jj = np.nonzero(np.triu(a >= threshold, 1))
+        edges.update(zip(ii.tolist(), jj.tolist(), strict=True))
+    return sorted(edges)
+
+
+def cluster_order(corr: np.ndarray) -> list[int]:
+    """Sensor order that puts correlated sensors next to each other (heatmap rows)."""
+    n = corr.shape[0]
+    if n < 3:
+        return list(range(n))
+    dist = np.clip(1.0 - np.abs(corr), 0.0, None)
+    np.fill_diagonal(dist, 0.0)
+    dist = (dist + dist.T) / 2.0
+    return [int(i) for i in leaves_list(linkage(squareform(dist, checks=False), "average"))]
+
+
+def _hover(plan: BackupPlan) -> list[str]:
+    bounds = error_bounds(plan)
+    lines = []
+    for i, s in enumerate(plan.sensors):
+        if s in plan.backup_sensors:
+            lines.append(f"<b>{s}</b><br>backed up (recovered exactly)")
+            continue
+        var, target = plan.conditional_variance[i], plan.targets[i]
+        src = ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3))
+        lines.append(
+            f"<b>{s}</b><br>reconstructed<br>conditional variance {var:.4g}"
+            f"<br>target {target:.4g} (ratio {var / max(target, 1e-300):.2f})"
+            f"<br>model error bound {bounds[i]:.3g}<br>from {src}"
+        )
+    return lines
+
+
+def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
+    """Nodes at MDS positions, edge width by |r|, backed-up sensors highlighted."""
+    pos = layout_positions(corr)
+    fig = go.Figure()
+    for strong in (False, True):
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for i, j in edges:
+            if (abs(corr[i, j]) >= 0.9) == strong:
+                xs += [pos[i, 0], pos[j, 0], None]
+                ys += [pos[i, 1], pos[j, 1], None]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                line={"width": 2.2 if strong else 0.8, "color": "rgba(90,90,90,0.55)"},
+                name="|corr| >= 0.9" if strong else "edge",
+            )
+        )
+    backup = np.array([s in plan.backup_sensors for s in plan.sensors])
+    ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
+    hover = _hover(plan)
+    for is_backup in (False, True):
+        idx = np.flatnonzero(backup == is_backup)
+        marker = (
+            {"size": 18, "color": BACKUP_COLOUR, "symbol": "star", "line": {"width": 1}}
+            if is_backup
+            else {
+                "size": 12,
+                "color": ratio[idx],
+                "colorscale": "Blues",
+                "cmin": 0,
+                "cmax": 1,
+                "line": {"width": 1, "color": "#333"},
+                "colorbar": {"title": "var / target", "x": 1.02},
+            }
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=pos[idx, 0],
+                y=pos[idx, 1],
+                mode="markers+text",
+                text=[plan.sensors[i] for i in idx],
+                textposition="top center",
+                textfont={"size": 9},
+                hovertext=[hover[i] for i in idx],
+                hoverinfo="text",
+                marker=marker,
+                name="backed up" if is_backup else "reconstructed",
+            )
+        )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, scaleanchor="x")
+    return _layout(
+        fig,
+        f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars)",
+        620,
+    )

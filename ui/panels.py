@@ -1,0 +1,150 @@
+"""Page building blocks shared by several pages: the plan in force and its guarantee.
+
+Every figure of a guarantee is shown with the backtest beside the model's
+probability, never the model's number alone, and a missing backtest is said
+plainly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import streamlit as st
+
+from engine.errors import EngineError
+from engine.plan import BackupPlan, PlanParameters
+from ui import plans, resources, state
+from ui.plans import PlanningData
+
+PREVIEW_LABEL = "preview, not yet backtested"
+
+
+@contextlib.contextmanager
+def page_guard() -> Iterator[None]:
+    """The page edge: an ``EngineError`` becomes one ``st.error`` line, never a traceback."""
+    try:
+        yield
+    except EngineError as err:
+        st.error(str(err))
+
+
+def require_sensors(data: PlanningData) -> bool:
+    n = len(data.history.sensors)
+    if n < state.MIN_SENSORS:
+        st.warning(f"Choose at least {state.MIN_SENSORS} sensors on the Data page (got {n}).")
+        return False
+    return True
+
+
+def run_backtest(data: PlanningData, params: PlanParameters) -> BackupPlan | None:
+    """``make_plan`` with its backtest under ``st.status``; None if it cannot be computed."""
+    folds = plans.max_folds()
+    with st.status(f"Backtesting the plan ({folds} folds at most)...", expanded=True) as box:
+        bar = st.progress(0.0, text="fitting the model and calibrating targets")
+
+        def progress(fraction: float, message: str) -> None:
+            bar.progress(min(1.0, max(0.0, fraction)), text=message)
+
+        try:
+            plan = plans.measure_plan(data, params, resources.plan_cache(), progress)
+        except EngineError as err:
+            box.update(label="Backtest could not be computed", state="error")
+            st.warning(f"The backtest could not be computed: {err}")
+            return None
+        label = f"Backtest done: {plan.backtest.n_folds if plan.backtest else 0} folds"
+        box.update(label=label, state="complete", expanded=False)
+    return plan
+
+
+def current_plan(data: PlanningData, params: PlanParameters) -> BackupPlan:
+    """The measured plan for ``params`` (backtesting it now when automatic), else the preview."""
+    cache = resources.plan_cache()
+    measured = plans.cached_measured_plan(data, params, cache)
+    if measured is not None:
+        return measured
+    if state.auto_backtest():
+        measured = run_backtest(data, params)
+        if measured is not None:
+            return measured
+    preview = plans.preview_plan(data, params, cache)
+    backtest_button(data, params)
+    return preview
+
+
+def backtest_button(data: PlanningData, params: PlanParameters) -> None:
+    clicked = st.button("Run backtest", type="primary", key="run_backtest")
+    if clicked and run_backtest(data, params) is not None:
+        st.rerun()
+
+
+def status_line(plan: BackupPlan) -> None:
+    """One line saying whether the figures below are measured."""
+    p = plan.parameters
+    what = (
+        f"eps {p.eps:g}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
+        f"{p.aggregate}, {p.method}"
+    )
+    if plan.measured:
+        bt = plan.backtest
+        st.success(f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds): {what}.")
+    elif plan.backtest is not None:
+        st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
+    else:
+        st.info(f"Plan is a {PREVIEW_LABEL}: the figures are the model's projection ({what}).")
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.{digits}f} %"
+
+
+def guarantee(plan: BackupPlan) -> None:
+    """Backup size, the model's miss probability and the backtest's measured rates."""
+    p, bt = plan.parameters, plan.backtest
+    c = st.columns(4)
+    c[0].metric(
+        "Backed up",
+        f"{len(plan.backup_sensors)} of {len(plan.sensors)}",
+        f"{pct(1 - plan.backup_fraction, 0)} not persisted",
+        delta_color="off",
+    )
+    c[1].metric(
+        "Model: worst-sensor miss probability",
+        pct(plan.model_worst_probability, 2),
+        help="Model only, under the seed's assumptions (errors independent over time, "
+        "model never stale). The backtest beside it is the measured figure.",
+    )
+    if plan.measured and bt is not None:
+        c[2].metric(
+            "Backtest: worst-sensor violation rate",
+            pct(bt.violation_rate_worst_sensor),
+            f"target delta {pct(p.delta, 1)}",
+            delta_color="off",
+            help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound "
+            f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
+        )
+        c[3].metric(
+            "Backtest: mean violation rate",
+            pct(bt.violation_rate_mean),
+            f"{bt.n_folds} folds, {bt.windows} windows",
+            delta_color="off",
+        )
+        st.caption(
+            f"Measured: the worst sensor ({bt.worst_sensor}) missed eps in "
+            f"{pct(bt.violation_rate_worst_sensor)} of its windows (95 % upper bound "
+            f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
+            f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
+            f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
+            f"{pct(plan.model_worst_probability, 2)}. {bt.note}"
+        )
+    else:
+        reason = "not run yet" if bt is None else f"could not be computed: {bt.note}"
+        c[2].metric("Backtest: worst-sensor violation rate", "not run" if bt is None else "n/a")
+        c[3].metric("Backtest: mean violation rate", "not run" if bt is None else "n/a")
+        st.caption(
+            f"Backtest {reason}: the model's probability alone is not a guarantee "
+            "(it assumes errors independent over time), so treat this as a projection."
+        )

@@ -1,0 +1,219 @@
+"""Plans for the UI: instant previews, measured (backtested) plans, what-if curves.
+
+No Streamlit here. A *preview* is the plan without a backtest: the model and
+its calibrated targets are fitted once per (data, sensors, delta, window,
+slide, aggregate), then ``retarget`` re-selects for every eps and method in
+milliseconds. A *measured* plan is ``make_plan`` with its rolling-origin
+backtest; it is slow, so it is cached by (data, sensors, parameters, folds).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import astuple, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.calibration import BacktestSettings
+from engine.data import SensorHistory
+from engine.guarantee import variance_target
+from engine.plan import BackupPlan, PlanParameters, default_history, make_plan, retarget
+
+MAX_FOLDS_ENV = "LACUNA_MAX_FOLDS"
+DEFAULT_MAX_FOLDS = 30
+Progress = Callable[[float, str], None]
+
+
+class PlanCache:
+    """A small thread-safe LRU of plans and curves (shared by every browser session)."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            plan = self._items.get(key)
+            if plan is not None:
+                self._items.move_to_end(key)
+            return plan
+
+    def put(self, key: Hashable, plan: Any) -> Any:
+        with self._lock:
+            self._items[key] = plan
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return plan
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass(frozen=True)
+class PlanningData:
+    """The history to plan on and a cheap key that identifies it."""
+
+    history: SensorHistory
+    key: str  # dataset fingerprint + selected sensors
+
+
+def max_folds() -> int:
+    """Backtest folds (evenly spaced) the UI runs: ``LACUNA_MAX_FOLDS``, default 30."""
+    raw = os.environ.get(MAX_FOLDS_ENV, "")
+    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else DEFAULT_MAX_FOLDS
+
+
+def backtest_settings(history: SensorHistory, params: PlanParameters) -> BacktestSettings:
+    rows = params.history or default_history(history.values.shape[0], params.window)
+    return BacktestSettings(history=rows, max_folds=max_folds())
+
+
+def _structure(params: PlanParameters) -> tuple:
+    """The parameters a preview must refit for (eps and method are retargeted)."""
+    return (
+        params.delta,
+        params.window,
+        params.effective_slide,
+        params.aggregate,
+        params.calibration,
+        params.history,
+    )
+
+
+def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -> BackupPlan:
+    """The plan for ``params`` without a backtest: instant after the first call."""
+    key = ("base", data.key, _structure(params))
+    base = cache.get(key)
+    if base is None:
+        fitted = make_plan(data.history, replace(params, method="greedy"), run_backtest_now=False)
+        base = cache.put(key, fitted)
+    return retarget(base, eps=params.eps, method=params.method)
+
+
+def _measured_key(data: PlanningData, params: PlanParameters) -> tuple:
+    settings = backtest_settings(data.history, params)
+    return ("measured", data.key, astuple(params), astuple(settings))
+
+
+def cached_measured_plan(
+    data: PlanningData, params: PlanParameters, cache: PlanCache
+) -> BackupPlan | None:
+    """The backtested plan for ``params`` if one was computed already."""
+    return cache.get(_measured_key(data, params))
+
+
+def measure_plan(
+    data: PlanningData, params: PlanParameters, cache: PlanCache, progress: Progress | None = None
+) -> BackupPlan:
+    """``make_plan`` with its backtest (slow: seconds); cached."""
+    key = _measured_key(data, params)
+    plan = cache.get(key)
+    if plan is None:
+        settings = backtest_settings(data.history, params)
+        plan = make_plan(data.history, params, backtest=settings, progress=progress)
+        cache.put(key, plan)
+    return plan
+
+
+def eps_grid(eps: float, points: int = 17) -> np.ndarray:
+    """Log-spaced eps values from eps/8 to 8 eps: (points,)."""
+    return eps * np.logspace(-np.log10(8), np.log10(8), points)
+
+
+DELTA_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Model projections of the backup fraction (no backtest behind them)."""
+
+    eps: tuple[float, ...]
+    fraction_by_eps: tuple[float, ...]
+    delta: tuple[float, ...]
+    fraction_by_delta: tuple[float, ...]
+    method: str
+
+
+def whatif_curves(data: PlanningData, preview: BackupPlan, cache: PlanCache) -> WhatIf:
+    """Backup fraction against eps and against delta around ``preview`` (cached).
+
+    Exact selection can take seconds per point, so its curves use greedy.
+    """
+    base = preview if preview.parameters.method != "exact" else retarget(preview, method="greedy")
+    key = ("whatif", data.key, astuple(base.parameters))
+    curves = cache.get(key)
+    if curves is None:
+        grid = eps_grid(base.parameters.eps)
+        curves = WhatIf(
+            eps=tuple(float(e) for e in grid),
+            fraction_by_eps=tuple(whatif_eps(base, grid)),
+            delta=DELTA_GRID,
+            fraction_by_delta=tuple(whatif_delta(base, DELTA_GRID)),
+            method=base.parameters.method,
+        )
+        cache.put(key, curves)
+    return curves
+
+
+def whatif_eps(base: BackupPlan, grid: Sequence[float]) -> list[float]:
+    """Model projection: backup fraction at each eps (``retarget``, no backtest)."""
+    return [retarget(base, eps=float(e)).backup_fraction for e in grid]
+
+
+def whatif_delta(base: BackupPlan, grid: Sequence[float]) -> list[float]:
+    """Model projection: backup fraction at each delta.
+
+    ``retarget`` only moves eps, so a new delta is expressed as the eps that
+    scales the plan's variance targets the way the seed's formula scales with
+    delta: ``target(eps', delta0) = target(eps, delta1)``. Calibration would
+    also move its quantile level; this curve ignores that (a projection).
+    """
+    p = base.parameters
+    t0 = variance_target(p.eps, p.delta, p.window, p.aggregate)
+    out = []
+    for d in grid:
+        ratio = variance_target(p.eps, float(d), p.window, p.aggregate) / t0
+        out.append(retarget(base, eps=p.eps * float(np.sqrt(ratio))).backup_fraction)
+    return out
+
+
+def error_bounds(plan: BackupPlan) -> np.ndarray:
+    """Per-sensor model error bound (aggregate unit) at the plan's 1 - delta: (n,).
+
+    A target is the variance at which a sensor's window error just reaches eps
+    at the planned level (calibrated or the seed's), so the bound at variance v
+    is ``eps * sqrt(v / target)``; 0 for backed-up sensors.
+    """
+    t = np.maximum(plan.targets, 1e-300)
+    return plan.parameters.eps * np.sqrt(np.maximum(plan.conditional_variance, 0.0) / t)
+
+
+def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
+    """One row per sensor: status, sources, model bound and measured violation rate."""
+    bounds = error_bounds(plan)
+    per = plan.backtest.per_sensor if plan.measured and plan.backtest else {}
+    rows = []
+    for i, s in enumerate(plan.sensors):
+        backed = s in plan.backup_sensors
+        v, _rebuilt, windows = per.get(s, (0, 0, 0))
+        rows.append(
+            {
+                "sensor": s,
+                "status": "backed up" if backed else "reconstructed",
+                "reconstructed from (top 3, coef)": ""
+                if backed
+                else ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3)),
+                "model error bound": 0.0 if backed else float(bounds[i]),
+                "model P(miss)": float(plan.model_violation_probability[i]),
+                "backtest violation rate": (v / windows) if windows else None,
+                "conditional variance": float(plan.conditional_variance[i]),
+                "variance target": float(plan.targets[i]),
+            }
+        )
+    return rows

@@ -1,0 +1,78 @@
+"""Heavy, process-wide resources, created once per server process.
+
+Everything here is shared by every browser session (``st.cache_resource``):
+the live pipeline manager, the work directory, the plan cache and the shipped
+sample. Never keep these in ``st.session_state``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import streamlit as st
+
+from engine.data import SensorHistory, load_history
+from engine.stream.manager import PipelineManager, get_manager
+from ui.plans import PlanCache
+
+HOME_ENV = "LACUNA_HOME"
+SAMPLE_ENV = "LACUNA_SAMPLE"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SAMPLE = REPO_ROOT / "sample_data" / "beijing_aq_sample.csv"
+
+
+def sample_path() -> Path:
+    """The dataset a first-time visitor sees (``LACUNA_SAMPLE`` overrides it)."""
+    return Path(os.environ.get(SAMPLE_ENV) or DEFAULT_SAMPLE)
+
+
+@st.cache_resource(show_spinner=False)
+def work_dir() -> Path:
+    """``LACUNA_HOME`` (default ``~/.lacuna``), or a temp dir when that is not writable."""
+    wanted = Path(os.environ.get(HOME_ENV) or Path.home() / ".lacuna").expanduser()
+    try:
+        wanted.mkdir(parents=True, exist_ok=True)
+        probe = wanted / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return wanted
+    except OSError:
+        # A read-only home must not stop the app: fall back to a private temp dir.
+        return Path(tempfile.mkdtemp(prefix="lacuna-"))
+
+
+@st.cache_resource(show_spinner=False)
+def pipeline_manager() -> PipelineManager:
+    """The process-wide live pipeline manager (one pipeline for every session)."""
+    return get_manager()
+
+
+@st.cache_resource(show_spinner=False)
+def plan_cache() -> PlanCache:
+    """Plans shared by every session, keyed by data, sensors and parameters."""
+    return PlanCache(capacity=64)
+
+
+@st.cache_resource(show_spinner=False)
+def sample_history(path: str, mtime_ns: int) -> SensorHistory:
+    """The shipped sample, loaded once (``mtime_ns`` reloads it when the file changes)."""
+    del mtime_ns  # only part of the cache key
+    return load_history(path)
+
+
+class PipelineLog:
+    """What the UI remembers about the shared pipeline: who started it, past reports."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner: str | None = None
+        self.started: dict[str, str] = {}
+        self.reports: dict[str, dict] = {}  # mode -> last recovery report (to_dict)
+
+
+@st.cache_resource(show_spinner=False)
+def pipeline_log() -> PipelineLog:
+    return PipelineLog()

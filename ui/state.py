@@ -1,0 +1,133 @@
+"""Session-state accessors: the current dataset, the sensors chosen, the parameters.
+
+One browser session = one ``st.session_state``. Only plain data lives here
+(histories, parameters); heavy shared resources live in ``ui.resources``. A bad
+upload never replaces the last good dataset: ``set_dataset`` is only called
+with a history that loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+
+from engine.data import SensorHistory
+from engine.plan import PlanParameters
+from ui import resources
+from ui.plans import PlanningData
+
+DATASET, SELECTION, PARAMS, AUTO_BACKTEST = "dataset", "sensors", "params", "auto_backtest"
+DEFAULT_GROUPS = ("TEMP", "DEWP")  # on the shipped sample: both in degC
+MIN_SENSORS = 2
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A loaded history and where it came from."""
+
+    history: SensorHistory
+    name: str
+    fingerprint: str
+    is_sample: bool
+
+
+def make_dataset(history: SensorHistory, name: str, is_sample: bool = False) -> Dataset:
+    return Dataset(history, name, history.fingerprint(), is_sample)
+
+
+def current_dataset() -> Dataset:
+    """The session's dataset; the shipped sample on a first visit."""
+    if DATASET not in st.session_state:
+        path = resources.sample_path()
+        history = resources.sample_history(str(path), path.stat().st_mtime_ns)
+        set_dataset(make_dataset(history, path.name, is_sample=True))
+    return st.session_state[DATASET]
+
+
+def set_dataset(dataset: Dataset) -> None:
+    """Make ``dataset`` current, with a default sensor choice and parameters for it."""
+    st.session_state[DATASET] = dataset
+    st.session_state[SELECTION] = default_selection(dataset.history.sensors)
+    st.session_state[PARAMS] = default_parameters(dataset.history, st.session_state[SELECTION])
+
+
+def suffix(sensor: str) -> str:
+    """The quantity of a ``<station>_<quantity>`` name (the whole name otherwise)."""
+    return sensor.rsplit("_", 1)[-1]
+
+
+def sensor_groups(sensors: tuple[str, ...]) -> dict[str, list[str]]:
+    """Sensors grouped by suffix, e.g. ``{"TEMP": [...], "PM2.5": [...]}``."""
+    groups: dict[str, list[str]] = {}
+    for s in sensors:
+        groups.setdefault(suffix(s), []).append(s)
+    return groups
+
+
+def default_selection(sensors: tuple[str, ...]) -> list[str]:
+    """TEMP and DEWP sensors when present (same unit), else every sensor."""
+    chosen = [s for s in sensors if suffix(s) in DEFAULT_GROUPS]
+    return chosen if len(chosen) >= MIN_SENSORS else list(sensors)
+
+
+def nice_number(x: float) -> float:
+    """``x`` rounded to 1, 2 or 5 times a power of ten."""
+    if not np.isfinite(x) or x <= 0:
+        return 1.0
+    power = 10.0 ** np.floor(np.log10(x))
+    step = min((1.0, 2.0, 5.0, 10.0), key=lambda m: abs(np.log(x / (m * power))))
+    return float(step * power)
+
+
+def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParameters:
+    """eps = a tenth of the typical sensor spread (1.0 degC on the sample), delta 0.05,
+    window 24 readings (a day of hourly data) or less on short files, avg."""
+    idx = [history.sensors.index(s) for s in sensors]
+    spread = float(np.median(history.values[:, idx].std(axis=0))) if idx else 1.0
+    window = int(max(1, min(24, history.values.shape[0] // 12)))
+    return PlanParameters(eps=nice_number(spread / 10), delta=0.05, window=window)
+
+
+def selection() -> list[str]:
+    current_dataset()
+    return list(st.session_state[SELECTION])
+
+
+def set_selection(sensors: list[str]) -> None:
+    st.session_state[SELECTION] = list(sensors)
+
+
+def params() -> PlanParameters:
+    current_dataset()
+    return st.session_state[PARAMS]
+
+
+def set_params(value: PlanParameters) -> None:
+    st.session_state[PARAMS] = value
+
+
+def auto_backtest() -> bool:
+    """Whether pages backtest a changed plan by themselves (default on)."""
+    return bool(st.session_state.get(AUTO_BACKTEST, True))
+
+
+def planning_data() -> PlanningData:
+    """The chosen sensors of the current dataset, with a key for the plan cache."""
+    dataset, chosen = current_dataset(), tuple(selection())
+    key = hashlib.sha256(f"{dataset.fingerprint}|{chosen!r}".encode()).hexdigest()[:24]
+    cached = st.session_state.get("_planning_data")
+    if cached is None or cached.key != key:
+        history = dataset.history.select(list(chosen)) if len(chosen) >= 1 else dataset.history
+        cached = PlanningData(history, key)
+        st.session_state["_planning_data"] = cached
+    return cached
+
+
+def upload_dir() -> Path:
+    path = resources.work_dir() / "uploads"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

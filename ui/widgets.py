@@ -1,0 +1,190 @@
+"""Widgets that read the operator's choices into engine configs.
+
+Widget values survive page switches because each widget is seeded from the
+session's ``PlanParameters`` (Streamlit forgets a widget's key when a page
+without it runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+from engine.data import LoadOptions
+from engine.errors import EngineError
+from engine.guarantee import AGGREGATES
+from engine.plan import PlanParameters
+from ui import state
+
+EXACT_MAX_N = 20
+DELTAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+METHOD_HELP = (
+    "greedy: ours (fast, near-minimal); paper: the seed's greedy, literally; "
+    f"exact: branch and bound, the true minimum (only up to {EXACT_MAX_N} sensors)"
+)
+
+
+def _seed(key: str, value: object) -> None:
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+def load_options() -> LoadOptions:
+    """Layout and time column of an upload (auto-detected by default)."""
+    cols = st.columns(2)
+    layout = cols[0].selectbox(
+        "Layout",
+        ["auto", "wide", "long"],
+        help="wide: one column per sensor; long: (time, sensor, value) rows",
+        key="w_layout",
+    )
+    time_column = cols[1].text_input(
+        "Time column", "", placeholder="auto-detect", key="w_time_column"
+    )
+    return LoadOptions(layout=layout, time_column=time_column.strip() or None)
+
+
+def _set_selection(sensors: list[str]) -> None:
+    st.session_state["w_sensors"] = sensors
+
+
+def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
+    """Multiselect of the sensors to plan for, with quick groups by name suffix."""
+    _seed("w_sensors", state.selection())
+    groups = state.sensor_groups(sensors)
+    if 1 < len(groups) <= 12:
+        cols = st.columns(len(groups) + 2)
+        for col, (name, members) in zip(cols, groups.items(), strict=False):
+            col.button(
+                f"only {name} ({len(members)})",
+                on_click=_set_selection,
+                args=(members,),
+                key=f"w_group_{name}",
+                width="stretch",
+            )
+        cols[-2].button(
+            "all",
+            on_click=_set_selection,
+            args=(list(sensors),),
+            key="w_group_all",
+            width="stretch",
+        )
+        default = state.default_selection(sensors)
+        cols[-1].button(
+            "default",
+            on_click=_set_selection,
+            args=(default,),
+            key="w_group_default",
+            width="stretch",
+        )
+    chosen = st.multiselect(
+        "Sensors to plan for",
+        list(sensors),
+        key="w_sensors",
+        help="Plan for sensors with a common unit: eps is one number in that unit.",
+    )
+    if chosen != state.selection():
+        state.set_selection(chosen)
+        if len(chosen) >= state.MIN_SENSORS:
+            dataset = state.current_dataset()
+            state.set_params(state.default_parameters(dataset.history, chosen))
+            _forget_parameter_widgets()
+    return chosen
+
+
+def _forget_parameter_widgets() -> None:
+    for key in ("w_eps", "w_delta", "w_window", "w_slide", "w_agg", "w_method"):
+        st.session_state.pop(key, None)
+
+
+def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
+    """eps, delta, window, slide, aggregate and method -> ``PlanParameters``.
+
+    Returns None (after an ``st.error`` naming the value) when they are invalid.
+    """
+    p = state.params()
+    _seed("w_eps", float(p.eps))
+    _seed("w_delta", p.delta if p.delta in DELTAS else 0.05)
+    _seed("w_window", int(p.window))
+    _seed("w_slide", int(p.effective_slide))
+    _seed("w_agg", p.aggregate)
+    _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
+    c1, c2, c3 = st.columns(3)
+    eps = c1.number_input(
+        "eps: tolerance (unit of the aggregate)",
+        min_value=1e-6,
+        step=0.1,
+        format="%.3g",
+        key="w_eps",
+    )
+    delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
+    agg = c3.selectbox("Aggregate", AGGREGATES, key="w_agg")
+    c4, c5, c6 = st.columns(3)
+    window = c4.number_input(
+        "Window (readings)", min_value=1, max_value=max(1, n_rows // 4), step=1, key="w_window"
+    )
+    if st.session_state["w_slide"] > window:
+        st.session_state["w_slide"] = int(window)
+    slide = c5.number_input(
+        "Slide (readings; = window: tumbling)",
+        min_value=1,
+        max_value=int(window),
+        step=1,
+        key="w_slide",
+    )
+    methods = ["greedy", "paper"] + (["exact"] if n_sensors <= EXACT_MAX_N else [])
+    if st.session_state["w_method"] not in methods:
+        st.session_state["w_method"] = "greedy"
+    method = c6.selectbox("Method", methods, key="w_method", help=METHOD_HELP)
+    try:
+        new = replace(
+            p,
+            eps=float(eps),
+            delta=float(delta),
+            window=int(window),
+            slide=None if int(slide) == int(window) else int(slide),
+            aggregate=agg,
+            method=method,
+        )
+    except EngineError as err:
+        st.error(str(err))
+        return None
+    state.set_params(new)
+    return new
+
+
+def auto_backtest_toggle() -> bool:
+    _seed("w_auto", state.auto_backtest())
+    value = st.toggle(
+        "Backtest every change automatically",
+        key="w_auto",
+        help="Off: changes show an instant preview (model only) until you press Run backtest.",
+    )
+    st.session_state[state.AUTO_BACKTEST] = bool(value)
+    return bool(value)
+
+
+def storage_price() -> tuple[float, float, float]:
+    """(price per GB-month, retention days, bytes per reading)."""
+    c1, c2, c3 = st.columns(3)
+    price = c1.number_input(
+        "Storage price ($ per GB-month)",
+        min_value=0.0,
+        value=0.023,
+        step=0.001,
+        format="%.3f",
+        key="w_price",
+    )
+    days = c2.number_input(
+        "Retention (days of backup kept)", min_value=1, value=30, step=1, key="w_retention"
+    )
+    size = c3.number_input(
+        "Bytes per stored reading",
+        min_value=1.0,
+        value=16.0,
+        step=1.0,
+        key="w_bytes",
+        help="8-byte timestamp + 8-byte value by default",
+    )
+    return float(price), float(days), float(size)
