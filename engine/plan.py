@@ -211,7 +211,7 @@ def make_plan(
         settings = backtest or BacktestSettings(history=rows)
         result, scale = run_backtest(x, sensors, spec, settings, progress, return_scale=True)
     fold = plan_on(x[-rows:], sensors, spec, scale)
-    return _assemble(
+    return assemble_plan(
         history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
     )
 
@@ -236,20 +236,20 @@ def retarget(
         reason=plan.calibration.reason + f"; retargeted from eps={plan.parameters.eps:g}",
     )
     history_stub = _Provenance(plan.sampling_interval_s, plan.data_fingerprint)
-    return _assemble(
+    return assemble_plan(
         history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
     )
 
 
 @dataclass(frozen=True)
 class _Provenance:
-    """What ``_assemble`` needs of a history when re-targeting without one."""
+    """What ``assemble_plan`` needs of a history when re-targeting without one."""
 
     sampling_interval_s: float
     data_fingerprint: str
 
 
-def _assemble(
+def assemble_plan(
     source: SensorHistory | _Provenance,
     params: PlanParameters,
     model: GaussianModel,
