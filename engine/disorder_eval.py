@@ -473,24 +473,50 @@ def describe_stream(times_s: np.ndarray, arrivals: np.ndarray) -> dict[str, floa
     }
 
 
-def history_tuples(history: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Flatten a ``SensorHistory`` into (N,) event times (s), sensor names, values.
+@dataclass(frozen=True, eq=False)
+class ReplayStream:
+    """A history flattened into tuples in arrival order: (N,) arrays and the interval (s)."""
 
-    Also returns the sampling interval (median step, s). Row-major: all sensors
-    of a reading time, then the next time.
+    times: np.ndarray
+    sensors: np.ndarray
+    values: np.ndarray
+    arrivals: np.ndarray
+    interval_s: float
+
+    def lists(self) -> tuple[list[float], list[str], list[float], list[float]]:
+        return (
+            self.times.tolist(),
+            self.sensors.tolist(),
+            self.values.tolist(),
+            self.arrivals.tolist(),
+        )
+
+
+def make_replay_stream(history: Any, delays: DelayModel, rng: np.random.Generator) -> ReplayStream:
+    """Draw one delay per reading of a ``SensorHistory`` and order the tuples by arrival.
+
+    Ties are broken by event time, then sensor name (the stage's order).
     """
-    times = np.asarray(history.times).astype("datetime64[ns]").view(np.int64) / 1e9
-    values = np.asarray(history.values, dtype=float)
-    if times.size < 2:
-        raise ParameterError(f"need at least 2 readings to replay, got {times.size}")
-    n = values.shape[1]
-    interval = float(np.median(np.diff(times)))
-    return (
-        np.repeat(times, n),
-        np.tile(np.asarray(history.sensors, dtype=object), times.size),
-        values.ravel(),
-        interval,
-    )
+    stamps = np.asarray(history.times).astype("datetime64[ns]").view(np.int64) / 1e9
+    if stamps.size < 2:
+        raise ParameterError(f"need at least 2 readings to replay, got {stamps.size}")
+    n = len(history.sensors)
+    times = np.repeat(stamps, n)
+    sensors = np.tile(np.asarray(history.sensors, dtype=object), stamps.size)
+    values = np.asarray(history.values, dtype=float).ravel()
+    arrivals = times + delays.sample(times.size, rng)
+    order = np.lexsort((sensors.astype(str), times, arrivals))
+    interval = float(np.median(np.diff(stamps)))
+    return ReplayStream(times[order], sensors[order], values[order], arrivals[order], interval)
+
+
+def evaluate(
+    config: DisorderConfig, stream: ReplayStream, truth: pd.DataFrame
+) -> tuple[MethodReport, DisorderProcessor]:
+    """Replay ``stream`` through one configuration and summarise it against ``truth``."""
+    proc, rows, n_late = replay(config, *stream.lists())
+    report = summarise_method(proc, rows, n_late, truth, config.eps_thr, float(stream.arrivals[0]))
+    return report, proc
 
 
 def run_disorder_experiment(
@@ -505,10 +531,7 @@ def run_disorder_experiment(
     slide: int | None = None,
     gamma: float | None = None,
     fixed_k_s: float | None = None,
-    kp: float = 0.2,
-    kd: float = 4.0,
-    alpha0: float = 1.0,
-    alpha_max: float = 1.0,
+    **controller: Any,
 ) -> DisorderReport:
     """Replay a history out of order and run ours and the three baselines on it.
 
@@ -520,59 +543,42 @@ def run_disorder_experiment(
     window, slide : in readings (``slide=None``: tumbling).
     gamma : batch trigger in readings of event time (``None``: one window).
     fixed_k_s : the fixed watermark's ``K`` in seconds (``None``: one window width).
-    kp, kd, alpha0, alpha_max : PD controller of ours.
+    controller : other ``DisorderConfig`` fields for ours (``kp``, ``kd``,
+        ``alpha0``, ``alpha_max``, ``target_model``, ``control_tuples``, ...).
     rng : draws the delays.
 
-    Every method sees the same tuples in the same arrival order (ties broken by
-    event time, then sensor name).
+    Every method sees the same tuples in the same arrival order.
     """
     model = parse_delays(delays) if isinstance(delays, str) else delays
-    times, sensors, values, interval = history_tuples(history)
-    arrivals = times + model.sample(times.size, rng)
-    order = np.lexsort((sensors.astype(str), times, arrivals))
-    times, sensors, values, arrivals = times[order], sensors[order], values[order], arrivals[order]
-    base = DisorderConfig(
-        window=window,
-        slide=slide,
-        interval_s=interval,
-        origin_s=float(times.min()),
-        aggregate=aggregate,
-        eps_thr=eps_thr,
-        delta=delta,
-        kp=kp,
-        kd=kd,
-        alpha0=alpha0,
-        alpha_max=alpha_max,
-        gamma_s=None if gamma is None else gamma * interval,
-    )
+    stream = make_replay_stream(history, model, rng)
+    gamma_s = None if gamma is None else gamma * stream.interval_s
+    base = DisorderConfig.from_dict(
+        {
+            "window": window, "slide": slide, "interval_s": stream.interval_s,
+            "origin_s": float(stream.times.min()), "aggregate": aggregate, "eps_thr": eps_thr,
+            "delta": delta, "gamma_s": gamma_s, **controller,
+        }
+    )  # fmt: skip
     fixed = base.width_s if fixed_k_s is None else fixed_k_s
-    truth = window_truth(times, sensors, values, base)
-    lists = (times.tolist(), sensors.tolist(), values.tolist(), arrivals.tolist())
-    t0 = float(arrivals[0])
+    truth = window_truth(stream.times, stream.sensors, stream.values, base)
     methods: dict[str, MethodReport] = {}
     lambda_thr = math.nan
     for name, policy in METHODS.items():
         config = replace(base, policy=policy, fixed_k_s=fixed if policy == "fixed" else 0.0)
-        proc, rows, n_late = replay(config, *lists)
-        methods[name] = summarise_method(proc, rows, n_late, truth, eps_thr, t0)
+        methods[name], proc = evaluate(config, stream, truth)
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
-    parameters = {
-        "delays": model.describe(),
-        "eps_thr": eps_thr,
-        "delta": delta,
-        "window": window,
-        "slide": slide or window,
-        "aggregate": aggregate,
-        "interval_s": interval,
-        "gamma_s": base.gamma,
-        "fixed_k_s": fixed,
-        "kp": kp,
-        "kd": kd,
-        "alpha0": alpha0,
-        "alpha_max": alpha_max,
-        "n_rows": int(np.asarray(history.times).size),
-        "n_sensors": len(history.sensors),
-        "evaluated_results": int((truth["count"] == window).sum()),
-    }
-    return DisorderReport(parameters, describe_stream(times, arrivals), lambda_thr, methods)
+    skip = ("policy", "origin_s", "fixed_k_s", "gamma_s")
+    parameters = {k: v for k, v in base.to_dict().items() if k not in skip}
+    parameters.update(
+        delays=model.describe(),
+        slide=base.slide or window,
+        fixed_k_s=fixed,
+        gamma_s=base.gamma,
+        n_rows=int(np.asarray(history.times).size),
+        n_sensors=len(history.sensors),
+        evaluated_results=int((truth["count"] == window).sum()),
+    )
+    return DisorderReport(
+        parameters, describe_stream(stream.times, stream.arrivals), lambda_thr, methods
+    )

@@ -26,7 +26,9 @@ from engine.disorder import (
     KSlackBuffer,
     PDController,
     Zone,
+    prefix_miss_length,
     required_coverage,
+    required_coverage_tail,
 )
 from engine.disorder_eval import (
     METHODS,
@@ -184,7 +186,7 @@ def test_extreme_target_averages_the_miss_probability_over_windows() -> None:
 
 
 def test_coverage_target_takes_the_hardest_sensor() -> None:
-    target = CoverageTarget("avg", 10, 1.0, 0.05, history=5)
+    target = CoverageTarget("avg", 10, 1.0, 0.05, history=5, model="srs")
     assert target.lambda_thr() is None
     calm, wild = [0.0, 0.1] * 5, [0.0, 6.0] * 5
     target.observe({"calm": calm, "wild": wild})
@@ -195,9 +197,78 @@ def test_coverage_target_takes_the_hardest_sensor() -> None:
 
 
 def test_max_target_counts_readings_near_the_top() -> None:
-    target = CoverageTarget("max", 4, 1.0, 0.05, history=5)
+    target = CoverageTarget("max", 4, 1.0, 0.05, history=5, model="srs")
     target.observe({"s": [10.0, 9.5, 3.0, 2.0]})  # 2 of 4 within eps of the max -> M = 2
     assert target.stats["s"][-1] == 2.0
+
+
+def brute_prefix_miss(x: list[float], agg: str, eps: float) -> int:
+    full = len(x)
+    worst = 0
+    for n in range(1, full + 1):
+        head = x[:n]
+        value = {
+            "avg": np.mean(head),
+            "sum": full * np.mean(head),
+            "max": max(head),
+            "min": min(head),
+        }[agg]
+        exact = {"avg": np.mean(x), "sum": float(np.sum(x)), "max": max(x), "min": min(x)}[agg]
+        if abs(value - exact) > eps:
+            worst = n
+    return worst
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(-20, 20).map(float), min_size=1, max_size=12),
+    st.sampled_from(["avg", "sum", "max", "min"]),
+    st.floats(0.1, 10),
+)
+def test_prefix_miss_length_matches_brute_force(x: list[float], agg: str, eps: float) -> None:
+    assert prefix_miss_length(x, agg, eps) == brute_prefix_miss(x, agg, eps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=30), st.floats(0.01, 0.5))
+def test_tail_target_is_the_smallest_prefix_missing_at_most_delta(
+    lengths: list[int], delta: float
+) -> None:
+    window = 10
+    share = [np.mean([t >= n for t in lengths]) for n in range(1, window + 1)]
+    n_min = next(n for n in range(1, window + 1) if share[n - 1] <= delta)
+    assert required_coverage_tail(np.array(lengths), window, delta) == n_min / window
+
+
+def ar1_windows(rng: np.random.Generator, count: int, window: int, rho: float) -> np.ndarray:
+    """(count, window) stationary AR(1) windows with unit marginal variance."""
+    x = np.empty((count, window))
+    x[:, 0] = rng.normal(size=count)
+    for i in range(1, window):
+        x[:, i] = rho * x[:, i - 1] + np.sqrt(1 - rho**2) * rng.normal(size=count)
+    return x
+
+
+def test_tail_target_holds_on_autocorrelated_data_where_srs_does_not() -> None:
+    rng = np.random.default_rng(12)
+    window, eps, delta = 24, 0.5, 0.1
+    tail = CoverageTarget("avg", window, eps, delta, history=400, model="tail")
+    srs = CoverageTarget("avg", window, eps, delta, history=400, model="srs")
+    for w in ar1_windows(rng, 400, window, rho=0.9):
+        tail.observe({"s": list(w)})
+        srs.observe({"s": list(w)})
+    fresh = ar1_windows(rng, 5000, window, rho=0.9)
+
+    def miss_rate(lam: float | None) -> float:
+        assert lam is not None
+        n = round(lam * window)
+        return float(np.mean(np.abs(fresh[:, :n].mean(axis=1) - fresh.mean(axis=1)) > eps))
+
+    assert miss_rate(tail.lambda_thr()) <= delta + 0.02  # held-out windows: the target holds
+    assert miss_rate(srs.lambda_thr()) > 2 * delta  # random-sample theory is too optimistic here
+    partial = CoverageTarget("avg", window, eps, delta, history=5, model="tail")
+    partial.observe({"s": [1.0] * (window - 1)})  # incomplete at close: not used
+    assert partial.lambda_thr() is None
 
 
 # -- buffer behaviour --------------------------------------------------------
