@@ -82,13 +82,13 @@ def side_runs(history, slide: int | None, args: argparse.Namespace, sweep: bool)
     truth = window_truth(stream.times, stream.sensors, stream.values, base)
     out: dict = {}
     for name, changes in (("ours_srs_target", {"target_model": "srs"}), ("ours_kd_0", {"kd": 0.0})):
-        report, _ = evaluate(replace(base, **changes), stream, truth)
+        report, *_ = evaluate(replace(base, **changes), stream, truth)
         out[name] = {key: getattr(report, key) for key in SUMMARY}
     if sweep:
         out["fixed_watermark_sweep"] = []
         for factor in (0.25, 0.5, 1.0, 2.0, 4.0):
             config = replace(base, policy="fixed", fixed_k_s=factor * base.width_s)
-            report, _ = evaluate(config, stream, truth)
+            report, *_ = evaluate(config, stream, truth)
             out["fixed_watermark_sweep"].append(
                 {
                     "k_windows": factor,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -438,19 +439,24 @@ def replay(
     sensors: list[str],
     values: list[float],
     arrivals: list[float],
-) -> tuple[DisorderProcessor, list[ResultRow], int]:
-    """Run one method over tuples already in arrival order; returns rows and late count."""
+) -> tuple[DisorderProcessor, list[ResultRow], list[LateItem]]:
+    """Run one method over tuples already in arrival order; returns rows and late tuples.
+
+    A tuple's ``tag`` is its position in the arrival order.
+    """
     proc = DisorderProcessor(config)
     rows: list[ResultRow] = []
-    n_late = 0
-    for ts, sensor, value, arrival in zip(times_s, sensors, values, arrivals, strict=True):
-        proc.push(ts, sensor, value, arrival)
-        _, late, new_rows = proc.drain()
-        n_late += len(late)
+    late: list[LateItem] = []
+    for tag, (ts, sensor, value, arrival) in enumerate(
+        zip(times_s, sensors, values, arrivals, strict=True)
+    ):
+        proc.push(ts, sensor, value, arrival, tag)
+        _, new_late, new_rows = proc.drain()
+        late.extend(new_late)
         rows.extend(new_rows)
     proc.flush()
-    rows.extend(proc.drain()[2])
-    return proc, rows, n_late
+    _, new_late, new_rows = proc.drain()
+    return proc, rows + new_rows, late + new_late
 
 
 def describe_stream(times_s: np.ndarray, arrivals: np.ndarray) -> dict[str, float]:
@@ -512,11 +518,16 @@ def make_replay_stream(history: Any, delays: DelayModel, rng: np.random.Generato
 
 def evaluate(
     config: DisorderConfig, stream: ReplayStream, truth: pd.DataFrame
-) -> tuple[MethodReport, DisorderProcessor]:
-    """Replay ``stream`` through one configuration and summarise it against ``truth``."""
-    proc, rows, n_late = replay(config, *stream.lists())
-    report = summarise_method(proc, rows, n_late, truth, config.eps_thr, float(stream.arrivals[0]))
-    return report, proc
+) -> tuple[MethodReport, DisorderProcessor, list[ResultRow], list[LateItem]]:
+    """Replay ``stream`` through one configuration and summarise it against ``truth``.
+
+    Returns the report, the finished processor, its result rows and late tuples.
+    """
+    proc, rows, late = replay(config, *stream.lists())
+    report = summarise_method(
+        proc, rows, len(late), truth, config.eps_thr, float(stream.arrivals[0])
+    )
+    return report, proc, rows, late
 
 
 def run_disorder_experiment(
@@ -531,6 +542,7 @@ def run_disorder_experiment(
     slide: int | None = None,
     gamma: float | None = None,
     fixed_k_s: float | None = None,
+    store_path: str | Path | None = None,
     **controller: Any,
 ) -> DisorderReport:
     """Replay a history out of order and run ours and the three baselines on it.
@@ -543,6 +555,8 @@ def run_disorder_experiment(
     window, slide : in readings (``slide=None``: tumbling).
     gamma : batch trigger in readings of event time (``None``: one window).
     fixed_k_s : the fixed watermark's ``K`` in seconds (``None``: one window width).
+    store_path : if given, ours' late tuples and result rows are recorded in
+        this DuckDB backup store (``late`` and ``results`` tables, one new run).
     controller : other ``DisorderConfig`` fields for ours (``kp``, ``kd``,
         ``alpha0``, ``alpha_max``, ``target_model``, ``control_tuples``, ...).
     rng : draws the delays.
@@ -565,9 +579,13 @@ def run_disorder_experiment(
     lambda_thr = math.nan
     for name, policy in METHODS.items():
         config = replace(base, policy=policy, fixed_k_s=fixed if policy == "fixed" else 0.0)
-        methods[name], proc = evaluate(config, stream, truth)
+        methods[name], proc, rows, late = evaluate(config, stream, truth)
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
+            if store_path is not None:
+                from engine.stream.disorder_stage import record_to_store
+
+                record_to_store(store_path, late, rows)
     skip = ("policy", "origin_s", "fixed_k_s", "gamma_s")
     parameters = {k: v for k, v in base.to_dict().items() if k not in skip}
     parameters.update(

@@ -67,6 +67,73 @@ def order_arrivals(batch: pd.DataFrame) -> pd.DataFrame:
     return batch.sort_values(["arrival_time", "event_time", "sensor"], kind="stable")
 
 
+def tuples_frame(
+    rows: Sequence[tuple[float, float, str, float, int]], dtypes: dict[str, Any] | None = None
+) -> pd.DataFrame:
+    """``INPUT_COLUMNS`` from (event s, arrival s, sensor, value, seq) rows.
+
+    ``dtypes`` gives the timestamp dtypes to return (default: UTC microseconds).
+    """
+    ts, arrival, sensor, value, tag = (
+        (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 5
+    )
+    like = {name: pd.Series([], dtype=dtype) for name, dtype in (dtypes or {}).items()}
+    utc = pd.Series([], dtype="datetime64[us, UTC]")
+    return pd.DataFrame(
+        {
+            "seq": pd.Series(tag, dtype="int64"),
+            "event_time": to_timestamps(ts, like.get("event_time", utc)),
+            "arrival_time": to_timestamps(arrival, like.get("arrival_time", utc)),
+            "sensor": pd.Series(sensor, dtype=object),
+            "value": pd.Series(value, dtype="float64"),
+        }
+    )
+
+
+def released_frame(items: Sequence[Item], dtypes: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Released tuples as ``INPUT_COLUMNS`` (in release order)."""
+    return tuples_frame([(r[0], r[5], r[3], r[4], r[6]) for r in items], dtypes)
+
+
+def late_frame(items: Sequence[LateItem], dtypes: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Late tuples as ``INPUT_COLUMNS`` (the store's ``late`` table columns)."""
+    return tuples_frame([(x[0], x[6], x[4], x[5], x[7]) for x in items], dtypes)
+
+
+def results_frame(rows: Sequence[ResultRow]) -> pd.DataFrame:
+    """Result rows as ``RESULT_COLUMNS`` (the store's ``results`` table plus ``emitted_at``)."""
+    frame = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
+    frame = frame.astype({"window_id": "int64", "version": "int64", "final": "bool"})
+    utc = pd.Series([], dtype="datetime64[us, UTC]")
+    for name in ("window_start", "window_end", "emitted_at"):
+        frame[name] = to_timestamps(frame[name].to_numpy(float), utc)
+    return frame
+
+
+def record_to_store(
+    store_path: str | Path, late: Sequence[LateItem], rows: Sequence[ResultRow]
+) -> int:
+    """Write late tuples and result rows to the DuckDB store as one new run's batch 0.
+
+    Returns the run number. (The live pipeline writes the stage's frames with
+    its own batches; this is for offline replays such as the experiment.)
+    """
+    from engine.store import BackupStore, BatchWrite
+
+    with BackupStore(store_path) as store:
+        run = store.next_run()
+        seqs = [x[7] for x in late]
+        write = BatchWrite(
+            run,
+            0,
+            results=results_frame(rows),
+            late=late_frame(late),
+            max_seq=max(seqs, default=-1),
+        )
+        store.commit_batch(write)
+    return run
+
+
 class DisorderStage:
     """The pipeline's disorder stage: ``process``, ``snapshot``, ``restore``."""
 
@@ -186,36 +253,12 @@ class DisorderStage:
     def pop_results(self) -> pd.DataFrame:
         """Result rows (provisional, correction, final) emitted since the last call."""
         rows, self.rows = self.rows, []
-        frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
-        frame = frame.astype({"window_id": "int64", "version": "int64", "final": "bool"})
-        for name in ("window_start", "window_end", "emitted_at"):
-            frame[name] = to_timestamps(
-                frame[name].to_numpy(float), pd.Series(pd.to_datetime([], utc=True))
-            )
-        return frame
+        return results_frame(rows)
 
     def _frames(
         self, released: list[Item], late: list[LateItem]
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
-        rel = [(r[0], r[5], r[3], r[4], r[6]) for r in released]
-        lat = [(x[0], x[6], x[4], x[5], x[7]) for x in late]
-        return self._frame(rel), self._frame(lat)
-
-    def _frame(self, rows: list[tuple[float, float, str, float, int]]) -> pd.DataFrame:
-        """Columns ``INPUT_COLUMNS`` from (event s, arrival s, sensor, value, seq) rows."""
-        ts, arrival, sensor, value, tag = (
-            (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 5
-        )
-        like = {name: pd.Series([], dtype=dtype) for name, dtype in self._dtypes.items()}
-        return pd.DataFrame(
-            {
-                "seq": pd.Series(tag, dtype="int64"),
-                "event_time": to_timestamps(ts, like.get("event_time")),
-                "arrival_time": to_timestamps(arrival, like.get("arrival_time")),
-                "sensor": pd.Series(sensor, dtype=object),
-                "value": pd.Series(value, dtype="float64"),
-            }
-        )
+        return released_frame(released, self._dtypes), late_frame(late, self._dtypes)
 
     # -- state ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -710,3 +710,21 @@ def test_stage_for_history_lines_windows_up_with_the_history() -> None:
     assert stage.backup_sensors == {"a"}
     with pytest.raises(PipelineError, match="lacks column"):
         stage.process(pd.DataFrame({"event_time": [], "sensor": [], "value": []}))
+
+
+def test_experiment_records_late_tuples_and_versioned_results_in_the_store(tmp_path: Path) -> None:
+    from engine.store import BackupStore
+
+    path = tmp_path / "store.duckdb"
+    report = run_disorder_experiment(
+        small_history(), "exp:7200", eps_thr=1.0, delta=0.1, window=12,
+        rng=np.random.default_rng(0), store_path=path,
+    ).to_dict()  # fmt: skip
+    with BackupStore(path) as store:
+        late = store.read_table("late")
+        results = store.read_results()
+    assert len(late) == report["ours"]["late_tuples"] > 0
+    assert set(results["kind"]) == {"provisional", "correction", "final"}
+    assert (results["kind"] == "correction").sum() == report["ours"]["corrections"]
+    latest = results.sort_values("version").groupby(["window_id", "sensor"]).tail(1)
+    assert latest["final"].all()
