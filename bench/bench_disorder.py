@@ -11,8 +11,8 @@ miss their window. Every method sees the same tuples in the same order.
 Scenarios (one run): daily tumbling windows over 2000 rows; the same with a
 6-hour slide (the seed's window/slide shape); tumbling over a year (8760 rows)
 to show the controller after its start-up. Each also reports two labelled
-ablations of ours: the seed's random-sample target (``target_model=srs``) and
-``kd=0``. The first scenario also sweeps a fixed watermark's ``K``: a fixed
+ablations of ours: the seed's random-sample target (``target_model=srs``),
+``kd=0``, and both together. The first scenario also sweeps a fixed watermark's ``K``: a fixed
 ``K`` has no quality control, so whether it meets ``(eps_thr, delta)`` and at
 what latency depends on a constant chosen in advance.
 
@@ -81,7 +81,12 @@ def side_runs(history, slide: int | None, args: argparse.Namespace, sweep: bool)
     )  # fmt: skip
     truth = window_truth(stream.times, stream.sensors, stream.values, base)
     out: dict = {}
-    for name, changes in (("ours_srs_target", {"target_model": "srs"}), ("ours_kd_0", {"kd": 0.0})):
+    ablations = (
+        ("ours_srs_target", {"target_model": "srs"}),
+        ("ours_kd_0", {"kd": 0.0}),
+        ("ours_srs_target_kd_0", {"target_model": "srs", "kd": 0.0}),
+    )
+    for name, changes in ablations:
         report, *_ = evaluate(replace(base, **changes), stream, truth)
         out[name] = {key: getattr(report, key) for key in SUMMARY}
     if sweep:
