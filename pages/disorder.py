@@ -42,7 +42,8 @@ with panels.page_guard():
         f"{params.eps:g}, delta {params.delta:g}, window {params.window} "
         f"({params.aggregate}); target coverage lambda = {report['lambda_thr']:.2f}."
     )
-    st.dataframe(disorder.summary(report), hide_index=True)
+    st.dataframe(disorder.summary(report), hide_index=True, column_config=disorder.TABLE_FORMAT)
+    st.info(disorder.verdict(report, params.delta))
     left, right = st.columns(2)
     left.plotly_chart(disorder.k_chart(report))
     right.plotly_chart(disorder.latency_chart(report))

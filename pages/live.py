@@ -34,7 +34,7 @@ with panels.page_guard():
         key="simulate_failure",
         disabled=manager.status().state not in ("running", "failed"),
     ):
-        live.recover_only() if failed else live.fail_and_recover()
+        report = live.recover_only() if failed else live.fail_and_recover()
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()

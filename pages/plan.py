@@ -21,6 +21,5 @@ with panels.page_guard():
     s = plan.savings(size)
     savings.metrics(s, s.cost_per_month(price, days))
     compare = savings.comparison(plan, s, price, days)
-    c1, c2 = st.columns([3, 2])
-    c1.dataframe(compare, hide_index=True)
-    c2.plotly_chart(charts.savings_bars(compare))
+    st.dataframe(compare, hide_index=True)
+    st.plotly_chart(charts.savings_bars(compare))

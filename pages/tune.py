@@ -32,9 +32,10 @@ with panels.page_guard():
     curves = plans.whatif_curves(data, preview, cache)
     st.subheader("What if: backup fraction (model projections, not backtested)")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, "eps"))
+    now = preview.backup_fraction
+    c1.plotly_chart(charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, now, "eps"))
     c2.plotly_chart(
-        charts.whatif_chart(curves.delta, curves.fraction_by_delta, params.delta, "delta")
+        charts.whatif_chart(curves.delta, curves.fraction_by_delta, params.delta, now, "delta")
     )
     st.caption(
         f"Curves: {curves.method} selection re-run on the fitted model for each value "

@@ -44,28 +44,39 @@ def preview_chart(history: SensorHistory, sensors: Sequence[str], limit: int = 1
             )
         )
     shown = min(limit, len(sensors))
-    return _layout(
-        fig, f"Readings ({shown} of {len(sensors)} chosen sensors)", 360, x="time", y="value"
-    )
+    return _layout(fig, f"Readings ({shown} of {len(sensors)} chosen sensors)", 360, y="value")
 
 
 def whatif_chart(
-    x: Sequence[float], y: Sequence[float], current: float, label: str, log_x: bool = True
+    x: Sequence[float], y: Sequence[float], current: float, now: float, label: str
 ) -> go.Figure:
-    """Model projection of the backup fraction against one parameter."""
+    """Model projection of the backup fraction against one parameter (log x axis).
+
+    ``now`` is the current plan's backup fraction, marked at ``current``.
+    """
     fig = go.Figure(
         go.Scatter(
             x=list(x),
             y=[100 * v for v in y],
             mode="lines+markers",
             name="backup fraction (model projection)",
-            line={"shape": "hv"},
+            line={"shape": "hv", "color": REBUILT_COLOUR},
         )
     )
-    fig.add_vline(
-        x=current, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=f"now: {current:g}"
+    # A trace, not add_vline: shapes on a log axis take log10 coordinates.
+    fig.add_trace(
+        go.Scatter(
+            x=[current, current, current],
+            y=[0, 100 * now, 105],
+            mode="lines+markers+text",
+            line={"dash": "dash", "color": BACKUP_COLOUR},
+            marker={"size": [0, 11, 0], "color": BACKUP_COLOUR},
+            text=["", f" now: {label} = {current:g}, {100 * now:.0f} %", ""],
+            textposition="middle right",
+            name="current plan",
+        )
     )
-    fig.update_xaxes(type="log" if log_x else "linear")
+    fig.update_xaxes(type="log")
     fig.update_yaxes(range=[0, 105])
     return _layout(
         fig,
@@ -185,9 +196,16 @@ def recovery_chart(
 
 def error_histogram(errors: np.ndarray, eps: float) -> go.Figure:
     """Absolute window errors of rebuilt sensors, against eps."""
+    top = max(1.25 * eps, float(np.max(errors, initial=0.0)) * 1.05)
     fig = go.Figure(
-        go.Histogram(x=errors, nbinsx=30, marker_color=REBUILT_COLOUR, name="recovered windows")
+        go.Histogram(
+            x=errors,
+            xbins={"start": 0.0, "end": top, "size": top / 25},
+            marker_color=REBUILT_COLOUR,
+            name="recovered windows",
+        )
     )
+    fig.update_xaxes(range=[0, top])
     fig.add_vline(
         x=eps, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=f"eps = {eps:g}"
     )
@@ -205,7 +223,17 @@ def violation_bars(rates: dict[str, float], delta: float, title: str) -> go.Figu
     names = list(rates)
     values = [100 * rates[s] for s in names]
     colours = [BACKUP_COLOUR if v > 100 * delta else REBUILT_COLOUR for v in values]
-    fig = go.Figure(go.Bar(x=names, y=values, marker_color=colours, name="violation rate"))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=values,
+            marker_color=colours,
+            name="violation rate",
+            text=[f"{v:.1f} %" for v in values],
+            textposition="outside",
+        )
+    )
+    fig.update_yaxes(range=[0, max(110.0 * delta, *values, 1.0) * 1.15])
     fig.add_hline(
         y=100 * delta,
         line_dash="dash",
@@ -216,28 +244,23 @@ def violation_bars(rates: dict[str, float], delta: float, title: str) -> go.Figu
 
 
 def mode_bars(table: pd.DataFrame) -> go.Figure:
-    """Backup volume and recovered windows for approx, full and none."""
-    fig = go.Figure()
-    fig.add_trace(
+    """Backup rows each mode stores, labelled with the windows it recovered."""
+    rows = table["backup rows"].fillna(0)
+    labels = [
+        f"{int(r)} rows, {w}/{lost} windows recovered ({f})"
+        for r, w, lost, f in zip(
+            rows, table["windows recovered"], table["windows lost"], table["figures"], strict=True
+        )
+    ]
+    fig = go.Figure(
         go.Bar(
-            x=table["mode"],
-            y=table["backup rows"],
-            name="backup rows stored",
-            marker_color=REBUILT_COLOUR,
-            offsetgroup="rows",
+            x=rows,
+            y=table["mode"],
+            orientation="h",
+            text=labels,
+            textposition="auto",
+            marker_color=[BACKUP_COLOUR, REBUILT_COLOUR, "#999999"][: len(table)],
         )
     )
-    fig.add_trace(
-        go.Bar(
-            x=table["mode"],
-            y=table["windows recovered"],
-            name="windows recovered",
-            marker_color=ACCENT,
-            yaxis="y2",
-            offsetgroup="windows",
-        )
-    )
-    fig.update_layout(
-        barmode="group", yaxis2={"overlaying": "y", "side": "right", "title": "windows recovered"}
-    )
-    return _layout(fig, "approx vs full vs none", 320, y="backup rows")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Backup rows read for recovery, per mode", 260, x="backup rows")

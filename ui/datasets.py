@@ -70,31 +70,43 @@ def report_summary(dataset: state.Dataset) -> None:
     c = st.columns(5)
     c[0].metric("Format", f"{r.layout} {dataset.name.rsplit('.', 1)[-1].upper()}")
     c[1].metric("Sensors", len(r.sensors))
-    c[2].metric("Rows", f"{r.n_rows:,}", f"{r.n_rows_raw - r.n_rows:,} dropped", delta_color="off")
+    c[2].metric(
+        "Rows",
+        f"{r.n_rows:,}",
+        f"{r.n_rows_raw - r.n_rows:,} dropped",
+        delta_color="off",
+        delta_arrow="off",
+    )
     c[3].metric(
         "Sampling interval",
         interval_text(r.sampling_interval_s),
         f"{r.n_gaps} gaps",
         delta_color="off",
+        delta_arrow="off",
     )
     c[4].metric(
         "Missing values",
         f"{100 * missing:.2f} %",
         f"{r.n_values_filled:,} filled ({r.missing_policy})",
         delta_color="off",
+        delta_arrow="off",
     )
     first, last = dataset.history.times[0], dataset.history.times[-1]
     st.caption(
         f"{dataset.name}: time column {r.time_column!r}, {str(first)[:19]} .. "
         f"{str(last)[:19]}" + (" (the shipped sample)" if dataset.is_sample else "")
     )
-    for note in r.notes:
-        st.caption(f"• {note}")
+    with st.expander(f"What the loader did ({len(r.notes)} notes)"):
+        for note in r.notes:
+            st.caption(f"• {note}")
     if r.constant_sensors:
         st.warning(f"Constant sensors (no information): {', '.join(r.constant_sensors)}")
     if r.duplicate_sensors:
-        pairs = ", ".join(f"{a} = {b}" for a, b in r.duplicate_sensors)
-        st.warning(f"Identical sensors: {pairs}")
+        st.info(
+            f"{len(r.duplicate_sensors)} sensors repeat another one exactly (e.g. "
+            f"{r.duplicate_sensors[0][0]} = {r.duplicate_sensors[0][1]}): the plan rebuilds "
+            "such copies for free."
+        )
 
 
 def missing_table(dataset: state.Dataset) -> pd.DataFrame:

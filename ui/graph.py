@@ -1,9 +1,10 @@
 """The correlation graph: nodes = sensors, edges = strong correlations.
 
-Layout is classical multidimensional scaling of the correlation distance
-``sqrt(2 (1 - |r|))``: strongly correlated sensors land close together, and it
-is deterministic (no random force layout), so the picture does not jump
-between reruns.
+Layout: classical multidimensional scaling of the correlation distance
+``sqrt(2 (1 - |r|))`` places strongly correlated sensors close together; a
+few force-directed steps from there (edges pull, all nodes push) then keep
+near-identical sensors from hiding each other. Both are deterministic, so the
+picture does not jump between reruns.
 """
 
 from __future__ import annotations
@@ -42,6 +43,35 @@ def layout_positions(corr: np.ndarray) -> np.ndarray:
     # Coincident points (identical sensors) would hide each other: spread them a little.
     jitter = 0.02 * np.column_stack([np.cos(np.arange(n)), np.sin(np.arange(n))])
     return pos + jitter * max(1e-3, float(np.ptp(pos)) if pos.size else 1.0)
+
+
+def spring_layout(
+    corr: np.ndarray, edges: list[tuple[int, int]], iterations: int = 120
+) -> np.ndarray:
+    """(n, 2) positions: Fruchterman-Reingold started from the MDS layout."""
+    pos = layout_positions(corr)
+    n = pos.shape[0]
+    if n < 3:
+        return pos
+    pos = (pos - pos.mean(axis=0)) / max(float(np.abs(pos).max()), 1e-12)
+    k = 2.0 / np.sqrt(n)  # ideal distance in a [-1, 1] box
+    ii = np.array([e[0] for e in edges], dtype=int)
+    jj = np.array([e[1] for e in edges], dtype=int)
+    weight = np.abs(corr[ii, jj]) if edges else np.zeros(0)
+    for step in range(iterations):
+        diff = pos[:, None, :] - pos[None, :, :]
+        dist = np.maximum(np.linalg.norm(diff, axis=2), 1e-3)
+        move = (diff / dist[..., None] * (k * k / dist)[..., None]).sum(axis=1)
+        if edges:
+            d = pos[ii] - pos[jj]
+            length = np.maximum(np.linalg.norm(d, axis=1), 1e-3)
+            pull = d / length[:, None] * (length * length / k * weight)[:, None]
+            np.add.at(move, ii, -pull)
+            np.add.at(move, jj, pull)
+        temperature = 0.1 * (1.0 - step / iterations) + 1e-3
+        size = np.maximum(np.linalg.norm(move, axis=1), 1e-12)
+        pos = pos + move / size[:, None] * np.minimum(size, temperature)[:, None]
+    return pos
 
 
 def strong_edges(
@@ -93,7 +123,7 @@ def _hover(plan: BackupPlan) -> list[str]:
 
 def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
     """Nodes at MDS positions, edge width by |r|, backed-up sensors highlighted."""
-    pos = layout_positions(corr)
+    pos = spring_layout(corr, edges)
     fig = go.Figure()
     for strong in (False, True):
         xs: list[float | None] = []

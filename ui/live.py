@@ -26,6 +26,7 @@ from ui.panels import pct
 RATES = (5, 10, 20, 50, 100)  # history rows replayed per second
 POLL_SECONDS = 1.5
 ACTIVE = ("running", "failed", "recovering")
+PENDING = "_live_pending"  # the last report still waits for windows
 
 
 def session_id() -> str:
@@ -107,26 +108,37 @@ def last_report() -> RecoveryReport | None:
 
 def status_metrics(s: PipelineStatus, delta: float) -> None:
     c = st.columns(6)
-    c[0].metric("State", s.state, f"mode {s.mode or '-'}, run {s.run}", delta_color="off")
-    c[1].metric("Micro-batches", s.batches, f"{s.batch_duration_ms:.0f} ms last", delta_color="off")
+    c[0].metric(
+        "State", s.state, f"mode {s.mode or '-'}, run {s.run}", delta_color="off", delta_arrow="off"
+    )
+    c[1].metric(
+        "Micro-batches",
+        s.batches,
+        f"{s.batch_duration_ms:.0f} ms last",
+        delta_color="off",
+        delta_arrow="off",
+    )
     c[2].metric(
         "Readings in",
         f"{s.input_rows:,}",
         f"{s.processed_rows_per_second:,.0f}/s",
         delta_color="off",
+        delta_arrow="off",
     )
     c[3].metric(
         "Backup rows stored",
         f"{s.backup_rows:,}",
         f"{s.backup_bytes / 1e3:,.1f} kB",
         delta_color="off",
+        delta_arrow="off",
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
     c[5].metric(
-        "Shadow violation rate",
+        "Shadow miss rate",
         pct(s.shadow_worst_rate),
-        f"worst sensor; delta {delta:g}",
+        f"worst; delta {delta:g}",
         delta_color="off",
+        delta_arrow="off",
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee.",
     )
@@ -149,9 +161,11 @@ def status_panel(delta: float) -> None:
     """Polls the shared manager; a change of state reruns the whole page (buttons)."""
     s = resources.pipeline_manager().status()
     status_metrics(s, delta)
-    seen = st.session_state.get("_live_state")
-    st.session_state["_live_state"] = s.state
-    if seen is not None and seen != s.state:
+    # While recovered windows are pending, each new window may finish one: rerun the page.
+    watch = (s.state, s.windows_emitted if st.session_state.get(PENDING) else None)
+    seen = st.session_state.get("_live_watch")
+    st.session_state["_live_watch"] = watch
+    if seen is not None and seen != watch:
         st.rerun(scope="app")
 
 
@@ -204,11 +218,13 @@ def recovery_frame(
 
 
 def lost_span(history: SensorHistory, report: RecoveryReport) -> tuple[object, object] | None:
+    """From the first lost window's start to the end of the last window the failure hit."""
     first, last = report.lost_rows
     if last < first:
         return None
-    last = min(last, len(history.times) - 1)
-    return history.times[first], history.times[last]
+    ids = report.window_ids or (first // report.slide,)
+    end = max(last, max(ids) * report.slide + report.window - 1)
+    return history.times[first], history.times[min(end, len(history.times) - 1)]
 
 
 def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
@@ -279,11 +295,16 @@ def recovery_section(history: SensorHistory, plan: BackupPlan, report: RecoveryR
         report.windows_recovered,
         f"{report.windows_pending} pending",
         delta_color="off",
+        delta_arrow="off",
     )
     err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
-    c[2].metric("Max abs error", err, f"eps {report.eps:g}", delta_color="off")
+    c[2].metric("Max abs error", err, f"eps {report.eps:g}", delta_color="off", delta_arrow="off")
     c[3].metric(
-        "Violation rate", pct(report.violation_rate), f"delta {report.delta:g}", delta_color="off"
+        "Violation rate",
+        pct(report.violation_rate),
+        f"delta {report.delta:g}",
+        delta_color="off",
+        delta_arrow="off",
     )
     c[4].metric("Recovery time", f"{report.recovery_seconds:.2f} s")
     c[5].metric(
@@ -291,7 +312,9 @@ def recovery_section(history: SensorHistory, plan: BackupPlan, report: RecoveryR
         f"{report.backup_rows:,}",
         f"{report.backup_bytes / 1e3:,.1f} kB stored",
         delta_color="off",
+        delta_arrow="off",
     )
+    st.session_state[PENDING] = report.windows_pending > 0
     st.caption(
         f"{report.note}. Spark {report.spark_version}; lost readings "
         f"{report.lost_rows[0]}..{report.lost_rows[1]}."
@@ -314,13 +337,17 @@ def recovery_section(history: SensorHistory, plan: BackupPlan, report: RecoveryR
                 f"Violation rate per rebuilt sensor ({report.windows_recovered} recovered windows)",
             )
         )
+    elif report.windows_pending:
+        st.info(
+            f"{report.windows_pending} lost window(s) reach past the failure: the restarted "
+            "query finishes them from the rebuilt rows, and this report updates when it does."
+        )
     elif report.windows_lost == 0:
         st.info("No window was lost: the failure came between two committed batches.")
     st.subheader("approx vs full vs none")
     table = mode_table(plan, report)
-    left, right = st.columns([3, 2])
-    left.dataframe(table, hide_index=True)
-    right.plotly_chart(charts.mode_bars(table.fillna(0)))
+    st.dataframe(table, hide_index=True)
+    st.plotly_chart(charts.mode_bars(table))
     st.caption(
         "Measured rows come from runs of this plan in that mode; run the pipeline in "
         "another mode and fail it to measure the others."

@@ -110,27 +110,30 @@ def guarantee(plan: BackupPlan) -> None:
         f"{len(plan.backup_sensors)} of {len(plan.sensors)}",
         f"{pct(1 - plan.backup_fraction, 0)} not persisted",
         delta_color="off",
+        delta_arrow="off",
     )
     c[1].metric(
-        "Model: worst-sensor miss probability",
+        "Model P(miss), worst",
         pct(plan.model_worst_probability, 2),
         help="Model only, under the seed's assumptions (errors independent over time, "
         "model never stale). The backtest beside it is the measured figure.",
     )
     if plan.measured and bt is not None:
         c[2].metric(
-            "Backtest: worst-sensor violation rate",
+            "Backtest rate, worst",
             pct(bt.violation_rate_worst_sensor),
             f"target delta {pct(p.delta, 1)}",
             delta_color="off",
+            delta_arrow="off",
             help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound "
             f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
         )
         c[3].metric(
-            "Backtest: mean violation rate",
+            "Backtest rate, mean",
             pct(bt.violation_rate_mean),
             f"{bt.n_folds} folds, {bt.windows} windows",
             delta_color="off",
+            delta_arrow="off",
         )
         st.caption(
             f"Measured: the worst sensor ({bt.worst_sensor}) missed eps in "
@@ -142,8 +145,8 @@ def guarantee(plan: BackupPlan) -> None:
         )
     else:
         reason = "not run yet" if bt is None else f"could not be computed: {bt.note}"
-        c[2].metric("Backtest: worst-sensor violation rate", "not run" if bt is None else "n/a")
-        c[3].metric("Backtest: mean violation rate", "not run" if bt is None else "n/a")
+        c[2].metric("Backtest rate, worst", "not run" if bt is None else "n/a")
+        c[3].metric("Backtest rate, mean", "not run" if bt is None else "n/a")
         st.caption(
             f"Backtest {reason}: the model's probability alone is not a guarantee "
             "(it assumes errors independent over time), so treat this as a projection."

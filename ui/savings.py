@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -24,20 +25,30 @@ def metrics(s: Savings, cost: dict[str, float]) -> None:
         f"{s.readings_per_day_saved:,.0f}",
         f"of {s.readings_per_day_full:,.0f}",
         delta_color="off",
+        delta_arrow="off",
     )
     c[1].metric(
         "Bytes not persisted per day",
         _bytes(s.bytes_per_day_saved),
         f"{pct(s.fraction_saved, 0)} less",
         delta_color="off",
+        delta_arrow="off",
     )
-    c[2].metric("Cost per month: plan", f"${cost['plan']:,.4g}")
+    c[2].metric("Cost per month: plan", money(cost["plan"]))
     c[3].metric(
         "Cost per month: full backup",
-        f"${cost['full']:,.4g}",
-        f"${cost['full'] - cost['plan']:,.4g} saved",
+        money(cost["full"]),
+        f"{money(cost['full'] - cost['plan'])} saved",
         delta_color="off",
+        delta_arrow="off",
     )
+
+
+def money(x: float) -> str:
+    """Dollars, positional even for tiny amounts (hourly sensors cost fractions of a cent)."""
+    if x >= 0.01 or x == 0:
+        return f"${x:,.2f}"
+    return "$" + np.format_float_positional(x, precision=3, unique=False, fractional=False)
 
 
 def _bytes(n: float) -> str:
@@ -64,7 +75,7 @@ def comparison(plan: BackupPlan, s: Savings, price: float, days: float) -> pd.Da
                 "sensors persisted": len(plan.backup_sensors),
                 "readings per day": s.readings_per_day_backup,
                 "MB per day persisted": s.bytes_per_day_backup / 1e6,
-                "$ per month": cost["plan"],
+                "$ per month": money(cost["plan"]),
                 "after a failure": quality,
             },
             {
@@ -72,7 +83,7 @@ def comparison(plan: BackupPlan, s: Savings, price: float, days: float) -> pd.Da
                 "sensors persisted": len(plan.sensors),
                 "readings per day": s.readings_per_day_full,
                 "MB per day persisted": s.bytes_per_day_full / 1e6,
-                "$ per month": cost["full"],
+                "$ per month": money(cost["full"]),
                 "after a failure": "exact",
             },
             {
@@ -80,7 +91,7 @@ def comparison(plan: BackupPlan, s: Savings, price: float, days: float) -> pd.Da
                 "sensors persisted": 0,
                 "readings per day": 0.0,
                 "MB per day persisted": 0.0,
-                "$ per month": cost["none"],
+                "$ per month": money(cost["none"]),
                 "after a failure": "lost windows stay lost",
             },
         ]

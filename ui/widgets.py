@@ -79,7 +79,7 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
             width="stretch",
         )
     chosen = st.multiselect(
-        "Sensors to plan for",
+        "Sensors",
         list(sensors),
         key="w_sensors",
         help="Plan for sensors with a common unit: eps is one number in that unit.",

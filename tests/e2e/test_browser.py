@@ -1,0 +1,130 @@
+"""The operator's whole journey in a real browser (headless Chromium, the real server)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.export import validate_config
+from engine.recover import recover_file
+from tests.e2e.harness import ROOT, open_page, wait_idle
+
+pytestmark = pytest.mark.e2e
+SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
+SLOW = 240_000  # ms: Spark's first start plus a recovery job on a 2-core machine
+
+
+def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
+    box = page.get_by_test_id("stMetric").filter(has_text=label).first
+    return box.get_by_test_id("stMetricValue").inner_text()
+
+
+def shoot(page, shots: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    wait_idle(page)
+    page.wait_for_timeout(800)  # let plotly finish drawing
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+
+def upload_small_sample(page) -> None:  # type: ignore[no-untyped-def]
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(SMALL))
+    page.get_by_text("Dataset: beijing_aq_small.csv").wait_for(timeout=60_000)
+    assert metric_value(page, "Sensors") == "12"
+
+
+def change_eps(page, value: str) -> None:  # type: ignore[no-untyped-def]
+    box = page.get_by_label("eps: tolerance (unit of the aggregate)")
+    box.fill(value)
+    box.press("Enter")
+    page.get_by_text(re.compile(rf"eps {re.escape(value)}, delta")).first.wait_for(timeout=60_000)
+
+
+def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
+    page.get_by_role("button", name="Start").click()
+    page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("running").wait_for(
+        timeout=SLOW
+    )
+    deadline = time.monotonic() + 120
+    while int(metric_value(page, "Micro-batches").replace(",", "")) < 2:
+        assert time.monotonic() < deadline, "the pipeline processed no batch in 2 minutes"
+        page.wait_for_timeout(1000)
+    page.get_by_role("button", name="Simulate failure").click()
+    page.get_by_text("Recovery report (mode approx)").wait_for(timeout=SLOW)
+    page.get_by_text("Windows lost").first.wait_for()
+    deadline = time.monotonic() + 120
+    while int(metric_value(page, "Windows recovered")) < 1:
+        assert time.monotonic() < deadline, "no lost window was recovered in 2 minutes"
+        page.wait_for_timeout(1000)
+    page.get_by_text("recovered vs true window aggregates").first.wait_for()
+
+
+def download_config(page, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download lacuna_backup.json").click()
+    target = tmp_path / "lacuna_backup.json"
+    info.value.save_as(target)
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download the backed-up sensors' data (CSV)").click()
+    info.value.save_as(tmp_path / "backup.csv")
+    return target
+
+
+def test_operator_journey(browser, app_url, shots_dir, tmp_path):  # type: ignore[no-untyped-def]
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    page.set_default_timeout(60_000)
+    try:
+        journey(page, app_url, shots_dir, tmp_path)
+    except Exception:
+        page.screenshot(path=str(shots_dir / "failure.png"), full_page=True)
+        raise
+
+
+def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    page.goto(app_url)
+    page.get_by_text("Dataset: beijing_aq_sample.csv").wait_for()
+    shoot(page, shots_dir, "1_data_first_visit")
+    upload_small_sample(page)
+    shoot(page, shots_dir, "1_data_uploaded")
+
+    open_page(page, "Tune")
+    page.get_by_text(re.compile(r"Plan measured by a rolling-origin backtest")).wait_for()
+    before = metric_value(page, "Backed up")
+    change_eps(page, "2")
+    page.get_by_text(re.compile(r"Plan measured by a rolling-origin backtest")).wait_for()
+    after = metric_value(page, "Backed up")
+    assert before != after, f"eps 0.5 -> 2 should shrink the backup set: {before} vs {after}"
+    shoot(page, shots_dir, "2_tune")
+
+    open_page(page, "Graph")
+    page.get_by_text(re.compile(r"Correlation graph: \d+ edges")).wait_for()
+    assert page.locator(".js-plotly-plot").count() >= 2
+    shoot(page, shots_dir, "3_graph")
+
+    open_page(page, "Plan & savings")
+    page.get_by_text("Projected savings").wait_for()
+    shoot(page, shots_dir, "4_plan")
+
+    open_page(page, "Disorder")
+    page.get_by_text(re.compile(r"out of order, max delay")).wait_for()
+    shoot(page, shots_dir, "6_disorder")
+
+    open_page(page, "Live pipeline")
+    run_pipeline_and_fail(page)
+    shoot(page, shots_dir, "5_live_recovered")
+
+    open_page(page, "Export")
+    page.get_by_text(re.compile("valid against backup config schema v1")).wait_for()
+    shoot(page, shots_dir, "7_export")
+    config_path = download_config(page, tmp_path)
+    config = json.loads(config_path.read_text())
+    validate_config(config)
+    assert config["parameters"]["eps"] == 2.0
+    result = recover_file(config_path, tmp_path / "backup.csv", tmp_path / "all.csv")
+    assert result.sensors == len(config["sensors"]) and result.rows == 720
+
+    open_page(page, "Live pipeline")
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("stopped").wait_for()
