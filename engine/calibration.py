@@ -53,10 +53,15 @@ class PlanningSpec:
     aggregate: str
     method: Method = "greedy"
     calibration: str = "backtest"
-    margin: float = 0.5  # calibrate to delta * margin: held-out data is not the future
+    # Aim each sensor's miss rate at delta * margin: the rest of delta is headroom for
+    # the sampling noise of the worst of n sensors and for drift the past did not show.
+    margin: float = 0.7
     blocks: int = 4
     carry: bool = False  # recovery also uses the last emitted aggregate of each sensor
-    adapt_rate: float = 0.05  # step of the online (adaptive conformal) target update
+    # Step of the online (adaptive conformal) update of log-targets per scored window.
+    # A miss tightens a target by ~exp(-adapt_rate); a hit relaxes it by
+    # exp(adapt_rate * delta * margin), so misses settle at delta * margin.
+    adapt_rate: float = 0.2
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATIONS:
