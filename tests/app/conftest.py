@@ -1,0 +1,33 @@
+"""AppTest fixtures: the small sample, few backtest folds, a private LACUNA_HOME."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.apphelpers import ROOT, SMALL
+
+
+@pytest.fixture(autouse=True)
+def fast_app(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    monkeypatch.setenv("LACUNA_SAMPLE", str(SMALL))
+    monkeypatch.setenv("LACUNA_MAX_FOLDS", "3")
+    monkeypatch.setenv("LACUNA_HOME", str(tmp_path_factory.getbasetemp() / "lacuna_home"))
+
+
+@pytest.fixture
+def app() -> AppTest:
+    """The whole app (``app.py``), run once: the Data page with the sample."""
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+
+
+@pytest.fixture
+def page() -> Callable[[str], AppTest]:
+    """``page("tune")``: one page file opened on its own (not yet run)."""
+
+    def open_page(name: str) -> AppTest:
+        return AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=60)
+
+    return open_page

@@ -1,0 +1,183 @@
+"""The Live page against a stand-in manager (no JVM): controls, errors, the recovery report.
+
+The real pipeline runs in the e2e test; here the page's wiring is checked: what it
+shows for each state, that a refused control call is one st.error, and that a
+recovery report renders its charts from the stored results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.data import load_history
+from engine.errors import PipelineError
+from engine.reconstruct import window_aggregates
+from engine.stream.recovery import RecoveryReport
+from engine.stream.spec import PipelineStatus
+from tests.app.apphelpers import SMALL, metric, texts
+from ui import live, resources
+
+pytestmark = pytest.mark.app
+TEMP = [
+    "Aotizhongxin_TEMP",
+    "Changping_TEMP",
+    "Dingling_TEMP",
+    "Dongsi_TEMP",
+    "Guanyuan_TEMP",
+    "Gucheng_TEMP",
+]
+
+
+def make_report(mode: str = "approx") -> tuple[RecoveryReport, pd.DataFrame]:
+    """A report for windows 5 and 6 of the small sample, and the stored results behind it."""
+    history = load_history(SMALL).select(TEMP)
+    truth = window_aggregates(history.values, 24, 24, "avg")
+    recovered = truth[[5, 6]] + np.array([[0.0, 0.3, -0.2, 0.1, 0.6, -0.4]] * 2)
+    errors = np.abs(recovered - truth[[5, 6]])
+    rows = [
+        {"window_id": j, "sensor": s, "value": v, "kind": kind}
+        for kind, ids, block in (("live", range(5), truth[:5]), ("recovered", (5, 6), recovered))
+        for j, vals in zip(ids, block, strict=True)
+        for s, v in zip(TEMP, vals, strict=True)
+    ]
+    report = RecoveryReport(
+        mode=mode,
+        spark_version="test",
+        windows_lost=2,
+        windows_recovered=2,
+        windows_pending=0,
+        max_abs_error=float(errors.max()),
+        mean_abs_error=float(errors.mean()),
+        violation_rate=float((errors[:, 1:] > 0.5).mean()),
+        violation_rate_worst_sensor=0.5,
+        violation_rates={s: float((errors[:, i] > 0.5).mean()) for i, s in enumerate(TEMP)},
+        eps=0.5,
+        delta=0.05,
+        window=24,
+        slide=24,
+        aggregate="avg",
+        recovery_seconds=1.25,
+        backup_rows=48,
+        backup_bytes=4096,
+        backup_file_bytes=8192,
+        input_rows=900,
+        lost_rows=(120, 160),
+        window_ids=(5, 6),
+        errors=tuple(map(tuple, errors)),
+        sensors=tuple(TEMP),
+        backup_sensors=(TEMP[0],),
+        note="2 of 2 lost window(s) recovered",
+    )
+    return report, pd.DataFrame(rows)
+
+
+class FakeManager:
+    """Stands in for ``PipelineManager``: a fixed status, a refusing failure call."""
+
+    def __init__(
+        self, state: str, report: RecoveryReport | None = None, results: pd.DataFrame | None = None
+    ) -> None:
+        self._status = PipelineStatus(
+            state=state, mode="approx", run=0, batches=4, input_rows=600, windows_emitted=5
+        )
+        self._report, self._results = report, results
+        self.calls: list[str] = []
+
+    def status(self) -> PipelineStatus:
+        return self._status
+
+    def simulate_failure(self) -> PipelineStatus:
+        self.calls.append("simulate_failure")
+        raise PipelineError("no pipeline is running (state: failed)")
+
+    def report(self) -> RecoveryReport:
+        if self._report is None:
+            raise PipelineError("no recovery has run yet")
+        return self._report
+
+    def results(self) -> pd.DataFrame:
+        return self._results if self._results is not None else pd.DataFrame()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def install(manager: FakeManager) -> FakeManager:
+        monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+        return manager
+
+    return install
+
+
+def test_idle_pipeline_offers_start_only(app, fake):  # type: ignore[no-untyped-def]
+    fake(FakeManager("idle"))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    assert not app.button(key="start_pipeline").disabled
+    assert app.button(key="simulate_failure").disabled
+    assert app.button(key="stop_pipeline").disabled
+    assert metric(app, "State") == "idle"
+
+
+def test_running_pipeline_cannot_be_started_twice_and_refusals_are_one_line(app, fake):  # type: ignore[no-untyped-def]
+    manager = fake(FakeManager("running"))
+    app.switch_page("pages/live.py").run()
+    assert app.button(key="start_pipeline").disabled
+    app.button(key="simulate_failure").click().run()
+    assert manager.calls == ["simulate_failure"]
+    assert not app.exception
+    assert [e.value for e in app.error] == ["no pipeline is running (state: failed)"]
+
+
+def test_recovery_report_renders_its_charts(app, fake):  # type: ignore[no-untyped-def]
+    report, results = make_report()
+    fake(FakeManager("running", report, results))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    assert "Recovery report (mode approx)" in texts(app)
+    assert metric(app, "Windows recovered") == "2"
+    assert metric(app, "Recovery time") == "1.25 s"
+    # recovered vs true, errors vs eps, rates vs delta, the three modes
+    assert len(app.get("plotly_chart")) == 4
+    table = app.dataframe[0].value
+    assert list(table["mode"]) == ["approx", "full", "none"]
+    assert list(table["figures"]) == ["measured", "projected (not run)", "projected (not run)"]
+
+
+def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ignore[no-untyped-def]
+    report, results = make_report()
+    monkeypatch.setattr(
+        resources, "pipeline_manager", lambda: FakeManager("running", report, results)
+    )
+    history = load_history(SMALL).select(TEMP)
+    frame = live.recovery_frame(history, report, "Changping_TEMP", margin=2)
+    assert list(frame["window_id"]) == [3, 4, 5, 6, 7, 8]
+    truth = window_aggregates(history.values, 24, 24, "avg")[:, 1]
+    np.testing.assert_allclose(frame["truth"], truth[3:9])
+    np.testing.assert_allclose(frame["recovered"].iloc[2:4], truth[5:7] + 0.3)
+    assert frame["live"].iloc[:2].notna().all() and frame["live"].iloc[2:].isna().all()
+    lo, hi = live.lost_span(history, report)
+    assert lo == history.times[120] and hi == history.times[6 * 24 + 23]
+    assert live.rebuilt_errors(report).shape == (2 * 5,)
+
+
+def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  # type: ignore[no-untyped-def]
+    report, _ = make_report()
+
+    class Plan:
+        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
+        data_fingerprint, parameters = "sha256:abc", "params"
+
+    log = resources.PipelineLog()
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    signature = live.plan_signature(Plan())
+    full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
+    log.reports["full"] = {"signature": signature, "report": full.to_dict()}
+    log.reports["none"] = {"signature": "another plan", "report": report.to_dict()}
+    table = live.mode_table(Plan(), report).set_index("mode")
+    assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
+    assert table.loc["none", "figures"] == "projected (not run)"
+    assert table.loc["none", "windows recovered"] == 0

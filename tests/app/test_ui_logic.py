@@ -1,0 +1,141 @@
+"""The ui/ functions the pages rely on, checked against references."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+
+from engine.data import LoadOptions, load_history
+from engine.errors import DataError
+from engine.plan import PlanParameters, make_plan, retarget
+from tests.app.apphelpers import SMALL
+from ui import graph, plans, state, upload
+from ui.datasets import interval_text
+from ui.savings import money
+
+pytestmark = pytest.mark.app
+
+
+@pytest.fixture(scope="module")
+def data() -> plans.PlanningData:
+    history = load_history(SMALL)
+    return plans.PlanningData(history.select([s for s in history.sensors if "TEMP" in s]), "k")
+
+
+def test_preview_is_the_unbacktested_plan_retargeted(data):  # type: ignore[no-untyped-def]
+    cache = plans.PlanCache()
+    params = PlanParameters(eps=0.7, delta=0.05, window=24)
+    preview = plans.preview_plan(data, params, cache)
+    direct = make_plan(data.history, params, run_backtest_now=False)
+    assert not preview.measured and preview.parameters == params
+    assert preview.backup_sensors == direct.backup_sensors
+    again = plans.preview_plan(data, PlanParameters(eps=3.0, delta=0.05, window=24), cache)
+    assert len(cache) == 1  # eps moved by retarget, no refit
+    assert again.backup_fraction <= preview.backup_fraction
+
+
+def test_whatif_curves_pass_through_the_current_plan(data):  # type: ignore[no-untyped-def]
+    cache = plans.PlanCache()
+    params = PlanParameters(eps=0.5, delta=0.05, window=24)
+    preview = plans.preview_plan(data, params, cache)
+    curves = plans.whatif_curves(data, preview, cache)
+    mid = len(curves.eps) // 2
+    assert curves.eps[mid] == pytest.approx(0.5)
+    assert curves.fraction_by_eps[mid] == preview.backup_fraction
+    i = curves.delta.index(0.05)
+    assert curves.fraction_by_delta[i] == preview.backup_fraction
+    # more tolerance never needs more backup; a stricter delta never needs less
+    assert all(a >= b for a, b in itertools.pairwise(curves.fraction_by_eps))
+    assert all(a >= b for a, b in itertools.pairwise(curves.fraction_by_delta))
+
+
+def test_error_bound_is_eps_at_the_target(data):  # type: ignore[no-untyped-def]
+    plan = make_plan(
+        data.history, PlanParameters(eps=0.5, delta=0.05, window=24), run_backtest_now=False
+    )
+    bounds = plans.error_bounds(plan)
+    expected = 0.5 * np.sqrt(plan.conditional_variance / plan.targets)
+    np.testing.assert_allclose(bounds, expected)
+    rebuilt = [i for i, s in enumerate(plan.sensors) if s not in plan.backup_sensors]
+    assert (bounds[rebuilt] <= 0.5 * (1 + 1e-6)).all()  # feasible plans stay within eps
+    rows = plans.backup_table(plan)
+    assert [r["status"] == "backed up" for r in rows] == [
+        s in plan.backup_sensors for s in plan.sensors
+    ]
+
+
+def test_retarget_preview_marks_itself_unmeasured(data):  # type: ignore[no-untyped-def]
+    plan = make_plan(data.history, PlanParameters(eps=0.5, delta=0.05, window=24))
+    assert plan.measured
+    assert not retarget(plan, eps=1.0).measured
+
+
+def test_strong_edges_match_a_brute_force_reference() -> None:
+    rng = np.random.default_rng(3)
+    corr = np.corrcoef(rng.normal(size=(40, 9)) @ rng.normal(size=(9, 9)), rowvar=False)
+    a = np.abs(corr)
+    got = graph.strong_edges(corr, threshold=0.4)
+    assert got == [(i, j) for i in range(9) for j in range(i + 1, 9) if a[i, j] >= 0.4]
+    top = graph.strong_edges(corr, top_k=2)
+    for i in range(9):
+        best = sorted((j for j in range(9) if j != i), key=lambda j: -a[i, j])[:2]
+        assert all((min(i, j), max(i, j)) in top for j in best)
+
+
+def test_layout_separates_identical_sensors_and_orders_clusters() -> None:
+    base = np.random.default_rng(0).normal(size=(200, 3))
+    x = np.column_stack([base, base[:, :1], base[:, :1]])  # sensors 0, 3, 4 identical
+    corr = graph.correlation(np.cov(x, rowvar=False))
+    pos = graph.spring_layout(corr, graph.strong_edges(corr, top_k=2))
+    gaps = [np.linalg.norm(pos[i] - pos[j]) for i, j in itertools.combinations(range(5), 2)]
+    assert np.isfinite(pos).all() and min(gaps) > 0.05
+    order = graph.cluster_order(corr)
+    assert sorted(order) == list(range(5))
+    spots = sorted(order.index(i) for i in (0, 3, 4))
+    assert spots[-1] - spots[0] == 2  # the identical three sit together
+
+
+def test_correlation_of_a_constant_sensor_is_zero() -> None:
+    cov = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    corr = graph.correlation(cov)
+    assert corr[0, 1] == pytest.approx(0.5) and corr[2, 0] == 0.0 and corr[2, 2] == 1.0
+
+
+def test_load_upload_names_the_problem_and_cleans_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    opts = LoadOptions()
+    with pytest.raises(DataError, match=r"^data\.xlsx: unsupported file extension"):
+        upload.load_upload("data.xlsx", b"x", opts, tmp_path)
+    with pytest.raises(DataError, match=r"^empty\.csv: file is empty"):
+        upload.load_upload("empty.csv", b"", opts, tmp_path)
+    with pytest.raises(DataError, match=r"^bad\.csv"):
+        upload.load_upload("../../bad.csv", b"time,a\n2020-01-01,x\n2020-01-02,1\n", opts, tmp_path)
+    seen: list[float] = []
+    history = upload.load_upload(
+        "small.csv", SMALL.read_bytes(), opts, tmp_path, lambda f, _m: seen.append(f)
+    )
+    assert history.values.shape == (720, 12) and history.report.source == "small.csv"
+    assert seen[-1] == 1.0 and seen == sorted(seen)
+    assert os.listdir(tmp_path) == []
+
+
+def test_defaults_for_the_shipped_sample() -> None:
+    sample = load_history(SMALL.parent / "beijing_aq_sample.csv")
+    chosen = state.default_selection(sample.sensors)
+    assert len(chosen) == 24 and all(s.endswith(("_TEMP", "_DEWP")) for s in chosen)
+    params = state.default_parameters(sample, chosen)
+    assert (params.eps, params.delta, params.window, params.aggregate) == (1.0, 0.05, 24, "avg")
+    assert state.default_selection(("a", "b", "c")) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("x", "nice"), [(0.97, 1.0), (0.31, 0.2), (4.0, 5.0), (17, 20.0)])
+def test_nice_number(x: float, nice: float) -> None:
+    assert state.nice_number(x) == pytest.approx(nice)
+
+
+def test_small_formatters() -> None:
+    assert interval_text(3600) == "1 h" and interval_text(90) == "90 s"
+    assert money(12.345) == "$12.35" and money(2.65e-7) == "$0.000000265"
+    assert upload.safe_name("C:\\x\\y.csv") == "y.csv"
