@@ -336,31 +336,45 @@ def reconstruct_frame(
     return out
 
 
-def aggregate_window_frame(
-    pdf: pd.DataFrame, window: int, aggregate: str, columns: Sequence[str]
+def aggregate_windows_frame(
+    pdf: pd.DataFrame,
+    first_id: int,
+    last_id: int,
+    params: WindowParams,
+    columns: Sequence[str],
 ) -> pd.DataFrame:
-    """Aggregate the rows of one window (the recovery job's ``applyInPandas``).
+    """Aggregate windows ``first_id .. last_id`` from wide rows (the recovery job's
+    ``applyInPandas``, one call per chunk of consecutive windows).
 
-    ``pdf`` holds ``window_id``, ``seq``, ``event_time`` and ``columns``. A window
-    with fewer than ``window`` complete rows cannot be recovered: empty result.
+    ``pdf`` holds ``seq``, ``event_time`` and ``columns`` (one per sensor, in
+    ``params.sensors`` order), in any order, possibly with repeated rows. A window
+    with a missing or NaN row cannot be recovered and is left out. Returns
+    ``window_id``, ``window_start``, ``window_end`` and ``columns``.
     """
-    out_cols = ["window_id", "window_start", "window_end", *columns]
+    w, step = params.window, params.slide
     rows = pdf.sort_values("seq").drop_duplicates("seq")
-    values = rows[list(columns)].to_numpy(dtype=float)
-    if len(rows) != window or np.isnan(values).any():
-        empty = {
-            "window_id": np.zeros(0, np.int64),
-            "window_start": np.zeros(0, "datetime64[ns]"),
-            "window_end": np.zeros(0, "datetime64[ns]"),
-        }
-        return pd.DataFrame({**empty, **{c: np.zeros(0) for c in columns}})[out_cols]
-    agg = window_aggregates(values, window, window, aggregate)[0]
-    head = {
-        "window_id": [int(rows["window_id"].iloc[0])],
-        "window_start": [rows["event_time"].iloc[0]],
-        "window_end": [rows["event_time"].iloc[-1]],
-    }
-    return pd.DataFrame({**head, **{c: [v] for c, v in zip(columns, agg, strict=True)}})
+    seq = rows["seq"].to_numpy(dtype=np.int64)
+    base = int(seq[0]) if seq.size else 0
+    span = int(seq[-1]) - base + 1 if seq.size else 0
+    values = np.full((span, len(columns)), np.nan)
+    times = np.full(span, np.datetime64("NaT"), dtype="datetime64[ns]")
+    values[seq - base] = rows[list(columns)].to_numpy(dtype=float)
+    times[seq - base] = rows["event_time"].to_numpy(dtype="datetime64[ns]")
+    ids, aggs = [], []
+    for j in range(first_id, last_id + 1):
+        lo = j * step - base
+        if lo < 0 or lo + w > span or np.isnan(values[lo : lo + w]).any():
+            continue
+        ids.append(j)
+        aggs.append(window_aggregates(values[lo : lo + w], w, w, params.aggregate)[0])
+    firsts = np.asarray(ids, dtype=np.int64) * step - base
+    out = pd.DataFrame(
+        np.vstack(aggs) if aggs else np.zeros((0, len(columns))), columns=list(columns)
+    )
+    out.insert(0, "window_end", times[firsts + w - 1] if ids else times[:0])
+    out.insert(0, "window_start", times[firsts] if ids else times[:0])
+    out.insert(0, "window_id", np.asarray(ids, dtype=np.int64))
+    return out
 
 
 def seed_state(

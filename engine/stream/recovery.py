@@ -28,8 +28,9 @@ from engine.reconstruct import violation_rates, window_aggregates
 from engine.store import RECOVERY_BATCH, BackupStore, BatchWrite
 from engine.stream.batch import (
     ClosedWindows,
+    WindowParams,
     WindowState,
-    aggregate_window_frame,
+    aggregate_windows_frame,
     reconstruct_frame,
     results_frame,
     seed_state,
@@ -90,9 +91,13 @@ def recover_lost_range(
     table = store.read_backup(lost.first_row, lost.last_row, linear_map.backup)
     if table.num_rows == 0:
         return recover_lost_range(spark, store, spec, "none", lost, run)
-    rebuilt = _rebuild_rows(spark, table, spec, mode)
-    inside = lost.inside_windows(spec.window, spec.slide)
-    windows = _aggregate_windows(rebuilt, spec, lost, inside)
+    rebuilt = _rebuild_rows(spark, table, spec, mode).persist()
+    try:
+        inside = lost.inside_windows(spec.window, spec.slide)
+        windows = _aggregate_windows(spark, rebuilt, spec, inside)
+        seed = _seed_from_tail(rebuilt, spec, lost, inside)
+    finally:
+        rebuilt.unpersist()
     names = _positional(spec.sensors)
     closed = ClosedWindows(
         ids=windows["window_id"].to_numpy(dtype=np.int64),
@@ -105,7 +110,6 @@ def recover_lost_range(
     store.commit_batch(
         BatchWrite(run=run, batch_id=RECOVERY_BATCH, results=results_frame(closed, spec.sensors))
     )
-    seed = _seed_from_tail(rebuilt, spec, lost, inside)
     return RecoveryOutcome(closed.ids, seed, int(table.num_rows))
 
 
@@ -141,8 +145,13 @@ def _rebuild_rows(spark: Any, table: Any, spec: StreamSpec, mode: str) -> Any:
     return wide.mapInPandas(rebuild, T.StructType(fields))
 
 
-def _aggregate_windows(rebuilt: Any, spec: StreamSpec, lost: LostRange, ids: np.ndarray) -> Any:
-    """Window aggregates of the windows ``ids`` (wide pandas: window_id, start, end, s0..)."""
+def _aggregate_windows(spark: Any, rebuilt: Any, spec: StreamSpec, ids: np.ndarray) -> pd.DataFrame:
+    """Aggregates of the windows ``ids`` (wide pandas: window_id, start, end, s0..).
+
+    Windows are cut into chunks of consecutive windows, a few per core; every row
+    goes to the chunks whose windows hold it (``explode``), and each chunk is
+    aggregated window by window in ``applyInPandas``.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -150,15 +159,19 @@ def _aggregate_windows(rebuilt: Any, spec: StreamSpec, lost: LostRange, ids: np.
     if ids.size == 0:
         return pd.DataFrame(columns=["window_id", "window_start", "window_end", *names])
     w, step = spec.window, spec.slide
-    seq = F.col("seq")
-    lo = F.greatest(F.lit(int(ids[0])), F.ceil((seq - w + 1) / step).cast("long"))
-    hi = F.least(F.lit(int(ids[-1])), F.floor(seq / step).cast("long"))
+    first, last = int(ids[0]), int(ids[-1])
+    per_chunk = max(1, -(-ids.size // (2 * spark.sparkContext.defaultParallelism)))
+    rows_per_chunk = per_chunk * step
+    seq = F.col("seq") - first * step
+    lo = F.greatest(F.lit(0), F.ceil((seq - (per_chunk - 1) * step - w + 1) / rows_per_chunk))
+    hi = F.least(F.lit((last - first) // per_chunk), F.floor(seq / rows_per_chunk))
     exploded = (
-        rebuilt.withColumn("lo", lo)
-        .withColumn("hi", hi)
-        .filter(F.col("lo") <= F.col("hi"))
-        .withColumn("window_id", F.explode(F.sequence("lo", "hi")))
-        .drop("lo", "hi", "complete")
+        rebuilt.filter(F.col("complete"))
+        .withColumn("lo", lo.cast("long"))
+        .withColumn("hi", hi.cast("long"))
+        .filter(F.col("lo") <= F.col("hi"))  # sequence(5, 1) would count down
+        .withColumn("chunk", F.explode(F.sequence("lo", "hi")))
+        .drop("complete", "lo", "hi")
     )
     schema = T.StructType(
         [
@@ -168,12 +181,15 @@ def _aggregate_windows(rebuilt: Any, spec: StreamSpec, lost: LostRange, ids: np.
         ]
         + [T.StructField(c, T.DoubleType()) for c in names]
     )
-    aggregate = spec.aggregate
+    params = WindowParams(spec.sensors, w, step, spec.aggregate)
 
-    def per_window(pdf: pd.DataFrame) -> pd.DataFrame:
-        return aggregate_window_frame(pdf, w, aggregate, names)
+    def per_chunk_frame(pdf: pd.DataFrame) -> pd.DataFrame:
+        c = int(pdf["chunk"].iloc[0])
+        start = first + c * per_chunk
+        return aggregate_windows_frame(pdf, start, min(last, start + per_chunk - 1), params, names)
 
-    return exploded.groupBy("window_id").applyInPandas(per_window, schema).toPandas()
+    windows = exploded.groupBy("chunk").applyInPandas(per_chunk_frame, schema).toPandas()
+    return windows.sort_values("window_id", ignore_index=True)
 
 
 def _seed_from_tail(

@@ -21,7 +21,7 @@ from engine.stream.batch import (
     WindowParams,
     WindowState,
     advance_windows,
-    aggregate_window_frame,
+    aggregate_windows_frame,
     reconstruct_frame,
     results_frame,
     seed_state,
@@ -217,13 +217,18 @@ def test_recovery_frames_match_the_reference() -> None:
     np.testing.assert_allclose(np.delete(got, 5, 0), np.delete(expected, 5, 0))
     assert not out["complete"][5] and out["complete"].sum() == 19
     cols = [f"s{i}" for i in range(4)]
-    group = out.iloc[10:15].assign(window_id=2).sample(frac=1.0, random_state=0)
-    agg = aggregate_window_frame(group, 5, "min", cols)
-    ordered = out.iloc[10:15][cols].to_numpy()
-    np.testing.assert_allclose(agg[cols].to_numpy()[0], window_aggregates(ordered, 5, 5, "min")[0])
-    assert agg["window_start"].iloc[0] == h.times[10]
-    assert aggregate_window_frame(out.iloc[3:8].assign(window_id=1), 5, "min", cols).empty
-    assert aggregate_window_frame(out.iloc[10:14].assign(window_id=2), 5, "min", cols).empty
+    params = WindowParams(SENSORS, 5, 2, "min")
+    chunk = out.iloc[3:16].sample(frac=1.0, random_state=0)  # rows 3..15, shuffled
+    agg = aggregate_windows_frame(pd.concat([chunk, chunk.iloc[:3]]), 1, 6, params, cols)
+    # window 1 needs row 2, window 2 holds row 5 (incomplete backup), window 6 needs row 16
+    assert agg["window_id"].tolist() == [3, 4, 5]
+    values = out[cols].to_numpy()
+    for k, j in enumerate([3, 4, 5]):
+        expected = window_aggregates(values[j * 2 : j * 2 + 5], 5, 5, "min")[0]
+        np.testing.assert_array_equal(agg[cols].to_numpy()[k], expected)
+    assert agg["window_start"].tolist() == list(h.times[[6, 8, 10]])
+    assert agg["window_end"].tolist() == list(h.times[[10, 12, 14]])
+    assert aggregate_windows_frame(out.iloc[3:8], 2, 3, params, cols).empty
 
 
 def test_a_seeded_state_finishes_the_windows_that_straddle_the_failure() -> None:
