@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.calibration import plan_on
 from engine.data import SensorHistory
-from engine.errors import ParameterError
+from engine.errors import EngineError, ParameterError
 from engine.monitor import MonitorAlert, ViolationMonitor
 from engine.plan import BackupPlan, PlanParameters, assemble_plan
 from engine.selection import Selection
@@ -88,12 +88,17 @@ class ReplanningMonitor:
         return alert
 
     def _replan(self, alert: MonitorAlert) -> None:
-        history = self.recent()
-        if history.sensors != self.plan.sensors:
-            raise ParameterError("recent history has different sensors from the plan")
-        for s in alert.sensors:
-            self.scale[self.plan.sensors.index(s)] *= self.tighten
-        new = widen_plan(self.plan, history, self.scale)
+        try:
+            history = self.recent()
+            if history.sensors != self.plan.sensors:
+                raise ParameterError("recent history has different sensors from the plan")
+            new = widen_plan(self.plan, history, self._tightened(alert))
+        except EngineError as err:
+            # Never take the stream down over a re-plan: log it and keep the plan in force.
+            reason = f"{alert.reason}; re-plan failed: {err}"
+            self.changes.append(PlanChange(self.now(), reason, self.plan.backup_sensors, ()))
+            self.monitor.reset()
+            return
         added = tuple(s for s in new.backup_sensors if s not in self.plan.backup_sensors)
         reason = f"{alert.reason}; re-learnt on {history.values.shape[0]} recent rows"
         reason += f", added {', '.join(added)}" if added else ", backup set unchanged"
@@ -101,6 +106,11 @@ class ReplanningMonitor:
         self.changes.append(PlanChange(self.now(), reason, new.backup_sensors, added))
         self.plan = new
         self.monitor.reset()
+
+    def _tightened(self, alert: MonitorAlert) -> np.ndarray:
+        for s in alert.sensors:
+            self.scale[self.plan.sensors.index(s)] *= self.tighten
+        return self.scale
 
 
 def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> BackupPlan:

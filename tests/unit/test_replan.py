@@ -73,3 +73,19 @@ def test_regime_change_raises_an_alert_and_widens_the_plan(
     assert not new.measured  # re-planned live: the monitor, not a backtest, measures it
     change = monitor.changes[0]
     assert change.added and change.to_dict()["at"] == "2026-01-01T00:00:00+00:00"
+
+
+def test_a_failed_replan_is_logged_and_does_not_raise(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    applied: list[object] = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.select(list(drift.sensors[:3])),  # not the plan's sensors
+        apply=lambda new, reason: applied.append(new),
+    )
+    errors = np.full((20, len(plan.sensors)), 10.0)
+    alert = monitor.observe(errors, plan.linear_map.targets)
+    assert alert is not None and applied == []
+    assert "re-plan failed" in monitor.changes[0].reason
+    assert monitor.plan is plan

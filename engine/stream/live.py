@@ -1,0 +1,52 @@
+"""Wire the live violation monitor and re-planning into a running pipeline.
+
+The pipeline calls ``monitor.observe`` from inside ``foreachBatch``. A re-plan
+must not block that call on the manager's lock (a caller holding it may be
+waiting for the very batch that is running), so the new plan is handed to the
+manager from a short-lived thread; it takes effect at a following batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from engine.data import SensorHistory
+from engine.errors import EngineError
+from engine.plan import BackupPlan
+from engine.replan import ReplanningMonitor
+from engine.stream.manager import PipelineManager
+from engine.stream.spec import StreamSpec
+
+RECENT_ROWS = 336  # rows the monitor re-learns from, like the planner's default history
+
+
+def replanning_monitor(
+    manager: PipelineManager,
+    history: SensorHistory,
+    plan: BackupPlan,
+    *,
+    recent_rows: int = RECENT_ROWS,
+    on_error: Callable[[str], None] | None = None,
+) -> ReplanningMonitor:
+    """A ``ReplanningMonitor`` for the pipeline ``manager`` runs on ``history``.
+
+    "Recent" is the last ``recent_rows`` history rows the feeder has written:
+    every sensor flows through the pipeline, so that is what it has seen.
+    """
+
+    def recent() -> SensorHistory:
+        fed = min(manager.status().feed.rows, len(history.times))
+        return history.rows(max(0, fed - recent_rows), fed)
+
+    def apply(new: BackupPlan, reason: str) -> None:
+        def swap() -> None:
+            try:
+                manager.set_spec(StreamSpec.from_plan(new), reason)
+            except EngineError as err:  # the pipeline stopped meanwhile: say so, keep going
+                if on_error is not None:
+                    on_error(f"re-plan not applied: {err}")
+
+        threading.Thread(target=swap, name="lacuna-replan", daemon=True).start()
+
+    return ReplanningMonitor(plan, recent, apply)
