@@ -107,6 +107,8 @@ class LivePipeline:
         self._seed = seed
         self._state = seed or WindowState.empty(len(spec.sensors))
         self._readings = 0
+        self._inflight: int | None = None
+        self._stage_start = stage.snapshot() if stage is not None else {}
         self.run = -1
         self.query: Any = None
         self._listener: Any = None
@@ -216,11 +218,11 @@ class LivePipeline:
             self._fail.set()
             raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
         if self.store.is_committed(self.run, batch_id):
-            # A replay of a batch whose effects are already stored: take its state.
-            blob = self.store.load_state(self.run)
-            if blob is not None:
-                self._state = self._unpack(blob)
+            self._reload_state()  # a replay of a batch whose effects are stored
             return
+        if self._inflight is not None:
+            self._reload_state()  # the last attempt died part-way (the stage may have moved)
+        self._inflight = batch_id
         spec = self.spec
         t0 = time.perf_counter()
         pdf = df.toPandas()
@@ -240,12 +242,22 @@ class LivePipeline:
         self.store.commit_batch(write, before_commit=self._fault_hook(batch_id, "before_commit"))
         t3 = time.perf_counter()
         self._fault_hook(batch_id, "after_commit")()
-        self._state = advance.state
+        self._state, self._inflight = advance.state, None
         self._readings += len(pdf)
         self._report(pdf, advance, late, errors, backup, spec)
         self.board.add_profile(
             {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
         )
+
+    def _reload_state(self) -> None:
+        """Window (and stage) state as of the run's last committed batch."""
+        blob = self.store.load_state(self.run)
+        if blob is not None:
+            self._state = self._unpack(blob)
+            return
+        self._state = self._seed or WindowState.empty(len(self.spec.sensors))
+        if self.stage is not None:
+            self.stage.restore(self._stage_start)
 
     def _compute(
         self, pdf: pd.DataFrame, spec: StreamSpec

@@ -94,6 +94,24 @@ def test_backup_modes_store_all_or_nothing(
         assert len(store.read_results()) == 9 * len(spec.sensors)  # windows 0..8 of 40 rows
 
 
+def test_an_injected_monitor_sees_the_shadow_errors_and_alerts(
+    spark: Any, history: Any, spec_factory: Any, tmp_path: Path
+) -> None:
+    from engine.monitor import ViolationMonitor
+
+    spec = spec_factory(eps=0.05)  # far tighter than the rebuilt sensors can meet
+    monitor = ViolationMonitor(spec.sensors, spec.eps, spec.delta, min_windows=5)
+    paths = PipelinePaths(tmp_path).ensure()
+    feed(history, paths, slice(0, 48))
+    with BackupStore(paths.store_file) as store:
+        pipeline = run_once(spark, spec, "approx", paths, store, monitor=monitor)
+    status = pipeline.board.snapshot()
+    counted = {s: v for s, (v, w) in monitor.rates().items() if w}
+    assert counted == status.shadow_violations and set(counted) == set(spec.linear_map.targets)
+    assert status.last_alert is not None and "live violation rate" in status.last_alert
+    assert status.shadow_worst_rate is not None and status.shadow_worst_rate > spec.delta
+
+
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])
 def test_a_crash_inside_a_batch_neither_duplicates_nor_loses_backup_rows(
     spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, point: str
