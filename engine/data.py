@@ -1,16 +1,14 @@
 """Load sensor history (CSV / Parquet, wide or long) into a validated ``SensorHistory``.
 
-DuckDB parses the file. CSV columns are read with explicit types (the time
-candidates as text, everything else as DOUBLE) so a stray bad value cannot
-silently turn a sensor into text; if that fast read fails, the file is re-read
-as text and the first unparsable value is named by column and row. Rows in
-messages are 1-based data rows in file order (the header is not counted).
-Times become ``datetime64[ns]``, naive = UTC; zone-aware times are converted.
+Reading and decoding the file (DuckDB, column types, the time column, wide or
+long layout) is ``engine.data_reader``; this module sorts the readings, handles
+missing values and describes the result. Rows in messages are 1-based data
+rows in file order (the header is not counted). Times become
+``datetime64[ns]``, naive = UTC; zone-aware times are converted.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 from collections.abc import Sequence
@@ -18,29 +16,41 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
 import numpy as np
 import pandas as pd
 
+from engine.data_reader import (
+    NULL_STRINGS,
+    SENSOR_NAMES,
+    SUFFIXES,
+    TIME_NAMES,
+    UNIT_NS,
+    UNIT_WORDS,
+    VALUE_NAMES,
+    Decoded,
+    check_file,
+    check_names,
+    connect,
+    decode,
+    format_ns,
+    read_csv,
+    read_parquet,
+    shorten,
+)
 from engine.errors import DataError, ParameterError
 
 Layout = Literal["auto", "wide", "long"]
 MissingPolicy = Literal["interpolate", "drop"]
 
-TIME_NAMES = frozenset(
-    {"time", "timestamp", "datetime", "date", "ts", "event_time", "hours_since_start"}
-)
-SENSOR_NAMES = frozenset({"sensor", "sensor_id", "sensor_name", "id", "name", "channel", "tag"})
-VALUE_NAMES = frozenset({"value", "reading", "measurement", "val"})
-NULL_STRINGS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null", "None"]
-SUFFIXES = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
-UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds"}
-UNIT_WORDS |= {"min": "minutes", "h": "hours"}
+# The file-format constants live with the reader; callers keep importing them from here.
+__all__ = [
+    "DEFAULT_OPTIONS", "EDGE_FILL_FRACTION", "GAP_FACTOR", "NULL_STRINGS", "SENSOR_NAMES",
+    "SUFFIXES", "TIME_NAMES", "UNIT_NS", "UNIT_WORDS", "VALUE_NAMES", "DataReport", "Layout",
+    "LoadOptions", "MissingPolicy", "SensorHistory", "history_from_frame", "load_history",
+]  # fmt: skip
+
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled
 GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
-_NUMERIC_TYPES: tuple[str, ...] = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT")
-_NUMERIC_TYPES += ("DOUBLE", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "DECIMAL")
 
 
 @dataclass(frozen=True)
@@ -194,20 +204,6 @@ def _derive(
     return SensorHistory(times, np.ascontiguousarray(values), sensors, report)
 
 
-@dataclass
-class _Decoded:
-    """Readings as parsed, before sorting and missing-value handling."""
-
-    source: str
-    layout: str
-    time_column: str
-    times: np.ndarray  # (T,) int64 ns
-    values: np.ndarray  # (T, n) float64, NaN = missing
-    sensors: tuple[str, ...]
-    rows: np.ndarray | None  # (T,) 1-based file rows (wide) or None (long)
-    notes: list[str]
-
-
 def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> SensorHistory:
     """Load a CSV (.csv/.txt/.tsv) or Parquet (.parquet/.pq) history, wide or long.
 
@@ -227,13 +223,13 @@ def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> Se
     DataError : one line naming the file, and the column and row where possible.
     """
     path = Path(path)
-    kind = _check_file(path)
-    with _connect() as con:
+    kind = check_file(path)
+    with connect() as con:
         if kind == "parquet":
-            _read_parquet(con, path)
+            read_parquet(con, path)
         else:
-            _read_csv(con, path, options)
-        decoded = _decode(con, path.name, options)
+            read_csv(con, path, options)
+        decoded = decode(con, path.name, options)
     return _assemble(decoded, options)
 
 
@@ -246,351 +242,18 @@ def history_from_frame(
     index_is_time = isinstance(df.index, pd.DatetimeIndex) and df.index.name not in df.columns
     frame = df.reset_index(drop=not index_is_time)
     frame.columns = [str(c) for c in frame.columns]
-    _check_names(source, list(frame.columns))
+    check_names(source, list(frame.columns))
     for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
         if dtype == np.dtype(object) or isinstance(dtype, pd.CategoricalDtype):
             frame[name] = frame[name].astype("string")  # the parser names bad values
-    with _connect() as con:
+    with connect() as con:
         con.register("frame_view", frame)
         con.execute("CREATE TABLE raw AS SELECT * FROM frame_view")
-        decoded = _decode(con, source, options)
+        decoded = decode(con, source, options)
     return _assemble(decoded, options)
 
 
-def _connect() -> duckdb.DuckDBPyConnection:
-    """In-memory DuckDB, UTC session (naive times are UTC), no progress bar on stdout."""
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false; SET TimeZone = 'UTC'")
-    return con
-
-
-def _check_file(path: Path) -> str:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    kind = SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        raise DataError(
-            f"{path.name}: unsupported file extension {path.suffix!r}; use {', '.join(SUFFIXES)}"
-        )
-    if path.stat().st_size == 0:
-        raise DataError(f"{path.name}: file is empty")
-    return kind
-
-
-def _check_names(source: str, names: list[str]) -> None:
-    if not names:
-        raise DataError(f"{source}: no columns")
-    seen: set[str] = set()
-    for position, name in enumerate(names, start=1):
-        if name in seen:
-            raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
-        seen.add(name)
-
-
-def _read_header(path: Path) -> tuple[list[str], str]:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            line = handle.readline()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path.name}: not UTF-8 text ({err.reason})") from err
-    if not line.strip():
-        raise DataError(f"{path.name}: file is empty (no header line)")
-    tsv = path.suffix.lower() == ".tsv"
-    delim = "\t" if tsv else max([",", "\t", ";", "|"], key=line.count)
-    names = next(csv.reader([line], delimiter=delim))
-    return [n.strip() or f"column{i + 1}" for i, n in enumerate(names)], delim
-
-
-def _read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> None:
-    names, delim = _read_header(path)
-    _check_names(path.name, names)
-    query = (
-        "CREATE TABLE raw AS SELECT * FROM read_csv(?, header = true, auto_detect = false, "
-        "delim = ?, columns = ?, nullstr = ?)"
-    )
-    if len(names) != 3 and options.layout != "long":
-        text = {names[0], options.time_column} | {n for n in names if n.lower() in TIME_NAMES}
-        types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
-        try:
-            con.execute(query, [str(path), delim, types, NULL_STRINGS])
-            return
-        except duckdb.Error:
-            pass  # re-read as text below, which names the offending column and row
-    try:
-        con.execute(query, [str(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
-    except duckdb.Error as err:
-        raise DataError(f"{path.name}: cannot read CSV: {_duckdb_message(err)}") from err
-
-
-def _read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(path).names
-    except (OSError, ValueError) as err:
-        raise DataError(f"{path.name}: not a readable Parquet file ({err})") from err
-    _check_names(path.name, names)
-    try:
-        con.execute("CREATE TABLE raw AS SELECT * FROM read_parquet(?)", [str(path)])
-    except duckdb.Error as err:
-        raise DataError(f"{path.name}: cannot read Parquet: {_duckdb_message(err)}") from err
-
-
-def _duckdb_message(err: duckdb.Error) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    head = lines[0].split("Error: ", 1)[-1] if lines else type(err).__name__
-    return "; ".join([head] + [ln for ln in lines[1:] if ln.startswith("Expected")])
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _kind(sql_type: str) -> str:
-    upper = sql_type.upper()
-    if upper.startswith(("TIMESTAMP", "DATE")):
-        return "time"
-    if upper.startswith(_NUMERIC_TYPES):
-        return "numeric"
-    return "text" if upper == "VARCHAR" else "other"
-
-
-def _short(names: Sequence[str], limit: int = 6) -> str:
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-
-
-def _fmt(ns: int) -> str:
-    return str(pd.Timestamp(int(ns)))
-
-
-@dataclass
-class _Table:
-    """The DuckDB table ``raw`` holding the file as read, with its column types."""
-
-    con: duckdb.DuckDBPyConnection
-    source: str
-    schema: dict[str, str]
-
-    def kind(self, name: str) -> str:
-        return _kind(self.schema[name])
-
-    def count(self, predicate: str) -> int:
-        row = self.con.execute(f"SELECT count(*) FROM raw WHERE {predicate}").fetchone()
-        return int(row[0]) if row else 0
-
-    def require_none(self, predicate: str, column: str, problem: str) -> None:
-        """Raise ``DataError`` at the first row (file order) where ``predicate`` holds."""
-        if self.count(predicate) == 0:
-            return
-        got = self.con.execute(
-            f"SELECT coalesce({predicate}, false) AS bad, CAST({_q(column)} AS VARCHAR) AS v "
-            "FROM raw"
-        ).fetchnumpy()
-        index = int(np.argmax(np.ma.filled(got["bad"], False)))
-        value = np.ma.filled(got["v"].astype(object), None)[index]
-        message = problem.format(value=value)
-        raise DataError(f"{self.source}: column {column!r} row {index + 1}: {message}")
-
-    def is_id_like(self, name: str) -> bool:
-        """Text whose values are mostly not numbers (sensor ids, not a sensor with a typo)."""
-        if self.kind(name) != "text":
-            return False
-        col = _q(name)
-        row = self.con.execute(
-            f"SELECT count({col}), count(TRY_CAST({col} AS DOUBLE)) FROM raw"
-        ).fetchone()
-        return row is not None and row[1] < 0.5 * row[0]
-
-
-def _decode(con: duckdb.DuckDBPyConnection, source: str, options: LoadOptions) -> _Decoded:
-    schema = {str(r[0]): str(r[1]) for r in con.execute("DESCRIBE raw").fetchall()}
-    table = _Table(con, source, schema)
-    if table.count("true") == 0:
-        raise DataError(f"{source}: has a header but no data rows")
-    time_col, how = _find_time_column(table, options)
-    notes = [f"time column {time_col!r} ({how})"]
-    time_expr, unit = _time_expression(table, time_col, options, notes)
-    others = [n for n in schema if n != time_col]
-    roles = _long_roles(table, others, options.layout)
-    if roles is None:
-        return _decode_wide(table, time_col, (time_expr, unit), others, notes)
-    return _decode_long(table, time_col, (time_expr, unit), roles, notes)
-
-
-def _find_time_column(table: _Table, options: LoadOptions) -> tuple[str, str]:
-    names = list(table.schema)
-    if options.time_column is not None:
-        if options.time_column not in table.schema:
-            raise DataError(
-                f"{table.source}: time column {options.time_column!r} not found; "
-                f"columns: {_short(names)}"
-            )
-        return options.time_column, "as given"
-    for name in names:
-        if name.lower() in TIME_NAMES:
-            return name, "detected by name"
-    first = _q(names[0])
-    if table.kind(names[0]) == "time":
-        return names[0], "first column holds datetimes"
-    if table.kind(names[0]) == "text":
-        row = table.con.execute(
-            f"SELECT TRY_CAST({first} AS TIMESTAMPTZ) IS NOT NULL AND TRY_CAST({first} AS DOUBLE) "
-            f"IS NULL FROM raw WHERE {first} IS NOT NULL LIMIT 1"
-        ).fetchone()
-        if row is not None and row[0]:
-            return names[0], "first column holds datetimes"
-    raise DataError(
-        f"{table.source}: no time column: pass time_column, name it one of "
-        f"{', '.join(sorted(TIME_NAMES))}, or put datetimes first; columns: {_short(names)}"
-    )
-
-
-def _time_expression(
-    table: _Table, name: str, options: LoadOptions, notes: list[str]
-) -> tuple[str, int | None]:
-    """SQL giving the time column as int64 ns (unit None) or as a number in ``unit`` ns."""
-    col, kind = _q(name), table.kind(name)
-    table.require_none(f"{col} IS NULL", name, "missing time")
-    if kind == "numeric" or (
-        kind == "text" and table.count(f"TRY_CAST({col} AS DOUBLE) IS NULL") == 0
-    ):
-        return f"TRY_CAST({col} AS DOUBLE)", _numeric_unit(name, options, notes)
-    if kind == "text":
-        parsed = f"TRY_CAST({col} AS TIMESTAMPTZ)"
-        table.require_none(f"{parsed} IS NULL", name, "cannot parse {value!r} as a time")
-        if table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
-            notes.append("times with a UTC offset were converted to UTC")
-        return f"epoch_ns({parsed})", None
-    if kind == "time":
-        if "TIME ZONE" in table.schema[name].upper():
-            notes.append("zone-aware times were converted to UTC")
-        return f"epoch_ns(CAST({col} AS TIMESTAMP_NS))", None
-    raise DataError(f"{table.source}: column {name!r} has type {table.schema[name]}, not times")
-
-
-def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:
-    unit, why = options.numeric_time_unit, "numeric_time_unit"
-    if unit == "s" and "hour" in name.lower():
-        unit, why = "h", "its name contains 'hour'"
-    notes.append(
-        f"numeric time column {name!r} read as {UNIT_WORDS[unit]} since 1970-01-01 ({why})"
-    )
-    return UNIT_NS[unit]
-
-
-def _long_roles(table: _Table, others: list[str], layout: str) -> tuple[str, str] | None:
-    """(sensor column, value column) if the file is long, else None."""
-    if layout == "wide":
-        return None
-    if len(others) != 2:
-        if layout == "long":
-            raise DataError(
-                f"{table.source}: long layout needs exactly three columns (time, sensor, value), "
-                f"got {len(others) + 1}"
-            )
-        return None
-    a, b = others
-    for sensor, value in ((a, b), (b, a)):
-        if sensor.lower() in SENSOR_NAMES and value.lower() in VALUE_NAMES:
-            return sensor, value
-    ids = [n for n in others if table.is_id_like(n)]
-    if len(ids) == 1:
-        return ids[0], b if ids[0] == a else a
-    return (a, b) if layout == "long" else None
-
-
-def _number_expressions(table: _Table, names: list[str]) -> list[str]:
-    """SQL casting each column to DOUBLE; the first unparsable value raises ``DataError``."""
-    for name in names:
-        if table.kind(name) not in ("numeric", "text"):
-            raise DataError(
-                f"{table.source}: column {name!r} has type {table.schema[name]}, not numbers"
-            )
-    text = [n for n in names if table.kind(n) == "text"]
-    preds = [f"{_q(n)} IS NOT NULL AND TRY_CAST({_q(n)} AS DOUBLE) IS NULL" for n in text]
-    if preds:
-        counts = table.con.execute(
-            "SELECT " + ", ".join(f"count(*) FILTER (WHERE {p})" for p in preds) + " FROM raw"
-        ).fetchone()
-        for name, pred, bad in zip(text, preds, counts or (), strict=True):
-            if bad:
-                table.require_none(pred, name, "cannot parse {value!r} as a number")
-    # NULL -> NaN in SQL: plain (not masked) arrays come back much faster
-    return [f"coalesce(TRY_CAST({_q(n)} AS DOUBLE), 'NaN'::DOUBLE)" for n in names]
-
-
-def _as_float(column: np.ndarray) -> np.ndarray:
-    return np.asarray(np.ma.filled(np.ma.asarray(column, dtype=np.float64), np.nan))
-
-
-def _to_ns(table: _Table, name: str, raw: np.ndarray, unit: int | None) -> np.ndarray:
-    """Times as int64 ns since 1970-01-01 (numeric times scaled by ``unit`` ns)."""
-    if unit is None:
-        return np.asarray(raw, dtype=np.int64)
-    x = _as_float(raw)
-    bad = np.flatnonzero(~np.isfinite(x) | (np.abs(x) * unit >= 9.2e18))
-    if bad.size:
-        raise DataError(
-            f"{table.source}: column {name!r} row {bad[0] + 1}: time {x[bad[0]]!r} is out of range"
-        )
-    if np.all(x == np.round(x)) and np.max(np.abs(x)) < 2**53:
-        return x.astype(np.int64) * unit  # exact for integer offsets
-    return np.round(x * unit).astype(np.int64)
-
-
-def _decode_wide(
-    table: _Table, time_col: str, time: tuple[str, int | None], sensors: list[str], notes: list[str]
-) -> _Decoded:
-    if not sensors:
-        raise DataError(f"{table.source}: no numeric sensor columns besides {time_col!r}")
-    exprs = _number_expressions(table, sensors)
-    columns = ", ".join(f"{e} AS s{i}" for i, e in enumerate(exprs))
-    got = table.con.execute(f"SELECT {time[0]} AS t, {columns} FROM raw").fetchnumpy()
-    values = np.column_stack([got[f"s{i}"] for i in range(len(sensors))]).astype(np.float64)
-    times = _to_ns(table, time_col, got["t"], time[1])
-    rows = np.arange(1, times.size + 1)
-    return _Decoded(table.source, "wide", time_col, times, values, tuple(sensors), rows, notes)
-
-
-def _decode_long(
-    table: _Table,
-    time_col: str,
-    time: tuple[str, int | None],
-    roles: tuple[str, str],
-    notes: list[str],
-) -> _Decoded:
-    sensor, value = roles
-    table.require_none(f"{_q(sensor)} IS NULL", sensor, "missing sensor id")
-    (expr,) = _number_expressions(table, [value])
-    got = table.con.execute(
-        f"SELECT {time[0]} AS t, CAST({_q(sensor)} AS VARCHAR) AS k, {expr} AS v FROM raw"
-    ).fetchnumpy()
-    t = _to_ns(table, time_col, got["t"], time[1])
-    if np.any(np.diff(t) < 0):
-        notes.append("rows were not in time order; sorted by time")
-    times, inv = np.unique(t, return_inverse=True)
-    codes, names = pd.factorize(np.asarray(got["k"], dtype=object))
-    flat = inv.astype(np.int64) * len(names) + codes
-    order = np.argsort(flat, kind="stable")
-    same = np.flatnonzero(np.diff(flat[order]) == 0)
-    if same.size:
-        i, j = order[same[0]], order[same[0] + 1]
-        raise DataError(
-            f"{table.source}: sensor {names[codes[i]]!r} has two readings at {_fmt(t[i])} "
-            f"(rows {i + 1} and {j + 1})"
-        )
-    values = np.full((times.size, len(names)), np.nan)
-    values[inv, codes] = _as_float(got["v"])
-    notes.append(
-        f"long layout ({time_col!r}, {sensor!r}, {value!r}): {t.size} rows pivoted to "
-        f"{times.size} time steps x {len(names)} sensors"
-    )
-    sensors = tuple(str(n) for n in names)
-    return _Decoded(table.source, "long", time_col, times, values, sensors, None, notes)
-
-
-def _assemble(decoded: _Decoded, options: LoadOptions) -> SensorHistory:
+def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
@@ -627,7 +290,7 @@ def _assemble(decoded: _Decoded, options: LoadOptions) -> SensorHistory:
     return SensorHistory(times.view("datetime64[ns]"), values, sensors, report)
 
 
-def _sort_wide(decoded: _Decoded) -> tuple[np.ndarray, np.ndarray]:
+def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:
     """Sort rows by time (noting it) and reject duplicate timestamps, naming their rows."""
     times, values, rows = decoded.times, decoded.values, decoded.rows
     if rows is None:  # long layout: already unique and sorted by the pivot
@@ -641,12 +304,12 @@ def _sort_wide(decoded: _Decoded) -> tuple[np.ndarray, np.ndarray]:
         i = same[0]
         raise DataError(
             f"{decoded.source}: column {decoded.time_column!r}: duplicate timestamp "
-            f"{_fmt(times[i])} (rows {rows[i]} and {rows[i + 1]})"
+            f"{format_ns(times[i])} (rows {rows[i]} and {rows[i + 1]})"
         )
     return times, values
 
 
-def _mark_missing(decoded: _Decoded, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _mark_missing(decoded: Decoded, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Infinite readings become NaN; returns values and the per-sensor missing rate."""
     infinite = np.isinf(values)
     if infinite.any():
@@ -710,7 +373,9 @@ def _describe(
     if gaps:
         notes.append(f"{gaps} gaps longer than {GAP_FACTOR} x the median step of {interval:g} s")
     if constant:
-        notes.append(f"constant sensors {_short(constant)} are reconstructed exactly by their mean")
+        notes.append(
+            f"constant sensors {shorten(constant)} are reconstructed exactly by their mean"
+        )
     if duplicates:
         pairs = ", ".join(f"{b!r} = {a!r}" for a, b in duplicates[:3])
         more = ", ..." if len(duplicates) > 3 else ""

@@ -13,11 +13,11 @@ The buffer (seed: Yang, Xu, Lv, Li, "hybrid processing model"):
   (MP-K-slack) loses nothing it has seen before.
 * ``K = alpha * k``; ``alpha`` is set by a PD controller on window coverage
   (``PDController``) against the target coverage ``lambda_thr`` derived from
-  ``(eps_thr, delta)`` (``CoverageTarget``): by the seed's random-sample theory
-  (``required_coverage``, ``target_model="srs"``) or, by default, empirically
-  under the loss pattern K-slack really has, the newest readings of a window
-  missing (``required_coverage_tail``), which random-sample theory
-  underestimates badly on autocorrelated sensors.
+  ``(eps_thr, delta)`` (``CoverageTarget``, ``engine.disorder_target``): by the
+  seed's random-sample theory (``required_coverage``, ``target_model="srs"``)
+  or, by default, empirically under the loss pattern K-slack really has, the
+  newest readings of a window missing (``required_coverage_tail``), which
+  random-sample theory underestimates badly on autocorrelated sensors.
 * a window closes (its provisional result is computed) once ``t_max - K`` has
   passed its end; at that moment every buffered tuple of it is released, in
   timestamp order, so the released stream never goes back in time.
@@ -26,7 +26,7 @@ The buffer (seed: Yang, Xu, Lv, Li, "hybrid processing model"):
   closed yet: the seed's "window being computed", which lies in
   ``[t_max - K - |W|, t_max - K]``), ``LATE`` (a window containing it already
   closed). Late tuples are recorded for the batch module
-  (``engine.disorder_eval``), which corrects the affected results.
+  (``engine.disorder_batch``), which corrects the affected results.
 * the coverage of a window is ``n_in_time / (n_in_time + n_late)``, with the
   late tuples counted for a settling period after it closed (the seed: "late
   tuples that arrive within a period after the window closed"). The
@@ -40,17 +40,24 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import numpy as np
-from scipy.special import gammaln, ndtr
+from engine.disorder_config import POLICIES, DisorderConfig
+from engine.disorder_target import (
+    CoverageTarget,
+    prefix_miss_length,
+    required_coverage,
+    required_coverage_tail,
+)
 
-from engine.errors import ParameterError
-
-POLICIES: tuple[str, ...] = ("adaptive", "mp_kslack", "fixed", "none")
-_AGGREGATES = ("avg", "sum", "max", "min")
+# The config and the coverage target have their own modules; callers import them from here.
+__all__ = [
+    "POLICIES", "BufferOutput", "ClosedWindow", "CoverageTarget", "DisorderConfig",
+    "Item", "KSlackBuffer", "LateItem", "PDController", "Zone", "parse_item",
+    "parse_late_item", "prefix_miss_length", "required_coverage", "required_coverage_tail",
+]  # fmt: skip
 
 
 class Zone(str, Enum):
@@ -59,130 +66,6 @@ class Zone(str, Enum):
     BUFFER = "buffer"
     CURRENT = "current"
     LATE = "late"
-
-
-def _finite(name: str, value: Any, *, low: float | None = None, strict: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if strict else value >= low
-    if not ok:
-        bound = "" if low is None else f" {'>' if strict else '>='} {low:g}"
-        raise ParameterError(f"{name} must be a finite number{bound}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class DisorderConfig:
-    """Parameters of the disorder handling (validated on construction).
-
-    Attributes
-    ----------
-    window, slide : window width and slide in readings (``slide=None``: tumbling).
-    interval_s : sampling interval in seconds (one reading per sensor per interval).
-    origin_s : event time (s) at which window 0 starts; windows are aligned to it.
-    aggregate : ``avg``, ``sum``, ``max`` or ``min``.
-    eps_thr, delta : quality target: ``P(|provisional - exact| > eps_thr) <= delta``.
-    policy : ``adaptive`` (ours), ``mp_kslack``, ``fixed`` (a fixed watermark) or ``none``.
-    kp, kd : PD gains (seed: 0.2 and 4).
-    alpha0, alpha_max : initial ``alpha`` and its upper clamp (lower clamp 0).
-    fixed_k_s : ``K`` in seconds for the ``fixed`` policy.
-    gamma_s : batch trigger, seconds of event time spanned by recorded late tuples
-        (``None``: one window width; the seed's 5 s is ten of its windows).
-    target_history : recent windows per sensor used to estimate ``lambda_thr``.
-    target_model : ``tail`` (the newest readings of a window are the late ones)
-        or ``srs`` (a simple random sample is late; the seed's argument); see
-        ``CoverageTarget``.
-    settle_s : a window's coverage is measured once ``t_max`` has passed its
-        end by ``K`` (at its close) plus ``settle_s`` (``None``: one window width).
-    control_tuples : the controller is updated with the pooled coverage of
-        consecutive measured windows once they hold at least this many tuples
-        (1, the default: every window, as in the seed; pooling damps the noise
-        of small windows' coverage).
-    """
-
-    window: int
-    slide: int | None = None
-    interval_s: float = 1.0
-    origin_s: float = 0.0
-    aggregate: str = "avg"
-    eps_thr: float = 1.0
-    delta: float = 0.05
-    policy: str = "adaptive"
-    kp: float = 0.2
-    kd: float = 4.0
-    alpha0: float = 1.0
-    alpha_max: float = 1.0
-    fixed_k_s: float = 0.0
-    gamma_s: float | None = None
-    target_history: int = 50
-    target_model: str = "tail"
-    settle_s: float | None = None
-    control_tuples: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("window", "target_history", "control_tuples"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
-        s = self.slide
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1):
-            raise ParameterError(f"slide must be an integer >= 1, got {s!r}")
-        if s is not None and s > self.window:
-            raise ParameterError(f"slide must not exceed window ({self.window}), got {s!r}")
-        if self.aggregate not in _AGGREGATES:
-            raise ParameterError(
-                f"aggregate must be one of avg, sum, max, min, got {self.aggregate!r}"
-            )
-        if self.target_model not in ("tail", "srs"):
-            raise ParameterError(f"target_model must be tail or srs, got {self.target_model!r}")
-        if self.policy not in POLICIES:
-            raise ParameterError(
-                f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}"
-            )
-        _finite("interval_s", self.interval_s, low=0.0, strict=True)
-        _finite("origin_s", self.origin_s)
-        _finite("eps_thr", self.eps_thr, low=0.0, strict=True)
-        _finite("delta", self.delta, low=0.0, strict=True)
-        if self.delta >= 1:
-            raise ParameterError(f"delta must be in (0, 1), got {self.delta!r}")
-        for name in ("kp", "kd", "alpha0", "fixed_k_s"):
-            _finite(name, getattr(self, name), low=0.0)
-        _finite("alpha_max", self.alpha_max, low=0.0, strict=True)
-        if self.alpha0 > self.alpha_max:
-            raise ParameterError(f"alpha0 must not exceed alpha_max, got {self.alpha0!r}")
-        for name in ("gamma_s", "settle_s"):
-            if getattr(self, name) is not None:
-                _finite(name, getattr(self, name), low=0.0)
-
-    @property
-    def width_s(self) -> float:
-        """Window width in seconds."""
-        return self.window * self.interval_s
-
-    @property
-    def step_s(self) -> float:
-        """Window slide in seconds."""
-        return (self.slide or self.window) * self.interval_s
-
-    @property
-    def gamma(self) -> float:
-        """Batch trigger span in seconds."""
-        return self.width_s if self.gamma_s is None else self.gamma_s
-
-    @property
-    def settle(self) -> float:
-        """Seconds of event time after a window's close before its coverage is measured."""
-        return self.width_s if self.settle_s is None else self.settle_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DisorderConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ParameterError(f"unknown disorder config key(s): {', '.join(unknown)}")
-        return cls(**data)
 
 
 @dataclass
@@ -208,192 +91,6 @@ class PDController:
         )
         self.prev_err = err
         return self.alpha
-
-
-def required_coverage(
-    aggregate: str, stats: np.ndarray, window: int, eps: float, delta: float
-) -> float:
-    """Smallest in-time fraction ``lambda = n / N`` meeting ``(eps, delta)`` on average.
-
-    The in-time tuples of a window are treated as a simple random sample without
-    replacement of ``n`` of its ``N = window`` readings (per sensor); the late
-    ones are the rest. For each recent window ``h`` (``stats``, (H,)) the
-    probability that the provisional aggregate misses by more than ``eps`` is:
-
-    * ``avg``: the sample mean has standard error
-      ``se = sqrt((1 - n/N) * S2_h / n)`` (``S2_h`` the window's variance with
-      ``N - 1`` in the denominator, estimated by the in-time sample variance;
-      equal to ``sigma / sqrt(n) * sqrt((N - n) / (N - 1))``). With the normal
-      approximation, ``P = 2 * (1 - Phi(eps / se))``. ``P <= delta`` is the
-      textbook condition ``z_{1-delta/2} * se <= eps``, i.e.
-      ``n >= S2 / (eps^2 / z^2 + S2 / N)``.
-    * ``sum``: the estimate is ``N * mean``, so its error is ``N`` times the
-      mean's: the ``avg`` rule with ``eps / N``.
-    * ``max`` (``min``): the provisional value (the in-time maximum) is within
-      ``eps`` iff the sample holds one of the ``M_h`` readings within ``eps`` of
-      the window's maximum. Missing all of them has the hypergeometric
-      probability ``P = C(N - M_h, n) / C(N, n)``. This is exact under the
-      sampling model and needs no distribution assumption; with ``M_h = 1``
-      (a single spike) it is ``1 - n/N``, so ``lambda = 1 - delta``.
-
-    ``n`` is the smallest value whose *mean* ``P`` over the recent windows is at
-    most ``delta``: the expected fraction of windows that miss is then at most
-    ``delta``, which is what provisional accuracy measures. With one window (or
-    equal ``S2_h``) this is exactly the per-window rule above.
-
-    Parameters
-    ----------
-    aggregate : ``avg``, ``sum``, ``max`` or ``min``.
-    stats : (H,) per-window ``S2_h`` (avg, sum) or ``M_h`` (max, min; >= 1).
-    window : ``N``, readings per sensor in a window.
-
-    Returns
-    -------
-    ``lambda`` in ``(0, 1]``.
-    """
-    big_n = window
-    n = np.arange(1, big_n + 1, dtype=float)[None, :]
-    h = np.asarray(stats, dtype=float)[:, None]
-    if aggregate in ("avg", "sum"):
-        e = eps / big_n if aggregate == "sum" else eps
-        se = np.sqrt(np.maximum(0.0, 1.0 - n / big_n) * h / n)
-        with np.errstate(divide="ignore"):
-            p = np.where(se > 0, 2.0 * ndtr(-e / np.where(se > 0, se, 1.0)), 0.0)
-    else:
-        m = np.clip(h, 1, big_n)
-        rest = big_n - m - n  # readings neither in the sample nor near the extreme
-        ok = rest >= 0
-        r = np.where(ok, rest, 0.0)
-        log_p = (
-            gammaln(big_n - m + 1) - gammaln(r + 1) - gammaln(big_n + 1) + gammaln(big_n - n + 1)
-        )
-        p = np.where(ok, np.exp(log_p), 0.0)
-    meets = np.flatnonzero(p.mean(axis=0) <= delta)
-    return float(meets[0] + 1) / big_n if meets.size else 1.0
-
-
-def prefix_miss_length(values: Sequence[float] | np.ndarray, aggregate: str, eps: float) -> int:
-    """Largest ``n`` whose first-``n`` provisional result misses by more than ``eps`` (0: none).
-
-    ``values`` (N,) are one sensor's complete window in time order. The
-    provisional result from the first ``n`` readings is their mean (``avg``),
-    ``N`` times their mean (``sum``), their maximum or minimum.
-    """
-    x = np.asarray(values, dtype=float)
-    if aggregate in ("avg", "sum"):
-        prefix = np.cumsum(x) / np.arange(1, x.size + 1)
-        err = np.abs(prefix - prefix[-1]) * (x.size if aggregate == "sum" else 1)
-    elif aggregate == "max":
-        err = x.max() - np.maximum.accumulate(x)
-    else:
-        err = np.minimum.accumulate(x) - x.min()
-    miss = np.flatnonzero(err > eps)
-    return int(miss[-1]) + 1 if miss.size else 0
-
-
-def required_coverage_tail(lengths: np.ndarray, window: int, delta: float) -> float:
-    """Smallest ``n / N`` such that at most ``delta`` of recent windows miss with their first ``n``.
-
-    ``lengths`` (H,) are ``prefix_miss_length`` of recent complete windows: a
-    window misses with its first ``n`` readings only if ``n <= length`` (a
-    conservative reading, as a prefix error need not shrink monotonically).
-    """
-    n = np.arange(1, window + 1)
-    share = (np.asarray(lengths, dtype=float)[:, None] >= n[None, :]).mean(axis=0)
-    return float(np.flatnonzero(share <= delta)[0] + 1) / window
-
-
-class CoverageTarget:
-    """Running per-sensor window statistics and the target coverage ``lambda_thr``.
-
-    Two models of *which* tuples of a window are missing when it closes:
-
-    * ``srs`` (the seed's sampling argument): a simple random sample of the
-      window is missing. ``observe`` keeps each sensor's window variance
-      (avg/sum, >= 2 values) or the count ``M`` of readings within ``eps`` of
-      the extreme, scaled from the in-time sample to the window
-      (``floor(c / n * N)``, at least 1); see ``required_coverage``.
-    * ``tail`` (default): the *newest* readings are missing, which is what a
-      K-slack buffer loses (a reading early in the window had longer to
-      arrive). With autocorrelated sensors this is much worse than random
-      loss: on Beijing PM2.5 (daily windows, eps 10) losing 6 random readings
-      of 24 misses 6 % of windows, losing the last 6 misses 40 %. The target
-      is empirical: from each recent window that was complete at its close,
-      the longest prefix whose provisional result still misses
-      (``prefix_miss_length``); ``lambda_thr`` is the smallest prefix share
-      that at most ``delta`` of them miss with. It needs no distribution
-      assumption, but it assumes recent windows resemble the coming ones.
-
-    ``lambda_thr`` is the largest per-sensor requirement: the buffer serves
-    the hardest sensor.
-    """
-
-    def __init__(
-        self,
-        aggregate: str,
-        window: int,
-        eps: float,
-        delta: float,
-        history: int,
-        model: str = "tail",
-    ) -> None:
-        self.aggregate, self.window, self.eps, self.delta = aggregate, window, eps, delta
-        self.history, self.model = history, model
-        self.stats: dict[str, deque[float]] = {}
-        self._cached: float | None = None
-        self._dirty = False
-
-    def _statistic(self, x: np.ndarray) -> float | None:
-        if self.model == "tail":
-            return (
-                float(prefix_miss_length(x, self.aggregate, self.eps))
-                if x.size == self.window
-                else None
-            )
-        if self.aggregate in ("avg", "sum"):
-            return float(x.var(ddof=1)) if x.size >= 2 else None
-        signed = x if self.aggregate == "max" else -x
-        close = np.count_nonzero(signed >= signed.max() - self.eps)
-        return float(max(1, math.floor(close / x.size * self.window)))
-
-    def observe(self, values: dict[str, list[float]]) -> None:
-        """Take the in-time values (time order) of each sensor of a closed window."""
-        for sensor, vals in values.items():
-            stat = self._statistic(np.asarray(vals, dtype=float))
-            if stat is not None:
-                self.stats.setdefault(sensor, deque(maxlen=self.history)).append(stat)
-                self._dirty = True
-
-    def lambda_thr(self) -> float | None:
-        """Target coverage, or ``None`` before any window was observed."""
-        if self._dirty:
-            self._cached = max(self._required(np.array(h)) for h in self.stats.values())
-            self._dirty = False
-        return self._cached
-
-    def _required(self, stats: np.ndarray) -> float:
-        if self.model == "tail":
-            return required_coverage_tail(stats, self.window, self.delta)
-        return required_coverage(self.aggregate, stats, self.window, self.eps, self.delta)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "aggregate": self.aggregate, "window": self.window, "eps": self.eps,
-            "delta": self.delta, "history": self.history, "model": self.model,
-            "stats": {s: list(h) for s, h in self.stats.items()},
-        }  # fmt: skip
-
-    @classmethod
-    def restore(cls, state: dict[str, Any]) -> CoverageTarget:
-        t = cls(
-            state["aggregate"], int(state["window"]), float(state["eps"]),
-            float(state["delta"]), int(state["history"]), state["model"],
-        )  # fmt: skip
-        t.stats = {
-            s: deque((float(x) for x in h), maxlen=t.history) for s, h in state["stats"].items()
-        }
-        t._dirty = bool(t.stats)
-        return t
 
 
 @dataclass(frozen=True)
