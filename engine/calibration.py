@@ -309,6 +309,24 @@ class BacktestResult:
     per_sensor: dict[str, tuple[int, int, int]]  # sensor -> (violations, rebuilt, all windows)
     note: str = ""
 
+    def verdict(self, delta: float) -> str:
+        """One honest sentence: did the measured worst sensor stay within ``delta``?"""
+        if self.n_folds == 0:
+            return f"not measured: {self.note}"
+        worst, ucb = self.violation_rate_worst_sensor, self.violation_rate_worst_sensor_ucb95
+        where = f"{self.n_folds} folds, worst sensor {self.worst_sensor}"
+        if ucb <= delta:
+            return (
+                f"holds: worst sensor missed {worst:.1%} (95% bound {ucb:.1%}) "
+                f"<= delta {delta:.1%} over {where}"
+            )
+        if worst <= delta:
+            return (
+                f"holds on the measured folds ({worst:.1%} <= delta {delta:.1%}) but the 95% bound "
+                f"{ucb:.1%} exceeds delta: more history would confirm it ({where})"
+            )
+        return f"DOES NOT HOLD: worst sensor missed {worst:.1%} > delta {delta:.1%} over {where}"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "n_folds": self.n_folds,

@@ -82,6 +82,11 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
             "repair": plan.model_note,
         },
         "backtest": None if plan.backtest is None else plan.backtest.to_dict(),
+        "verdict": (
+            "not measured: no backtest was run for this plan"
+            if plan.backtest is None
+            else plan.backtest.verdict(plan.parameters.delta)
+        ),
         "backtest_note": (
             "not run: this plan's guarantee is unmeasured"
             if plan.backtest is None

@@ -111,3 +111,12 @@ def test_fold_origins_and_settings_validation() -> None:
         BacktestSettings(history=2)
     with pytest.raises(ParameterError):
         PlanningSpec(eps=1, delta=0.05, window=2, slide=2, aggregate="avg", calibration="magic")
+
+
+def test_verdict_says_whether_the_measured_guarantee_holds(smooth: np.ndarray) -> None:
+    sensors = tuple(f"s{i}" for i in range(smooth.shape[1]))
+    settings = BacktestSettings(history=336, step=24, max_folds=60)
+    seed = run_backtest(smooth, sensors, _spec("none"), settings)
+    assert seed.verdict(0.05).startswith("DOES NOT HOLD")
+    empty = run_backtest(smooth[:300], sensors, _spec("none"), settings)
+    assert empty.verdict(0.05).startswith("not measured")
