@@ -4,10 +4,12 @@ Methods (DESIGN.md section 2):
 
 * ``paper``: the seed's greedy, literally: add the sensor that most reduces
   ``max_i var_{i|O}``, each candidate scored with a fresh matrix solve. Baseline.
-* ``greedy``: ours. Keeps the conditional covariance ``C`` and adds ``j`` by the
-  rank-one downdate ``C <- C - C[:, j] C[j, :] / C[j, j]`` (O(n^2) per step); adds the
-  sensor that minimises the total excess variance ``sum_i max(0, var_{i|O+j} - t_i)``,
-  then drops any sensor the set stays feasible without.
+* ``greedy``: ours. Sensors that no other sensors can bring within target are in
+  every feasible set and are added first, as one block. Then it keeps the
+  conditional covariance ``C``, adds the sensor that minimises the total excess
+  variance ``sum_i max(0, var_{i|O+j} - t_i)`` and downdates
+  ``C <- C - C[:, j] C[j, :] / C[j, j]`` (O(n^2) per step). Finally it drops
+  sensors the set stays feasible without, and tries 2-for-1 exchanges.
 * ``exact``: branch and bound over set sizes, for small ``n``.
 
 ``cov`` is (n, n) symmetric positive semi-definite, ``targets`` a scalar or (n,).
@@ -36,6 +38,9 @@ ABS_TOL = 1e-12  # times the mean variance
 BRUTE_FORCE_MAX_N = 16
 _BLOCK_BYTES = 1 << 20  # column block of the candidate scoring: stays in cache
 _PARALLEL_MIN = 1 << 18  # stored entries above which scoring uses two threads
+_EXCHANGE_WORK = 5e8  # flops of one exchange round above which it is skipped
+_EXCHANGE_ROUNDS = 10
+_EXCHANGE_PAIRS = 2000  # pairs checked in full per round
 
 
 @dataclass(frozen=True, eq=False)
@@ -230,32 +235,33 @@ def _paper_candidate_variance(c: np.ndarray, subset: list[int]) -> np.ndarray | 
 
 # ---------------------------------------------------------------------------- greedy
 def _select_greedy(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
-    """Excess-variance greedy with rank-one downdates, then a pruning pass."""
+    """Excess-variance greedy with rank-one downdates, then pruning and exchanges."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         state = _Greedy(c, t, pool if c.shape[0] ** 2 >= _PARALLEL_MIN else None)
         while np.any(state.var > state.tol):
             state.add(state.best_candidate())
-    if not state.chosen:
-        return (), state.var
-    return _prune(state.lines[: len(state.chosen)].T, state.chosen, state.var, state.tol)
+    return _improve(c, state.tol, state.atol, state.chosen, state.var)
 
 
 class _Greedy:
     """Incremental conditional covariance for the excess-variance greedy.
 
-    Only ``C[rows, cols]`` is stored, with ``rows`` the sensors still above target
-    (a sensor within target stays within target, so its row never scores again)
-    and ``cols`` the sensors not chosen yet. Any other entry of ``C`` is rebuilt
-    from the pivoted Cholesky factor, ``C = Sigma - L L^T``. The downdate by the
-    last pivot is applied lazily, fused with the scoring pass over cache-sized
-    column blocks, so a step reads and writes the stored block once:
-    O(|rows| |cols|), plus O(n m) when the chosen sensor is already within target.
+    The pivoted Cholesky factor ``L`` (``C = Sigma - L L^T``) and the conditional
+    variances are kept in float64: they decide feasibility. Candidate scoring only
+    ranks, so it reads a float32 copy of ``C[rows, cols] / s`` (``s`` the mean
+    variance), with ``rows`` the sensors still above target (a sensor within target
+    stays there, so its row never scores again) and ``cols`` those not chosen.
+    The copy is downdated lazily, fused with the scoring pass over cache-sized
+    column blocks (one read and write per step, O(|rows| |cols|)), and rebuilt
+    from ``L`` in float64 whenever a quarter of it has gone stale, which also
+    bounds float32 drift. Near-ties are re-ranked in float64.
     """
 
     def __init__(self, c: np.ndarray, t: np.ndarray, pool: ThreadPoolExecutor | None) -> None:
         n = c.shape[0]
         self.pool = pool
         self.cov, self.tol, self.atol = c, _tolerance(c, t), _abs_tol(c)
+        self.scale = max(float(np.mean(np.diag(c))), 1e-300)
         forced = self._indispensable()
         # Sensors nothing else can cover are in every feasible set: add them as one
         # block (BLAS-3) instead of one rank-one step each. lines = L^T, one row each.
@@ -271,9 +277,8 @@ class _Greedy:
         self.var[forced] = 0.0
         self.rows = np.flatnonzero(self.var > self.tol)
         self.cols = np.setdiff1d(np.arange(n), forced)
-        cross = lines[:, self.rows].T @ lines[:, self.cols]
-        self.block = np.asfortranarray(c[np.ix_(self.rows, self.cols)] - cross)
         self.pending: np.ndarray | None = None
+        self._rebuild()
 
     def _indispensable(self) -> list[int]:
         """Sensors whose variance given all the others is still above target."""
@@ -294,27 +299,33 @@ class _Greedy:
         self._compact()
         cols = self.cols
         usable = self.var[cols] > self.atol
-        usable[np.isin(cols, self.chosen)] = False
-        pivots = np.where(usable, self.var[cols], 1.0)
-        excess = np.maximum(self.var[self.rows] - self.tol[self.rows], 0.0)[:, None]
-        score = self._score(pivots, excess)
+        pivots = np.where(usable, self.var[cols], self.scale) / self.scale
+        excess = np.maximum(self.var[self.rows] - self.tol[self.rows], 0.0) / self.scale
+        score = self._score(pivots.astype(np.float32), excess.astype(np.float32)[:, None])
         score[~usable] = -np.inf
         best = float(score.max())
-        ties = cols[score >= best - 1e-9 * abs(best) - self.atol]
-        if ties.size == 1:
-            return int(ties[0])
-        tied = self._columns(ties)
-        drop = np.einsum("ij,ij->j", tied, tied) / self.var[ties]
-        return int(ties[np.argmax(drop)])  # argmax: first of equal drops = lowest index
+        near = cols[score >= best - 1e-5 * abs(best)]  # float32 only ranks coarsely
+        if near.size == 1:
+            return int(near[0])
+        return self._break_tie(near)
+
+    def _break_tie(self, near: np.ndarray) -> int:
+        """Re-score near-ties in float64; then largest drop of total variance, lowest index."""
+        square = self._columns(near) ** 2 / self.var[near]
+        excess = np.maximum(self.var - self.tol, 0.0)[:, None]
+        gain = np.minimum(square, excess).sum(axis=0)
+        tied = gain >= gain.max() * (1 - 1e-9) - self.atol
+        drop = square[:, tied].sum(axis=0)
+        return int(near[tied][np.argmax(drop)])  # argmax: first of equal drops
 
     def _score(self, pivots: np.ndarray, excess: np.ndarray) -> np.ndarray:
-        """Apply the pending downdate and score every stored column.
+        """Apply the pending downdate and score every stored column (float32).
 
         Large blocks are split in two column halves scored on two threads (NumPy
         releases the GIL inside ufuncs).
         """
         ncols = self.cols.size
-        score = np.empty(ncols)
+        score = np.empty(ncols, dtype=np.float32)
         args = (pivots, excess, score)
         if self.rows.size * ncols < _PARALLEL_MIN or self.pool is None:
             self._score_range(0, ncols, *args)
@@ -333,15 +344,15 @@ class _Greedy:
         self, lo: int, hi: int, pivots: np.ndarray, excess: np.ndarray, score: np.ndarray
     ) -> None:
         """Columns ``lo:hi``, in cache-sized blocks: downdate, then excess removed."""
-        pending = self.pending
-        width = max(8, _BLOCK_BYTES // (8 * max(self.rows.size, 1)))
-        buf = np.empty((self.rows.size, width), order="F")
-        if pending is not None:
-            down_rows, down_cols = pending[self.rows][:, None], pending[self.cols]
+        width = max(16, _BLOCK_BYTES // (4 * max(self.rows.size, 1)))
+        buf = np.empty((self.rows.size, width), dtype=np.float32, order="F")
+        if self.pending is not None:
+            line = (self.pending / np.sqrt(self.scale)).astype(np.float32)
+            down_rows, down_cols = line[self.rows][:, None], line[self.cols]
         for start in range(lo, hi, width):
             stop = min(start + width, hi)
             block, out = self.block[:, start:stop], buf[:, : stop - start]
-            if pending is not None:
+            if self.pending is not None:
                 np.multiply(down_rows, down_cols[start:stop], out=out)
                 block -= out
             np.square(block, out=out)
@@ -350,14 +361,9 @@ class _Greedy:
             out.sum(axis=0, out=score[start:stop])
 
     def add(self, j: int) -> None:
-        """Observe sensor ``j``: extend the factor; the block downdate is left pending."""
+        """Observe sensor ``j``: extend the factor (float64); the block downdate waits."""
         m = len(self.chosen)
-        hit = np.flatnonzero(self.rows == j)
-        if hit.size and self.pending is None:
-            row = np.zeros(self.cov.shape[0])
-            row[self.cols] = self.block[hit[0], :]
-        else:
-            row = self.cov[j, :] - self.lines[:m, j] @ self.lines[:m, :]
+        row = self.cov[j, :] - _gram(self.lines[:m, [j]], self.lines[:m])[0]
         if m == self.lines.shape[0]:
             self.lines = np.vstack([self.lines, np.zeros_like(self.lines)])
         line = row / np.sqrt(row[j])
@@ -371,33 +377,91 @@ class _Greedy:
     def _columns(self, idx: np.ndarray) -> np.ndarray:
         """Columns ``C[:, idx]`` (n, len(idx)) of the current conditional covariance."""
         m = len(self.chosen)
-        return self.cov[:, idx] - self.lines[:m].T @ self.lines[:m, idx]
+        return self.cov[:, idx] - _gram(self.lines[:m], self.lines[:m, idx])
 
     def _compact(self) -> None:
-        """Drop stored rows within target and chosen columns, once a quarter is stale."""
+        """Drop rows within target and chosen columns once a quarter is stale."""
         keep_rows = self.var[self.rows] > self.tol[self.rows]
         keep_cols = ~np.isin(self.cols, self.chosen)
         if keep_rows.sum() > 0.75 * keep_rows.size and keep_cols.sum() > 0.75 * keep_cols.size:
             return
-        if self.pending is not None:
-            self.block -= np.outer(self.pending[self.rows], self.pending[self.cols])
-            self.pending = None
         self.rows, self.cols = self.rows[keep_rows], self.cols[keep_cols]
-        self.block = np.asfortranarray(self.block[np.ix_(keep_rows, keep_cols)])
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Recompute the float32 block ``C[rows, cols] / s`` from ``L`` in float64."""
+        m = len(self.chosen)
+        exact = self.cov[np.ix_(self.rows, self.cols)]
+        exact -= self.lines[:m, self.rows].T @ self.lines[:m, self.cols]
+        self.block = np.asfortranarray(exact / self.scale, dtype=np.float32)
+        self.pending = None
+
+
+def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a.T @ b`` (p, q) for a (k, p), b (k, q), summed over chunks of 64 rows.
+
+    Each chunk stays below OpenBLAS's threading threshold: for these thin
+    products, waking its threads costs more than the product (10x on a busy
+    2-core machine).
+    """
+    out = np.zeros((a.shape[1], b.shape[1]))
+    for start in range(0, a.shape[0], 64):
+        out += a[start : start + 64].T @ b[start : start + 64]
+    return out
+
+
+def _improve(
+    c: np.ndarray, tol: np.ndarray, atol: float, chosen: list[int], var: np.ndarray
+) -> tuple[tuple[int, ...], np.ndarray]:
+    """Alternate pruning and 2-for-1 exchanges until neither shrinks the set.
+
+    Exchanges run while a round is cheap (about ``(n - m)^2 m + m^3`` flops within
+    ``_EXCHANGE_WORK``) and for at most ``_EXCHANGE_ROUNDS`` rounds: on large
+    instances one sensor less is worth little and a round costs a refactorisation.
+    """
+    n = c.shape[0]
+    for round_ in range(_EXCHANGE_ROUNDS + 1):
+        terms = _regression_terms(c, chosen) if chosen else None
+        if terms is None:  # nothing chosen, or Sigma_OO numerically singular: keep it
+            break
+        chosen, var, terms = _prune(chosen, var, tol, terms)
+        m = len(chosen)
+        if round_ == _EXCHANGE_ROUNDS or (n - m) ** 2 * m + m**3 > _EXCHANGE_WORK:
+            break
+        swapped = _exchange(c, tol, atol, chosen, var, terms)
+        if swapped is None:
+            break
+        swapped_var = _direct_conditional_variance(c, swapped)
+        if not np.all(swapped_var <= tol):  # rounding disagreed: keep the verified set
+            break
+        chosen, var = swapped, swapped_var
+    var[chosen] = 0.0
+    return tuple(chosen), var
+
+
+def _regression_terms(c: np.ndarray, chosen: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``B = Sigma_:O P`` (n, m) and ``P = Sigma_OO^{-1}`` (m, m), or None if singular."""
+    try:
+        factor = scipy.linalg.cholesky(c[np.ix_(chosen, chosen)], lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    inv_factor, info = scipy.linalg.lapack.dtrtri(factor, lower=1)
+    if info != 0:
+        return None
+    prec = inv_factor.T @ inv_factor
+    return c[:, chosen] @ prec, prec
 
 
 def _prune(
-    factor: np.ndarray, chosen: list[int], var: np.ndarray, tol: np.ndarray
-) -> tuple[tuple[int, ...], np.ndarray]:
+    chosen: list[int], var: np.ndarray, tol: np.ndarray, terms: tuple[np.ndarray, np.ndarray]
+) -> tuple[list[int], np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Drop chosen sensors (latest first) whose removal keeps every target met.
 
     With ``P = Sigma_OO^{-1}`` and ``B = Sigma_:O P``, removing ``k`` raises each
     conditional variance by ``B[:, k]^2 / P_kk``; ``P`` and ``B`` are then downdated
     (block inverse), so the pass costs O(n m^2).
     """
-    inv_lo = scipy.linalg.solve_triangular(factor[chosen, :], np.eye(len(chosen)), lower=True)
-    coef = factor @ inv_lo  # B (n, m)
-    prec = inv_lo.T @ inv_lo  # P (m, m)
+    coef, prec = terms
     keep = list(range(len(chosen)))
     for pos in reversed(range(len(chosen))):
         k = keep.index(pos)
@@ -410,9 +474,69 @@ def _prune(
         prec = prec[np.ix_(rest, rest)] - np.outer(prec[rest, k], prec[k, rest]) / prec[k, k]
         keep.pop(k)
         var = raised
-    backup = tuple(chosen[p] for p in keep)
-    var[list(backup)] = 0.0
-    return backup, var
+    return [chosen[p] for p in keep], var, (coef, prec)
+
+
+def _exchange(
+    c: np.ndarray,
+    tol: np.ndarray,
+    atol: float,
+    chosen: list[int],
+    var: np.ndarray,
+    terms: tuple[np.ndarray, np.ndarray],
+) -> list[int] | None:
+    """One 2-for-1 exchange: drop two chosen sensors, add one other, stay feasible.
+
+    Removing ``a`` alone leaves violators; the sensors that could repair them,
+    ``F_a``, come from the conditional covariance given ``O - a``. A sensor that
+    repairs ``O - a - b`` also repairs ``O - a`` and ``O - b``, so only pairs that
+    share a repairer are checked in full (latest additions first, at most
+    ``_EXCHANGE_PAIRS``). Returns the new set, or None.
+    """
+    coef, prec = terms
+    n, m = c.shape[0], len(chosen)
+    free = np.setdiff1d(np.arange(n), chosen)
+    cond = np.zeros((n, n))  # C given O: zero on chosen rows and columns
+    picked = np.asarray(chosen)
+    cond[np.ix_(free, free)] = c[np.ix_(free, free)] - coef[free] @ c[np.ix_(picked, free)]
+    repairs = np.zeros((m, n))
+    for p in range(m):
+        repairs[p, _repairers(cond, var, tol, atol, coef[:, [p]], prec[[p]][:, [p]])] = 1.0
+    shared = np.triu(repairs @ repairs.T, 1)
+    for p, q in np.argwhere(shared > 0)[::-1][:_EXCHANGE_PAIRS]:
+        pair = [int(p), int(q)]
+        common = np.flatnonzero(repairs[p] * repairs[q])
+        found = _repairers(cond, var, tol, atol, coef[:, pair], prec[np.ix_(pair, pair)], common)
+        if found.size:
+            return [x for k, x in enumerate(chosen) if k not in pair] + [int(found[0])]
+    return None
+
+
+def _repairers(
+    cond: np.ndarray,
+    var: np.ndarray,
+    tol: np.ndarray,
+    atol: float,
+    coef: np.ndarray,
+    prec: np.ndarray,
+    candidates: np.ndarray | None = None,
+) -> np.ndarray:
+    """Sensors ``j`` that make ``O - R + j`` feasible, for removed positions ``R``.
+
+    Removing ``R`` (columns ``coef = B[:, R]``, ``prec = P[R, R]``) gives the
+    conditional covariance ``C + B_R P_RR^{-1} B_R^T``.
+    """
+    lift = coef @ np.linalg.inv(prec)
+    var_r = var + np.einsum("ij,ij->i", lift, coef)
+    bad = np.flatnonzero(var_r > tol)
+    if candidates is None:
+        candidates = np.flatnonzero(var_r > atol)
+    cand = candidates[var_r[candidates] > atol]
+    rows = cond[np.ix_(bad, cand)] + lift[bad] @ coef[cand].T
+    after = var_r[bad][:, None] - rows**2 / var_r[cand]
+    after[bad[:, None] == cand[None, :]] = 0.0
+    ok = np.all(after <= tol[bad][:, None], axis=0)
+    return cand[ok]
 
 
 # ----------------------------------------------------------------------------- exact

@@ -239,3 +239,15 @@ def test_sensors_only_coverable_by_themselves_are_detected_exactly(seed):
     assert state.chosen == [i for i in range(12) if alone[i] > t[i]]
     for method in METHODS:
         assert set(state.chosen) <= set(select_backups(cov, t, method).backup)
+
+
+def test_exchange_pass_fixes_the_greedy_trap_on_a_chain(monkeypatch):
+    """On an AR(1) chain the greedy starts in the middle (3 sensors); the optimum is 2."""
+    import engine.selection as selection
+
+    pos = np.arange(5)
+    cov = 0.9 ** np.abs(pos[:, None] - pos[None, :]).astype(float)
+    assert brute_force_min_backup(cov, 0.2).cost == 2
+    assert select_backups(cov, 0.2, "greedy").cost == 2
+    monkeypatch.setattr(selection, "_EXCHANGE_ROUNDS", 0)
+    assert select_backups(cov, 0.2, "greedy").cost == 3
