@@ -555,7 +555,7 @@ def _select_exact(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.nda
     n = c.shape[0]
     greedy_backup, greedy_var = _select_greedy(c, t)
     search = _Search(c, t)
-    forced = search.indispensable(c, [], list(range(n)))
+    forced = search.indispensable(c, [], list(range(n))) or []
     free = [i for i in range(n) if i not in set(forced)]
     base = c
     for j in forced:
@@ -572,7 +572,6 @@ class _Search:
     """Depth-first search state for ``_select_exact`` (tolerances and margins)."""
 
     def __init__(self, c: np.ndarray, t: np.ndarray) -> None:
-        self.t = t
         self.tol = _tolerance(c, t)
         self.atol = _abs_tol(c)
 
@@ -586,16 +585,18 @@ class _Search:
         out[:, j] = 0.0
         return out
 
-    def indispensable(self, cond: np.ndarray, skipped: list[int], pool: list[int]) -> list[int]:
-        """Members of ``pool`` that nothing else can cover; [] if undecidable.
+    def indispensable(
+        self, cond: np.ndarray, skipped: list[int], pool: list[int]
+    ) -> list[int] | None:
+        """Members of ``pool`` that nothing else can cover ([] if undecidable).
 
-        Also returns ``[-1]`` when a ``skipped`` sensor stays infeasible with all of
-        ``pool`` added (the branch is dead). ``cond`` is the current conditional cov.
+        ``None`` when the branch is dead: a ``skipped`` sensor stays infeasible even
+        with all of ``pool`` added. ``cond`` is the current conditional covariance.
         """
         live = [i for i in pool if cond[i, i] > self.atol]
         diag = np.diag(cond)
         if not live:
-            return [-1] if skipped and np.any(diag[skipped] > self.tol[skipped]) else []
+            return None if skipped and np.any(diag[skipped] > self.tol[skipped]) else []
         solved = _alone_variance(cond, live)
         if solved is None:
             return []
@@ -604,7 +605,7 @@ class _Search:
             proj = scipy.linalg.solve_triangular(factor, cond[np.ix_(live, skipped)], lower=True)
             rest = diag[skipped] - np.einsum("ij,ij->j", proj, proj)
             if np.any(_clearly_above(rest, self.tol[skipped], diag[skipped], self.atol)):
-                return [-1]
+                return None
         above = _clearly_above(alone, self.tol[live], diag[live], self.atol)
         return [live[p] for p in np.flatnonzero(above)]
 
@@ -619,12 +620,13 @@ class _Search:
         pool = free[start:]
         if slots <= 0 or len(pool) == 0:
             return None
-        skipped = [i for i in free[:start] if i not in set(chosen)]
+        taken = set(chosen)
+        skipped = [i for i in free[:start] if i not in taken]
         must = self.indispensable(cond, skipped, pool)
-        if must == [-1] or len(must) > slots:
+        if must is None or len(must) > slots:
             return None
-        if slots == 1:
-            return self._last_slot(cond, chosen, pool)
+        if slots <= 3:
+            return self._finish(cond, chosen, pool, slots)
         # Skipping an indispensable sensor kills the branch: branch only up to the first.
         last = free.index(must[0]) if must else len(free) - 1
         for pos in range(start, min(last, len(free) - slots) + 1):
@@ -634,13 +636,25 @@ class _Search:
                 return found
         return None
 
-    def _last_slot(self, cond: np.ndarray, chosen: list[int], pool: list[int]) -> list[int] | None:
-        """All single additions at once: ``var_i - C_ij^2 / C_jj`` for every j in pool."""
-        diag = np.diag(cond)
-        for j in pool:
-            piv = cond[j, j]
-            var = diag - (cond[:, j] ** 2 / piv if piv > self.atol else 0.0)
-            var[j] = 0.0
-            if np.all(var <= self.tol):
-                return [*chosen, j]
-        return None
+    def _finish(
+        self, cond: np.ndarray, chosen: list[int], pool: list[int], slots: int
+    ) -> list[int] | None:
+        """Try every completion by ``min(slots, len(pool))`` pool sensors at once.
+
+        Adding sensors never hurts, so only completions of the largest size are
+        checked. Each is a batch of rank-one downdates (a zero pivot: no
+        information), vectorised over all completions: (N, n, n) work.
+        """
+        combos = np.array(list(itertools.combinations(pool, min(slots, len(pool)))))
+        batch = np.broadcast_to(cond, (len(combos), *cond.shape)).copy()
+        index = np.arange(len(combos))
+        for step in range(combos.shape[1]):
+            j = combos[:, step]
+            col = batch[index, :, j]  # (N, n)
+            piv = col[index, j]
+            scale = np.where(piv > self.atol, 1.0 / np.where(piv > 0, piv, 1.0), 0.0)
+            batch -= (col * scale[:, None])[:, :, None] * col[:, None, :]
+        var = np.diagonal(batch, axis1=1, axis2=2).copy()
+        var[index[:, None], combos] = 0.0
+        ok = np.flatnonzero(np.all(var <= self.tol, axis=1))
+        return [*chosen, *map(int, combos[ok[0]])] if ok.size else None
