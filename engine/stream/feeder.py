@@ -14,11 +14,13 @@ is only for scoring recovery, never read by the pipeline.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pandas as pd
@@ -242,3 +244,30 @@ class Feeder:
         path = directory / "truth.parquet"
         frame.to_parquet(path, index=False)
         return path
+
+
+# -- which landed files a query consumed -------------------------------------
+
+
+def read_source_log(checkpoint: Path) -> dict[int, list[Path]]:
+    """Files per batch id, from the file source's log in a Spark checkpoint."""
+    log_dir = checkpoint / "sources" / "0"
+    batches: dict[int, list[Path]] = {}
+    if not log_dir.is_dir():
+        return batches
+    for entry in sorted(log_dir.iterdir()):
+        if entry.name.startswith(".") or entry.name.endswith(".crc"):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            if line.strip():
+                item = json.loads(line)
+                path = Path(unquote(urlparse(item["path"]).path))
+                batches.setdefault(int(item["batchId"]), []).append(path)
+    return batches
+
+
+def spark_committed_batches(checkpoint: Path) -> set[int]:
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return set()
+    return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}

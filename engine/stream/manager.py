@@ -26,7 +26,7 @@ import numpy as np
 from engine.errors import ParameterError, PipelineError
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.pipeline import LivePipeline, Monitor, Stage, discard_lost_state
+from engine.stream.pipeline import LivePipeline, discard_lost_state
 from engine.stream.recovery import (
     LostRange,
     RecoveryReport,
@@ -37,9 +37,11 @@ from engine.stream.recovery import (
 from engine.stream.session import SparkSettings, get_spark
 from engine.stream.spec import (
     HistoryLike,
+    Monitor,
     PipelineOptions,
     PipelinePaths,
     PipelineStatus,
+    Stage,
     StatusBoard,
     StreamSpec,
     align_history,

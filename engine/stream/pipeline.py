@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
-from urllib.parse import unquote, urlparse
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,41 +36,23 @@ from engine.stream.batch import (
     select_backup_rows,
     shadow_errors,
 )
+from engine.stream.feeder import read_source_log, spark_committed_batches
 from engine.stream.spec import (
+    FAILURE_MARK,
+    Fault,
+    Monitor,
     PipelineOptions,
     PipelinePaths,
+    SimulatedFailure,
+    Stage,
     StatusBoard,
     StreamSpec,
     check_mode,
 )
 
+__all__ = ["Fault", "LivePipeline", "SimulatedFailure", "consumed_files", "discard_lost_state"]
+
 RUN_FILE = "lacuna_run.json"
-FAILURE_MARK = "lacuna simulated failure"
-
-
-class SimulatedFailure(RuntimeError):
-    """Raised inside ``foreachBatch`` to kill the query on purpose."""
-
-
-class Monitor(Protocol):
-    def observe(self, errors: np.ndarray, reconstructed: Any) -> Any: ...
-
-
-class Stage(Protocol):
-    """Optional disorder stage (``engine.disorder``) run before windowing."""
-
-    def process(self, batch: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]: ...
-    def snapshot(self) -> dict[str, Any]: ...
-    def restore(self, state: dict[str, Any]) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Test fault: raise in batch ``batch_id`` inside the store transaction after
-    the rows are inserted (``before_commit``), or right after it commits."""
-
-    batch_id: int
-    point: Literal["before_commit", "after_commit"]
 
 
 class LivePipeline:
@@ -394,30 +375,6 @@ def _first_line(err: object) -> str:
 # -- failure: what a crash destroys ------------------------------------------
 
 
-def read_source_log(checkpoint: Path) -> dict[int, list[Path]]:
-    """Files per batch id, from the file source's log in a Spark checkpoint."""
-    log_dir = checkpoint / "sources" / "0"
-    batches: dict[int, list[Path]] = {}
-    if not log_dir.is_dir():
-        return batches
-    for entry in sorted(log_dir.iterdir()):
-        if entry.name.startswith(".") or entry.name.endswith(".crc"):
-            continue
-        for line in entry.read_text().splitlines()[1:]:
-            if line.strip():
-                item = json.loads(line)
-                path = Path(unquote(urlparse(item["path"]).path))
-                batches.setdefault(int(item["batchId"]), []).append(path)
-    return batches
-
-
-def spark_committed_batches(checkpoint: Path) -> set[int]:
-    commits = checkpoint / "commits"
-    if not commits.is_dir():
-        return set()
-    return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
-
-
 def consumed_files(checkpoint: Path, store: BackupStore, run: int) -> list[Path]:
     """Landing files whose batch finished (in Spark's commit log or in the store)."""
     done = spark_committed_batches(checkpoint) | set(store.committed_batches(run))
@@ -433,8 +390,6 @@ def discard_lost_state(paths: PipelinePaths, store: BackupStore, run: int) -> li
     snapshot. Files not consumed yet stay: the restarted query reads them.
     Returns the deleted input files.
     """
-    import shutil
-
     ck = paths.checkpoint_dir
     files = consumed_files(ck, store, run)
     try:

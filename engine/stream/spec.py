@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
+import pandas as pd
 
 from engine.errors import ConfigError, ParameterError, PipelineError
 from engine.reconstruct import AGGREGATES, LinearMap, check_window, column_indices
@@ -31,6 +32,34 @@ class HistoryLike(Protocol):
     times: np.ndarray  # (T,) datetime64[ns]
     values: np.ndarray  # (T, n) float64
     sensors: tuple[str, ...]
+
+
+FAILURE_MARK = "lacuna simulated failure"
+
+
+class SimulatedFailure(RuntimeError):
+    """Raised inside ``foreachBatch`` to kill the query on purpose."""
+
+
+class Monitor(Protocol):
+    def observe(self, errors: np.ndarray, reconstructed: Any) -> Any: ...
+
+
+class Stage(Protocol):
+    """Optional disorder stage (``engine.disorder``) run before windowing."""
+
+    def process(self, batch: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    def restore(self, state: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test fault: raise in batch ``batch_id`` inside the store transaction after
+    the rows are inserted (``before_commit``), or right after it commits."""
+
+    batch_id: int
+    point: Literal["before_commit", "after_commit"]
 
 
 @dataclass(frozen=True)

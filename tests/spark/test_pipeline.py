@@ -19,6 +19,8 @@ from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 pytestmark = pytest.mark.spark
 
 ONCE = PipelineOptions(max_files_per_trigger=3, available_now=True)
+# 24 files, 2 per batch: 12 batches, past Spark's source-log compaction after batch 9.
+ONCE_SMALL_BATCHES = PipelineOptions(max_files_per_trigger=2, available_now=True)
 
 
 def feed(history: Any, paths: PipelinePaths, rows: slice | None = None) -> None:
@@ -28,10 +30,16 @@ def feed(history: Any, paths: PipelinePaths, rows: slice | None = None) -> None:
 
 
 def run_once(
-    spark: Any, spec: StreamSpec, mode: str, paths: PipelinePaths, store: BackupStore, **kwargs: Any
+    spark: Any,
+    spec: StreamSpec,
+    mode: str,
+    paths: PipelinePaths,
+    store: BackupStore,
+    options: PipelineOptions = ONCE,
+    **kwargs: Any,
 ) -> LivePipeline:
     """Start a query that processes what has landed, wait for it, stop it."""
-    pipeline = LivePipeline(spark, spec, mode, paths, store, options=ONCE, **kwargs).start()
+    pipeline = LivePipeline(spark, spec, mode, paths, store, options=options, **kwargs).start()
     try:
         pipeline.await_termination(120)
     finally:
@@ -52,7 +60,11 @@ def test_live_windows_backup_and_shadow_equal_the_reference(
     feed(history, paths)
     backup_sensors = spec.backup_sensors
     with BackupStore(paths.store_file) as store:
-        pipeline = run_once(spark, spec, "approx", paths, store)
+        pipeline = run_once(spark, spec, "approx", paths, store, ONCE_SMALL_BATCHES)
+        landed = sorted(paths.landing_dir.glob("*.parquet"))
+        assert consumed_files(paths.checkpoint_dir, store, pipeline.run) == landed
+        compacted = [p.name for p in (paths.checkpoint_dir / "sources" / "0").iterdir()]
+        assert "9.compact" in compacted
         expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
         got = wide_results(store, spec.sensors)
         assert got.index.tolist() == list(range(len(expected)))
@@ -67,7 +79,7 @@ def test_live_windows_backup_and_shadow_equal_the_reference(
         np.testing.assert_array_equal(pivot.to_numpy(), history.values[:, idx])
 
         status = pipeline.board.snapshot()
-        assert status.input_rows == history.values.size and status.batches == 8
+        assert status.input_rows == history.values.size and status.batches == 12
         assert status.backup_rows == len(backup) == 96 * 2
         assert status.backup_bytes == store.size().backup_bytes
         assert status.windows_emitted == len(expected)
