@@ -27,11 +27,16 @@ STATES: tuple[str, ...] = ("idle", "running", "failed", "recovering", "stopped",
 
 
 class HistoryLike(Protocol):
-    """What the feeder needs from ``engine.data.SensorHistory``."""
+    """What the feeder needs from ``engine.data.SensorHistory`` (read-only)."""
 
-    times: np.ndarray  # (T,) datetime64[ns]
-    values: np.ndarray  # (T, n) float64
-    sensors: tuple[str, ...]
+    @property
+    def times(self) -> np.ndarray: ...  # (T,) datetime64[ns]
+
+    @property
+    def values(self) -> np.ndarray: ...  # (T, n) float64
+
+    @property
+    def sensors(self) -> tuple[str, ...]: ...
 
 
 FAILURE_MARK = "lacuna simulated failure"
