@@ -91,7 +91,7 @@ class PipelineManager:
         paths: PipelinePaths,
         *,
         speed: float = 0.0,
-        rows_per_file: int = 24,
+        rows_per_file: int | None = None,
         delays: np.ndarray | None = None,
         options: PipelineOptions | None = None,
         monitor: Monitor | None = None,
@@ -107,7 +107,8 @@ class PipelineManager:
                 )
             check_mode(mode)
             truth = align_history(history, spec.sensors)
-            feed = FeedOptions(speed=speed, rows_per_file=rows_per_file, delays=delays)
+            rows = rows_per_file or default_rows_per_file(spec)
+            feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays)
             paths.ensure()
             _prepare_root(paths, reset)
             self._store = BackupStore(paths.store_file, self._now)
@@ -308,6 +309,17 @@ def _prepare_root(paths: PipelinePaths, reset: bool) -> None:
         raise PipelineError(f"cannot clear {str(paths.root)!r}: {err}") from err
 
 
+def default_rows_per_file(spec: StreamSpec) -> int:
+    """Rows per landing file when not told: ``slide // 2 + 1``.
+
+    Micro-batches then rarely end exactly on a window boundary, so a failure
+    lands inside an open window as a crash at a random time would; with files
+    of a multiple of the slide every batch would close all its windows and a
+    failure between batches would lose nothing.
+    """
+    return spec.slide // 2 + 1
+
+
 _DEFAULT: PipelineManager | None = None
 _DEFAULT_LOCK = threading.Lock()
 
@@ -330,7 +342,7 @@ def run_simulation(
     settings: SparkSettings | None = None,
     *,
     speed: float = 0.0,
-    rows_per_file: int = 24,
+    rows_per_file: int | None = None,
     options: PipelineOptions | None = None,
     timeout: float = 900.0,
 ) -> RecoveryReport:

@@ -16,7 +16,6 @@ PySpark is imported inside functions only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -285,17 +284,7 @@ def score_recovery(
     """
     lost_ids = lost.lost_windows(spec.slide)
     ids, recovered = _recovered_windows(store, spec, lost_ids)
-    firsts = ids * spec.slide - truth_first_seq
-    if firsts.size and (firsts.min() < 0 or firsts.max() + spec.window > len(truth)):
-        raise ParameterError("the truth does not cover the recovered windows")
-    exact = np.vstack(
-        [np.zeros((0, len(spec.sensors)))]
-        + [
-            window_aggregates(truth[f : f + spec.window], spec.window, spec.window, spec.aggregate)
-            for f in firsts
-        ]
-    )
-    errors = np.abs(recovered - exact)
+    errors = np.abs(recovered - _truth_aggregates(truth, ids, spec, truth_first_seq))
     rates = violation_rates(errors, spec.eps) if ids.size else np.full(len(spec.sensors), np.nan)
     targets = [i for i, s in enumerate(spec.sensors) if s not in spec.stored_sensors(mode)]
     pairs = errors[:, targets] if mode == "approx" else np.zeros((len(ids), 0))
@@ -332,6 +321,21 @@ def score_recovery(
     )
 
 
+def _truth_aggregates(
+    truth: np.ndarray, ids: np.ndarray, spec: StreamSpec, first_seq: int
+) -> np.ndarray:
+    """(W, n) true aggregates of windows ``ids``, each on its own rows (bit-comparable)."""
+    firsts = ids * spec.slide - first_seq
+    if firsts.size and (firsts.min() < 0 or firsts.max() + spec.window > len(truth)):
+        raise ParameterError(
+            f"the truth ({len(truth)} rows from reading {first_seq}) does not cover "
+            f"windows {int(ids.min())}..{int(ids.max())}"
+        )
+    w = spec.window
+    rows = [window_aggregates(truth[f : f + w], w, w, spec.aggregate) for f in firsts]
+    return np.vstack([np.zeros((0, len(spec.sensors))), *rows])
+
+
 def _recovered_windows(
     store: BackupStore, spec: StreamSpec, lost_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -356,10 +360,3 @@ def _note(mode: str, lost: int, recovered: int) -> str:
     )
     tail = f"; {missing} window(s) not (yet) recovered" if missing else ""
     return f"{recovered} of {lost} lost window(s) recovered: {what}{tail}"
-
-
-def timed(clock: Callable[[], float], fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``(fn(), seconds)`` measured with ``clock``."""
-    t0 = clock()
-    out = fn()
-    return out, clock() - t0
