@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.errors import DataError, NotFittedError, ParameterError
 from engine.model import GaussianModel, MomentStats
@@ -209,3 +211,20 @@ def test_bad_arguments_are_rejected():
         model.linear_map([1, 1])
     with pytest.raises(ParameterError):
         MomentStats.from_sums(3, np.ones(2), np.ones((3, 3)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(2, 9),
+    data=st.data(),
+)
+def test_more_observed_sensors_never_increase_conditional_variance(seed, n, data):
+    x = correlated(np.random.default_rng(seed), t=60, n=n)
+    model = GaussianModel().fit(x)
+    big = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
+    small = big[: data.draw(st.integers(0, len(big)))]
+    v_small = model.conditional_variance(small)
+    v_big = model.conditional_variance(big)
+    assert np.all(v_big <= v_small + 1e-9 * np.trace(model.cov_))
+    assert np.all(v_small <= np.diag(model.cov_) + 1e-12)
