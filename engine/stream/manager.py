@@ -11,9 +11,7 @@ board), so a polling UI stays responsive while recovery runs.
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -284,8 +282,6 @@ class PipelineManager:
 
 
 def _spark(settings: SparkSettings) -> Any:
-    # Python workers (mapInPandas) must run this interpreter, with its packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return get_spark(settings)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import PipelineError
@@ -58,6 +60,7 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
     if master.startswith("local"):
         # Keep a local driver on loopback: never bind a public interface by accident.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _point_workers_at_this_python()
     from pyspark.sql import SparkSession
 
     builder: Any = (
@@ -78,3 +81,16 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
         raise PipelineError(f"Spark could not start on {master}: {err}") from err
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _point_workers_at_this_python() -> None:
+    """Python workers (``mapInPandas``) must run this interpreter and import ``engine``.
+
+    Only effective before the JVM starts, which is why it lives here. On a
+    cluster the executors need the same packages and this checkout installed.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])

@@ -7,7 +7,6 @@ skipped Spark test in CI is a defect, not a pass.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +40,6 @@ def spark() -> Iterator[Any]:
         if os.environ.get("CI"):
             pytest.fail(f"Spark tests cannot be skipped in CI: {problem}")
         pytest.skip(problem)
-    # Python workers (mapInPandas) must run this interpreter and import this checkout.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     session = get_spark(SparkSettings(master="local[2]", shuffle_partitions=2))
     yield session
     session.stop()
