@@ -15,7 +15,12 @@ with panels.page_guard():
     panels.guarantee(plan)
     st.subheader("Sensors")
     table = pd.DataFrame(plans.backup_table(plan))
-    st.dataframe(table, hide_index=True, column_config=savings.TABLE_FORMAT)
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config=savings.TABLE_FORMAT,
+        height=min(36 * (len(table) + 1) + 2, 740),
+    )
     st.subheader("Projected savings")
     price, days, size = widgets.storage_price()
     s = plan.savings(size)

@@ -20,7 +20,8 @@ with panels.page_guard():
         st.stop()
     cache = resources.plan_cache()
     t0 = time.perf_counter()
-    preview = plans.preview_plan(data, params, cache)
+    with st.spinner("Fitting the model and calibrating targets...", show_time=True):
+        preview = plans.preview_plan(data, params, cache)
     st.caption(f"Re-planned in {1000 * (time.perf_counter() - t0):.0f} ms (model only).")
     measured = plans.cached_measured_plan(data, params, cache)
     panels.status_line(measured or preview)
@@ -29,7 +30,8 @@ with panels.page_guard():
         st.rerun()
     elif measured is None:
         panels.backtest_button(data, params)
-    curves = plans.whatif_curves(data, preview, cache)
+    with st.spinner("Projecting the what-if curves...", show_time=True):
+        curves = plans.whatif_curves(data, preview, cache)
     st.subheader("What if: backup fraction (model projections, not backtested)")
     c1, c2 = st.columns(2)
     now = preview.backup_fraction

@@ -106,6 +106,9 @@ def heatmap(
         )
     )
     fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(showticklabels=False)  # the rows name the sensors; columns match them
+    if len(names) <= 40:  # every label fits; beyond that plotly thins them out
+        fig.update_yaxes(tickmode="array", tickvals=names)
     size = min(900, 260 + 14 * len(sensors))
     return _layout(fig, "Correlation (★ = backed up)", size)
 
@@ -189,9 +192,7 @@ def recovery_chart(
             annotation_text="failure: lost range",
             annotation_position="top left",
         )
-    return _layout(
-        fig, f"{sensor}: recovered vs true window aggregates", 400, x="window start", y="aggregate"
-    )
+    return _layout(fig, f"{sensor}: recovered vs true window aggregates", 400, y="aggregate")
 
 
 def error_histogram(errors: np.ndarray, eps: float) -> go.Figure:

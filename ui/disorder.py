@@ -171,6 +171,10 @@ def cumulative_chart(report: dict[str, Any]) -> go.Figure:
             )
         )
     fig.add_hline(y=100, line_dash="dot", line_color="#444")
+    lowest = min(
+        (100 * p[1] for n in METHODS for p in report[n]["cumulative_accuracy"]), default=100.0
+    )
+    fig.update_yaxes(range=[min(lowest, 90.0) - 1, 101])
     return _layout(
         fig,
         "Cumulative accuracy as corrections land",

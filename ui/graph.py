@@ -45,6 +45,9 @@ def layout_positions(corr: np.ndarray) -> np.ndarray:
     return pos + jitter * max(1e-3, float(np.ptp(pos)) if pos.size else 1.0)
 
 
+GRAVITY = 1.0
+
+
 def spring_layout(
     corr: np.ndarray, edges: list[tuple[int, int]], iterations: int = 120
 ) -> np.ndarray:
@@ -62,6 +65,7 @@ def spring_layout(
         diff = pos[:, None, :] - pos[None, :, :]
         dist = np.maximum(np.linalg.norm(diff, axis=2), 1e-3)
         move = (diff / dist[..., None] * (k * k / dist)[..., None]).sum(axis=1)
+        move -= GRAVITY * pos  # keeps unconnected groups from drifting apart
         if edges:
             d = pos[ii] - pos[jj]
             length = np.maximum(np.linalg.norm(d, axis=1), 1e-3)
@@ -164,7 +168,7 @@ def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]
             go.Scatter(
                 x=pos[idx, 0],
                 y=pos[idx, 1],
-                mode="markers+text",
+                mode="markers+text" if len(plan.sensors) <= 40 else "markers",
                 text=[plan.sensors[i] for i in idx],
                 textposition="top center",
                 textfont={"size": 9},

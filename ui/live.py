@@ -62,6 +62,7 @@ def start(history: SensorHistory, plan: BackupPlan, mode: str, rows_per_second: 
             "rows": str(len(history.times)),
             "sensors": str(len(plan.sensors)),
         }
+        log.history, log.plan = history, plan
 
 
 def stop() -> None:
@@ -224,7 +225,9 @@ def lost_span(history: SensorHistory, report: RecoveryReport) -> tuple[object, o
         return None
     ids = report.window_ids or (first // report.slide,)
     end = max(last, max(ids) * report.slide + report.window - 1)
-    return history.times[first], history.times[min(end, len(history.times) - 1)]
+    # Timestamps, not numpy datetime64: plotly shapes do not read the latter as dates.
+    last_row = min(end, len(history.times) - 1)
+    return pd.Timestamp(history.times[first]), pd.Timestamp(history.times[last_row])
 
 
 def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
@@ -285,8 +288,27 @@ def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def recovery_section(history: SensorHistory, plan: BackupPlan, report: RecoveryReport) -> None:
+def pipeline_inputs(
+    report: RecoveryReport, history: SensorHistory, plan: BackupPlan
+) -> tuple[SensorHistory, BackupPlan] | None:
+    """The data and plan the pipeline ran on (this session's may have changed since)."""
+    log = resources.pipeline_log()
+    if log.history is not None and log.plan is not None:
+        return log.history, log.plan
+    if set(report.sensors) <= set(history.sensors):
+        return history, plan
+    return None
+
+
+def recovery_section(
+    session_history: SensorHistory, session_plan: BackupPlan, report: RecoveryReport
+) -> None:
     """The last recovery: figures, recovered vs true, errors vs eps, rates vs delta, modes."""
+    inputs = pipeline_inputs(report, session_history, session_plan)
+    if inputs is None:
+        st.info("The last recovery ran on data this server no longer holds: start a new run.")
+        return
+    history, plan = inputs
     st.subheader(f"Recovery report (mode {report.mode})")
     c = st.columns(6)
     c[0].metric("Windows lost", report.windows_lost)

@@ -68,7 +68,8 @@ def current_plan(data: PlanningData, params: PlanParameters) -> BackupPlan:
         measured = run_backtest(data, params)
         if measured is not None:
             return measured
-    preview = plans.preview_plan(data, params, cache)
+    with st.spinner("Fitting the model and calibrating targets...", show_time=True):
+        preview = plans.preview_plan(data, params, cache)
     backtest_button(data, params)
     return preview
 

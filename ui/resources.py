@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -71,6 +72,8 @@ class PipelineLog:
         self.owner: str | None = None
         self.started: dict[str, str] = {}
         self.reports: dict[str, dict] = {}  # mode -> last recovery report (to_dict)
+        self.history: Any = None  # the SensorHistory the pipeline replays
+        self.plan: Any = None  # the BackupPlan it runs
 
 
 @st.cache_resource(show_spinner=False)

@@ -72,6 +72,35 @@ def download_config(page, tmp_path: Path) -> Path:  # type: ignore[no-untyped-de
     return target
 
 
+FIRST_VISIT = {  # page -> (text it must show, plotly charts it must draw)
+    "Data": ("Dataset: beijing_aq_sample.csv", 1),
+    "Tune": ("Plan measured by a rolling-origin backtest", 2),
+    "Graph": ("Correlation graph:", 2),
+    "Plan & savings": ("Projected savings", 1),
+    "Live pipeline": ("Start the pipeline", 0),
+    "Disorder": ("MP-K-slack's", 4),
+    "Export": ("valid against backup config schema v1", 0),
+}
+
+
+def test_first_visit_every_page_shows_the_sample(browser, app_url, shots_dir):  # type: ignore[no-untyped-def]
+    """A new visitor clicks through every page with the shipped sample: no error anywhere."""
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    page.set_default_timeout(90_000)
+    page.goto(app_url)
+    try:
+        for i, (title, (text, charts)) in enumerate(FIRST_VISIT.items(), start=1):
+            if i > 1:
+                open_page(page, title)
+            page.get_by_text(text).first.wait_for()
+            shoot(page, shots_dir, f"first_{i}_{title.split()[0].lower()}")
+            assert page.get_by_test_id("stException").count() == 0, title
+            assert page.get_by_test_id("stAlertContentError").count() == 0, title
+            assert page.locator(".js-plotly-plot").count() >= charts, title
+    finally:
+        page.close()
+
+
 def test_operator_journey(browser, app_url, shots_dir, tmp_path):  # type: ignore[no-untyped-def]
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
     page.set_default_timeout(60_000)
