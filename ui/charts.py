@@ -29,10 +29,12 @@ def _layout(fig: go.Figure, title: str, height: int = 380, **axes: str) -> go.Fi
 
 
 def preview_chart(history: SensorHistory, sensors: Sequence[str], limit: int = 12) -> go.Figure:
-    """Readings over time of up to ``limit`` sensors (thinned to ``MAX_POINTS`` rows)."""
+    """Readings over time of up to ``limit`` sensors, spread over the choice (every k-th),
+    thinned to ``MAX_POINTS`` rows."""
     step = max(1, history.values.shape[0] // MAX_POINTS)
+    stride = -(-len(sensors) // limit)  # ceil: every group of a mixed choice shows up
     fig = go.Figure()
-    for name in list(sensors)[:limit]:
+    for name in list(sensors)[::stride][:limit]:
         j = history.sensors.index(name)
         fig.add_trace(
             go.Scattergl(
@@ -43,7 +45,7 @@ def preview_chart(history: SensorHistory, sensors: Sequence[str], limit: int = 1
                 line={"width": 1},
             )
         )
-    shown = min(limit, len(sensors))
+    shown = len(list(sensors)[::stride][:limit])
     return _layout(fig, f"Readings ({shown} of {len(sensors)} chosen sensors)", 360, y="value")
 
 

@@ -82,3 +82,14 @@ def test_graph_edge_controls_change_the_graph(app):  # type: ignore[no-untyped-d
     app.slider(key="w_threshold").set_value(0.999).run()
     assert_clean(app)
     assert len(app.get("plotly_chart")) == 2
+
+
+def test_quick_group_changes_the_sensors_and_their_defaults(app):  # type: ignore[no-untyped-def]
+    app.button(key="w_group_PM2.5").click().run()
+    chosen = app.multiselect(key="w_sensors").value
+    assert len(chosen) == 6 and all(s.endswith("_PM2.5") for s in chosen)
+    assert app.session_state["sensors"] == chosen
+    assert app.session_state["params"].eps > 1.0  # PM2.5 spreads are tens of ug/m3
+    app.switch_page("pages/tune.py").run()
+    assert not app.exception and not app.error
+    assert app.number_input(key="w_eps").value == app.session_state["params"].eps

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from engine.export import validate_config
-from engine.recover import recover_file
 from tests.e2e.harness import ROOT, open_page, wait_idle
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +60,20 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
         assert time.monotonic() < deadline, "no lost window was recovered in 2 minutes"
         page.wait_for_timeout(1000)
     page.get_by_text("recovered vs true window aggregates").first.wait_for()
+
+
+def second_session_sees_the_same_pipeline(browser, app_url: str) -> None:  # type: ignore[no-untyped-def]
+    """Another browser session shows the shared pipeline and cannot start a second one."""
+    other = browser.new_page(viewport={"width": 1400, "height": 1600})
+    try:
+        other.goto(app_url)
+        open_page(other, "Live pipeline")
+        other.get_by_text("started from another browser session").wait_for()
+        assert metric_value(other, "State") == "running"
+        assert other.get_by_role("button", name="Start").is_disabled()
+        other.get_by_text("Recovery report (mode approx)").wait_for()
+    finally:
+        other.close()
 
 
 def download_config(page, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
@@ -143,6 +158,7 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     open_page(page, "Live pipeline")
     run_pipeline_and_fail(page)
     shoot(page, shots_dir, "5_live_recovered")
+    second_session_sees_the_same_pipeline(page.context.browser, app_url)
 
     open_page(page, "Export")
     page.get_by_text(re.compile("valid against backup config schema v1")).wait_for()
@@ -151,8 +167,28 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     config = json.loads(config_path.read_text())
     validate_config(config)
     assert config["parameters"]["eps"] == 2.0
-    result = recover_file(config_path, tmp_path / "backup.csv", tmp_path / "all.csv")
-    assert result.sensors == len(config["sensors"]) and result.rows == 720
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "recover",
+            "--config",
+            str(config_path),
+            "--backup",
+            str(tmp_path / "backup.csv"),
+            "--out",
+            str(tmp_path / "all.csv"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    result = json.loads(cli.stdout)
+    assert result["sensors"] == len(config["sensors"]) and result["rows"] == 720
 
     open_page(page, "Live pipeline")
     page.get_by_role("button", name="Stop").click()
