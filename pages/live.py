@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ui import live, panels, resources, state
+from ui import live, panels, recovery, resources, state
 
 st.title("Live pipeline")
 with panels.page_guard():
@@ -47,4 +47,4 @@ with panels.page_guard():
             "windows are rebuilt from the backup."
         )
         st.stop()
-    live.recovery_section(data.history, plan, report)
+    recovery.recovery_section(data.history, plan, report)

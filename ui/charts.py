@@ -131,6 +131,22 @@ def savings_bars(rows: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Backup volume per day", 320, y="MB per day")
 
 
+def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:
+    """The truth ± eps band (an upper edge, then a lower edge filled up to it)."""
+    edge = {"mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
+    return [
+        go.Scatter(x=x, y=truth + eps, showlegend=False, **edge),
+        go.Scatter(
+            x=x,
+            y=truth - eps,
+            fill="tonexty",
+            fillcolor="rgba(68,68,68,0.12)",
+            name=f"truth ± eps ({eps:g})",
+            **edge,
+        ),
+    ]
+
+
 def recovery_chart(
     frame: pd.DataFrame, sensor: str, lost: tuple[object, object] | None, eps: float
 ) -> go.Figure:
@@ -138,35 +154,13 @@ def recovery_chart(
 
     ``frame`` columns: ``window_start``, ``truth``, ``live``, ``recovered``.
     """
-    fig = go.Figure()
     x = frame["window_start"]
-    fig.add_trace(
+    fig = go.Figure(
         go.Scatter(
             x=x, y=frame["truth"], name="true aggregate", mode="lines", line={"color": "#444444"}
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=frame["truth"] + eps,
-            mode="lines",
-            line={"width": 0},
-            showlegend=False,
-            hoverinfo="skip",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=frame["truth"] - eps,
-            mode="lines",
-            line={"width": 0},
-            fill="tonexty",
-            fillcolor="rgba(68,68,68,0.12)",
-            name=f"truth ± eps ({eps:g})",
-            hoverinfo="skip",
-        )
-    )
+    fig.add_traces(_band(x, frame["truth"], eps))
     fig.add_trace(
         go.Scatter(
             x=x,

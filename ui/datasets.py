@@ -8,6 +8,7 @@ import streamlit as st
 from engine.data import LoadOptions
 from engine.errors import EngineError
 from ui import state
+from ui.panels import QUIET
 from ui.upload import load_upload
 
 UPLOAD_TYPES = ["csv", "txt", "tsv", "parquet", "pq"]
@@ -74,22 +75,19 @@ def report_summary(dataset: state.Dataset) -> None:
         "Rows",
         f"{r.n_rows:,}",
         f"{r.n_rows_raw - r.n_rows:,} dropped",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     c[3].metric(
         "Sampling interval",
         interval_text(r.sampling_interval_s),
         f"{r.n_gaps} gaps",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     c[4].metric(
         "Missing values",
         f"{100 * missing:.2f} %",
         f"{r.n_values_filled:,} filled ({r.missing_policy})",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     first, last = dataset.history.times[0], dataset.history.times[-1]
     st.caption(

@@ -125,10 +125,9 @@ def _hover(plan: BackupPlan) -> list[str]:
     return lines
 
 
-def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
-    """Nodes at MDS positions, edge width by |r|, backed-up sensors highlighted."""
-    pos = spring_layout(corr, edges)
-    fig = go.Figure()
+def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]) -> list:
+    """Two line traces: ordinary edges and |corr| >= 0.9 ones (drawn thicker)."""
+    traces = []
     for strong in (False, True):
         xs: list[float | None] = []
         ys: list[float | None] = []
@@ -136,52 +135,51 @@ def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]
             if (abs(corr[i, j]) >= 0.9) == strong:
                 xs += [pos[i, 0], pos[j, 0], None]
                 ys += [pos[i, 1], pos[j, 1], None]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                hoverinfo="skip",
-                line={"width": 2.2 if strong else 0.8, "color": "rgba(90,90,90,0.55)"},
-                name="|corr| >= 0.9" if strong else "edge",
-            )
-        )
-    backup = np.array([s in plan.backup_sensors for s in plan.sensors])
+        line = {"width": 2.2 if strong else 0.8, "color": "rgba(90,90,90,0.55)"}
+        name = "|corr| >= 0.9" if strong else "edge"
+        traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line, name=name))
+    return traces
+
+
+def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool) -> go.Scatter:
+    """Stars for backed-up sensors; circles coloured by var / target for the others."""
     ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
+    marker = (
+        {"size": 18, "color": BACKUP_COLOUR, "symbol": "star", "line": {"width": 1}}
+        if backup
+        else {
+            "size": 12,
+            "color": ratio[idx],
+            "colorscale": "Blues",
+            "cmin": 0,
+            "cmax": 1,
+            "line": {"width": 1, "color": "#333"},
+            "colorbar": {"title": "var / target", "x": 1.02},
+        }
+    )
     hover = _hover(plan)
+    return go.Scatter(
+        x=pos[idx, 0],
+        y=pos[idx, 1],
+        mode="markers+text" if len(plan.sensors) <= 40 else "markers",
+        text=[plan.sensors[i] for i in idx],
+        textposition="top center",
+        textfont={"size": 9},
+        hovertext=[hover[i] for i in idx],
+        hoverinfo="text",
+        marker=marker,
+        name="backed up" if backup else "reconstructed",
+    )
+
+
+def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
+    """Nodes laid out by correlation, edge width by |r|, backed-up sensors highlighted."""
+    pos = spring_layout(corr, edges)
+    fig = go.Figure(_edge_traces(pos, corr, edges))
+    backup = np.array([s in plan.backup_sensors for s in plan.sensors])
     for is_backup in (False, True):
-        idx = np.flatnonzero(backup == is_backup)
-        marker = (
-            {"size": 18, "color": BACKUP_COLOUR, "symbol": "star", "line": {"width": 1}}
-            if is_backup
-            else {
-                "size": 12,
-                "color": ratio[idx],
-                "colorscale": "Blues",
-                "cmin": 0,
-                "cmax": 1,
-                "line": {"width": 1, "color": "#333"},
-                "colorbar": {"title": "var / target", "x": 1.02},
-            }
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=pos[idx, 0],
-                y=pos[idx, 1],
-                mode="markers+text" if len(plan.sensors) <= 40 else "markers",
-                text=[plan.sensors[i] for i in idx],
-                textposition="top center",
-                textfont={"size": 9},
-                hovertext=[hover[i] for i in idx],
-                hoverinfo="text",
-                marker=marker,
-                name="backed up" if is_backup else "reconstructed",
-            )
-        )
+        fig.add_trace(_node_trace(plan, pos, np.flatnonzero(backup == is_backup), is_backup))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, scaleanchor="x")
-    return _layout(
-        fig,
-        f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars)",
-        620,
-    )
+    title = f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars)"
+    return _layout(fig, title, 620)

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from engine.errors import EngineError
 from engine.plan import BackupPlan, PlanParameters
@@ -19,6 +20,7 @@ from ui import plans, resources, state
 from ui.plans import PlanningData
 
 PREVIEW_LABEL = "preview, not yet backtested"
+QUIET = {"delta_color": "off", "delta_arrow": "off"}  # a metric's delta as plain context
 
 
 @contextlib.contextmanager
@@ -102,16 +104,50 @@ def pct(x: float | None, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f} %"
 
 
+def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator) -> None:
+    """The measured figures, or plainly why there are none."""
+    p, bt = plan.parameters, plan.backtest
+    if not (plan.measured and bt is not None):
+        reason = "not run yet" if bt is None else f"could not be computed: {bt.note}"
+        left.metric("Backtest rate, worst", "not run" if bt is None else "n/a")
+        right.metric("Backtest rate, mean", "not run" if bt is None else "n/a")
+        st.caption(
+            f"Backtest {reason}: the model's probability alone is not a guarantee "
+            "(it assumes errors independent over time), so treat this as a projection."
+        )
+        return
+    left.metric(
+        "Backtest rate, worst",
+        pct(bt.violation_rate_worst_sensor),
+        f"target delta {pct(p.delta, 1)}",
+        **QUIET,
+        help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound "
+        f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
+    )
+    right.metric(
+        "Backtest rate, mean",
+        pct(bt.violation_rate_mean),
+        f"{bt.n_folds} folds, {bt.windows} windows",
+        **QUIET,
+    )
+    st.caption(
+        f"Measured: the worst sensor ({bt.worst_sensor}) missed eps in "
+        f"{pct(bt.violation_rate_worst_sensor)} of its windows (95 % upper bound "
+        f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
+        f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
+        f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
+        f"{pct(plan.model_worst_probability, 2)}. {bt.note}"
+    )
+
+
 def guarantee(plan: BackupPlan) -> None:
     """Backup size, the model's miss probability and the backtest's measured rates."""
-    p, bt = plan.parameters, plan.backtest
     c = st.columns(4)
     c[0].metric(
         "Backed up",
         f"{len(plan.backup_sensors)} of {len(plan.sensors)}",
         f"{pct(1 - plan.backup_fraction, 0)} not persisted",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     c[1].metric(
         "Model P(miss), worst",
@@ -119,36 +155,4 @@ def guarantee(plan: BackupPlan) -> None:
         help="Model only, under the seed's assumptions (errors independent over time, "
         "model never stale). The backtest beside it is the measured figure.",
     )
-    if plan.measured and bt is not None:
-        c[2].metric(
-            "Backtest rate, worst",
-            pct(bt.violation_rate_worst_sensor),
-            f"target delta {pct(p.delta, 1)}",
-            delta_color="off",
-            delta_arrow="off",
-            help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound "
-            f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
-        )
-        c[3].metric(
-            "Backtest rate, mean",
-            pct(bt.violation_rate_mean),
-            f"{bt.n_folds} folds, {bt.windows} windows",
-            delta_color="off",
-            delta_arrow="off",
-        )
-        st.caption(
-            f"Measured: the worst sensor ({bt.worst_sensor}) missed eps in "
-            f"{pct(bt.violation_rate_worst_sensor)} of its windows (95 % upper bound "
-            f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
-            f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
-            f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
-            f"{pct(plan.model_worst_probability, 2)}. {bt.note}"
-        )
-    else:
-        reason = "not run yet" if bt is None else f"could not be computed: {bt.note}"
-        c[2].metric("Backtest rate, worst", "not run" if bt is None else "n/a")
-        c[3].metric("Backtest rate, mean", "not run" if bt is None else "n/a")
-        st.caption(
-            f"Backtest {reason}: the model's probability alone is not a guarantee "
-            "(it assumes errors independent over time), so treat this as a projection."
-        )
+    _backtest_metrics(plan, c[2], c[3])

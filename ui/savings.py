@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.plan import BackupPlan, Savings
-from ui.panels import pct
+from ui.panels import QUIET, pct
 
 TABLE_FORMAT = {
     "model error bound": st.column_config.NumberColumn(format="%.3g"),
@@ -24,23 +24,20 @@ def metrics(s: Savings, cost: dict[str, float]) -> None:
         "Readings not persisted per day",
         f"{s.readings_per_day_saved:,.0f}",
         f"of {s.readings_per_day_full:,.0f}",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     c[1].metric(
         "Bytes not persisted per day",
         _bytes(s.bytes_per_day_saved),
         f"{pct(s.fraction_saved, 0)} less",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
     c[2].metric("Cost per month: plan", money(cost["plan"]))
     c[3].metric(
         "Cost per month: full backup",
         money(cost["full"]),
         f"{money(cost['full'] - cost['plan'])} saved",
-        delta_color="off",
-        delta_arrow="off",
+        **QUIET,
     )
 
 

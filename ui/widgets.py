@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from engine.data import LoadOptions
 from engine.errors import EngineError
@@ -98,18 +99,39 @@ def _forget_parameter_widgets() -> None:
         st.session_state.pop(key, None)
 
 
-def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
-    """eps, delta, window, slide, aggregate and method -> ``PlanParameters``.
-
-    Returns None (after an ``st.error`` naming the value) when they are invalid.
-    """
-    p = state.params()
+def _seed_parameters(p: PlanParameters, n_sensors: int) -> None:
     _seed("w_eps", float(p.eps))
     _seed("w_delta", p.delta if p.delta in DELTAS else 0.05)
     _seed("w_window", int(p.window))
     _seed("w_slide", int(p.effective_slide))
     _seed("w_agg", p.aggregate)
     _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
+
+
+def _window_widgets(left: DeltaGenerator, right: DeltaGenerator, n_rows: int) -> tuple[int, int]:
+    """Window and slide in readings; the slide never exceeds the window."""
+    window = left.number_input(
+        "Window (readings)", min_value=1, max_value=max(1, n_rows // 4), step=1, key="w_window"
+    )
+    if st.session_state["w_slide"] > window:  # before the slide widget exists in this run
+        st.session_state["w_slide"] = int(window)
+    slide = right.number_input(
+        "Slide (readings; = window: tumbling)",
+        min_value=1,
+        max_value=int(window),
+        step=1,
+        key="w_slide",
+    )
+    return int(window), int(slide)
+
+
+def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
+    """eps, delta, window, slide, aggregate and method -> ``PlanParameters``.
+
+    Returns None (after an ``st.error`` naming the value) when they are invalid.
+    """
+    p = state.params()
+    _seed_parameters(p, n_sensors)
     c1, c2, c3 = st.columns(3)
     eps = c1.number_input(
         "eps: tolerance (unit of the aggregate)",
@@ -121,18 +143,7 @@ def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
     agg = c3.selectbox("Aggregate", AGGREGATES, key="w_agg")
     c4, c5, c6 = st.columns(3)
-    window = c4.number_input(
-        "Window (readings)", min_value=1, max_value=max(1, n_rows // 4), step=1, key="w_window"
-    )
-    if st.session_state["w_slide"] > window:
-        st.session_state["w_slide"] = int(window)
-    slide = c5.number_input(
-        "Slide (readings; = window: tumbling)",
-        min_value=1,
-        max_value=int(window),
-        step=1,
-        key="w_slide",
-    )
+    window, slide = _window_widgets(c4, c5, n_rows)
     methods = ["greedy", "paper"] + (["exact"] if n_sensors <= EXACT_MAX_N else [])
     if st.session_state["w_method"] not in methods:
         st.session_state["w_method"] = "greedy"
@@ -142,8 +153,8 @@ def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
             p,
             eps=float(eps),
             delta=float(delta),
-            window=int(window),
-            slide=None if int(slide) == int(window) else int(slide),
+            window=window,
+            slide=None if slide == window else slide,
             aggregate=agg,
             method=method,
         )

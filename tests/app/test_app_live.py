@@ -19,7 +19,7 @@ from engine.reconstruct import window_aggregates
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineStatus
 from tests.app.apphelpers import SMALL, metric, texts
-from ui import live, resources
+from ui import live, recovery, resources
 
 pytestmark = pytest.mark.app
 TEMP = [
@@ -153,15 +153,15 @@ def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ign
         resources, "pipeline_manager", lambda: FakeManager("running", report, results)
     )
     history = load_history(SMALL).select(TEMP)
-    frame = live.recovery_frame(history, report, "Changping_TEMP", margin=2)
+    frame = recovery.recovery_frame(history, report, "Changping_TEMP", margin=2)
     assert list(frame["window_id"]) == [3, 4, 5, 6, 7, 8]
     truth = window_aggregates(history.values, 24, 24, "avg")[:, 1]
     np.testing.assert_allclose(frame["truth"], truth[3:9])
     np.testing.assert_allclose(frame["recovered"].iloc[2:4], truth[5:7] + 0.3)
     assert frame["live"].iloc[:2].notna().all() and frame["live"].iloc[2:].isna().all()
-    lo, hi = live.lost_span(history, report)
+    lo, hi = recovery.lost_span(history, report)
     assert lo == history.times[120] and hi == history.times[6 * 24 + 23]
-    assert live.rebuilt_errors(report).shape == (2 * 5,)
+    assert recovery.rebuilt_errors(report).shape == (2 * 5,)
 
 
 def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  # type: ignore[no-untyped-def]
@@ -177,7 +177,7 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
     log.reports["full"] = {"signature": signature, "report": full.to_dict()}
     log.reports["none"] = {"signature": "another plan", "report": report.to_dict()}
-    table = live.mode_table(Plan(), report).set_index("mode")
+    table = recovery.mode_table(Plan(), report).set_index("mode")
     assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
     assert table.loc["none", "windows recovered"] == 0

@@ -126,40 +126,31 @@ def test_operator_journey(browser, app_url, shots_dir, tmp_path):  # type: ignor
         raise
 
 
-def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    page.goto(app_url)
-    page.get_by_text("Dataset: beijing_aq_sample.csv").wait_for()
-    shoot(page, shots_dir, "1_data_first_visit")
-    upload_small_sample(page)
-    shoot(page, shots_dir, "1_data_uploaded")
-
+def tune_and_look(page, shots_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """Tune: eps 0.5 -> 2 shrinks the backup set; then the graph, plan and disorder pages."""
     open_page(page, "Tune")
-    page.get_by_text(re.compile(r"Plan measured by a rolling-origin backtest")).wait_for()
+    measured = re.compile(r"Plan measured by a rolling-origin backtest")
+    page.get_by_text(measured).wait_for()
     before = metric_value(page, "Backed up")
     change_eps(page, "2")
-    page.get_by_text(re.compile(r"Plan measured by a rolling-origin backtest")).wait_for()
+    page.get_by_text(measured).wait_for()
     after = metric_value(page, "Backed up")
     assert before != after, f"eps 0.5 -> 2 should shrink the backup set: {before} vs {after}"
     shoot(page, shots_dir, "2_tune")
-
     open_page(page, "Graph")
     page.get_by_text(re.compile(r"Correlation graph: \d+ edges")).wait_for()
     assert page.locator(".js-plotly-plot").count() >= 2
     shoot(page, shots_dir, "3_graph")
-
     open_page(page, "Plan & savings")
     page.get_by_text("Projected savings").wait_for()
     shoot(page, shots_dir, "4_plan")
-
     open_page(page, "Disorder")
     page.get_by_text(re.compile(r"out of order, max delay")).wait_for()
     shoot(page, shots_dir, "6_disorder")
 
-    open_page(page, "Live pipeline")
-    run_pipeline_and_fail(page)
-    shoot(page, shots_dir, "5_live_recovered")
-    second_session_sees_the_same_pipeline(page.context.browser, app_url)
 
+def export_and_recover(page, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The downloaded config validates and ``python -m engine recover`` accepts it."""
     open_page(page, "Export")
     page.get_by_text(re.compile("valid against backup config schema v1")).wait_for()
     shoot(page, shots_dir, "7_export")
@@ -167,19 +158,16 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     config = json.loads(config_path.read_text())
     validate_config(config)
     assert config["parameters"]["eps"] == 2.0
+    args = [
+        "--config",
+        str(config_path),
+        "--backup",
+        str(tmp_path / "backup.csv"),
+        "--out",
+        str(tmp_path / "all.csv"),
+    ]
     cli = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine",
-            "recover",
-            "--config",
-            str(config_path),
-            "--backup",
-            str(tmp_path / "backup.csv"),
-            "--out",
-            str(tmp_path / "all.csv"),
-        ],
+        [sys.executable, "-m", "engine", "recover", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -190,6 +178,18 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     result = json.loads(cli.stdout)
     assert result["sensors"] == len(config["sensors"]) and result["rows"] == 720
 
+
+def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    page.goto(app_url)
+    page.get_by_text("Dataset: beijing_aq_sample.csv").wait_for()
+    upload_small_sample(page)
+    shoot(page, shots_dir, "1_data_uploaded")
+    tune_and_look(page, shots_dir)
+    open_page(page, "Live pipeline")
+    run_pipeline_and_fail(page)
+    shoot(page, shots_dir, "5_live_recovered")
+    second_session_sees_the_same_pipeline(page.context.browser, app_url)
+    export_and_recover(page, shots_dir, tmp_path)
     open_page(page, "Live pipeline")
     page.get_by_role("button", name="Stop").click()
     page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("stopped").wait_for()

@@ -1,0 +1,209 @@
+"""The recovery report of the shared pipeline: figures, charts, approx vs full vs none.
+
+Pure helpers (frames, spans, the mode table) plus the page section that shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine.data import SensorHistory
+from engine.plan import BackupPlan
+from engine.reconstruct import window_aggregates
+from engine.stream.recovery import RecoveryReport
+from ui import charts, resources
+from ui.live import PENDING, plan_signature
+from ui.panels import QUIET, pct
+
+MODES = ("approx", "full", "none")
+
+
+def _store_results(manager: object) -> pd.DataFrame | None:
+    """Window results from the pipeline's store.
+
+    Workaround: ``PipelineManager`` has no public accessor for the stored results,
+    so this reads them through its store (read-only query, store-side locking).
+    """
+    reader = getattr(manager, "results", None)
+    if callable(reader):
+        return reader()
+    store = getattr(manager, "_store", None)
+    return None if store is None else store.read_results()
+
+
+def recovery_frame(
+    history: SensorHistory, report: RecoveryReport, sensor: str, margin: int = 8
+) -> pd.DataFrame:
+    """Truth, live and recovered aggregates of ``sensor`` around the lost windows."""
+    if not report.window_ids:
+        return pd.DataFrame(columns=["window_start", "truth", "live", "recovered"])
+    lo, hi = min(report.window_ids) - margin, max(report.window_ids) + margin
+    j = history.sensors.index(sensor)
+    truth = window_aggregates(
+        history.values[:, [j]], report.window, report.slide, report.aggregate
+    )[:, 0]
+    ids = np.arange(max(0, lo), min(len(truth) - 1, hi) + 1)
+    frame = pd.DataFrame(
+        {"window_id": ids, "window_start": history.times[ids * report.slide], "truth": truth[ids]}
+    )
+    results = _store_results(resources.pipeline_manager())
+    for kind in ("live", "recovered"):
+        values = pd.Series(dtype=float)
+        if results is not None and len(results):
+            rows = results[(results["sensor"] == sensor) & (results["kind"] == kind)]
+            values = rows.groupby("window_id")["value"].last()
+        frame[kind] = frame["window_id"].map(values)
+    return frame
+
+
+def lost_span(history: SensorHistory, report: RecoveryReport) -> tuple[object, object] | None:
+    """From the first lost window's start to the end of the last window the failure hit."""
+    first, last = report.lost_rows
+    if last < first:
+        return None
+    ids = report.window_ids or (first // report.slide,)
+    end = max(last, max(ids) * report.slide + report.window - 1)
+    # Timestamps, not numpy datetime64: plotly shapes do not read the latter as dates.
+    last_row = min(end, len(history.times) - 1)
+    return pd.Timestamp(history.times[first]), pd.Timestamp(history.times[last_row])
+
+
+def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
+    """Errors of the rebuilt (not backed-up) sensors over the recovered windows: (k,)."""
+    if not report.errors:
+        return np.zeros(0)
+    errors = np.asarray(report.errors, dtype=float)
+    cols = [i for i, s in enumerate(report.sensors) if s not in report.backup_sensors]
+    return errors[:, cols].ravel()
+
+
+def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "figures": "measured",
+        "sensors stored": stored,
+        "backup rows": rep["backup_rows"],
+        "windows lost": rep["windows_lost"],
+        "windows recovered": rep["windows_recovered"],
+        "max abs error": rep["max_abs_error"],
+        "violation rate": rep["violation_rate"],
+        "recovery s": rep["recovery_seconds"],
+    }
+
+
+def _projected_row(mode: str, stored: int, m: int, current: RecoveryReport) -> dict[str, Any]:
+    """What a mode would give on the same failure: full is exact, none recovers nothing."""
+    rows = round(current.backup_rows * stored / max(m, 1)) if current.mode == "approx" else None
+    lost = current.windows_lost
+    return {
+        "mode": mode,
+        "figures": "projected (not run)",
+        "sensors stored": stored,
+        "backup rows": rows,
+        "windows lost": lost,
+        "windows recovered": 0 if mode == "none" else lost,
+        "max abs error": 0.0 if mode == "full" else None,
+        "violation rate": 0.0 if mode == "full" else None,
+        "recovery s": None,
+    }
+
+
+def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
+    """approx vs full vs none: measured where that mode was run on this plan, else projected."""
+    log, sig = resources.pipeline_log(), plan_signature(plan)
+    m = len(plan.backup_sensors)
+    stored = {"approx": m, "full": len(plan.sensors), "none": 0}
+    rows = []
+    for mode in MODES:
+        entry = log.reports.get(mode)
+        if mode == current.mode:
+            rows.append(_measured_row(mode, stored[mode], current.to_dict()))
+        elif entry and entry["signature"] == sig:
+            rows.append(_measured_row(mode, stored[mode], entry["report"]))
+        else:
+            rows.append(_projected_row(mode, stored[mode], m, current))
+    return pd.DataFrame(rows)
+
+
+def pipeline_inputs(
+    report: RecoveryReport, history: SensorHistory, plan: BackupPlan
+) -> tuple[SensorHistory, BackupPlan] | None:
+    """The data and plan the pipeline ran on (this session's may have changed since)."""
+    log = resources.pipeline_log()
+    if log.history is not None and log.plan is not None:
+        return log.history, log.plan
+    if set(report.sensors) <= set(history.sensors):
+        return history, plan
+    return None
+
+
+def report_metrics(report: RecoveryReport) -> None:
+    c = st.columns(6)
+    c[0].metric("Windows lost", report.windows_lost)
+    c[1].metric(
+        "Windows recovered", report.windows_recovered, f"{report.windows_pending} pending", **QUIET
+    )
+    err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
+    c[2].metric("Max abs error", err, f"eps {report.eps:g}", **QUIET)
+    c[3].metric("Violation rate", pct(report.violation_rate), f"delta {report.delta:g}", **QUIET)
+    c[4].metric("Recovery time", f"{report.recovery_seconds:.2f} s")
+    c[5].metric(
+        "Backup rows read",
+        f"{report.backup_rows:,}",
+        f"{report.backup_bytes / 1e3:,.1f} kB stored",
+        **QUIET,
+    )
+    st.caption(
+        f"{report.note}. Spark {report.spark_version}; lost readings "
+        f"{report.lost_rows[0]}..{report.lost_rows[1]}."
+    )
+
+
+def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
+    """Recovered vs true for a chosen sensor, errors against eps, rates against delta."""
+    rebuilt = [s for s in report.sensors if s not in report.backup_sensors]
+    options = rebuilt + [s for s in report.sensors if s not in rebuilt]
+    sensor = st.selectbox("Sensor", options, key="w_recovery_sensor")
+    frame = recovery_frame(history, report, sensor)
+    span = lost_span(history, report)
+    st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps))
+    left, right = st.columns(2)
+    left.plotly_chart(charts.error_histogram(rebuilt_errors(report), report.eps))
+    rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
+    title = f"Violation rate per rebuilt sensor ({report.windows_recovered} recovered windows)"
+    right.plotly_chart(charts.violation_bars(rates, report.delta, title))
+
+
+def recovery_section(
+    session_history: SensorHistory, session_plan: BackupPlan, report: RecoveryReport
+) -> None:
+    """The last recovery: figures, recovered vs true, errors vs eps, rates vs delta, modes."""
+    inputs = pipeline_inputs(report, session_history, session_plan)
+    if inputs is None:
+        st.info("The last recovery ran on data this server no longer holds: start a new run.")
+        return
+    history, plan = inputs
+    st.subheader(f"Recovery report (mode {report.mode})")
+    st.session_state[PENDING] = report.windows_pending > 0
+    report_metrics(report)
+    if report.windows_recovered:
+        report_charts(history, report)
+    elif report.windows_pending:
+        st.info(
+            f"{report.windows_pending} lost window(s) reach past the failure: the restarted "
+            "query finishes them from the rebuilt rows, and this report updates when it does."
+        )
+    elif report.windows_lost == 0:
+        st.info("No window was lost: the failure came between two committed batches.")
+    st.subheader("approx vs full vs none")
+    table = mode_table(plan, report)
+    st.dataframe(table, hide_index=True)
+    st.plotly_chart(charts.mode_bars(table))
+    st.caption(
+        "Measured rows come from runs of this plan in that mode; run the pipeline in "
+        "another mode and fail it to measure the others."
+    )
