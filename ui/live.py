@@ -15,6 +15,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from engine.data import SensorHistory
 from engine.errors import PipelineError
 from engine.plan import BackupPlan
+from engine.stream.live import replanning_monitor
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
 from ui import resources
@@ -49,6 +50,7 @@ def start(history: SensorHistory, plan: BackupPlan, mode: str, rows_per_second: 
         rows_per_file=max(1, rows_per_second),
         reset=True,
         options=PipelineOptions(trigger_seconds=1.0),
+        monitor=replanning_monitor(manager, history, plan),
     )
     with log.lock:
         log.owner = session_id()
@@ -145,7 +147,11 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     if s.last_error:
         (st.warning if s.state == "failed" else st.info)(s.last_error)
     if s.last_alert:
-        st.warning(s.last_alert)
+        st.warning(f"Live monitor: {s.last_alert}")
+    log = resources.pipeline_manager().plan_log() if s.plan_changes else None
+    if log is not None and len(log):
+        st.caption(f"{len(log)} live re-plan(s): each widened the backup set (newest first)")
+        st.dataframe(log.sort_values("at", ascending=False), hide_index=True)
 
 
 @st.fragment(run_every=POLL_SECONDS)

@@ -89,9 +89,16 @@ def status_line(plan: BackupPlan) -> None:
         f"eps {p.eps:g}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
         f"{p.aggregate}, {p.method}"
     )
-    if plan.measured:
+    if plan.measured and plan.backtest is not None:
         bt = plan.backtest
-        st.success(f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds): {what}.")
+        verdict = bt.verdict(p.delta)
+        text = f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds): {what}. "
+        if verdict.startswith("DOES NOT HOLD"):
+            st.error(text + f"Verdict: {verdict}. Loosen eps, widen delta or add history.")
+        elif verdict.startswith("holds:"):
+            st.success(text + f"Verdict: {verdict}.")
+        else:
+            st.warning(text + f"Verdict: {verdict}.")
     elif plan.backtest is not None:
         st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
     else:

@@ -14,6 +14,7 @@ import streamlit as st
 from engine.data import SensorHistory
 from engine.plan import BackupPlan
 from engine.reconstruct import window_aggregates
+from engine.stream.manager import PipelineManager
 from engine.stream.recovery import RecoveryReport
 from ui import charts, resources
 from ui.live import PENDING, plan_signature
@@ -22,17 +23,9 @@ from ui.panels import QUIET, pct
 MODES = ("approx", "full", "none")
 
 
-def _store_results(manager: object) -> pd.DataFrame | None:
-    """Window results from the pipeline's store.
-
-    Workaround: ``PipelineManager`` has no public accessor for the stored results,
-    so this reads them through its store (read-only query, store-side locking).
-    """
-    reader = getattr(manager, "results", None)
-    if callable(reader):
-        return reader()
-    store = getattr(manager, "_store", None)
-    return None if store is None else store.read_results()
+def _store_results(manager: PipelineManager) -> pd.DataFrame | None:
+    """Window results from the pipeline's store (None before any start)."""
+    return manager.results()
 
 
 def recovery_frame(

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from engine.errors import ParameterError, PipelineError
 from engine.store import BackupStore
@@ -198,6 +199,16 @@ class PipelineManager:
             self._pipeline = self._new_pipeline(spec, seed=outcome.seed).start()
             self._failed_run = None
             return self.report()
+
+    def results(self, kind: str | None = None) -> pd.DataFrame | None:
+        """Stored window results of the current run's store (None before any start)."""
+        store = self._store
+        return None if store is None else store.read_results(kind)
+
+    def plan_log(self) -> pd.DataFrame | None:
+        """Every plan change of the live pipeline, with its reason."""
+        store = self._store
+        return None if store is None else store.read_table("plan_log")
 
     def report(self) -> RecoveryReport:
         """The last recovery, scored against the truth with the results stored so far."""

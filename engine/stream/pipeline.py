@@ -215,7 +215,7 @@ class LivePipeline:
             run=self.run,
             batch_id=batch_id,
             backup=backup,
-            results=results_frame(advance.closed, spec.sensors),
+            results=self._results(advance, spec),
             late=late,
             max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
             state=self._pack(advance.state),
@@ -229,6 +229,21 @@ class LivePipeline:
         self.board.add_profile(
             {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
         )
+
+    def _results(self, advance: WindowAdvance, spec: StreamSpec) -> pd.DataFrame:
+        """Live window results plus, with a disorder stage, its versioned results
+        (provisional, then corrections once late tuples span Gamma, then final)."""
+        live = results_frame(advance.closed, spec.sensors)
+        if self.stage is None:
+            return live
+        staged = self.stage.pop_results()
+        if not len(staged):
+            return live
+        staged = staged[list(live.columns)].copy()
+        for name in ("window_start", "window_end"):
+            staged[name] = _naive_utc(staged[name])
+            live[name] = _naive_utc(live[name])
+        return pd.concat([live, staged], ignore_index=True)
 
     def _reload_state(self) -> None:
         """Window (and stage) state as of the run's last committed batch."""
@@ -248,6 +263,10 @@ class LivePipeline:
         if self.stage is not None:
             released, late = self.stage.process(pdf)
             late = late[list(LATE_COLUMNS)]
+            # The stage's own results are the low-latency path; the reading-indexed
+            # windows below wait for every reading, so late ones still complete them.
+            if len(late):
+                released = pd.concat([released, _like(late, released)], ignore_index=True)
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
         advance = advance_windows(self._state, released, params, repair)
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
@@ -402,3 +421,17 @@ def discard_lost_state(paths: PipelinePaths, store: BackupStore, run: int) -> li
         ) from err
     store.delete_state(run)
     return files
+
+
+def _like(late: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
+    """Late readings in the released frame's columns and time zone handling."""
+    out = late[["seq", "event_time", "sensor", "value"]].copy()
+    times = pd.to_datetime(out["event_time"], utc=True)
+    tz = getattr(released["event_time"].dtype, "tz", None)
+    out["event_time"] = times.dt.tz_convert(tz) if tz is not None else times.dt.tz_localize(None)
+    return out
+
+
+def _naive_utc(times: pd.Series) -> pd.Series:
+    """Timestamps as naive UTC, the store's TIMESTAMP columns."""
+    return pd.to_datetime(times, utc=True).dt.tz_localize(None)
