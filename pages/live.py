@@ -21,11 +21,16 @@ with panels.page_guard():
         help="approx: the plan's backup set; full: every sensor; none: nothing",
     )
     rate = c2.select_slider("Replay speed (rows/s)", live.RATES, value=10, key="w_rate")
+    disorder = st.toggle(
+        "Out-of-order arrivals (adaptive K-slack, late-tuple corrections)",
+        key="w_live_disorder",
+        help="Readings arrive with random delays; results are provisional, then corrected.",
+    )
     if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):
         with st.status(
             "Starting Spark and the streaming query (the first start takes about half a minute)..."
         ) as box:
-            live.start(data.history, plan, mode, rate)
+            live.start(data.history, plan, mode, rate, disorder)
             box.update(label="Pipeline running", state="complete")
         st.rerun()
     failed = manager.status().state == "failed"

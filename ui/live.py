@@ -7,14 +7,18 @@ background thread: the status panel is a fragment that polls ``manager.status()`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+import numpy as np
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.data import SensorHistory
+from engine.delays import parse_delays
 from engine.errors import PipelineError
 from engine.plan import BackupPlan
+from engine.stream.disorder_stage import DisorderStage
 from engine.stream.live import replanning_monitor
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
@@ -36,11 +40,27 @@ def plan_signature(plan: BackupPlan) -> str:
     return f"{plan.data_fingerprint[:19]}|{','.join(plan.backup_sensors)}|{plan.parameters}"
 
 
-def start(history: SensorHistory, plan: BackupPlan, mode: str, rows_per_second: int) -> None:
-    """Start feeder + streaming query on ``history`` with ``plan`` (blocks while Spark starts)."""
+DISORDER_MEAN_READINGS = 2.0  # mean injected arrival delay, in sampling intervals
+
+
+def start(
+    history: SensorHistory,
+    plan: BackupPlan,
+    mode: str,
+    rows_per_second: int,
+    disorder: bool = False,
+) -> None:
+    """Start feeder + streaming query on ``history`` with ``plan`` (blocks while Spark starts).
+
+    With ``disorder``, readings arrive with exponential delays and the query runs the
+    K-slack stage: provisional results, corrections as late readings land, final ones.
+    """
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
     paths = PipelinePaths(resources.work_dir() / "pipeline")
     speed = float(rows_per_second) * plan.sampling_interval_s
+    delays, stage_factory = None, None
+    if disorder:
+        delays, stage_factory = _disorder(history, plan)
     manager.start(
         history,
         StreamSpec.from_plan(plan),
@@ -49,6 +69,8 @@ def start(history: SensorHistory, plan: BackupPlan, mode: str, rows_per_second: 
         speed=speed,
         rows_per_file=max(1, rows_per_second),
         reset=True,
+        delays=delays,
+        stage_factory=stage_factory,
         options=PipelineOptions(trigger_seconds=1.0),
         monitor=replanning_monitor(manager, history, plan),
     )
@@ -62,6 +84,23 @@ def start(history: SensorHistory, plan: BackupPlan, mode: str, rows_per_second: 
             "sensors": str(len(plan.sensors)),
         }
         log.history, log.plan = history, plan
+
+
+def _disorder(
+    history: SensorHistory, plan: BackupPlan
+) -> tuple[np.ndarray, Callable[[], DisorderStage]]:
+    mean = DISORDER_MEAN_READINGS * plan.sampling_interval_s
+    shape = (len(history.times), len(plan.sensors))
+    delays = parse_delays(f"exp:{mean:g}").sample(shape[0] * shape[1], np.random.default_rng(0))
+    p = plan.parameters
+
+    def stage() -> DisorderStage:
+        return DisorderStage.for_history(
+            history.times, p.window, p.effective_slide, p.aggregate, eps_thr=p.eps,
+            delta=p.delta, backup_sensors=plan.backup_sensors,
+        )  # fmt: skip
+
+    return np.asarray(delays, dtype=float).reshape(shape), stage
 
 
 def stop() -> None:
