@@ -234,9 +234,10 @@ class LivePipeline:
         """Live window results plus, with a disorder stage, its versioned results
         (provisional, then corrections once late tuples span Gamma, then final)."""
         live = results_frame(advance.closed, spec.sensors)
-        if self.stage is None:
+        pop = getattr(self.stage, "pop_results", None)  # a stage may keep no results
+        if pop is None:
             return live
-        staged = self.stage.pop_results()
+        staged = pop()
         if not len(staged):
             return live
         staged = staged[list(live.columns)].copy()

@@ -51,10 +51,13 @@ class Monitor(Protocol):
 
 
 class Stage(Protocol):
-    """Optional disorder stage (``engine.disorder``) run before windowing."""
+    """Optional disorder stage (``engine.disorder``) run before windowing.
+
+    A stage may also offer ``pop_results() -> pd.DataFrame``: its own versioned
+    results (provisional, correction, final), which the pipeline stores.
+    """
 
     def process(self, batch: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]: ...
-    def pop_results(self) -> pd.DataFrame: ...
     def snapshot(self) -> dict[str, Any]: ...
     def restore(self, state: dict[str, Any]) -> Any: ...
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.reconstruct import LinearMap
 from engine.stream.spec import StreamSpec
+from tests.helpers import fit_map
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "beijing_aq_small.csv"
@@ -62,17 +62,6 @@ def history() -> History:
     full = load_history(SAMPLE)
     values = full.select(SENSORS).values[:96]
     return History(full.times[:96], values, SENSORS)
-
-
-def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...]) -> LinearMap:
-    """Least-squares reconstruction from ``backup`` (stands in for GaussianModel.linear_map)."""
-    b_idx = [sensors.index(s) for s in backup]
-    targets = tuple(s for s in sensors if s not in backup)
-    t_idx = [sensors.index(s) for s in targets]
-    design = np.column_stack([np.ones(len(values)), values[:, b_idx]])
-    sol, *_ = np.linalg.lstsq(design, values[:, t_idx], rcond=None)
-    resid = values[:, t_idx] - design @ sol
-    return LinearMap(sensors, backup, targets, sol[0], sol[1:].T, resid.var(axis=0))
 
 
 def make_spec(

@@ -36,6 +36,7 @@ from engine.stream.spec import (
     StreamSpec,
     align_history,
 )
+from tests.helpers import fit_map
 
 SENSORS = ("a", "b", "c", "d")
 
@@ -54,17 +55,6 @@ def make_history(rows: int = 60, seed: int = 0) -> History:
     values = base @ mix + 0.1 * rng.normal(size=(rows, 4))
     times = np.datetime64("2024-01-01T00:00", "ns") + np.arange(rows) * np.timedelta64(1, "h")
     return History(times, values, SENSORS)
-
-
-def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...]) -> LinearMap:
-    """Least-squares reconstruction of the other sensors from ``backup`` (a test stand-in)."""
-    b_idx = [sensors.index(s) for s in backup]
-    targets = tuple(s for s in sensors if s not in backup)
-    t_idx = [sensors.index(s) for s in targets]
-    design = np.column_stack([np.ones(len(values)), values[:, b_idx]])
-    sol, *_ = np.linalg.lstsq(design, values[:, t_idx], rcond=None)
-    resid = values[:, t_idx] - design @ sol
-    return LinearMap(sensors, backup, targets, sol[0], sol[1:].T, resid.var(axis=0))
 
 
 def long_frame(h: History, rows: slice | None = None) -> pd.DataFrame:
