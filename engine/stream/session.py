@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 MASTER_ENV = "LACUNA_SPARK_MASTER"
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,10 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        )
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
     try:
