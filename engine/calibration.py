@@ -29,6 +29,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 from engine.errors import ParameterError
 from engine.guarantee import variance_target
@@ -205,11 +206,31 @@ def _complement_model(
 
 
 def _dropped_variance(model: GaussianModel, backup: tuple[int, ...]) -> np.ndarray:
-    """var_{i|O} for i outside O, and var_{i|O minus i} for i in O: (n,)."""
+    """var_{i|O} for i outside O, and var_{i|O minus i} for i in O: (n,).
+
+    For i in O the leave-one-out variance is ``1 / P_ii`` with ``P`` the inverse
+    of ``Sigma_OO`` (informative sensors only): one inversion for all of O.
+    """
     var = model.conditional_variance(list(backup)).copy()
-    for j in backup:
-        var[j] = model.conditional_variance([b for b in backup if b != j])[j]
+    inf, precision = _backup_precision(model, backup)
+    if inf:
+        var[inf] = 1.0 / np.diag(precision)
     return var
+
+
+def _backup_precision(
+    model: GaussianModel, backup: tuple[int, ...]
+) -> tuple[list[int], np.ndarray]:
+    """Informative backed-up sensors and the inverse of their covariance block.
+
+    Constant sensors (zero variance) are left out: they are rebuilt by their mean
+    and their leave-one-out variance is 0, as ``conditional_variance`` says.
+    """
+    inf = [j for j in backup if not model.constant_[j]]
+    if not inf:
+        return inf, np.zeros((0, 0))
+    block = model.cov_[np.ix_(inf, inf)]
+    return inf, scipy.linalg.cho_solve(scipy.linalg.cho_factor(block), np.eye(len(inf)))
 
 
 def _held_out_quantiles(
@@ -253,14 +274,15 @@ def _window_residuals(
     ``O``, a sensor in ``O`` from ``O`` without it (what would happen if it were
     dropped). Calibration slides by one reading: more (overlapping) samples.
     """
-    recovered = np.empty_like(x)
-    groups: list[tuple[list[int], list[int]]] = [(list(backup), [])]
-    groups += [([b for b in backup if b != j], [j]) for j in backup]
-    for observed, only in groups:
-        lm = model.linear_map(observed)
-        full = lm.apply(x[:, observed])
-        keep = only or [model.sensors_.index(s) for s in lm.targets]
-        recovered[:, keep] = full[:, keep]
+    recovered = model.linear_map(list(backup)).apply(x[:, list(backup)])
+    # A sensor j in O rebuilt from O without j: x_j - (P (x_O - mu_O))_j / P_jj,
+    # the leave-one-out regression read off the precision P of Sigma_OO.
+    inf, precision = _backup_precision(model, backup)
+    if inf:
+        centred = x[:, inf] - model.mean_[inf]
+        recovered[:, inf] = x[:, inf] - (centred @ precision) / np.diag(precision)
+    constant = [j for j in backup if model.constant_[j]]
+    recovered[:, constant] = model.mean_[constant]
     truth = window_aggregates(x, spec.window, slide, spec.aggregate)
     return truth - window_aggregates(recovered, spec.window, slide, spec.aggregate)
 
