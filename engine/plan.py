@@ -204,6 +204,10 @@ def make_plan(
         raise ParameterError(
             f"need at least {len(sensors) + 2} rows for {len(sensors)} sensors, got {x.shape[0]}"
         )
+    if params.window > x.shape[0]:
+        raise ParameterError(
+            f"window ({params.window} readings) is longer than the history ({x.shape[0]} rows)"
+        )
     rows = params.history or default_history(x.shape[0], params.window)
     spec = params.spec()
     result, scale = None, None

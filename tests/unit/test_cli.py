@@ -113,6 +113,7 @@ def test_backtest_prints_the_contract_keys() -> None:
         (["--sensors", "nope"], "unknown sensor"),
         (["--eps", "abc"], "invalid float"),
         (["--data", "missing.csv"], "missing.csv"),
+        (["--window", "100000"], "longer than the history"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(flags: list[str], needle: str) -> None:
