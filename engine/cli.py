@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -231,17 +230,6 @@ COMMANDS = {
 }
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN and infinity are not JSON: print them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -252,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    print(json.dumps(_json_safe(result), indent=2, default=_default))
+    from engine.export import json_safe
+
+    print(json.dumps(json_safe(result), indent=2, default=_default))
     return 0
 
 

@@ -8,6 +8,7 @@ Top-level keys are fixed because other tools read them.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -126,12 +127,23 @@ def production_snippets(
     }
 
 
+def json_safe(value: Any) -> Any:
+    """NaN and infinity are not JSON (strict parsers reject them): write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def dump_config(config: dict[str, Any], fmt: str = "json") -> str:
-    """Serialise a config as ``json`` or ``yaml`` text."""
+    """Serialise a config as ``json`` or ``yaml`` text (non-finite numbers as null)."""
     if fmt == "json":
-        return json.dumps(config, indent=2) + "\n"
+        return json.dumps(json_safe(config), indent=2, allow_nan=False) + "\n"
     if fmt == "yaml":
-        return yaml.safe_dump(config, sort_keys=False)
+        return yaml.safe_dump(json_safe(config), sort_keys=False)
     raise ConfigError(f"config format must be json or yaml, got {fmt!r}")
 
 

@@ -208,7 +208,12 @@ def make_plan(
         raise ParameterError(
             f"window ({params.window} readings) is longer than the history ({x.shape[0]} rows)"
         )
-    rows = params.history or default_history(x.shape[0], params.window)
+    rows = min(params.history or default_history(x.shape[0], params.window), x.shape[0])
+    if rows < len(sensors) + 2:
+        raise ParameterError(
+            f"the plan would learn {len(sensors)} sensors from {rows} history rows; "
+            f"need at least {len(sensors) + 2} (raise --history)"
+        )
     spec = params.spec()
     result, scale = None, None
     if run_backtest_now:

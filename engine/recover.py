@@ -26,6 +26,9 @@ class RecoverResult:
     rebuilt_sensors: int
     ignored_columns: tuple[str, ...]
     out: str
+    backup_values_filled: int  # missing backup readings the loader interpolated
+    backup_rows_dropped: int  # rows the loader could not fill (not written)
+    notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -63,7 +66,7 @@ def recover_file(
         else:
             frame.to_parquet(out, index=False)
     except OSError as err:
-        raise DataError(f"cannot write {out}: {err.strerror}") from err
+        raise DataError(f"cannot write {out}: {err.strerror or err}") from err
     return RecoverResult(
         rows=len(frame),
         sensors=len(lm.sensors),
@@ -71,4 +74,7 @@ def recover_file(
         rebuilt_sensors=len(lm.targets),
         ignored_columns=ignored,
         out=str(out),
+        backup_values_filled=history.report.n_values_filled,
+        backup_rows_dropped=history.report.n_rows_dropped,
+        notes=history.report.notes,
     )

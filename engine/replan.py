@@ -93,7 +93,7 @@ class ReplanningMonitor:
             if history.sensors != self.plan.sensors:
                 raise ParameterError("recent history has different sensors from the plan")
             new = widen_plan(self.plan, history, self._tightened(alert))
-        except EngineError as err:
+        except (EngineError, np.linalg.LinAlgError, ValueError) as err:
             # Never take the stream down over a re-plan: log it and keep the plan in force.
             reason = f"{alert.reason}; re-plan failed: {err}"
             self.changes.append(PlanChange(self.now(), reason, self.plan.backup_sensors, ()))
@@ -116,6 +116,10 @@ class ReplanningMonitor:
 def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> BackupPlan:
     """Re-learn on ``history`` with targets times ``scale``; keep every old backup sensor."""
     params: PlanParameters = plan.parameters
+    if history.values.shape[0] < len(plan.sensors) + 2:
+        raise ParameterError(
+            f"only {history.values.shape[0]} recent rows to re-learn {len(plan.sensors)} sensors"
+        )
     fold = plan_on(history.values, history.sensors, params.spec(), scale)
     keep = {plan.sensors.index(s) for s in plan.backup_sensors}
     backup = tuple(sorted(keep | set(fold.selection.backup)))

@@ -128,7 +128,7 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
         pct(bt.violation_rate_worst_sensor),
         f"target delta {pct(p.delta, 1)}",
         **QUIET,
-        help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound "
+        help=f"Worst sensor: {bt.worst_sensor}; 95 % upper bound (over all sensors) "
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
     )
     right.metric(
@@ -139,11 +139,13 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
     )
     st.caption(
         f"Measured: the worst sensor ({bt.worst_sensor}) missed eps in "
-        f"{pct(bt.violation_rate_worst_sensor)} of its windows (95 % upper bound "
+        f"{pct(bt.violation_rate_worst_sensor)} of its windows (95 % upper bound over all sensors "
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
         f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
         f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
-        f"{pct(plan.model_worst_probability, 2)}. {bt.note}"
+        f"{pct(plan.model_worst_probability, 2)}. The backtest's plans backed up "
+        f"{pct(bt.backup_fraction_mean)} of the sensors on average; this plan backs up "
+        f"{pct(plan.backup_fraction)}. {bt.note}"
     )
 
 

@@ -31,21 +31,34 @@ def replanning_monitor(
 ) -> ReplanningMonitor:
     """A ``ReplanningMonitor`` for the pipeline ``manager`` runs on ``history``.
 
-    "Recent" is the last ``recent_rows`` history rows the feeder has written:
+    "Recent" is the last ``recent_rows`` history rows the query has processed:
     every sensor flows through the pipeline, so that is what it has seen.
     """
 
     def recent() -> SensorHistory:
-        fed = min(manager.status().feed.rows, len(history.times))
+        # What the query has processed (not what the feeder wrote ahead of it).
+        seen = manager.status().input_rows // max(1, len(plan.sensors))
+        fed = min(seen, len(history.times))
         return history.rows(max(0, fed - recent_rows), fed)
 
+    latest = {"generation": 0}
+    order = threading.Lock()
+
     def apply(new: BackupPlan, reason: str) -> None:
+        latest["generation"] += 1
+        generation = latest["generation"]
+
         def swap() -> None:
-            try:
-                manager.set_spec(StreamSpec.from_plan(new), reason)
-            except EngineError as err:  # the pipeline stopped meanwhile: say so, keep going
-                if on_error is not None:
-                    on_error(f"re-plan not applied: {err}")
+            # Holding ``order`` across the check and the swap: an older, narrower plan
+            # whose thread runs late is skipped, never installed after a newer one.
+            with order:
+                if generation != latest["generation"]:
+                    return
+                try:
+                    manager.set_spec(StreamSpec.from_plan(new), reason)
+                except EngineError as err:  # the pipeline stopped meanwhile: say so
+                    if on_error is not None:
+                        on_error(f"re-plan not applied: {err}")
 
         threading.Thread(target=swap, name="lacuna-replan", daemon=True).start()
 

@@ -344,14 +344,16 @@ class StatusBoard:
     ) -> None:
         """Count shadow-recovery misses: errors (W, n) in ``sensors`` order."""
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
-        misses = (np.asarray(errors) > eps) & mask
+        finite = np.isfinite(np.asarray(errors, dtype=float))
+        misses = (np.asarray(errors) > eps) & mask & finite
         with self._lock:
             counts = dict(self._status.shadow_violations)
             for i, s in enumerate(sensors):
                 if mask[i]:
                     counts[s] = counts.get(s, 0) + int(misses[:, i].sum())
-                    self._per_sensor_windows[s] = self._per_sensor_windows.get(s, 0) + len(errors)
-            self._shadow_pairs += int(mask.sum()) * len(errors)
+                    seen = int(finite[:, i].sum())
+                    self._per_sensor_windows[s] = self._per_sensor_windows.get(s, 0) + seen
+            self._shadow_pairs += int((finite & mask).sum())
             self._shadow_misses += int(misses.sum())
             rates = [counts[s] / w for s, w in self._per_sensor_windows.items() if w]
             self._status = replace(
