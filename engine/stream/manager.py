@@ -243,6 +243,8 @@ class PipelineManager:
             if feeder is not None:
                 feeder.join(timeout)
             pipeline.process_all_available()
+            if feeder is None or feeder.progress().done:
+                pipeline.finish_stage()  # a disorder stage releases and finalises the rest
             return self.status()
 
     def wait_for_failure(self, timeout: float) -> bool:

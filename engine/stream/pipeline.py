@@ -55,6 +55,9 @@ __all__ = ["Fault", "LivePipeline", "SimulatedFailure", "consumed_files", "disca
 RUN_FILE = "lacuna_run.json"
 
 
+END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
+
+
 class LivePipeline:
     """One streaming query over ``paths.landing`` writing to ``store``.
 
@@ -259,15 +262,21 @@ class LivePipeline:
     def _compute(
         self, pdf: pd.DataFrame, spec: StreamSpec
     ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
-        params = WindowParams(spec.sensors, spec.window, spec.slide, spec.aggregate)
         released, late = pdf, pdf.iloc[0:0][list(LATE_COLUMNS)]
         if self.stage is not None:
             released, late = self.stage.process(pdf)
-            late = late[list(LATE_COLUMNS)]
-            # The stage's own results are the low-latency path; the reading-indexed
-            # windows below wait for every reading, so late ones still complete them.
-            if len(late):
-                released = pd.concat([released, _like(late, released)], ignore_index=True)
+        return self._advance(released, late, spec)
+
+    def _advance(
+        self, released: pd.DataFrame, late: pd.DataFrame, spec: StreamSpec
+    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
+        """Window the released readings (plus a stage's late ones) and shadow-check them."""
+        params = WindowParams(spec.sensors, spec.window, spec.slide, spec.aggregate)
+        late = late[list(LATE_COLUMNS)]
+        # A stage's own results are the low-latency path; the reading-indexed windows
+        # below wait for every reading, so late ones still complete them.
+        if self.stage is not None and len(late):
+            released = pd.concat([released, _like(late, released)], ignore_index=True)
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
         advance = advance_windows(self._state, released, params, repair)
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
@@ -275,6 +284,34 @@ class LivePipeline:
         if self.options.shadow and len(advance.closed):
             errors = shadow_errors(advance.closed, params, spec.linear_map)
         return advance, late, errors
+
+    def finish_stage(self) -> int:
+        """End of feed: flush the disorder stage so every window gets its final result.
+
+        Releases what the K-slack buffer still holds, applies every pending
+        correction and marks results final, committed as one more store batch
+        (``END_OF_FEED``; idempotent). Call only while no micro-batch runs (after
+        ``process_all_available``). Returns the number of windows it closed.
+        """
+        flush = getattr(self.stage, "flush", None)
+        if flush is None or self.store.is_committed(self.run, END_OF_FEED):
+            return 0
+        spec = self.spec
+        released, late = flush()
+        advance, late, errors = self._advance(released, late, spec)
+        write = BatchWrite(
+            run=self.run,
+            batch_id=END_OF_FEED,
+            results=self._results(advance, spec),
+            late=late,
+            max_seq=int(released["seq"].max()) if len(released) else -1,
+            state=self._pack(advance.state),
+        )
+        self.store.commit_batch(write)
+        self._state = advance.state
+        none = released.iloc[0:0]
+        self._report(none, advance, late, errors, none, spec)
+        return len(advance.closed)
 
     def _report(
         self,
