@@ -2,15 +2,11 @@
 
 import streamlit as st
 
-from ui import exporting, panels, state
+from ui import exporting, panels
 
 st.title("Export")
 with panels.page_guard():
-    data = state.planning_data()
-    if not panels.require_sensors(data):
-        st.stop()
-    plan = panels.current_plan(data, state.params())
-    panels.status_line(plan)
+    data, plan = panels.page_plan()
     fmt = st.radio("Format", ["json", "yaml"], horizontal=True, key="w_export_format")
     config, text = exporting.config_text(plan, fmt)
     name = f"lacuna_backup.{fmt}"

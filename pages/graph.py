@@ -2,15 +2,11 @@
 
 import streamlit as st
 
-from ui import charts, graph, panels, state
+from ui import charts, graph, panels
 
 st.title("Correlation graph")
 with panels.page_guard():
-    data = state.planning_data()
-    if not panels.require_sensors(data):
-        st.stop()
-    plan = panels.current_plan(data, state.params())
-    panels.status_line(plan)
+    data, plan = panels.page_plan()
     n = len(plan.sensors)
     c1, c2 = st.columns([1, 2])
     how = c1.radio(

@@ -2,15 +2,11 @@
 
 import streamlit as st
 
-from ui import live, panels, recovery, resources, state
+from ui import live, panels, recovery, resources
 
 st.title("Live pipeline")
 with panels.page_guard():
-    data = state.planning_data()
-    if not panels.require_sensors(data):
-        st.stop()
-    plan = panels.current_plan(data, state.params())
-    panels.status_line(plan)
+    data, plan = panels.page_plan()
     manager = resources.pipeline_manager()
     running = manager.status().state in live.ACTIVE
     c1, c2, c3, c4, c5 = st.columns([1, 1, 1, 1, 1])

@@ -3,15 +3,11 @@
 import pandas as pd
 import streamlit as st
 
-from ui import charts, panels, plans, savings, state, widgets
+from ui import charts, panels, plans, savings, widgets
 
 st.title("Backup plan and savings")
 with panels.page_guard():
-    data = state.planning_data()
-    if not panels.require_sensors(data):
-        st.stop()
-    plan = panels.current_plan(data, state.params())
-    panels.status_line(plan)
+    data, plan = panels.page_plan()
     panels.guarantee(plan)
     st.subheader("Sensors")
     table = pd.DataFrame(plans.backup_table(plan))

@@ -40,6 +40,17 @@ def require_sensors(data: PlanningData) -> bool:
     return True
 
 
+def page_plan() -> tuple[PlanningData, BackupPlan]:
+    """The current data and plan for a page, its status line shown; stops a page
+    that has too few sensors chosen."""
+    data = state.planning_data()
+    if not require_sensors(data):
+        st.stop()
+    plan = current_plan(data, state.params())
+    status_line(plan)
+    return data, plan
+
+
 def run_backtest(data: PlanningData, params: PlanParameters) -> BackupPlan | None:
     """``make_plan`` with its backtest under ``st.status``; None if it cannot be computed."""
     folds = plans.max_folds()
