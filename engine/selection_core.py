@@ -43,16 +43,27 @@ def is_clearly_above(var: np.ndarray, tol: np.ndarray, ref: np.ndarray, atol: fl
     return var > tol * (1 + 1e-6) + 1e-7 * ref + 1e3 * atol
 
 
-def solve_alone_variance(cond: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Cholesky factor of ``cond[live, live]`` and ``var_{i | live without i}`` for i in live.
-
-    ``None`` when the block is not numerically positive definite (undecidable).
+def inverse_cholesky(c: np.ndarray, idx: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Lower Cholesky factor ``L`` of ``c[idx, idx]`` and its inverse; ``None`` when the
+    block is not numerically positive definite. ``inv(L).T @ inv(L)`` is the block's inverse.
     """
     try:
-        factor = scipy.linalg.cholesky(cond[np.ix_(live, live)], lower=True, check_finite=False)
+        factor = scipy.linalg.cholesky(c[np.ix_(idx, idx)], lower=True, check_finite=False)
     except np.linalg.LinAlgError:
         return None
     inv_factor, info = scipy.linalg.lapack.dtrtri(factor, lower=1)
     if info != 0:
         return None
+    return factor, inv_factor
+
+
+def solve_alone_variance(cond: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Cholesky factor of ``cond[live, live]`` and ``var_{i | live without i}`` for i in live.
+
+    ``None`` when the block is not numerically positive definite (undecidable).
+    """
+    solved = inverse_cholesky(cond, live)
+    if solved is None:
+        return None
+    factor, inv_factor = solved
     return factor, 1.0 / np.einsum("ij,ij->j", inv_factor, inv_factor)

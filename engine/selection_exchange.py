@@ -8,9 +8,8 @@ to replace two chosen sensors by one other, until neither shrinks the set
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
-from engine.selection_core import solve_conditional_variance
+from engine.selection_core import inverse_cholesky, solve_conditional_variance
 
 _EXCHANGE_WORK = 5e8  # flops of one exchange round above which it is skipped
 _EXCHANGE_PAIRS = 32  # pairs checked in full per round (~0.2 ms each)
@@ -54,14 +53,10 @@ def improve_backups(
 
 def _regression_terms(c: np.ndarray, chosen: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
     """``B = Sigma_:O P`` (n, m) and ``P = Sigma_OO^{-1}`` (m, m), or None if singular."""
-    try:
-        factor = scipy.linalg.cholesky(c[np.ix_(chosen, chosen)], lower=True, check_finite=False)
-    except np.linalg.LinAlgError:
+    solved = inverse_cholesky(c, chosen)
+    if solved is None:
         return None
-    inv_factor, info = scipy.linalg.lapack.dtrtri(factor, lower=1)
-    if info != 0:
-        return None
-    prec = inv_factor.T @ inv_factor
+    prec = solved[1].T @ solved[1]
     return c[:, chosen] @ prec, prec
 
 
