@@ -201,12 +201,9 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from engine.data import load_history
     from engine.disorder_eval import run_disorder_experiment
 
-    history = load_history(args.data)
-    if args.sensors:
-        history = history.select(resolve_sensors(history.sensors, args.sensors))
+    history = _history(args)
     if args.rows:
         history = history.rows(0, args.rows)
     report = run_disorder_experiment(
