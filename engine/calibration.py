@@ -58,7 +58,6 @@ class PlanningSpec:
     # the sampling noise of the worst of n sensors and for drift the past did not show.
     margin: float = 0.7
     blocks: int = 4
-    carry: bool = False  # recovery also uses the last emitted aggregate of each sensor
     # Step of the online (adaptive conformal) update of log-targets per scored window.
     # A miss tightens a target by ~exp(-adapt_rate); a hit relaxes it by
     # exp(adapt_rate * delta * margin), so misses settle at delta * margin.
@@ -106,7 +105,6 @@ class FoldPlan:
     selection: Selection
     targets: np.ndarray  # (n,) per-sensor variance targets actually used
     calibration: CalibrationInfo
-    carry: np.ndarray | None = None  # (n,) residual carry-over coefficients, if used
 
 
 def seed_targets(spec: PlanningSpec, n: int) -> np.ndarray:
@@ -162,12 +160,10 @@ def _calibrate(
     level = 1.0 - spec.delta * spec.margin
     targets = seed_targets(spec, x.shape[1])
     selection = select_backups(model.cov_, targets * scale, spec.method)
-    ratio, carry = np.ones(x.shape[1]), np.zeros(x.shape[1])
+    ratio = np.ones(x.shape[1])
     n_windows, iterations, seen = 0, 0, {selection.backup}
     for iterations in range(1, 9):
-        q, n_windows, carry = _held_out_quantiles(
-            x, blocks, held_out, selection.backup, spec, level
-        )
+        q, n_windows = _held_out_quantiles(x, blocks, held_out, selection.backup, spec, level)
         sd = np.sqrt(_dropped_variance(model, selection.backup))
         ok = sd > 1e-12 * max(1.0, float(np.sqrt(np.mean(np.diag(model.cov_)))))
         ratio = np.where(ok, np.maximum(q, 1e-300) / np.where(ok, sd, 1.0), ratio)
@@ -192,7 +188,7 @@ def _calibrate(
         level=level,
         ratio={s: float(r) for s, r in zip(sensors, ratio, strict=True)},
     )
-    return FoldPlan(model, selection, targets * scale, info, carry if spec.carry else None)
+    return FoldPlan(model, selection, targets * scale, info)
 
 
 def _complement_model(
@@ -240,29 +236,14 @@ def _held_out_quantiles(
     backup: tuple[int, ...],
     spec: PlanningSpec,
     level: float,
-) -> tuple[np.ndarray, int, np.ndarray]:
-    """Per-sensor ``level`` quantile of out-of-block window errors, windows used, carry.
-
-    With ``spec.carry``, recovery adds ``carry_i`` times the residual of the window
-    just before (its aggregate was emitted and persisted), so the error scored is
-    ``r(s) - carry_i * r(s - w)``; ``carry_i`` is the least-squares coefficient on
-    the held-out pairs, clipped to [0, 1].
-    """
+) -> tuple[np.ndarray, int]:
+    """Per-sensor ``level`` quantile of out-of-block window errors, and windows used."""
     residuals = [
         _window_residuals(x[a:b], m, backup, spec)
         for (a, b), m in zip(blocks, held_out, strict=True)
     ]
-    carry = np.zeros(x.shape[1])
-    if spec.carry:
-        w = spec.window
-        now = np.vstack([r[w:] for r in residuals])
-        before = np.vstack([r[:-w] for r in residuals])
-        denom = np.sum(before**2, axis=0)
-        carry = np.clip(np.sum(now * before, axis=0) / np.where(denom > 0, denom, 1.0), 0.0, 1.0)
-        e = np.abs(now - carry * before)
-    else:
-        e = np.abs(np.vstack(residuals))
-    return np.quantile(e, level, axis=0, method="higher"), e.shape[0], carry
+    e = np.abs(np.vstack(residuals))
+    return np.quantile(e, level, axis=0, method="higher"), e.shape[0]
 
 
 def _window_residuals(
@@ -430,16 +411,11 @@ def _score_fold(
     Misses are computed for every sensor, a backed-up one as if it had been
     dropped; only rebuilt sensors' misses count, as violations and in the online
     update (a backed-up sensor's target relaxes slowly until it is dropped, and
-    its misses then tighten it again). With carry-over, the last aggregate emitted
-    before the failure is the window ``[t - w, t)``; its residual corrects every
-    lost window of the fold.
+    its misses then tighten it again).
     """
     backup = fold.selection.backup
     test = x[t : t + step]
     resid = _window_residuals(test, fold.model, backup, spec, spec.slide)
-    if fold.carry is not None and t >= spec.window:
-        last = _window_residuals(x[t - spec.window : t], fold.model, backup, spec, spec.window)
-        resid = resid - fold.carry * last
     rebuilt = np.ones(x.shape[1], dtype=bool)
     rebuilt[list(backup)] = False
     return np.abs(resid) > spec.eps, rebuilt
