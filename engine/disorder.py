@@ -70,27 +70,37 @@ class Zone(str, Enum):
 
 @dataclass
 class PDController:
-    """``alpha += kp * err + kd * (err - err_prev)``, ``err = target - coverage``.
+    """The seed's law ``alpha += kp * err + kd * (err - err_prev)``, ``err = target - coverage``.
 
-    ``alpha`` is clamped to ``[0, alpha_max]``. The first update has no
-    derivative term (there is no previous error).
+    Implemented in position form with anti-windup. Summed over updates the
+    seed's (velocity-form) law reads ``alpha_i = alpha_0 + kp * sum(err) +
+    kd * err_i`` (``err_0 = 0``: the controller starts at rest), so we keep
+    ``integral = alpha_0 + kp * sum(err)``, clamped to ``[0, alpha_max]``, and
+    output ``alpha = clamp(integral + kd * err)``. While ``alpha`` stays inside
+    ``[0, alpha_max]`` every step is exactly the seed's ``kp * err + kd * (err -
+    err_prev)``. At a clamp the two differ, and the velocity form is the one
+    that misbehaves: clamping its output discards the clipped part of one
+    derivative kick but not of the opposite kick, so ``alpha`` ratchets away
+    from the bound it touched. Near ``alpha = 0`` that holds ``K`` (and the
+    latency) up for no accuracy benefit (``bench/bench_disorder.py``).
     """
 
     kp: float
     kd: float
     alpha: float
     alpha_max: float
-    prev_err: float | None = None
+    integral: float | None = None  # None until the first update: starts at ``alpha``
 
     def update(self, target: float, coverage: float) -> float:
         """Feed one window's coverage; return the new ``alpha``."""
         err = target - coverage
-        derivative = 0.0 if self.prev_err is None else err - self.prev_err
-        self.alpha = min(
-            self.alpha_max, max(0.0, self.alpha + self.kp * err + self.kd * derivative)
-        )
-        self.prev_err = err
+        start = self.alpha if self.integral is None else self.integral
+        self.integral = self._clamp(start + self.kp * err)
+        self.alpha = self._clamp(self.integral + self.kd * err)
         return self.alpha
+
+    def _clamp(self, a: float) -> float:
+        return min(self.alpha_max, max(0.0, a))
 
 
 @dataclass(frozen=True)
@@ -311,7 +321,7 @@ class KSlackBuffer:
             "t_max": self.t_max,
             "k": self.k,
             "now": self.now,
-            "pd": {"alpha": self.pd.alpha, "prev_err": self.pd.prev_err},
+            "pd": {"alpha": self.pd.alpha, "integral": self.pd.integral},
             "target": self.target.snapshot(),
             "heap": [list(it) for it in self._heap if keep(it[3])],
             "seq": self._seq,
@@ -335,7 +345,8 @@ class KSlackBuffer:
         """Rebuild a buffer from ``snapshot()``; it continues exactly where that left off."""
         buf = cls(DisorderConfig.from_dict(state["config"]))
         buf.t_max, buf.k, buf.now = state["t_max"], float(state["k"]), float(state["now"])
-        buf.pd.alpha, buf.pd.prev_err = float(state["pd"]["alpha"]), state["pd"]["prev_err"]
+        # A snapshot from before the position form has no integral: resume from alpha.
+        buf.pd.alpha, buf.pd.integral = float(state["pd"]["alpha"]), state["pd"].get("integral")
         buf.target = CoverageTarget.restore(state["target"])
         buf._heap = [parse_item(x) for x in state["heap"]]
         heapq.heapify(buf._heap)

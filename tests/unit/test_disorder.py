@@ -102,19 +102,49 @@ def test_pd_error_sign_moves_alpha_the_right_way() -> None:
     assert down.update(target=0.7, coverage=0.9) == pytest.approx(0.5 - 0.2 * 0.2)
 
 
-def test_pd_derivative_term_uses_the_previous_error() -> None:
+def test_pd_steps_are_the_seeds_law_while_alpha_is_inside_its_bounds() -> None:
+    """Unclamped, every step is ``kp * err + kd * (err - err_prev)`` (``err_0 = 0``)."""
     pd_ = PDController(kp=0.2, kd=4.0, alpha=0.5, alpha_max=10.0)
-    first = pd_.update(0.9, 0.8)  # err 0.1, no derivative on the first update
-    assert first == pytest.approx(0.5 + 0.02)
-    second = pd_.update(0.9, 0.85)  # err 0.05: kp*0.05 + kd*(0.05 - 0.1)
-    assert second == pytest.approx(first + 0.01 - 0.2)
-    assert pd_.prev_err == pytest.approx(0.05)
+    coverage = [0.8, 0.85, 0.95, 0.7, 0.9, 0.99, 0.6]
+    alpha, prev = 0.5, 0.0
+    for c in coverage:
+        err = 0.9 - c
+        alpha += 0.2 * err + 4.0 * (err - prev)
+        prev = err
+        assert pd_.update(0.9, c) == pytest.approx(alpha)
+        assert 0.0 < alpha < 10.0  # the sequence never touches a bound
 
 
 def test_pd_clamps_alpha() -> None:
     pd_ = PDController(kp=1.0, kd=0.0, alpha=0.5, alpha_max=0.8)
     assert pd_.update(1.0, 0.0) == 0.8
     assert pd_.update(0.0, 1.0) == 0.0
+
+
+def test_pd_clamp_does_not_ratchet_alpha_away_from_the_bound() -> None:
+    """A derivative kick clipped at 0 must not shift every later output upwards.
+
+    The velocity form with a clamped output loses the clipped part of the
+    downward kick but keeps the whole upward one: on this sequence it settles
+    at 0.4 for err = +0.05 where the unclamped law says 0.05 + 4 * 0.05 = 0.25.
+    """
+    pd_ = PDController(kp=0.0, kd=4.0, alpha=0.05, alpha_max=1.0)
+    velocity, prev = 0.05, 0.0
+    for err in [-0.05, 0.05, -0.05, 0.05]:
+        velocity = min(1.0, max(0.0, velocity + 4.0 * (err - prev)))
+        prev = err
+        ours = pd_.update(0.9, 0.9 - err)
+        assert ours == pytest.approx(max(0.0, 0.05 + 4.0 * err))
+    assert (ours, velocity) == (pytest.approx(0.25), pytest.approx(0.4))
+
+
+def test_pd_integral_is_clamped_so_it_does_not_wind_up() -> None:
+    """Long saturation (coverage far above target) must not bank a debt below 0."""
+    pd_ = PDController(kp=0.2, kd=0.0, alpha=0.1, alpha_max=1.0)
+    for _ in range(50):
+        pd_.update(0.5, 1.0)  # err -0.5: alpha pinned at 0
+    assert pd_.alpha == 0.0
+    assert pd_.update(0.9, 0.5) == pytest.approx(0.2 * 0.4)  # responds at once
 
 
 # -- coverage target (sampling theory) --------------------------------------
@@ -558,6 +588,19 @@ def test_snapshot_can_keep_only_backed_up_sensors() -> None:
     resumed.flush()
     released, _, rows = resumed.drain()
     assert {r[3] for r in released} == {"kept"} and {r[3] for r in rows} == {"kept"}
+
+
+def test_snapshot_from_the_velocity_form_controller_still_restores() -> None:
+    """Live state written before the position-form controller has ``prev_err``, no integral."""
+    config = DisorderConfig(window=4)
+    proc = DisorderProcessor(config)
+    for t in range(12):
+        proc.push(float(t), "s", float(t), float(t))
+    state = json.loads(json.dumps(proc.snapshot()))
+    state["buffer"]["pd"] = {"alpha": 0.7, "prev_err": -0.05}
+    resumed = DisorderProcessor.restore(state)
+    assert resumed.buffer.pd.alpha == 0.7 and resumed.buffer.pd.integral is None
+    assert resumed.buffer.pd.update(0.9, 0.9) == pytest.approx(0.7)  # err 0: stays put
 
 
 # -- experiment ------------------------------------------------------------------
