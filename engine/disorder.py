@@ -103,6 +103,37 @@ class PDController:
         return min(self.alpha_max, max(0.0, a))
 
 
+def settled_values(
+    in_time: dict[str, list[float]], late: dict[str, list[list[float]]], window: int
+) -> dict[str, list[float]]:
+    """Each sensor's readings of a measured window, for the coverage target.
+
+    Where the in-time and late readings fill the window exactly (no position
+    twice), the whole window in time order: late readings at their positions,
+    in-time ones (already in time order) in the gaps. Otherwise the in-time
+    readings alone, as at the window's close. The target therefore learns
+    from every window, not only from those complete when they closed: with a
+    small ``K`` few are, and a target starved of windows would stop updating.
+    """
+    out: dict[str, list[float]] = {}
+    for sensor in in_time.keys() | late.keys():
+        vals = in_time.get(sensor, [])
+        filled: list[float | None] = [None] * window
+        ok = len(vals) + len(late.get(sensor, [])) == window
+        for pos, value in late.get(sensor, []) if ok else []:
+            p = int(pos)
+            if not 0 <= p < window or filled[p] is not None:
+                ok = False
+                break
+            filled[p] = value
+        if not ok:
+            out[sensor] = list(vals)
+            continue
+        rest = iter(vals)
+        out[sensor] = [next(rest) if x is None else x for x in filled]
+    return out
+
+
 @dataclass(frozen=True)
 class ClosedWindow:
     """A window whose provisional result is due.
@@ -188,6 +219,8 @@ class KSlackBuffer:
         self._pending: deque[list[float]] = deque()  # [index, end_s, n_in_time, K at close]
         self._pooled = [0, 0]  # in-time and late tuples of measured windows since the last update
         self._late_counts: dict[int, int] = {}
+        # Closed windows being measured: in-time values and late (position, value) per sensor.
+        self._settling: dict[int, tuple[dict[str, list[float]], dict[str, list[list[float]]]]] = {}
         self._out = BufferOutput()
         self.k_sum = 0.0
         self.n_pushed = 0
@@ -238,6 +271,9 @@ class KSlackBuffer:
             for j in range(first, last_late + 1):
                 if j in self._late_counts:
                     self._late_counts[j] += 1
+                if j in self._settling:
+                    pos = round((ts - self.window_span(j)[0]) / self.config.interval_s)
+                    self._settling[j][1].setdefault(sensor, []).append([pos, value])
             # Sliding windows: the still-open windows that contain it are in time for it.
             for j in range(last_late + 1, self._last_window(ts) + 1):
                 self._open.setdefault(j, {}).setdefault(sensor, []).append(value)
@@ -281,7 +317,7 @@ class KSlackBuffer:
             values = self._open.pop(j)
             start, end = self.window_span(j)
             self._out.closed.append(ClosedWindow(j, start, end, values, self.now, big_k))
-            self.target.observe(values)
+            self._settling[j] = (values, {})
             self._pending.append([j, end, sum(len(v) for v in values.values()), big_k])
             self._late_counts[j] = 0
         self._next_close = j_end + 1
@@ -300,6 +336,8 @@ class KSlackBuffer:
         while self._pending and t_max >= self._pending[0][1] + self._pending[0][3] + settle:
             j, _, n_in, _ = self._pending.popleft()
             n_late = self._late_counts.pop(int(j))
+            in_time, late = self._settling.pop(int(j))
+            self.target.observe(settled_values(in_time, late, self.config.window))
             self._pooled[0] += int(n_in)
             self._pooled[1] += n_late
             target = self.target.lambda_thr()
@@ -331,6 +369,13 @@ class KSlackBuffer:
             },
             "pending": [list(p) for p in self._pending],
             "late_counts": {str(j): n for j, n in self._late_counts.items()},
+            "settling": {
+                str(j): [
+                    {s: list(v) for s, v in in_time.items() if keep(s)},
+                    {s: [list(x) for x in v] for s, v in late.items() if keep(s)},
+                ]
+                for j, (in_time, late) in self._settling.items()
+            },
             "pooled": list(self._pooled),
             "k_sum": self.k_sum,
             "n_pushed": self.n_pushed,
@@ -360,6 +405,16 @@ class KSlackBuffer:
         )
         buf._pooled = [int(x) for x in state["pooled"]]
         buf._late_counts = {int(j): int(n) for j, n in state["late_counts"].items()}
+        settling = state.get("settling")
+        if settling is None:  # a snapshot from before settled targets: measure with no values
+            settling = {j: [{}, {}] for j in state["late_counts"]}
+        buf._settling = {
+            int(j): (
+                {s: [float(x) for x in v] for s, v in in_time.items()},
+                {s: [[int(p), float(x)] for p, x in v] for s, v in late.items()},
+            )
+            for j, (in_time, late) in settling.items()
+        }
         buf.k_sum, buf.n_pushed = float(state["k_sum"]), int(state["n_pushed"])
         buf.k_series = [(float(t), float(k)) for t, k in state["k_series"]]
         buf.coverage_series = [

@@ -128,7 +128,8 @@ class CoverageTarget:
       arrive). With autocorrelated sensors this is much worse than random
       loss: on Beijing PM2.5 (daily windows, eps 10) losing 6 random readings
       of 24 misses 6 % of windows, losing the last 6 misses 40 %. The target
-      is empirical: from each recent window that was complete at its close,
+      is empirical: from each recent complete window (with the late readings that
+      arrived while its coverage was measured; ``disorder.settled_values``),
       the longest prefix whose provisional result still misses
       (``prefix_miss_length``); ``lambda_thr`` is the smallest prefix share
       that at most ``delta`` of them miss with. It needs no distribution

@@ -29,6 +29,7 @@ from engine.disorder import (
     prefix_miss_length,
     required_coverage,
     required_coverage_tail,
+    settled_values,
 )
 from engine.disorder_eval import (
     METHODS,
@@ -145,6 +146,35 @@ def test_pd_integral_is_clamped_so_it_does_not_wind_up() -> None:
         pd_.update(0.5, 1.0)  # err -0.5: alpha pinned at 0
     assert pd_.alpha == 0.0
     assert pd_.update(0.9, 0.5) == pytest.approx(0.2 * 0.4)  # responds at once
+
+
+def test_settled_values_put_late_readings_back_in_time_order() -> None:
+    whole = settled_values({"a": [1.0, 2.0, 4.0]}, {"a": [[2, 3.0]]}, window=4)
+    assert whole == {"a": [1.0, 2.0, 3.0, 4.0]}
+    # Incomplete, or a position twice: the in-time readings alone, as at the close.
+    assert settled_values({"a": [1.0, 2.0]}, {"a": [[2, 3.0]]}, window=4) == {"a": [1.0, 2.0]}
+    twice = settled_values({"a": [1.0, 2.0]}, {"a": [[1, 3.0], [1, 5.0]]}, window=4)
+    assert twice == {"a": [1.0, 2.0]}
+    assert settled_values({}, {"b": [[0, 7.0]]}, window=1) == {"b": [7.0]}
+
+
+def test_target_keeps_learning_when_no_window_is_complete_at_its_close() -> None:
+    """Without a buffer every window here loses its last reading at the close.
+
+    The target must still learn from the windows once the late reading has
+    arrived; learning only from windows complete at their close would leave
+    it with nothing (and, with a small ``K``, stop updating).
+    """
+    buf = KSlackBuffer(DisorderConfig(window=4, policy="none", eps_thr=0.5))
+    readings = [(float(t), 10.0 if t % 4 == 3 else float(t % 4)) for t in range(24)]
+    arrivals = [t + 1.5 if t % 4 == 3 else t for t, _ in readings]  # after the next window opens
+    for (ts, value), at in sorted(zip(readings, arrivals, strict=True), key=lambda r: r[1]):
+        buf.push(ts, "s", value, arrival=at)
+    buf.flush()
+    history = list(buf.target.stats["s"])
+    assert len(history) >= 5
+    # Losing the newest reading (10 against 0, 1, 2) misses eps: all 4 are needed.
+    assert set(history) == {3.0} and buf.target.lambda_thr() == 1.0
 
 
 # -- coverage target (sampling theory) --------------------------------------
