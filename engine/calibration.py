@@ -17,6 +17,13 @@ than ``delta``. Two remedies live here:
   ``(eps / c_i)^2``: tighter where the seed was optimistic, looser where it
   was conservative. A sensor in ``O`` is scored as if it were dropped
   (reconstructed from ``O`` without it), so relaxing can remove it.
+  The quantile is *locally adaptive* (normalised conformal): reconstruction
+  errors come in bursts (a polluted week, a storm), so each held-out window's
+  error is divided by the difficulty just before it (``_local_scale``: recent
+  residual RMS plus its median), and the quantile of that score is scaled by
+  the difficulty at the end of the history, when the plan starts. Plans made
+  in a calm spell relax, plans made in a burst tighten; where the difficulty
+  says nothing the score is a near-constant multiple of the raw error.
 * **the backtest**: fit on ``[t - H, t)``, plan, measure real window errors on
   ``[t, t + S)``; this is the figure an operator is shown, not the model's.
 """
@@ -163,7 +170,9 @@ def _calibrate(
     ratio = np.ones(x.shape[1])
     n_windows, iterations, seen = 0, 0, {selection.backup}
     for iterations in range(1, 9):
-        q, n_windows = _held_out_quantiles(x, blocks, held_out, selection.backup, spec, level)
+        q, n_windows = _held_out_quantiles(
+            x, blocks, held_out, model, selection.backup, spec, level
+        )
         sd = np.sqrt(_dropped_variance(model, selection.backup))
         ok = sd > 1e-12 * max(1.0, float(np.sqrt(np.mean(np.diag(model.cov_)))))
         ratio = np.where(ok, np.maximum(q, 1e-300) / np.where(ok, sd, 1.0), ratio)
@@ -180,7 +189,8 @@ def _calibrate(
         method="backtest",
         reason=(
             f"targets calibrated on {len(blocks)} held-out blocks so the "
-            f"{level:.3f} quantile of each sensor's window error is within eps"
+            f"{level:.3f} quantile of each sensor's window error, scaled to the "
+            f"latest {spec.window} readings' reconstruction difficulty, is within eps"
         ),
         blocks=len(blocks),
         iterations=iterations,
@@ -233,17 +243,52 @@ def _held_out_quantiles(
     x: np.ndarray,
     blocks: list[tuple[int, int]],
     held_out: list[GaussianModel],
+    model: GaussianModel,
     backup: tuple[int, ...],
     spec: PlanningSpec,
     level: float,
 ) -> tuple[np.ndarray, int]:
-    """Per-sensor ``level`` quantile of out-of-block window errors, and windows used."""
+    """Per-sensor ``level`` quantile of out-of-block window errors, and windows used.
+
+    The quantile is locally adaptive (normalised conformal): each window's error is
+    divided by the difficulty ``_local_scale`` measured on the readings just before
+    it, and the quantile of that score is multiplied back by the difficulty at the
+    end of ``x``, the one in force when the plan starts.
+    """
     residuals = [
         _window_residuals(x[a:b], m, backup, spec)
         for (a, b), m in zip(blocks, held_out, strict=True)
     ]
     e = np.abs(np.vstack(residuals))
-    return np.quantile(e, level, axis=0, method="higher"), e.shape[0]
+    scale = _local_scale(x, model, backup, spec.window)
+    # Calibration slides by one reading, so block [a, b) has windows starting a .. b - w.
+    starts = np.concatenate([np.arange(a, b - spec.window + 1) for a, b in blocks])
+    keep = starts >= spec.window  # windows with a full look-back
+    score = e[keep] / scale[starts[keep]]
+    q = np.quantile(score, level, axis=0, method="higher") * scale[x.shape[0]]
+    return q, int(keep.sum())
+
+
+def _local_scale(
+    x: np.ndarray, model: GaussianModel, backup: tuple[int, ...], lookback: int
+) -> np.ndarray:
+    """(T + 1, n) difficulty of a window starting at row ``s`` (rows ``s >= lookback``).
+
+    The RMS of each sensor's per-reading reconstruction residual over the
+    ``lookback`` readings before ``s`` (known when a plan starting at ``s`` is made),
+    plus its median over ``x``. The added median keeps the scale away from 0 and
+    damps its noise: where local volatility says nothing, scores are a near-constant
+    multiple of the raw errors and the quantile is the unnormalised one.
+    A sensor whose median is 0 (always rebuilt exactly) gets scale 1.
+    """
+    r2 = (x - _recovered(x, model, backup)) ** 2
+    cum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(r2, axis=0)])
+    s = np.arange(lookback, x.shape[0] + 1)
+    rms = np.sqrt(np.maximum(cum[s] - cum[s - lookback], 0.0) / lookback)
+    med = np.median(rms, axis=0)
+    scale = np.ones((x.shape[0] + 1, x.shape[1]))
+    scale[lookback:] = np.where(med > 0, rms + med, 1.0)
+    return scale
 
 
 def _window_residuals(
@@ -251,9 +296,19 @@ def _window_residuals(
 ) -> np.ndarray:
     """(W, n) signed window residuals (truth - recovered) on ``x``.
 
+    Calibration slides by one reading: more (overlapping) samples.
+    """
+    truth = window_aggregates(x, spec.window, slide, spec.aggregate)
+    recovered = _recovered(x, model, backup)
+    return truth - window_aggregates(recovered, spec.window, slide, spec.aggregate)
+
+
+def _recovered(x: np.ndarray, model: GaussianModel, backup: tuple[int, ...]) -> np.ndarray:
+    """(T, n) readings of ``x`` as rebuilt from the backup set ``O``.
+
     Every sensor is rebuilt as in ``_dropped_variance``: sensors outside ``O`` from
     ``O``, a sensor in ``O`` from ``O`` without it (what would happen if it were
-    dropped). Calibration slides by one reading: more (overlapping) samples.
+    dropped).
     """
     recovered = model.linear_map(list(backup)).apply(x[:, list(backup)])
     # A sensor j in O rebuilt from O without j: x_j - (P (x_O - mu_O))_j / P_jj,
@@ -264,8 +319,7 @@ def _window_residuals(
         recovered[:, inf] = x[:, inf] - (centred @ precision) / np.diag(precision)
     constant = [j for j in backup if model.constant_[j]]
     recovered[:, constant] = model.mean_[constant]
-    truth = window_aggregates(x, spec.window, slide, spec.aggregate)
-    return truth - window_aggregates(recovered, spec.window, slide, spec.aggregate)
+    return recovered
 
 
 # ---------------------------------------------------------------- backtest

@@ -49,7 +49,8 @@ def test_first_visit_loads_the_sample_and_plans_for_temperature(app):  # type: i
 def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no-untyped-def]
     app.switch_page("pages/plan.py").run()
     body = texts(app)
-    assert "Plan measured by a rolling-origin backtest (3 folds)" in body
+    assert "Plan measured by a rolling-origin backtest (3 folds, re-learnt every 24 rows" in body
+    assert "re-plan on that cadence" in body
     assert metric(app, "Backtest rate, worst").endswith("%")
     assert metric(app, "Model P(miss), worst").endswith("%")
     assert metric(app, "Cost per month: plan").startswith("$")
@@ -91,5 +92,7 @@ def test_quick_group_changes_the_sensors_and_their_defaults(app):  # type: ignor
     assert app.session_state["sensors"] == chosen
     assert app.session_state["params"].eps > 1.0  # PM2.5 spreads are tens of ug/m3
     app.switch_page("pages/tune.py").run()
-    assert not app.exception and not app.error
+    # A red verdict is content, not a failure: 3 folds of the small sample can miss.
+    assert not app.exception
+    assert all(e.value.startswith("Plan measured by a rolling-origin") for e in app.error)
     assert app.number_input(key="w_eps").value == app.session_state["params"].eps
