@@ -103,7 +103,10 @@ def status_line(plan: BackupPlan) -> None:
     if plan.measured and plan.backtest is not None:
         bt = plan.backtest
         verdict = bt.verdict(p.delta)
-        text = f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds): {what}. "
+        text = (
+            f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds, re-learnt every "
+            f"{bt.step} rows on the last {bt.history}): {what}. "
+        )
         if verdict.startswith("DOES NOT HOLD"):
             st.error(text + f"Verdict: {verdict}. Loosen eps, widen delta or add history.")
         elif verdict.startswith("holds:"):
@@ -156,7 +159,9 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
         f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
         f"{pct(plan.model_worst_probability, 2)}. The backtest's plans backed up "
         f"{pct(bt.backup_fraction_mean)} of the sensors on average; this plan backs up "
-        f"{pct(plan.backup_fraction)}. {bt.note}"
+        f"{pct(plan.backup_fraction)}. The figures are for a plan re-learnt every {bt.step} "
+        f"rows, as in the backtest: re-plan on that cadence (a plan kept longer was not "
+        f"measured; the live monitor re-plans only on alerts). {bt.note}"
     )
 
 
