@@ -103,34 +103,24 @@ class PDController:
         return min(self.alpha_max, max(0.0, a))
 
 
-def settled_values(
-    in_time: dict[str, list[float]], late: dict[str, list[list[float]]], window: int
-) -> dict[str, list[float]]:
-    """Each sensor's readings of a measured window, for the coverage target.
+def settled_values(readings: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    """Each sensor's readings of a measured window in time order, for the coverage target.
 
-    Where the in-time and late readings fill the window exactly (no position
-    twice), the whole window in time order: late readings at their positions,
-    in-time ones (already in time order) in the gaps. Otherwise the in-time
-    readings alone, as at the window's close. The target therefore learns
-    from every window, not only from those complete when they closed: with a
-    small ``K`` few are, and a target starved of windows would stop updating.
+    ``readings`` maps a sensor to ``[position, value]`` pairs: its in-time readings
+    at the window's close and the late ones that arrived while its coverage was
+    measured, in any order (a late reading of a sliding window's neighbour can
+    reach a still-open window after newer ones). A position seen twice keeps its
+    first reading; sensors with none are left out. So the target learns from
+    every window, not only from those complete when they closed: with a small
+    ``K`` few are, and a target starved of windows would stop updating.
     """
     out: dict[str, list[float]] = {}
-    for sensor in in_time.keys() | late.keys():
-        vals = in_time.get(sensor, [])
-        filled: list[float | None] = [None] * window
-        ok = len(vals) + len(late.get(sensor, [])) == window
-        for pos, value in late.get(sensor, []) if ok else []:
-            p = int(pos)
-            if not 0 <= p < window or filled[p] is not None:
-                ok = False
-                break
-            filled[p] = value
-        if not ok:
-            out[sensor] = list(vals)
-            continue
-        rest = iter(vals)
-        out[sensor] = [next(rest) if x is None else x for x in filled]
+    for sensor, pairs in readings.items():
+        by_position: dict[int, float] = {}
+        for pos, value in pairs:
+            by_position.setdefault(int(pos), value)
+        if by_position:
+            out[sensor] = [by_position[k] for k in sorted(by_position)]
     return out
 
 
@@ -216,11 +206,12 @@ class KSlackBuffer:
         self._seq = 0
         self._next_close: int | None = None
         self._open: dict[int, dict[str, list[float]]] = {}
+        self._open_pos: dict[int, dict[str, list[int]]] = {}  # each value's position in its window
         self._pending: deque[list[float]] = deque()  # [index, end_s, n_in_time, K at close]
         self._pooled = [0, 0]  # in-time and late tuples of measured windows since the last update
         self._late_counts: dict[int, int] = {}
-        # Closed windows being measured: in-time values and late (position, value) per sensor.
-        self._settling: dict[int, tuple[dict[str, list[float]], dict[str, list[list[float]]]]] = {}
+        # Closed windows being measured: [position, value] of in-time and late readings.
+        self._settling: dict[int, dict[str, list[list[float]]]] = {}
         self._out = BufferOutput()
         self.k_sum = 0.0
         self.n_pushed = 0
@@ -239,6 +230,14 @@ class KSlackBuffer:
         """Event-time span ``[start, end)`` of window ``j`` in seconds."""
         start = self.config.origin_s + j * self.config.step_s
         return start, start + self.config.width_s
+
+    def _position(self, ts: float, j: int) -> int:
+        """Index of the reading at event time ``ts`` within window ``j``."""
+        return round((ts - self.window_span(j)[0]) / self.config.interval_s)
+
+    def _add_open(self, j: int, sensor: str, ts: float, value: float) -> None:
+        self._open.setdefault(j, {}).setdefault(sensor, []).append(value)
+        self._open_pos.setdefault(j, {}).setdefault(sensor, []).append(self._position(ts, j))
 
     def current_k(self) -> float:
         """The buffer size ``K`` in seconds under the configured policy."""
@@ -272,11 +271,10 @@ class KSlackBuffer:
                 if j in self._late_counts:
                     self._late_counts[j] += 1
                 if j in self._settling:
-                    pos = round((ts - self.window_span(j)[0]) / self.config.interval_s)
-                    self._settling[j][1].setdefault(sensor, []).append([pos, value])
+                    self._settling[j].setdefault(sensor, []).append([self._position(ts, j), value])
             # Sliding windows: the still-open windows that contain it are in time for it.
             for j in range(last_late + 1, self._last_window(ts) + 1):
-                self._open.setdefault(j, {}).setdefault(sensor, []).append(value)
+                self._add_open(j, sensor, ts, value)
             self._settle()
             return Zone.LATE
         zone = Zone.BUFFER if ts > self.t_max - big_k else Zone.CURRENT
@@ -311,13 +309,17 @@ class KSlackBuffer:
             item = heapq.heappop(self._heap)
             self._out.released.append(item)
             for j in range(item[2], self._last_window(item[0]) + 1):
-                self._open.setdefault(j, {}).setdefault(item[3], []).append(item[4])
+                self._add_open(j, item[3], item[0], item[4])
         big_k = self.current_k()
         for j in sorted(i for i in self._open if i <= j_end):
             values = self._open.pop(j)
+            positions = self._open_pos.pop(j, {})
             start, end = self.window_span(j)
             self._out.closed.append(ClosedWindow(j, start, end, values, self.now, big_k))
-            self._settling[j] = (values, {})
+            self._settling[j] = {
+                s: [[p, v] for p, v in zip(positions.get(s, range(len(vals))), vals, strict=False)]
+                for s, vals in values.items()
+            }
             self._pending.append([j, end, sum(len(v) for v in values.values()), big_k])
             self._late_counts[j] = 0
         self._next_close = j_end + 1
@@ -336,8 +338,7 @@ class KSlackBuffer:
         while self._pending and t_max >= self._pending[0][1] + self._pending[0][3] + settle:
             j, _, n_in, _ = self._pending.popleft()
             n_late = self._late_counts.pop(int(j))
-            in_time, late = self._settling.pop(int(j))
-            self.target.observe(settled_values(in_time, late, self.config.window))
+            self.target.observe(settled_values(self._settling.pop(int(j), {})))
             self._pooled[0] += int(n_in)
             self._pooled[1] += n_late
             target = self.target.lambda_thr()
@@ -369,12 +370,13 @@ class KSlackBuffer:
             },
             "pending": [list(p) for p in self._pending],
             "late_counts": {str(j): n for j, n in self._late_counts.items()},
+            "open_pos": {
+                str(j): {s: list(v) for s, v in w.items() if keep(s)}
+                for j, w in self._open_pos.items()
+            },
             "settling": {
-                str(j): [
-                    {s: list(v) for s, v in in_time.items() if keep(s)},
-                    {s: [list(x) for x in v] for s, v in late.items() if keep(s)},
-                ]
-                for j, (in_time, late) in self._settling.items()
+                str(j): {s: [list(x) for x in v] for s, v in w.items() if keep(s)}
+                for j, w in self._settling.items()
             },
             "pooled": list(self._pooled),
             "k_sum": self.k_sum,
@@ -390,8 +392,11 @@ class KSlackBuffer:
         """Rebuild a buffer from ``snapshot()``; it continues exactly where that left off."""
         buf = cls(DisorderConfig.from_dict(state["config"]))
         buf.t_max, buf.k, buf.now = state["t_max"], float(state["k"]), float(state["now"])
-        # A snapshot from before the position form has no integral: resume from alpha.
-        buf.pd.alpha, buf.pd.integral = float(state["pd"]["alpha"]), state["pd"].get("integral")
+        pd_state = state["pd"]
+        buf.pd.alpha, buf.pd.integral = float(pd_state["alpha"]), pd_state.get("integral")
+        if buf.pd.integral is None and pd_state.get("prev_err") is not None:
+            # A snapshot of the velocity-form controller: alpha = integral + kd * prev_err.
+            buf.pd.integral = buf.pd._clamp(buf.pd.alpha - buf.pd.kd * float(pd_state["prev_err"]))
         buf.target = CoverageTarget.restore(state["target"])
         buf._heap = [parse_item(x) for x in state["heap"]]
         heapq.heapify(buf._heap)
@@ -405,15 +410,15 @@ class KSlackBuffer:
         )
         buf._pooled = [int(x) for x in state["pooled"]]
         buf._late_counts = {int(j): int(n) for j, n in state["late_counts"].items()}
-        settling = state.get("settling")
-        if settling is None:  # a snapshot from before settled targets: measure with no values
-            settling = {j: [{}, {}] for j in state["late_counts"]}
+        # Snapshots from before settled targets lack these: positions in arrival order,
+        # windows being measured without readings (the target skips them).
+        buf._open_pos = {
+            int(j): {s: [int(x) for x in v] for s, v in w.items()}
+            for j, w in state.get("open_pos", {}).items()
+        }
         buf._settling = {
-            int(j): (
-                {s: [float(x) for x in v] for s, v in in_time.items()},
-                {s: [[int(p), float(x)] for p, x in v] for s, v in late.items()},
-            )
-            for j, (in_time, late) in settling.items()
+            int(j): {s: [[int(p), float(x)] for p, x in v] for s, v in w.items()}
+            for j, w in state.get("settling", {}).items()
         }
         buf.k_sum, buf.n_pushed = float(state["k_sum"]), int(state["n_pushed"])
         buf.k_series = [(float(t), float(k)) for t, k in state["k_series"]]

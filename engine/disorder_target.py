@@ -155,6 +155,8 @@ class CoverageTarget:
         self._dirty = False
 
     def _statistic(self, x: np.ndarray) -> float | None:
+        if x.size == 0:
+            return None
         if self.model == "tail":
             return (
                 float(prefix_miss_length(x, self.aggregate, self.eps))
