@@ -15,7 +15,7 @@ order, exactly once.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -311,24 +311,40 @@ def results_frame(closed: ClosedWindows, sensors: Sequence[str], version: int = 
 
 
 def reconstruct_frame(
-    pdf: pd.DataFrame, linear_map: LinearMap, inputs: Sequence[str], outputs: Sequence[str]
+    pdf: pd.DataFrame,
+    maps: Sequence[LinearMap],
+    inputs: Mapping[str, str],
+    outputs: Sequence[str],
 ) -> pd.DataFrame:
     """Rebuild all sensors for the recovery job's ``mapInPandas``.
 
-    ``pdf`` has ``seq``, ``event_time`` and one column per ``linear_map.backup``
-    sensor, named by ``inputs`` (same order). The result has ``seq``,
-    ``event_time``, one column per ``linear_map.sensors`` named by ``outputs``,
-    and ``complete`` (False where a backed-up reading was missing; values NaN).
+    ``pdf`` has ``seq``, ``event_time`` and one column per backed-up sensor
+    (``inputs`` maps a sensor to its column). ``maps`` are the plans whose
+    backups the range may hold, newest first: each row is rebuilt with the first
+    map whose backup sensors it all holds, so a row written before a live
+    re-plan (which lacks the sensors the newer plan added) is rebuilt with the
+    plan it was written under. The result has ``seq``, ``event_time``, one
+    column per ``maps[0].sensors`` named by ``outputs``, and ``complete``
+    (False where no map's backup is whole; values NaN).
     """
-    if len(inputs) != len(linear_map.backup) or len(outputs) != len(linear_map.sensors):
-        raise ParameterError(
-            f"expected {len(linear_map.backup)} input and {len(linear_map.sensors)} output "
-            f"columns, got {len(inputs)} and {len(outputs)}"
-        )
-    backup = pdf[list(inputs)].to_numpy(dtype=float)
-    complete = ~np.isnan(backup).any(axis=1)
-    rebuilt = linear_map.apply(np.where(complete[:, None], backup, 0.0))
-    rebuilt[~complete] = np.nan
+    first = maps[0]
+    if len(outputs) != len(first.sensors):
+        raise ParameterError(f"expected {len(first.sensors)} output columns, got {len(outputs)}")
+    rebuilt = np.full((len(pdf), len(first.sensors)), np.nan)
+    complete = np.zeros(len(pdf), dtype=bool)
+    for lm in maps:
+        absent = [s for s in lm.backup if s not in inputs]
+        if absent or set(lm.sensors) != set(first.sensors):
+            raise ParameterError(
+                f"recovery map does not fit the frame: sensors {lm.sensors!r}, "
+                f"backup columns missing for {absent!r}"
+            )
+        backup = pdf[[inputs[s] for s in lm.backup]].to_numpy(dtype=float)
+        ok = ~complete & ~np.isnan(backup).any(axis=1)
+        if ok.any():
+            order = [lm.sensors.index(s) for s in first.sensors]
+            rebuilt[ok] = lm.apply(backup[ok])[:, order]
+        complete |= ok
     out = pd.DataFrame(rebuilt, columns=list(outputs), index=pdf.index)
     out.insert(0, "event_time", pdf["event_time"])
     out.insert(0, "seq", pdf["seq"].astype(np.int64))

@@ -120,6 +120,7 @@ class PipelineManager:
                 "paths": paths,
                 "options": options or PipelineOptions(),
                 "monitor": monitor,
+                "earlier": [],  # plans in force before "spec", newest first
             }
             self._feeder = Feeder(history, spec.sensors, paths.landing_dir, paths.truth_dir, feed)
             try:
@@ -157,6 +158,11 @@ class PipelineManager:
         with self._lock:
             pipeline = self._require_pipeline()
             pipeline.set_spec(spec, reason)
+            # Rows written under the old plan are rebuilt with its map after a failure;
+            # one map per backup set is enough (the newest: it was fitted last).
+            old = self._config["spec"]
+            earlier = [e for e in self._config["earlier"] if e.backup_sensors != old.backup_sensors]
+            self._config["earlier"] = [old, *earlier]
             self._config["spec"] = spec
 
     def simulate_failure(self, grace_seconds: float = 5.0) -> PipelineStatus:
@@ -191,7 +197,9 @@ class PipelineManager:
             self.board.update(state="recovering")
             t0 = self._clock()
             lost = find_lost_range(store, spec.slide)
-            outcome = recover_lost_range(self._spark, store, spec, mode, lost, self._failed_run)
+            outcome = recover_lost_range(
+                self._spark, store, spec, mode, lost, self._failed_run, cfg["earlier"]
+            )
             seconds = self._clock() - t0
             self._recovery = _Recovery(lost, seconds, outcome.rows_read, outcome.seed.next_window)
             # The restarted run must not fail again on its own.

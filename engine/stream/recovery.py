@@ -16,6 +16,7 @@ PySpark is imported inside functions only.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import ParameterError
-from engine.reconstruct import violation_rates, window_aggregates
+from engine.reconstruct import LinearMap, violation_rates, window_aggregates
 from engine.store import RECOVERY_BATCH, BackupStore, BatchWrite
 from engine.stream.batch import (
     ClosedWindows,
@@ -75,9 +76,20 @@ class RecoveryOutcome:
 
 
 def recover_lost_range(
-    spark: Any, store: BackupStore, spec: StreamSpec, mode: str, lost: LostRange, run: int
+    spark: Any,
+    store: BackupStore,
+    spec: StreamSpec,
+    mode: str,
+    lost: LostRange,
+    run: int,
+    earlier: Sequence[StreamSpec] = (),
 ) -> RecoveryOutcome:
-    """Run the recovery job and commit its windows under ``(run, RECOVERY_BATCH)``."""
+    """Run the recovery job and commit its windows under ``(run, RECOVERY_BATCH)``.
+
+    ``earlier`` are the plans that were in force before ``spec`` (newest first,
+    after live re-plans): rows of the range written under one of them are
+    rebuilt with its map (``reconstruct_frame``).
+    """
     check_mode(mode)
     if mode == "none" or lost.rows == 0:
         next_window = max(lost.first_window, lost.last_row // spec.slide + 1)
@@ -86,11 +98,14 @@ def recover_lost_range(
             seed.start, seed.next_window, seed.values, seed.times, seed.filled, lost.last_row
         )
         return RecoveryOutcome(np.zeros(0, dtype=np.int64), seed, 0)
-    linear_map = spec.recovery_map(mode)
-    table = store.read_backup(lost.first_row, lost.last_row, linear_map.backup)
+    maps = [spec.recovery_map(mode)]
+    if mode == "approx":
+        maps += [e.recovery_map(mode) for e in earlier]
+    stored = tuple(dict.fromkeys(s for lm in maps for s in lm.backup))
+    table = store.read_backup(lost.first_row, lost.last_row, stored)
     if table.num_rows == 0:
         return recover_lost_range(spark, store, spec, "none", lost, run)
-    rebuilt = _rebuild_rows(spark, table, spec, mode).persist()
+    rebuilt = _rebuild_rows(spark, table, spec, maps, stored).persist()
     try:
         inside = lost.inside_windows(spec.window, spec.slide)
         windows = _aggregate_windows(spark, rebuilt, spec, inside)
@@ -117,20 +132,26 @@ def _positional(sensors: tuple[str, ...], prefix: str = "s") -> list[str]:
     return [f"{prefix}{i}" for i in range(len(sensors))]
 
 
-def _rebuild_rows(spark: Any, table: Any, spec: StreamSpec, mode: str) -> Any:
+def _rebuild_rows(
+    spark: Any,
+    table: Any,
+    spec: StreamSpec,
+    maps: Sequence[LinearMap],
+    stored: tuple[str, ...],
+) -> Any:
     """Backup rows (long, Arrow) -> wide -> every sensor rebuilt (Spark DataFrame)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    linear_map = spec.recovery_map(mode)
-    inputs = _positional(linear_map.backup, "b")
-    outputs = [f"s{spec.sensors.index(s)}" for s in linear_map.sensors]
+    columns = _positional(stored, "b")
+    inputs = dict(zip(stored, columns, strict=True))
+    outputs = [f"s{spec.sensors.index(s)}" for s in maps[0].sensors]
     long = spark.createDataFrame(table.to_pandas())
     wide = (
         long.groupBy("seq", "event_time")
-        .pivot("sensor", list(linear_map.backup))
+        .pivot("sensor", list(stored))
         .agg(F.first("value"))
-        .toDF("seq", "event_time", *inputs)
+        .toDF("seq", "event_time", *columns)
     )
     fields = [T.StructField("seq", T.LongType()), T.StructField("event_time", T.TimestampType())]
     fields += [T.StructField(c, T.DoubleType()) for c in _positional(spec.sensors)]
@@ -139,7 +160,7 @@ def _rebuild_rows(spark: Any, table: Any, spec: StreamSpec, mode: str) -> Any:
 
     def rebuild(frames: Any) -> Any:
         for pdf in frames:
-            yield reconstruct_frame(pdf, linear_map, inputs, outputs)[order]
+            yield reconstruct_frame(pdf, maps, inputs, outputs)[order]
 
     return wide.mapInPandas(rebuild, T.StructType(fields))
 

@@ -40,21 +40,27 @@ def results_by_window(
 
 
 def commit_backup(
-    store: BackupStore, history: Any, sensors: tuple[str, ...], drop: tuple[int, str] | None = None
+    store: BackupStore,
+    history: Any,
+    sensors: tuple[str, ...],
+    drop: tuple[int, str] | None = None,
+    rows: slice | None = None,
+    batch_id: int = 0,
 ) -> None:
     idx = [history.sensors.index(s) for s in sensors]
-    t = len(history.times)
+    rows = slice(None) if rows is None else rows
+    seqs = np.arange(len(history.times))[rows]
     frame = pd.DataFrame(
         {
-            "seq": np.repeat(np.arange(t), len(sensors)),
-            "event_time": np.repeat(history.times, len(sensors)),
-            "sensor": np.tile(sensors, t),
-            "value": history.values[:, idx].reshape(-1),
+            "seq": np.repeat(seqs, len(sensors)),
+            "event_time": np.repeat(history.times[rows], len(sensors)),
+            "sensor": np.tile(sensors, len(seqs)),
+            "value": history.values[rows][:, idx].reshape(-1),
         }
     )
     if drop is not None:
         frame = frame[~((frame["seq"] == drop[0]) & (frame["sensor"] == drop[1]))]
-    store.commit_batch(BatchWrite(run=0, batch_id=0, backup=frame, max_seq=t - 1))
+    store.commit_batch(BatchWrite(run=0, batch_id=batch_id, backup=frame, max_seq=int(seqs[-1])))
 
 
 @pytest.mark.parametrize(("aggregate", "window", "slide"), [("avg", 8, 4), ("max", 6, 6)])
@@ -90,6 +96,37 @@ def test_recovery_job_equals_the_reference(
         assert seed.next_window == inside[-1] + 1 and seed.damaged_until == 61
         assert seed.start == seed.next_window * slide and seed.filled.all()
         np.testing.assert_allclose(seed.values, rebuilt[seed.start : 62], rtol=1e-12)
+
+
+def test_recovery_across_a_live_replan_uses_each_rows_own_plan(
+    spark: Any, history: Any, spec_factory: Any, tmp_path: Path
+) -> None:
+    """Rows 0-31 were backed up under the first plan, rows 32-63 under a widened one.
+
+    Every window of the range is recovered, each row rebuilt with the plan it
+    was written under (the pure-Python reference), not lost for lacking the
+    sensor the re-plan added.
+    """
+    first = spec_factory()
+    added = next(s for s in history.sensors if s not in first.backup_sensors)
+    widened = spec_factory(backup=(*first.backup_sensors, added))
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        commit_backup(store, history, first.backup_sensors, rows=slice(0, 32))
+        commit_backup(store, history, widened.backup_sensors, rows=slice(32, 96), batch_id=1)
+        lost = LostRange(first_window=0, first_row=0, last_row=63)
+        outcome = recover_lost_range(spark, store, widened, "approx", lost, 0, [first])
+        inside = lost.inside_windows(widened.window, widened.slide)
+        assert outcome.window_ids.tolist() == inside.tolist()
+
+        def rebuilt(spec: StreamSpec, rows: slice) -> np.ndarray:
+            cols = [history.sensors.index(s) for s in spec.linear_map.backup]
+            out = spec.linear_map.apply(history.values[rows][:, cols])
+            return out[:, [spec.linear_map.sensors.index(s) for s in history.sensors]]
+
+        reference = np.vstack([rebuilt(first, slice(0, 32)), rebuilt(widened, slice(32, 96))])
+        got = results_by_window(store, widened, "recovered")
+        expected = per_window(reference, inside, widened)
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_a_row_missing_from_the_backup_loses_only_its_windows(

@@ -193,6 +193,27 @@ def test_damaged_rows_are_rebuilt_from_their_backup_and_marked_recovered() -> No
     assert stale.stale == 4 and stale.late.empty
 
 
+def test_rows_written_before_a_replan_are_rebuilt_with_their_own_plan() -> None:
+    """Rows 0-9 were backed up under plan (a), rows 10-19 under the widened (a, c)."""
+    h = make_history(20)
+    old, new = fit_map(h.values, SENSORS, ("a",)), fit_map(h.values, SENSORS, ("c", "a"))
+    wide = pd.DataFrame(
+        {"seq": np.arange(20), "event_time": h.times, "b0": h.values[:, 0], "b1": h.values[:, 2]}
+    )
+    wide.loc[:9, "b1"] = np.nan  # c was not backed up before the re-plan
+    outputs = [f"s{SENSORS.index(s)}" for s in new.sensors]
+    out = reconstruct_frame(wide, [new, old], {"a": "b0", "c": "b1"}, outputs)
+    assert out["complete"].all()
+    got = out[[f"s{i}" for i in range(len(SENSORS))]].to_numpy()
+    ref_old = old.apply(h.values[:10, [0]])[:, [old.sensors.index(s) for s in SENSORS]]
+    ref_new = new.apply(h.values[10:, [2, 0]])[:, [new.sensors.index(s) for s in SENSORS]]
+    np.testing.assert_allclose(got, np.vstack([ref_old, ref_new]), rtol=1e-12)
+    # With only the newest plan (the old behaviour) the early rows are lost.
+    assert not reconstruct_frame(wide, [new], {"a": "b0", "c": "b1"}, outputs)["complete"][
+        :10
+    ].any()
+
+
 def test_recovery_frames_match_the_reference() -> None:
     h = make_history(20)
     lm = fit_map(h.values, SENSORS, ("d", "a"))  # input order differs from sensor order
@@ -201,7 +222,7 @@ def test_recovery_frames_match_the_reference() -> None:
     )
     wide.loc[5, "b0"] = np.nan  # a row whose backup is incomplete
     outputs = [f"s{SENSORS.index(s)}" for s in lm.sensors]
-    out = reconstruct_frame(wide, lm, ["b0", "b1"], outputs)
+    out = reconstruct_frame(wide, [lm], {"d": "b0", "a": "b1"}, outputs)
     expected = lm.apply(h.values[:, [3, 0]])
     got = out[[f"s{SENSORS.index(s)}" for s in lm.sensors]].to_numpy()
     np.testing.assert_allclose(np.delete(got, 5, 0), np.delete(expected, 5, 0))
