@@ -11,7 +11,7 @@ miss their window. Every method sees the same tuples in the same order.
 Scenarios (one run): daily tumbling windows over 2000 rows; the same with a
 6-hour slide (the seed's window/slide shape); tumbling over a year (8760 rows)
 and over the whole data set (35,064 rows, four years) to show the controller
-after its start-up. Each also reports two labelled
+after its start-up. Each also reports three labelled
 ablations of ours: the seed's random-sample target (``target_model=srs``),
 ``kd=0``, and both together. The first scenario also sweeps a fixed watermark's ``K``: a fixed
 ``K`` has no quality control, so whether it meets ``(eps_thr, delta)`` and at

@@ -102,6 +102,16 @@ class PDController:
     def _clamp(self, a: float) -> float:
         return min(self.alpha_max, max(0.0, a))
 
+    def snapshot(self) -> dict[str, float | None]:
+        return {"alpha": self.alpha, "integral": self.integral}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue from ``snapshot()``, or from the velocity form's ``alpha`` and ``prev_err``."""
+        self.alpha, self.integral = float(state["alpha"]), state.get("integral")
+        if self.integral is None and state.get("prev_err") is not None:
+            # Velocity form: alpha = integral + kd * prev_err in position terms.
+            self.integral = self._clamp(self.alpha - self.kd * float(state["prev_err"]))
+
 
 def settled_values(readings: dict[str, list[list[float]]]) -> dict[str, list[float]]:
     """Each sensor's readings of a measured window in time order, for the coverage target.
@@ -360,7 +370,7 @@ class KSlackBuffer:
             "t_max": self.t_max,
             "k": self.k,
             "now": self.now,
-            "pd": {"alpha": self.pd.alpha, "integral": self.pd.integral},
+            "pd": self.pd.snapshot(),
             "target": self.target.snapshot(),
             "heap": [list(it) for it in self._heap if keep(it[3])],
             "seq": self._seq,
@@ -392,11 +402,7 @@ class KSlackBuffer:
         """Rebuild a buffer from ``snapshot()``; it continues exactly where that left off."""
         buf = cls(DisorderConfig.from_dict(state["config"]))
         buf.t_max, buf.k, buf.now = state["t_max"], float(state["k"]), float(state["now"])
-        pd_state = state["pd"]
-        buf.pd.alpha, buf.pd.integral = float(pd_state["alpha"]), pd_state.get("integral")
-        if buf.pd.integral is None and pd_state.get("prev_err") is not None:
-            # A snapshot of the velocity-form controller: alpha = integral + kd * prev_err.
-            buf.pd.integral = buf.pd._clamp(buf.pd.alpha - buf.pd.kd * float(pd_state["prev_err"]))
+        buf.pd.resume(state["pd"])
         buf.target = CoverageTarget.restore(state["target"])
         buf._heap = [parse_item(x) for x in state["heap"]]
         heapq.heapify(buf._heap)
