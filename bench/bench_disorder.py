@@ -40,10 +40,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.data import history_from_frame  # noqa: E402
-from engine.delays import parse_delays  # noqa: E402
-from engine.disorder import DisorderConfig  # noqa: E402
-from engine.disorder_eval import (  # noqa: E402
+from engine.data.history import history_from_frame  # noqa: E402
+from engine.disorder.buffer import DisorderConfig  # noqa: E402
+from engine.disorder.delays import parse_delays  # noqa: E402
+from engine.disorder.experiment import (  # noqa: E402
     METHODS,
     evaluate,
     make_replay_stream,

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import engine  # noqa: F401  (single-threaded BLAS before numpy loads)
-from engine.calibration import BacktestSettings
 from engine.data import load_history
-from engine.plan import PlanParameters, make_plan
+from engine.planning import BacktestSettings, PlanParameters, make_plan
 
 WIDE = (
     Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import engine  # noqa: F401  (sets single-threaded BLAS before numpy loads)
-from engine.calibration import BacktestSettings, PlanningSpec, run_backtest
 from engine.data import load_history
+from engine.planning import BacktestSettings, PlanningSpec, run_backtest
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 BEIJING = DATASETS / "beijing_multisite_aq" / "wide.csv"

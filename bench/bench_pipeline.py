@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import print_json  # noqa: E402
-from engine.data import load_history  # noqa: E402
-from engine.guarantee import variance_target  # noqa: E402
-from engine.model import GaussianModel  # noqa: E402
-from engine.selection import select_backups  # noqa: E402
+from engine.data.history import load_history  # noqa: E402
+from engine.model.gaussian import GaussianModel  # noqa: E402
+from engine.planning.guarantee import variance_target  # noqa: E402
+from engine.selection.greedy import select_backups  # noqa: E402
 from engine.store import BackupStore  # noqa: E402
 from engine.stream.feeder import Feeder, FeedOptions  # noqa: E402
 from engine.stream.pipeline import LivePipeline  # noqa: E402
@@ -59,7 +59,7 @@ class History:
 
 
 def load(rows: int) -> History:
-    full = load_history(DATA)  # gaps interpolated linearly in time (engine.data default)
+    full = load_history(DATA)  # gaps interpolated linearly in time (engine.data.history default)
     h = full.rows(0, rows)
     train = h.values[: rows // 2]
     scale = train.std(axis=0)

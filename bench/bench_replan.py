@@ -33,7 +33,7 @@ import pandas as pd
 
 from bench.common import print_json, time_call
 from engine.data import SensorHistory, history_from_frame
-from engine.plan import PlanParameters, make_plan, retarget
+from engine.planning import PlanParameters, make_plan, retarget
 from ui.plans import DELTA_GRID, eps_grid, whatif_delta, whatif_eps
 
 ROWS, GROUP, TARGET_MS, TARGET_N = 2000, 8, 200.0, 200

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from engine.errors import EngineError, ParameterError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.data import SensorHistory
-    from engine.plan import PlanParameters
+    from engine.data.history import SensorHistory
+    from engine.planning.plan import PlanParameters
 
 EXIT_BAD_INPUT = 2
 
@@ -88,7 +88,7 @@ def _progress(fraction: float, message: str) -> None:
 
 
 def _history(args: argparse.Namespace) -> SensorHistory:
-    from engine.data import LoadOptions, load_history
+    from engine.data.history import LoadOptions, load_history
 
     layout = getattr(args, "layout", "auto")
     if layout not in ("auto", "wide", "long"):
@@ -122,7 +122,7 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
 
 
 def _params(args: argparse.Namespace) -> PlanParameters:
-    from engine.plan import PlanParameters
+    from engine.planning.plan import PlanParameters
 
     return PlanParameters(
         eps=args.eps,
@@ -137,9 +137,9 @@ def _params(args: argparse.Namespace) -> PlanParameters:
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.calibration import BacktestSettings
-    from engine.export import plan_to_config, write_config
-    from engine.plan import default_history, make_plan
+    from engine.export.config import plan_to_config, write_config
+    from engine.planning.calibration import BacktestSettings
+    from engine.planning.plan import default_history, make_plan
 
     params = _params(args)  # validate parameters before reading the file
     history = _history(args)
@@ -170,8 +170,8 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.calibration import BacktestSettings, run_backtest
-    from engine.plan import default_history
+    from engine.planning.calibration import BacktestSettings, run_backtest
+    from engine.planning.plan import default_history
 
     params = _params(args)
     history = _history(args)
@@ -182,13 +182,13 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.recover import recover_file
+    from engine.export.recover import recover_file
 
     return recover_file(args.config, args.backup, args.out).to_dict()
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.simulate import simulate_from_cli
+    from engine.stream.simulate import simulate_from_cli
 
     if args.mode not in ("approx", "full", "none"):
         raise ParameterError(f"--mode must be approx, full or none, got {args.mode!r}")
@@ -201,7 +201,7 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from engine.disorder_eval import run_disorder_experiment
+    from engine.disorder.experiment import run_disorder_experiment
 
     history = _history(args)
     if args.rows:
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    from engine.export import json_safe
+    from engine.export.config import json_safe
 
     print(json.dumps(json_safe(result), indent=2, default=_default))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.reconstruct import LinearMap
+from engine.model import LinearMap
 
 
 def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...]) -> LinearMap:

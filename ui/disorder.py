@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.disorder_eval import run_disorder_experiment
+from engine.disorder import run_disorder_experiment
 from ui import resources
 from ui.charts import ACCENT, BACKUP_COLOUR, REBUILT_COLOUR, _layout
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from engine.data import SensorHistory
 from engine.export import dump_config, plan_to_config, validate_config
-from engine.plan import BackupPlan
+from engine.planning import BackupPlan
 
 MIME = {"json": "application/json", "yaml": "application/x-yaml"}
 

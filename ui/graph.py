@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
-from engine.plan import BackupPlan
+from engine.planning import BackupPlan
 from ui.charts import BACKUP_COLOUR, _layout
 from ui.plans import error_bounds
 

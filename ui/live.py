@@ -15,10 +15,9 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.data import SensorHistory
-from engine.delays import parse_delays
+from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
-from engine.plan import BackupPlan
-from engine.stream.disorder_stage import DisorderStage
+from engine.planning import BackupPlan
 from engine.stream.live import replanning_monitor
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec

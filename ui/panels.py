@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from engine.errors import EngineError
-from engine.plan import BackupPlan, PlanParameters
+from engine.planning import BackupPlan, PlanParameters
 from ui import plans, resources, state
 from ui.plans import PlanningData
 

@@ -18,10 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import BacktestSettings
 from engine.data import SensorHistory
-from engine.guarantee import variance_target
-from engine.plan import BackupPlan, PlanParameters, default_history, make_plan, retarget
+from engine.planning import (
+    BacktestSettings,
+    BackupPlan,
+    PlanParameters,
+    default_history,
+    make_plan,
+    retarget,
+    variance_target,
+)
 
 MAX_FOLDS_ENV = "LACUNA_MAX_FOLDS"
 DEFAULT_MAX_FOLDS = 30

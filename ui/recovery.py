@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from engine.aggregates import window_aggregates
 from engine.data import SensorHistory
-from engine.plan import BackupPlan
-from engine.reconstruct import window_aggregates
+from engine.planning import BackupPlan
 from engine.stream.manager import PipelineManager
 from engine.stream.recovery import RecoveryReport
 from ui import charts, resources

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.plan import BackupPlan, Savings
+from engine.planning import BackupPlan, Savings
 from ui.panels import QUIET, pct
 
 TABLE_FORMAT = {

@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.plan import PlanParameters
+from engine.planning import PlanParameters
 from ui import resources
 from ui.plans import PlanningData
 

@@ -12,10 +12,10 @@ from dataclasses import replace
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from engine.aggregates import AGGREGATE_NAMES
 from engine.data import LoadOptions
 from engine.errors import EngineError
-from engine.guarantee import AGGREGATES
-from engine.plan import PlanParameters
+from engine.planning import PlanParameters
 from ui import state
 
 EXACT_MAX_N = 20
@@ -141,7 +141,7 @@ def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
         key="w_eps",
     )
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
-    agg = c3.selectbox("Aggregate", AGGREGATES, key="w_agg")
+    agg = c3.selectbox("Aggregate", AGGREGATE_NAMES, key="w_agg")
     c4, c5, c6 = st.columns(3)
     window, slide = _window_widgets(c4, c5, n_rows)
     methods = ["greedy", "paper"] + (["exact"] if n_sensors <= EXACT_MAX_N else [])

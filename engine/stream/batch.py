@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from engine.aggregates import window_aggregates, window_errors
 from engine.errors import ParameterError
-from engine.reconstruct import LinearMap, column_indices, window_aggregates, window_errors
+from engine.model.linear import LinearMap, column_indices
 
 FEED_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
 BACKUP_COLUMNS: tuple[str, ...] = ("seq", "event_time", "sensor", "value")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import DataError, ParameterError
-from engine.model import GaussianModel, MomentStats
+from engine.model.gaussian import GaussianModel, MomentStats
 
 
 def partial_moments(

@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from engine.data import SensorHistory
+from engine.data.history import SensorHistory
 from engine.errors import EngineError
-from engine.plan import BackupPlan
-from engine.replan import ReplanningMonitor
+from engine.planning.plan import BackupPlan
+from engine.planning.replan import ReplanningMonitor
 from engine.stream.manager import PipelineManager
 from engine.stream.spec import StreamSpec
 

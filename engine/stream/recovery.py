@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.aggregates import violation_rates, window_aggregates
 from engine.errors import ParameterError
-from engine.reconstruct import LinearMap, violation_rates, window_aggregates
+from engine.model.linear import LinearMap
 from engine.store import RECOVERY_BATCH, BackupStore, BatchWrite
 from engine.stream.batch import (
     ClosedWindows,

@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import pandas as pd
 
+from engine.aggregates import check_window, get_aggregate
 from engine.errors import ConfigError, ParameterError, PipelineError
-from engine.reconstruct import AGGREGATES, LinearMap, check_window, column_indices
+from engine.model.linear import LinearMap, column_indices
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.plan import BackupPlan
+    from engine.planning.plan import BackupPlan
 
 MODES: tuple[str, ...] = ("approx", "full", "none")
 STATES: tuple[str, ...] = ("idle", "running", "failed", "recovering", "stopped", "error")
 
 
 class HistoryLike(Protocol):
-    """What the feeder needs from ``engine.data.SensorHistory`` (read-only)."""
+    """What the feeder needs from ``engine.data.history.SensorHistory`` (read-only)."""
 
     @property
     def times(self) -> np.ndarray: ...  # (T,) datetime64[ns]
@@ -51,7 +52,7 @@ class Monitor(Protocol):
 
 
 class Stage(Protocol):
-    """Optional disorder stage (``engine.disorder``) run before windowing.
+    """Optional disorder stage (``engine.disorder.buffer``) run before windowing.
 
     A stage may also offer ``pop_results() -> pd.DataFrame``: its own versioned
     results (provisional, correction, final), which the pipeline stores.
@@ -91,10 +92,7 @@ class StreamSpec:
 
     def __post_init__(self) -> None:
         check_window(self.window, self.slide)
-        if self.aggregate not in AGGREGATES:
-            raise ParameterError(
-                f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
-            )
+        get_aggregate(self.aggregate)
         if not np.isfinite(self.eps) or self.eps <= 0:
             raise ParameterError(f"eps must be a finite number > 0, got {self.eps!r}")
         if not 0.0 < self.delta < 1.0:

@@ -7,8 +7,7 @@ import json
 import pytest
 import yaml
 
-from engine.export import validate_config
-from engine.recover import recover_file
+from engine.export import recover_file, validate_config
 from tests.app.apphelpers import ROOT, metric, texts
 from ui import exporting
 

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
-from engine.reconstruct import window_aggregates
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineStatus
 from tests.app.apphelpers import SMALL, metric, texts

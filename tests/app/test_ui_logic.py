@@ -10,7 +10,7 @@ import pytest
 
 from engine.data import LoadOptions, load_history
 from engine.errors import DataError
-from engine.plan import PlanParameters, make_plan, retarget
+from engine.planning import PlanParameters, make_plan, retarget
 from tests.app.apphelpers import SMALL
 from ui import graph, plans, state, upload
 from ui.datasets import interval_text

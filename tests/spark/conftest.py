@@ -47,7 +47,7 @@ def spark() -> Iterator[Any]:
 
 @dataclass(frozen=True)
 class History:
-    """Stands in for ``engine.data.SensorHistory`` (times, values, sensors)."""
+    """Stands in for ``engine.data.history.SensorHistory`` (times, values, sensors)."""
 
     times: np.ndarray
     values: np.ndarray

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.delays import ParetoDelays
-from engine.disorder_eval import DisorderProcessor
-from engine.stream.disorder_stage import DisorderStage, order_arrivals, to_seconds
+from engine.disorder import DisorderProcessor
+from engine.disorder.delays import ParetoDelays
+from engine.disorder.stage import DisorderStage, order_arrivals, to_seconds
 
 pytestmark = pytest.mark.spark
 

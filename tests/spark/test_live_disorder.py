@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.reconstruct import window_aggregates
+from engine.aggregates import window_aggregates
+from engine.disorder import DisorderStage
 from engine.store import BackupStore
-from engine.stream.disorder_stage import DisorderStage
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.pipeline import LivePipeline
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec

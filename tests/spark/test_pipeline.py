@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.reconstruct import window_aggregates, window_errors
+from engine.aggregates import window_aggregates, window_errors
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.pipeline import Fault, LivePipeline, consumed_files
@@ -109,7 +109,7 @@ def test_backup_modes_store_all_or_nothing(
 def test_an_injected_monitor_sees_the_shadow_errors_and_alerts(
     spark: Any, history: Any, spec_factory: Any, tmp_path: Path
 ) -> None:
-    from engine.monitor import ViolationMonitor
+    from engine.planning import ViolationMonitor
 
     spec = spec_factory(eps=0.05)  # far tighter than the rebuilt sensors can meet
     monitor = ViolationMonitor(spec.sensors, spec.eps, spec.delta, min_windows=5)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.reconstruct import window_aggregates
 from engine.store import BackupStore, BatchWrite
 from engine.stream.manager import PipelineManager, run_simulation
 from engine.stream.recovery import LostRange, RecoveryReport, recover_lost_range
@@ -25,7 +25,7 @@ LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
 
 
 def per_window(values: np.ndarray, ids: np.ndarray, spec: StreamSpec) -> np.ndarray:
-    """Reference: each window aggregated on its own rows with engine.reconstruct."""
+    """Reference: each window aggregated on its own rows with engine.model.linear."""
     w, step = spec.window, spec.slide
     rows = [window_aggregates(values[j * step : j * step + w], w, w, spec.aggregate) for j in ids]
     return np.vstack(rows)

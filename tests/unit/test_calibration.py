@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.calibration import BacktestSettings, PlanningSpec, fold_origins, plan_on, run_backtest
 from engine.errors import ParameterError
+from engine.planning import (
+    BacktestSettings,
+    PlanningSpec,
+    fold_origins,
+    plan_on,
+    run_backtest,
+)
 
 
 def autocorrelated_sensors(rows: int, n: int, phi: float, seed: int) -> np.ndarray:
@@ -123,8 +129,8 @@ def test_verdict_says_whether_the_measured_guarantee_holds(smooth: np.ndarray) -
 
 
 def test_local_scale_is_the_recent_residual_rms_plus_its_median() -> None:
-    from engine.calibration import _local_scale, _recovered
     from engine.model import GaussianModel
+    from engine.planning.calibration import _local_scale, _recovered
 
     x = autocorrelated_sensors(rows=200, n=5, phi=0.5, seed=4)
     model = GaussianModel().fit(x, tuple(f"s{i}" for i in range(5)))

@@ -1,4 +1,4 @@
-"""engine.data: parsing, layouts, missing values, report, fingerprint, bad input."""
+"""engine.data.history: parsing, layouts, missing values, report, fingerprint, bad input."""
 
 from __future__ import annotations
 

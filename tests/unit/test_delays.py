@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.delays import (
+from engine.disorder.delays import (
     ConstantDelays,
     EmpiricalDelays,
     ExponentialDelays,

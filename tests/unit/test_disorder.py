@@ -2,7 +2,7 @@
 
 References: closed-form sampling formulas, brute-force combinatorics and Monte
 Carlo for the coverage target; a brute-force recomputation from all tuples
-(``window_truth``) and ``engine.reconstruct.window_aggregates`` for results.
+(``window_truth``) and ``engine.model.linear.window_aggregates`` for results.
 """
 
 from __future__ import annotations
@@ -19,29 +19,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.aggregates import window_aggregates
 from engine.data import history_from_frame
 from engine.disorder import (
+    METHODS,
     CoverageTarget,
     DisorderConfig,
+    DisorderProcessor,
+    DisorderStage,
     KSlackBuffer,
     PDController,
+    ResultLedger,
     Zone,
     prefix_miss_length,
     required_coverage,
     required_coverage_tail,
     settled_values,
 )
-from engine.disorder_eval import (
-    METHODS,
-    DisorderProcessor,
-    ResultLedger,
+from engine.disorder.experiment import (
     describe_stream,
     run_disorder_experiment,
     window_truth,
 )
 from engine.errors import ParameterError, PipelineError
-from engine.reconstruct import window_aggregates
-from engine.stream.disorder_stage import DisorderStage
 
 Tuple4 = tuple[float, str, float, float]  # event time, sensor, value, arrival
 

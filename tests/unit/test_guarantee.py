@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from engine.aggregates import AGGREGATE_NAMES
 from engine.errors import ParameterError
-from engine.guarantee import (
-    AGGREGATES,
+from engine.planning.guarantee import (
     check_parameters,
     variance_target,
     window_violation_probability,
@@ -35,11 +35,11 @@ def test_targets_follow_the_design_table():
     for agg in ("max", "min"):
         assert variance_target(eps, delta, w, agg) == pytest.approx((eps / zmax) ** 2, rel=1e-9)
     # window 1: every aggregate is one reading
-    targets = {agg: variance_target(eps, delta, 1, agg) for agg in AGGREGATES}
+    targets = {agg: variance_target(eps, delta, 1, agg) for agg in AGGREGATE_NAMES}
     assert max(targets.values()) == pytest.approx(min(targets.values()), rel=1e-9)
 
 
-@pytest.mark.parametrize("agg", AGGREGATES)
+@pytest.mark.parametrize("agg", AGGREGATE_NAMES)
 @pytest.mark.parametrize(("eps", "delta", "w"), [(0.5, 0.05, 30), (2.0, 0.2, 5), (1e-3, 1e-4, 60)])
 def test_violation_probability_inverts_the_target(agg, eps, delta, w):
     v = variance_target(eps, delta, w, agg)

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import binomtest
 
 from engine.errors import ParameterError
-from engine.monitor import ViolationMonitor, rate_lower_bound, rate_upper_bound
+from engine.planning import ViolationMonitor, rate_lower_bound, rate_upper_bound
 
 SENSORS = ("a", "b", "c", "d")
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import yaml
 
-from engine.calibration import BacktestSettings
 from engine.data import load_history
 from engine.errors import ConfigError, ParameterError
 from engine.export import (
@@ -17,11 +16,11 @@ from engine.export import (
     dump_config,
     load_config,
     plan_to_config,
+    recover_file,
     validate_config,
     write_config,
 )
-from engine.plan import PlanParameters, make_plan, retarget
-from engine.recover import recover_file
+from engine.planning import BacktestSettings, PlanParameters, make_plan, retarget
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 TOP_KEYS = {

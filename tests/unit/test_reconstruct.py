@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.aggregates import violation_rates, window_aggregates, window_errors, window_starts
 from engine.errors import ParameterError
-from engine.reconstruct import (
-    LinearMap,
-    column_indices,
-    violation_rates,
-    window_aggregates,
-    window_errors,
-    window_starts,
-)
+from engine.model.linear import LinearMap, column_indices
 
 REDUCE = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
 

@@ -8,11 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.calibration import BacktestSettings
+from engine.aggregates import window_errors
 from engine.data import SensorHistory, load_history
-from engine.plan import BackupPlan, PlanParameters, make_plan
-from engine.reconstruct import window_errors
-from engine.replan import ReplanningMonitor
+from engine.planning import (
+    BacktestSettings,
+    BackupPlan,
+    PlanParameters,
+    ReplanningMonitor,
+    make_plan,
+)
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
 WINDOW, EPS = 10, 1.0  # the shipped drift sample changes regime at row 1200

@@ -229,7 +229,7 @@ def test_unknown_method_is_rejected():
 @pytest.mark.parametrize("seed", range(6))
 def test_sensors_only_coverable_by_themselves_are_detected_exactly(seed):
     """The greedy's first block is {i : var_{i | all others} > t_i}, nothing more."""
-    from engine.selection import _Greedy
+    from engine.selection.greedy import _Greedy
 
     cov, target = random_instance(seed, 12)
     t = np.array(np.broadcast_to(target, (12,)))
@@ -243,7 +243,7 @@ def test_sensors_only_coverable_by_themselves_are_detected_exactly(seed):
 
 def test_exchange_pass_fixes_the_greedy_trap_on_a_chain(monkeypatch):
     """On an AR(1) chain the greedy starts in the middle (3 sensors); the optimum is 2."""
-    import engine.selection as selection
+    import engine.selection.greedy as selection
 
     pos = np.arange(5)
     cov = 0.9 ** np.abs(pos[:, None] - pos[None, :]).astype(float)

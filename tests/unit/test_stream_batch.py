@@ -1,6 +1,6 @@
 """Pure per-batch functions of the live pipeline, the feeder and the stream spec (no JVM).
 
-Every windowed result is checked against ``engine.reconstruct`` run on the
+Every windowed result is checked against ``engine.model.linear`` run on the
 whole history at once.
 """
 
@@ -15,8 +15,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from engine.aggregates import window_aggregates, window_errors
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.reconstruct import LinearMap, window_aggregates, window_errors
+from engine.model.linear import LinearMap
 from engine.stream.batch import (
     WindowParams,
     WindowState,

@@ -1,7 +1,7 @@
 """Load sensor history (CSV / Parquet, wide or long) into a validated ``SensorHistory``.
 
 Reading and decoding the file (DuckDB, column types, the time column, wide or
-long layout) is ``engine.data_reader``; this module sorts the readings, handles
+long layout) is ``engine.data.reader``; this module sorts the readings, handles
 missing values and describes the result. Rows in messages are 1-based data
 rows in file order (the header is not counted). Times become
 ``datetime64[ns]``, naive = UTC; zone-aware times are converted.
@@ -14,19 +14,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from engine.data_reader import (
-    NULL_STRINGS,
-    SENSOR_NAMES,
-    SUFFIXES,
-    TIME_NAMES,
-    UNIT_NS,
-    UNIT_WORDS,
-    VALUE_NAMES,
+from engine.data.options import (
+    DEFAULT_OPTIONS,
+    LoadOptions,
+)
+from engine.data.reader import (
     Decoded,
     check_file,
     check_names,
@@ -39,50 +36,8 @@ from engine.data_reader import (
 )
 from engine.errors import DataError, ParameterError
 
-Layout = Literal["auto", "wide", "long"]
-MissingPolicy = Literal["interpolate", "drop"]
-
-# The file-format constants live with the reader; callers keep importing them from here.
-__all__ = [
-    "DEFAULT_OPTIONS", "EDGE_FILL_FRACTION", "GAP_FACTOR", "NULL_STRINGS", "SENSOR_NAMES",
-    "SUFFIXES", "TIME_NAMES", "UNIT_NS", "UNIT_WORDS", "VALUE_NAMES", "DataReport", "Layout",
-    "LoadOptions", "MissingPolicy", "SensorHistory", "history_from_frame", "load_history",
-]  # fmt: skip
-
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled
 GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How to read a history file; every field is checked on construction."""
-
-    layout: Layout = "auto"
-    time_column: str | None = None  # auto-detect when None
-    missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
-    numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
-    min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
-
-    def __post_init__(self) -> None:
-        _check_choice("layout", self.layout, ("auto", "wide", "long"))
-        _check_choice("missing", self.missing, ("interpolate", "drop"))
-        _check_choice("numeric_time_unit", self.numeric_time_unit, tuple(UNIT_NS))
-        if self.time_column is not None and not (
-            isinstance(self.time_column, str) and self.time_column
-        ):
-            raise ParameterError(
-                f"time_column must be a column name or None, got {self.time_column!r}"
-            )
-        if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
-            raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
-
-
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ParameterError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-DEFAULT_OPTIONS = LoadOptions()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.selection_core import inverse_cholesky, solve_conditional_variance
+from engine.selection.core import inverse_cholesky, solve_conditional_variance
 
 _EXCHANGE_WORK = 5e8  # flops of one exchange round above which it is skipped
 _EXCHANGE_PAIRS = 32  # pairs checked in full per round (~0.2 ms each)

@@ -1,4 +1,4 @@
-"""Parameters of the disorder handling (``engine.disorder``): ``DisorderConfig``.
+"""Parameters of the disorder handling (``engine.disorder.buffer``): ``DisorderConfig``.
 
 Counts (``window``, ``slide``, ...) are in readings, times in seconds of event
 time; every field is checked on construction and the config round-trips
@@ -11,10 +11,10 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from engine.aggregates import get_aggregate
 from engine.errors import ParameterError
 
 POLICIES: tuple[str, ...] = ("adaptive", "mp_kslack", "fixed", "none")
-_AGGREGATES = ("avg", "sum", "max", "min")
 
 
 def _finite(name: str, value: Any, *, low: float | None = None, strict: bool = False) -> None:
@@ -84,10 +84,7 @@ class DisorderConfig:
             raise ParameterError(f"slide must be an integer >= 1, got {s!r}")
         if s is not None and s > self.window:
             raise ParameterError(f"slide must not exceed window ({self.window}), got {s!r}")
-        if self.aggregate not in _AGGREGATES:
-            raise ParameterError(
-                f"aggregate must be one of avg, sum, max, min, got {self.aggregate!r}"
-            )
+        get_aggregate(self.aggregate)
         if self.target_model not in ("tail", "srs"):
             raise ParameterError(f"target_model must be tail or srs, got {self.target_model!r}")
         if self.policy not in POLICIES:

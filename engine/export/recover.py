@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.data import LoadOptions, load_history
+from engine.data.history import LoadOptions, load_history
 from engine.errors import ConfigError, DataError
-from engine.export import load_config
+from engine.export.config import load_config
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Tolerances and direct solves shared by the backup-set selection modules.
 
 A variance is feasible when ``var <= target (1 + REL_TOL) + ABS_TOL s``, with ``s``
-the mean variance (the scale of ``cov``). Split out of ``engine.selection`` so that
+the mean variance (the scale of ``cov``). Split out of ``engine.selection.greedy`` so that
 the greedy, the exchange pass and the exact search share one definition.
 """
 

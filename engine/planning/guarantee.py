@@ -16,19 +16,18 @@ import math
 from typing import Literal, overload
 
 import numpy as np
-from scipy.stats import norm
 
+from engine.aggregates import get_aggregate
+from engine.aggregates import z_value as aggregate_z_value
 from engine.errors import ParameterError
 
 Aggregate = Literal["avg", "sum", "max", "min"]
-AGGREGATES: tuple[str, ...] = ("avg", "sum", "max", "min")
 
 
 def z_value(delta: float) -> float:
     """``Phi^{-1}(1 - delta/2)``: the two-sided standard normal quantile."""
     _check_delta(delta)
-    # isf keeps full precision for tiny delta, where 1 - delta/2 rounds.
-    return float(norm.isf(delta / 2.0))
+    return aggregate_z_value(delta)
 
 
 def variance_target(eps: float, delta: float, window: int, aggregate: str) -> float:
@@ -41,15 +40,7 @@ def variance_target(eps: float, delta: float, window: int, aggregate: str) -> fl
     _check_eps(eps)
     _check_delta(delta)
     _check_window(window)
-    _check_aggregate(aggregate)
-    if aggregate == "avg":
-        return window * (eps / z_value(delta)) ** 2
-    if aggregate == "sum":
-        return (eps / z_value(delta)) ** 2 / window
-    # Per-reading miss probability q solves (1 - q)^w = 1 - delta; the quantile
-    # Phi^{-1}((1 + (1-delta)^{1/w}) / 2) = Phi^{-1}(1 - q/2) is computed via isf(q/2).
-    q = -math.expm1(math.log1p(-delta) / window)
-    return float((eps / norm.isf(q / 2.0)) ** 2)
+    return get_aggregate(aggregate).variance_target(eps, delta, window)
 
 
 @overload
@@ -81,12 +72,7 @@ def window_violation_probability(
     v = np.asarray(var, dtype=float)
     if not np.all(np.isfinite(v)) or np.any(v < 0):
         raise ParameterError(f"variance must be finite and >= 0, got {var!r}")
-    scale = {"avg": 1.0 / window, "sum": float(window)}.get(aggregate, 1.0)
-    with np.errstate(divide="ignore"):
-        ratio = eps / np.sqrt(v * scale)  # inf where v == 0
-    tail = 2.0 * norm.sf(ratio)  # P(|e| > eps) for one Gaussian error
-    if aggregate in ("max", "min"):
-        tail = -np.expm1(window * np.log1p(-np.minimum(tail, 1.0)))
+    tail = get_aggregate(aggregate).miss_probability(v, eps, window)
     out = np.asarray(tail, dtype=float)
     return float(out) if out.ndim == 0 else out
 
@@ -129,5 +115,4 @@ def _check_window(window: int) -> None:
 
 
 def _check_aggregate(aggregate: str) -> None:
-    if aggregate not in AGGREGATES:
-        raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+    get_aggregate(aggregate)

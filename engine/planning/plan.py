@@ -13,7 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import (
+from engine.data.history import SensorHistory
+from engine.errors import ParameterError
+from engine.model.gaussian import GaussianModel
+from engine.model.linear import LinearMap
+from engine.planning.calibration import (
     CALIBRATIONS,
     BacktestResult,
     BacktestSettings,
@@ -23,14 +27,9 @@ from engine.calibration import (
     plan_on,
     run_backtest,
 )
-from engine.data import SensorHistory
-from engine.errors import ParameterError
-from engine.guarantee import check_parameters, window_violation_probability
-from engine.model import GaussianModel
-from engine.reconstruct import LinearMap
-from engine.selection import Method, Selection, select_backups
+from engine.planning.guarantee import check_parameters, window_violation_probability
+from engine.selection.greedy import METHODS, Method, Selection, select_backups
 
-METHODS: tuple[str, ...] = ("greedy", "paper", "exact")
 DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
 BYTES_PER_READING = 16.0  # 8-byte timestamp + 8-byte float; sensor ids are dictionary-coded
 

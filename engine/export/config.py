@@ -21,8 +21,8 @@ import numpy as np
 import yaml
 
 from engine.errors import ConfigError
-from engine.plan import BackupPlan
-from engine.reconstruct import LinearMap
+from engine.model.linear import LinearMap
+from engine.planning.plan import BackupPlan
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "backup_config.v1.json"
 MODEL_NOTE = (

@@ -8,7 +8,7 @@ event time, a batch recomputes every affected (window, sensor) and appends a
 tuples into a mergeable partial aggregate kept per (window, sensor) (count,
 sum, max, min of everything received so far), which is exactly the aggregate
 of all tuples received for that window: the same result a recomputation from
-the full received history gives (``engine.disorder_eval.window_truth`` is
+the full received history gives (``engine.disorder.experiment.window_truth`` is
 that reference and the tests compare the two). The partials are a few
 numbers per window, not raw input, and they exist for *every* sensor, so a
 late tuple of a sensor that is not backed up still corrects the live result.
@@ -28,8 +28,9 @@ import heapq
 import math
 from typing import Any
 
-from engine.disorder import Item, KSlackBuffer, LateItem, Zone, parse_item, parse_late_item
-from engine.disorder_config import DisorderConfig
+from engine.aggregates import get_aggregate
+from engine.disorder.buffer import Item, KSlackBuffer, LateItem, Zone, parse_item, parse_late_item
+from engine.disorder.config import DisorderConfig
 
 # (window, start_s, end_s, sensor, value, kind, version, final, emitted_at_s)
 ResultRow = tuple[int, float, float, str, float, str, int, bool, float]
@@ -55,6 +56,7 @@ class ResultLedger:
 
     def __init__(self, config: DisorderConfig) -> None:
         self.config = config
+        self._aggregate = get_aggregate(config.aggregate)
         self.partials: dict[tuple[int, str], list[float]] = {}  # count, total, high, low
         self.versions: dict[tuple[int, str], int] = {}
         self.by_window: dict[int, list[str]] = {}
@@ -72,12 +74,7 @@ class ResultLedger:
     def value(self, key: tuple[int, str], final: bool) -> float:
         """Aggregate of a (window, sensor) partial; ``sum`` is scaled up while incomplete."""
         count, total, high, low = self.partials[key]
-        agg, n = self.config.aggregate, self.config.window
-        if agg == "avg":
-            return total / count
-        if agg == "sum":
-            return total if final or count >= n else total * n / count
-        return high if agg == "max" else low
+        return self._aggregate.from_partial(count, total, high, low, self.config.window, final)
 
     def _emit(self, key: tuple[int, str], kind: str, final: bool, now: float) -> None:
         version = self.versions.get(key, -1) + 1

@@ -13,7 +13,7 @@ The buffer (seed: Yang, Xu, Lv, Li, "hybrid processing model"):
   (MP-K-slack) loses nothing it has seen before.
 * ``K = alpha * k``; ``alpha`` is set by a PD controller on window coverage
   (``PDController``) against the target coverage ``lambda_thr`` derived from
-  ``(eps_thr, delta)`` (``CoverageTarget``, ``engine.disorder_target``): by the
+  ``(eps_thr, delta)`` (``CoverageTarget``, ``engine.disorder.target``): by the
   seed's random-sample theory (``required_coverage``, ``target_model="srs"``)
   or, by default, empirically under the loss pattern K-slack really has, the
   newest readings of a window missing (``required_coverage_tail``), which
@@ -26,7 +26,7 @@ The buffer (seed: Yang, Xu, Lv, Li, "hybrid processing model"):
   closed yet: the seed's "window being computed", which lies in
   ``[t_max - K - |W|, t_max - K]``), ``LATE`` (a window containing it already
   closed). Late tuples are recorded for the batch module
-  (``engine.disorder_batch``), which corrects the affected results.
+  (``engine.disorder.ledger``), which corrects the affected results.
 * the coverage of a window is ``n_in_time / (n_in_time + n_late)``, with the
   late tuples counted for a settling period after it closed (the seed: "late
   tuples that arrive within a period after the window closed"). The
@@ -44,20 +44,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from engine.disorder_config import POLICIES, DisorderConfig
-from engine.disorder_target import (
+from engine.disorder.config import DisorderConfig
+from engine.disorder.target import (
     CoverageTarget,
-    prefix_miss_length,
-    required_coverage,
-    required_coverage_tail,
 )
-
-# The config and the coverage target have their own modules; callers import them from here.
-__all__ = [
-    "POLICIES", "BufferOutput", "ClosedWindow", "CoverageTarget", "DisorderConfig",
-    "Item", "KSlackBuffer", "LateItem", "PDController", "Zone", "parse_item",
-    "parse_late_item", "prefix_miss_length", "required_coverage", "required_coverage_tail",
-]  # fmt: skip
 
 
 class Zone(str, Enum):

@@ -6,7 +6,7 @@ silently turn a sensor into text; if that fast read fails, the file is re-read
 as text and the first unparsable value is named by column and row. Rows in
 messages are 1-based data rows in file order (the header is not counted).
 ``decode`` turns the table into ``Decoded`` readings (int64 ns times, float
-values, NaN = missing); ``engine.data`` sorts, fills and validates them.
+values, NaN = missing); ``engine.data.history`` sorts, fills and validates them.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 import pandas as pd
 
+from engine.data.options import UNIT_NS, UNIT_WORDS, LoadOptions
 from engine.errors import DataError
-
-if TYPE_CHECKING:  # engine.data imports this module; the options are only read here
-    from engine.data import LoadOptions
 
 TIME_NAMES = frozenset(
     {"time", "timestamp", "datetime", "date", "ts", "event_time", "hours_since_start"}
@@ -33,9 +30,6 @@ SENSOR_NAMES = frozenset({"sensor", "sensor_id", "sensor_name", "id", "name", "c
 VALUE_NAMES = frozenset({"value", "reading", "measurement", "val"})
 NULL_STRINGS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null", "None"]
 SUFFIXES = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
-UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds"}
-UNIT_WORDS |= {"min": "minutes", "h": "hours"}
 _NUMERIC_TYPES: tuple[str, ...] = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT")
 _NUMERIC_TYPES += ("DOUBLE", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "DECIMAL")
 

@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from engine.aggregates import window_aggregates
 from engine.errors import ParameterError
-from engine.guarantee import variance_target
-from engine.model import GaussianModel, MomentStats
-from engine.monitor import rate_upper_bound
-from engine.reconstruct import window_aggregates
-from engine.selection import Method, Selection, select_backups
+from engine.model.gaussian import GaussianModel, MomentStats
+from engine.planning.guarantee import variance_target
+from engine.planning.monitor import rate_upper_bound
+from engine.selection.greedy import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")
 MAX_LOG_SCALE = 4.0  # the online correction moves a target by at most e^4 ~ 55x either way

@@ -1,6 +1,6 @@
 """Exact backup-set selection: branch and bound over set sizes, for small ``n``.
 
-Split out of ``engine.selection``, which calls ``select_exact`` with the greedy
+Split out of ``engine.selection.greedy``, which calls ``select_exact`` with the greedy
 set as the upper bound. Shapes: ``c`` (n, n), ``t`` (n,).
 """
 
@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import scipy.linalg
 
-from engine.selection_core import (
+from engine.selection.core import (
     compute_abs_tol,
     compute_tolerance,
     is_clearly_above,

@@ -1,7 +1,7 @@
 """The disorder experiment: replay a history out of order, run ours and the baselines.
 
 ``run_disorder_experiment`` draws one arrival delay per reading, replays the
-same arrival order through the hybrid processor (``engine.disorder_batch``)
+same arrival order through the hybrid processor (``engine.disorder.ledger``)
 under each policy of ``METHODS`` and summarises latency, ``K``, provisional
 and final accuracy and corrections against ``window_truth``, the aggregate of
 every window over all its tuples (the in-order truth, and the batch
@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.delays import DelayModel, parse_delays
-from engine.disorder import LateItem
-from engine.disorder_batch import DisorderProcessor, ResultRow
-from engine.disorder_batch import ResultLedger as ResultLedger  # re-exported for callers
-from engine.disorder_config import DisorderConfig
+from engine.aggregates import get_aggregate
+from engine.disorder.buffer import LateItem
+from engine.disorder.config import DisorderConfig
+from engine.disorder.delays import DelayModel, parse_delays
+from engine.disorder.ledger import DisorderProcessor, ResultRow
 from engine.errors import ParameterError
 
 METHODS: dict[str, str] = {
@@ -59,7 +59,7 @@ def window_truth(
             )
         )
     frame = pd.concat(parts, ignore_index=True)
-    agg = {"avg": "mean", "sum": "sum", "max": "max", "min": "min"}[config.aggregate]
+    agg = get_aggregate(config.aggregate).pandas_name
     out = frame.groupby(["window", "sensor"], sort=True)["v"].agg(["count", agg]).reset_index()
     return out.rename(columns={agg: "value"})
 
@@ -318,7 +318,7 @@ def run_disorder_experiment(
     Parameters
     ----------
     history : a ``SensorHistory`` (times (T,), values (T, n), sensors).
-    delays : a delay spec (``engine.delays.parse_delays``) or a delay model.
+    delays : a delay spec (``engine.disorder.delays.parse_delays``) or a delay model.
     eps_thr, delta : quality target of the provisional results.
     window, slide : in readings (``slide=None``: tumbling).
     gamma : batch trigger in readings of event time (``None``: one window).
@@ -351,7 +351,7 @@ def run_disorder_experiment(
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
             if store_path is not None:
-                from engine.stream.disorder_stage import record_to_store
+                from engine.disorder.stage import record_to_store
 
                 record_to_store(store_path, late, rows)
     skip = ("policy", "origin_s", "fixed_k_s", "gamma_s")

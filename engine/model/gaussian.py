@@ -15,7 +15,7 @@ import numpy as np
 import scipy.linalg
 
 from engine.errors import DataError, NotFittedError, ParameterError
-from engine.reconstruct import LinearMap
+from engine.model.linear import LinearMap
 
 # A sensor whose sample variance is below this fraction of its squared level is
 # indistinguishable from rounding (sum-of-squares cancellation is ~1e-16 relative),

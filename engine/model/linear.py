@@ -1,4 +1,4 @@
-"""Rebuild missing sensors from backed-up ones, and score window aggregates.
+"""Rebuild missing sensors from backed-up ones (the conditional mean as a linear map).
 
 Shapes: ``T`` readings, ``n`` sensors, ``m`` backed-up sensors, ``k = n - m``
 reconstructed sensors, ``W`` windows. Windows are counted in readings: window
@@ -14,8 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import ParameterError
-
-AGGREGATES: tuple[str, ...] = ("avg", "sum", "max", "min")
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,77 +72,6 @@ class LinearMap:
         out[:, backup_cols] = x
         out[:, target_cols] = self.intercept + x @ self.coef.T
         return out
-
-
-def check_window(window: int, slide: int) -> None:
-    """Raise ``ParameterError`` unless ``1 <= slide <= window``."""
-    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
-        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
-    if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
-        raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
-    if slide > window:
-        raise ParameterError(f"slide must not exceed window ({window}), got {slide!r}")
-
-
-def window_starts(n_rows: int, window: int, slide: int) -> np.ndarray:
-    """First row of every complete window: (W,) int."""
-    check_window(window, slide)
-    if n_rows < window:
-        return np.zeros(0, dtype=int)
-    return np.arange(0, n_rows - window + 1, slide)
-
-
-def window_aggregates(values: np.ndarray, window: int, slide: int, aggregate: str) -> np.ndarray:
-    """Aggregate every complete sliding window.
-
-    Parameters
-    ----------
-    values : (T, n) readings (a 1-D array is treated as one sensor).
-    window, slide : in readings.
-    aggregate : one of ``avg``, ``sum``, ``max``, ``min``.
-
-    Returns
-    -------
-    (W, n) window aggregates.
-    """
-    x = np.asarray(values, dtype=float)
-    if x.ndim == 1:
-        x = x[:, None]
-    starts = window_starts(x.shape[0], window, slide)
-    if starts.size == 0:
-        return np.zeros((0, x.shape[1]))
-    if aggregate in ("avg", "sum"):
-        csum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
-        sums = csum[starts + window] - csum[starts]
-        return sums / window if aggregate == "avg" else sums
-    if aggregate in ("max", "min"):
-        view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)[starts]
-        return view.max(axis=-1) if aggregate == "max" else view.min(axis=-1)
-    raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
-
-
-def window_errors(
-    truth: np.ndarray, recovered: np.ndarray, window: int, slide: int, aggregate: str
-) -> np.ndarray:
-    """Absolute error of every recovered window aggregate: (W, n)."""
-    if np.shape(truth) != np.shape(recovered):
-        raise ParameterError(
-            f"truth and recovered shapes differ: {np.shape(truth)} vs {np.shape(recovered)}"
-        )
-    a = window_aggregates(truth, window, slide, aggregate)
-    b = window_aggregates(recovered, window, slide, aggregate)
-    return np.abs(a - b)
-
-
-def violation_rates(errors: np.ndarray, eps: float) -> np.ndarray:
-    """Fraction of windows whose error exceeds ``eps``, per sensor: (n,).
-
-    A sensor with no window has rate ``nan`` (nothing was measured).
-    """
-    e = np.asarray(errors, dtype=float)
-    if e.shape[0] == 0:
-        return np.full(e.shape[1] if e.ndim == 2 else 1, np.nan)
-    return (e > eps).mean(axis=0)
 
 
 def column_indices(sensors: Sequence[str], names: Sequence[str]) -> list[int]:

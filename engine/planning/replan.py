@@ -1,7 +1,7 @@
 """Re-planning when the live monitor says the guarantee no longer holds.
 
 ``ReplanningMonitor`` is what the live pipeline's shadow check feeds: it keeps
-the per-sensor violation tally (``engine.monitor``) and, when a sensor's live
+the per-sensor violation tally (``engine.planning.monitor``) and, when a sensor's live
 violation rate is above ``delta`` with confidence, it
 
 1. re-learns the model from the most recent data the pipeline has seen,
@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from engine.calibration import plan_on
-from engine.data import SensorHistory
+from engine.data.history import SensorHistory
 from engine.errors import EngineError, ParameterError
-from engine.monitor import MonitorAlert, ViolationMonitor
-from engine.plan import BackupPlan, PlanParameters, assemble_plan
-from engine.selection import Selection
+from engine.planning.calibration import plan_on
+from engine.planning.monitor import MonitorAlert, ViolationMonitor
+from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan
+from engine.selection.greedy import Selection
 
 
 @dataclass(frozen=True)

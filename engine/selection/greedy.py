@@ -10,14 +10,14 @@ Methods (DESIGN.md section 2):
   variance ``sum_i max(0, var_{i|O+j} - t_i)`` and downdates
   ``C <- C - C[:, j] C[j, :] / C[j, j]`` (O(n^2) per step). Finally it drops
   sensors the set stays feasible without, and tries 2-for-1 exchanges
-  (``engine.selection_exchange``).
-* ``exact``: branch and bound over set sizes, for small ``n`` (``engine.selection_exact``).
+  (``engine.selection.exchange``).
+* ``exact``: branch and bound over set sizes, for small ``n`` (``engine.selection.exact``).
 
 ``cov`` is (n, n) symmetric positive semi-definite, ``targets`` a scalar or (n,).
 A variance is feasible when ``var <= target (1 + 1e-9) + 1e-12 s``, with ``s`` the mean
 variance (the scale of ``cov``). Sensors whose conditional variance is below that
 absolute tolerance are never chosen: they are already known to within rounding.
-Tolerances and direct solves shared by these modules live in ``engine.selection_core``.
+Tolerances and direct solves shared by these modules live in ``engine.selection.core``.
 """
 
 from __future__ import annotations
@@ -32,20 +32,18 @@ import numpy as np
 import scipy.linalg
 
 from engine.errors import ParameterError
-from engine.selection_core import ABS_TOL as ABS_TOL  # re-exported for callers
-from engine.selection_core import REL_TOL as REL_TOL  # re-exported for callers
-from engine.selection_core import (
+from engine.selection.core import (
     compute_abs_tol,
     compute_tolerance,
     is_clearly_above,
     solve_alone_variance,
     solve_conditional_variance,
 )
-from engine.selection_exact import select_exact
-from engine.selection_exchange import improve_backups
+from engine.selection.exact import select_exact
+from engine.selection.exchange import improve_backups
 
 Method = Literal["paper", "greedy", "exact"]
-METHODS: tuple[str, ...] = ("paper", "greedy", "exact")
+METHODS: tuple[str, ...] = ("greedy", "paper", "exact")  # the default first
 BRUTE_FORCE_MAX_N = 16
 _BLOCK_BYTES = 1 << 20  # column block of the candidate scoring: stays in cache
 _PARALLEL_MIN = 1 << 18  # stored entries above which scoring uses two threads

@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from engine.calibration import BacktestSettings
-from engine.data import SensorHistory
-from engine.plan import PlanParameters, default_history, make_plan
+from engine.data.history import SensorHistory
+from engine.planning.calibration import BacktestSettings
+from engine.planning.plan import PlanParameters, default_history, make_plan
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute
 

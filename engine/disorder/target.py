@@ -11,13 +11,13 @@ by default, the newest readings of the window (``prefix_miss_length``,
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaln, ndtr
+
+from engine.aggregates import get_aggregate
 
 
 def required_coverage(
@@ -64,20 +64,7 @@ def required_coverage(
     big_n = window
     n = np.arange(1, big_n + 1, dtype=float)[None, :]
     h = np.asarray(stats, dtype=float)[:, None]
-    if aggregate in ("avg", "sum"):
-        e = eps / big_n if aggregate == "sum" else eps
-        se = np.sqrt(np.maximum(0.0, 1.0 - n / big_n) * h / n)
-        with np.errstate(divide="ignore"):
-            p = np.where(se > 0, 2.0 * ndtr(-e / np.where(se > 0, se, 1.0)), 0.0)
-    else:
-        m = np.clip(h, 1, big_n)
-        rest = big_n - m - n  # readings neither in the sample nor near the extreme
-        ok = rest >= 0
-        r = np.where(ok, rest, 0.0)
-        log_p = (
-            gammaln(big_n - m + 1) - gammaln(r + 1) - gammaln(big_n + 1) + gammaln(big_n - n + 1)
-        )
-        p = np.where(ok, np.exp(log_p), 0.0)
+    p = get_aggregate(aggregate).sample_miss_probability(h, n, big_n, eps)
     meets = np.flatnonzero(p.mean(axis=0) <= delta)
     return float(meets[0] + 1) / big_n if meets.size else 1.0
 
@@ -89,14 +76,7 @@ def prefix_miss_length(values: Sequence[float] | np.ndarray, aggregate: str, eps
     provisional result from the first ``n`` readings is their mean (``avg``),
     ``N`` times their mean (``sum``), their maximum or minimum.
     """
-    x = np.asarray(values, dtype=float)
-    if aggregate in ("avg", "sum"):
-        prefix = np.cumsum(x) / np.arange(1, x.size + 1)
-        err = np.abs(prefix - prefix[-1]) * (x.size if aggregate == "sum" else 1)
-    elif aggregate == "max":
-        err = x.max() - np.maximum.accumulate(x)
-    else:
-        err = np.minimum.accumulate(x) - x.min()
+    err = get_aggregate(aggregate).prefix_errors(np.asarray(values, dtype=float))
     miss = np.flatnonzero(err > eps)
     return int(miss[-1]) + 1 if miss.size else 0
 
@@ -163,11 +143,7 @@ class CoverageTarget:
                 if x.size == self.window
                 else None
             )
-        if self.aggregate in ("avg", "sum"):
-            return float(x.var(ddof=1)) if x.size >= 2 else None
-        signed = x if self.aggregate == "max" else -x
-        close = np.count_nonzero(signed >= signed.max() - self.eps)
-        return float(max(1, math.floor(close / x.size * self.window)))
+        return get_aggregate(self.aggregate).sample_statistic(x, self.eps, self.window)
 
     def observe(self, values: dict[str, list[float]]) -> None:
         """Take the in-time values (time order) of each sensor of a closed window."""

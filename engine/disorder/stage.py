@@ -1,7 +1,7 @@
 """Disorder handling inside the live Spark pipeline (the pipeline's ``Stage`` hook).
 
 ``DisorderStage`` wraps the pure-Python ``DisorderProcessor`` (K-slack buffer +
-batch corrections, ``engine.disorder`` / ``engine.disorder_batch``). Spark only
+batch corrections, ``engine.disorder.buffer`` / ``engine.disorder.ledger``). Spark only
 delivers micro-batches: ``foreachBatch`` hands each one to ``process`` on the
 driver, where the buffer state lives. Inside a batch, rows are fed in arrival
 order (ties: event time, then sensor name), so any split of a stream into
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.disorder import Item, LateItem, parse_item, parse_late_item
-from engine.disorder_batch import DisorderProcessor, ResultRow, parse_row
-from engine.disorder_config import DisorderConfig
+from engine.disorder.buffer import Item, LateItem, parse_item, parse_late_item
+from engine.disorder.config import DisorderConfig
+from engine.disorder.ledger import DisorderProcessor, ResultRow, parse_row
 from engine.errors import PipelineError
 
 INPUT_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")

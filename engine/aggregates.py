@@ -1,0 +1,257 @@
+"""A window aggregate is one object: how to compute it, its mergeable partial state,
+its model miss probability and variance target, and its coverage rules for out-of-order data.
+
+Every layer asks an ``Aggregate`` instead of branching on its name, so a new
+aggregate is one class here (registered in ``AGGREGATES``) plus its tests.
+Windows are counted in readings: window ``w``, slide ``l``; window ``j`` covers
+rows ``[j*l, j*l + w)``; only complete windows are produced.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaln, ndtr
+from scipy.stats import norm
+
+from engine.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Base of the four aggregates; the subclasses fill in the maths."""
+
+    name: str
+    pandas_name: str  # the pandas/Spark groupby function computing it over one window
+
+    def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+        """(W, n) aggregates of the windows starting at rows ``starts`` of ``x`` (T, n)."""
+        raise NotImplementedError
+
+    def from_partial(
+        self, count: float, total: float, high: float, low: float, window: int, final: bool
+    ) -> float:
+        """The aggregate from a window's mergeable partial state (count, sum, max, min).
+
+        A non-final ``sum`` of ``count < window`` readings is scaled up to the window.
+        """
+        raise NotImplementedError
+
+    def variance_target(self, eps: float, delta: float, window: int) -> float:
+        """Largest per-reading conditional variance meeting ``(eps, delta)`` (seed's model)."""
+        raise NotImplementedError
+
+    def miss_probability(self, var: np.ndarray, eps: float, window: int) -> np.ndarray:
+        """Model probability that the recovered window aggregate misses by more than ``eps``.
+
+        ``var`` (any shape, >= 0) is the per-reading conditional variance; the seed's
+        independence assumption. The inverse of ``variance_target``.
+        """
+        raise NotImplementedError
+
+    def prefix_errors(self, x: np.ndarray) -> np.ndarray:
+        """(N,) error of the result from the first ``n`` readings of a window ``x`` (N,)."""
+        raise NotImplementedError
+
+    def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
+        """A window's statistic for the random-sample coverage rule (None: too few readings)."""
+        raise NotImplementedError
+
+    def sample_miss_probability(
+        self, stats: np.ndarray, n: np.ndarray, window: int, eps: float
+    ) -> np.ndarray:
+        """(H, N) probability that ``n`` random in-time readings of a window miss ``eps``.
+
+        ``stats`` (H, 1) are ``sample_statistic`` of recent windows, ``n`` (1, N).
+        """
+        raise NotImplementedError
+
+
+def _gaussian_tail(var: np.ndarray, eps: float, scale: float) -> np.ndarray:
+    """P(|e| > eps) for a zero-mean Gaussian error of variance ``var * scale``."""
+    with np.errstate(divide="ignore"):
+        ratio = eps / np.sqrt(var * scale)  # inf where var == 0
+    return np.asarray(2.0 * norm.sf(ratio), dtype=float)
+
+
+def z_value(delta: float) -> float:
+    """``Phi^{-1}(1 - delta/2)``: the two-sided standard normal quantile."""
+    # isf keeps full precision for tiny delta, where 1 - delta/2 rounds.
+    return float(norm.isf(delta / 2.0))
+
+
+@dataclass(frozen=True)
+class _Linear(Aggregate):
+    """``avg`` and ``sum``: linear in the readings, so errors add up."""
+
+    scale_by_window: bool = False  # sum: the window total; avg: the mean
+
+    def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+        csum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
+        sums = csum[starts + window] - csum[starts]
+        return sums if self.scale_by_window else sums / window
+
+    def from_partial(
+        self, count: float, total: float, high: float, low: float, window: int, final: bool
+    ) -> float:
+        if not self.scale_by_window:
+            return total / count
+        return total if final or count >= window else total * window / count
+
+    def variance_target(self, eps: float, delta: float, window: int) -> float:
+        v = (eps / z_value(delta)) ** 2
+        # Window error variance is v/w for avg (mean of w errors), w v for sum.
+        return v / window if self.scale_by_window else window * v
+
+    def miss_probability(self, var: np.ndarray, eps: float, window: int) -> np.ndarray:
+        return _gaussian_tail(var, eps, float(window) if self.scale_by_window else 1.0 / window)
+
+    def prefix_errors(self, x: np.ndarray) -> np.ndarray:
+        prefix = np.cumsum(x) / np.arange(1, x.size + 1)
+        return np.abs(prefix - prefix[-1]) * (x.size if self.scale_by_window else 1)
+
+    def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
+        return float(x.var(ddof=1)) if x.size >= 2 else None
+
+    def sample_miss_probability(
+        self, stats: np.ndarray, n: np.ndarray, window: int, eps: float
+    ) -> np.ndarray:
+        # Simple random sample without replacement: se of the mean is
+        # sqrt((1 - n/N) S2 / n); the sum's error is N times the mean's.
+        e = eps / window if self.scale_by_window else eps
+        se = np.sqrt(np.maximum(0.0, 1.0 - n / window) * stats / n)
+        with np.errstate(divide="ignore"):
+            return np.where(se > 0, 2.0 * ndtr(-e / np.where(se > 0, se, 1.0)), 0.0)
+
+
+@dataclass(frozen=True)
+class _Extreme(Aggregate):
+    """``max`` and ``min``: recovered within eps if every reading is (the seed's bound)."""
+
+    sign: float = 1.0  # +1 max, -1 min
+
+    def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+        view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)[starts]
+        return view.max(axis=-1) if self.sign > 0 else view.min(axis=-1)
+
+    def from_partial(
+        self, count: float, total: float, high: float, low: float, window: int, final: bool
+    ) -> float:
+        return high if self.sign > 0 else low
+
+    def variance_target(self, eps: float, delta: float, window: int) -> float:
+        # Per-reading miss probability q solves (1 - q)^w = 1 - delta; the quantile
+        # Phi^{-1}((1 + (1-delta)^{1/w}) / 2) = Phi^{-1}(1 - q/2) is computed via isf(q/2).
+        q = -math.expm1(math.log1p(-delta) / window)
+        return float((eps / norm.isf(q / 2.0)) ** 2)
+
+    def miss_probability(self, var: np.ndarray, eps: float, window: int) -> np.ndarray:
+        tail = _gaussian_tail(var, eps, 1.0)
+        return np.asarray(-np.expm1(window * np.log1p(-np.minimum(tail, 1.0))), dtype=float)
+
+    def prefix_errors(self, x: np.ndarray) -> np.ndarray:
+        s = self.sign * x
+        return np.asarray(s.max() - np.maximum.accumulate(s), dtype=float)
+
+    def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
+        # M: readings within eps of the extreme, scaled to a full window.
+        s = self.sign * x
+        close = np.count_nonzero(s >= s.max() - eps)
+        return float(max(1, math.floor(close / x.size * window)))
+
+    def sample_miss_probability(
+        self, stats: np.ndarray, n: np.ndarray, window: int, eps: float
+    ) -> np.ndarray:
+        # Missing all M readings near the extreme: hypergeometric C(N-M, n) / C(N, n).
+        m = np.clip(stats, 1, window)
+        rest = window - m - n  # readings neither in the sample nor near the extreme
+        ok = rest >= 0
+        r = np.where(ok, rest, 0.0)
+        log_p = gammaln(window - m + 1) - gammaln(r + 1) - gammaln(window + 1)
+        log_p = log_p + gammaln(window - n + 1)
+        return np.where(ok, np.exp(log_p), 0.0)
+
+
+AVG = _Linear("avg", "mean", scale_by_window=False)
+SUM = _Linear("sum", "sum", scale_by_window=True)
+MAX = _Extreme("max", "max", sign=1.0)
+MIN = _Extreme("min", "min", sign=-1.0)
+AGGREGATES: dict[str, Aggregate] = {a.name: a for a in (AVG, SUM, MAX, MIN)}
+AGGREGATE_NAMES: tuple[str, ...] = tuple(AGGREGATES)
+
+
+def get_aggregate(name: object) -> Aggregate:
+    """The aggregate called ``name``; anything else is a ``ParameterError``."""
+    if not isinstance(name, str) or name not in AGGREGATES:
+        raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATE_NAMES)}, got {name!r}")
+    return AGGREGATES[name]
+
+
+# ---------------------------------------------------------------- windows
+
+
+def check_window(window: int, slide: int) -> None:
+    """Raise ``ParameterError`` unless ``1 <= slide <= window``."""
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
+        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
+    if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
+        raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
+    if slide > window:
+        raise ParameterError(f"slide must not exceed window ({window}), got {slide!r}")
+
+
+def window_starts(n_rows: int, window: int, slide: int) -> np.ndarray:
+    """First row of every complete window: (W,) int."""
+    check_window(window, slide)
+    if n_rows < window:
+        return np.zeros(0, dtype=int)
+    return np.arange(0, n_rows - window + 1, slide)
+
+
+def window_aggregates(values: np.ndarray, window: int, slide: int, aggregate: str) -> np.ndarray:
+    """Aggregate every complete sliding window.
+
+    Parameters
+    ----------
+    values : (T, n) readings (a 1-D array is treated as one sensor).
+    window, slide : in readings.
+    aggregate : a name of ``AGGREGATES``.
+
+    Returns
+    -------
+    (W, n) window aggregates.
+    """
+    agg = get_aggregate(aggregate)
+    x = np.asarray(values, dtype=float)
+    if x.ndim == 1:
+        x = x[:, None]
+    starts = window_starts(x.shape[0], window, slide)
+    if starts.size == 0:
+        return np.zeros((0, x.shape[1]))
+    return agg.over_windows(x, starts, window)
+
+
+def window_errors(
+    truth: np.ndarray, recovered: np.ndarray, window: int, slide: int, aggregate: str
+) -> np.ndarray:
+    """Absolute error of every recovered window aggregate: (W, n)."""
+    if np.shape(truth) != np.shape(recovered):
+        raise ParameterError(
+            f"truth and recovered shapes differ: {np.shape(truth)} vs {np.shape(recovered)}"
+        )
+    a = window_aggregates(truth, window, slide, aggregate)
+    b = window_aggregates(recovered, window, slide, aggregate)
+    return np.abs(a - b)
+
+
+def violation_rates(errors: np.ndarray, eps: float | np.ndarray) -> np.ndarray:
+    """Fraction of windows whose error exceeds ``eps`` (scalar or (n,)), per sensor: (n,).
+
+    A sensor with no window has rate ``nan`` (nothing was measured).
+    """
+    e = np.asarray(errors, dtype=float)
+    if e.shape[0] == 0:
+        return np.full(e.shape[1] if e.ndim == 2 else 1, np.nan)
+    return (e > eps).mean(axis=0)

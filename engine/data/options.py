@@ -1,0 +1,46 @@
+"""How a history file is read: layout, time column, missing values, time units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.errors import ParameterError
+
+Layout = Literal["auto", "wide", "long"]
+MissingPolicy = Literal["interpolate", "drop"]
+UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
+UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds"}
+UNIT_WORDS |= {"min": "minutes", "h": "hours"}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to read a history file; every field is checked on construction."""
+
+    layout: Layout = "auto"
+    time_column: str | None = None  # auto-detect when None
+    missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
+    numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
+    min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
+
+    def __post_init__(self) -> None:
+        _check_choice("layout", self.layout, ("auto", "wide", "long"))
+        _check_choice("missing", self.missing, ("interpolate", "drop"))
+        _check_choice("numeric_time_unit", self.numeric_time_unit, tuple(UNIT_NS))
+        if self.time_column is not None and not (
+            isinstance(self.time_column, str) and self.time_column
+        ):
+            raise ParameterError(
+                f"time_column must be a column name or None, got {self.time_column!r}"
+            )
+        if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
+            raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ParameterError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+DEFAULT_OPTIONS = LoadOptions()

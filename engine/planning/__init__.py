@@ -1,0 +1,50 @@
+"""Planning: from an operator's tolerance to a measured backup plan, and keeping it honest.
+
+``guarantee``: (eps, delta, window, aggregate) -> the seed's variance targets;
+``calibration``: calibrated targets and the rolling-origin backtest;
+``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest, savings);
+``monitor``: the live violation tally and its confidence bounds;
+``replan``: re-planning when the live monitor alerts.
+"""
+
+from engine.planning.calibration import (
+    CALIBRATIONS,
+    BacktestResult,
+    BacktestSettings,
+    CalibrationInfo,
+    PlanningSpec,
+    Progress,
+    fold_origins,
+    plan_on,
+    run_backtest,
+)
+from engine.planning.guarantee import (
+    check_parameters,
+    variance_target,
+    window_violation_probability,
+    z_value,
+)
+from engine.planning.monitor import (
+    MonitorAlert,
+    ViolationMonitor,
+    rate_lower_bound,
+    rate_upper_bound,
+)
+from engine.planning.plan import (
+    BYTES_PER_READING,
+    BackupPlan,
+    PlanParameters,
+    Savings,
+    default_history,
+    make_plan,
+    retarget,
+)
+from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
+
+__all__ = [
+    "BYTES_PER_READING", "CALIBRATIONS", "BacktestResult", "BacktestSettings", "BackupPlan",
+    "CalibrationInfo", "MonitorAlert", "PlanChange", "PlanParameters", "PlanningSpec", "Progress",
+    "ReplanningMonitor", "Savings", "ViolationMonitor", "check_parameters", "default_history",
+    "fold_origins", "make_plan", "plan_on", "rate_lower_bound", "rate_upper_bound", "retarget",
+    "run_backtest", "variance_target", "widen_plan", "window_violation_probability", "z_value",
+]  # fmt: skip
