@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from engine.data_range import check_range
 from engine.data_reader import (
     NULL_STRINGS,
     SENSOR_NAMES,
@@ -38,6 +39,7 @@ from engine.data_reader import (
     shorten,
 )
 from engine.errors import DataError, ParameterError
+from engine.sensor_names import resolve_sensors
 
 Layout = Literal["auto", "wide", "long"]
 MissingPolicy = Literal["interpolate", "drop"]
@@ -62,6 +64,7 @@ class LoadOptions:
     missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
     numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
     min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
+    sensors: tuple[str, ...] | None = None  # names or globs kept, before the row minimum
 
     def __post_init__(self) -> None:
         _check_choice("layout", self.layout, ("auto", "wide", "long"))
@@ -75,6 +78,10 @@ class LoadOptions:
             )
         if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
             raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
+        if self.sensors is not None and not (
+            isinstance(self.sensors, tuple) and all(isinstance(s, str) for s in self.sensors)
+        ):
+            raise ParameterError(f"sensors must be a tuple of names or None, got {self.sensors!r}")
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -254,12 +261,15 @@ def history_from_frame(
 
 
 def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
+    if options.sensors is not None:
+        _keep_sensors(decoded, options.sensors)
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
     times, values = _sort_wide(decoded)
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
+    check_range(source, times, values, sensors)
     times, values, filled, dropped = _handle_missing(times, values, options.missing, notes)
     need = len(sensors) + 2 if options.min_rows is None else options.min_rows
     if times.size < need:
@@ -288,6 +298,14 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
         notes=tuple(notes),
     )
     return SensorHistory(times.view("datetime64[ns]"), values, sensors, report)
+
+
+def _keep_sensors(decoded: Decoded, items: tuple[str, ...]) -> None:
+    """Keep only the chosen sensors, before missing values and the row minimum see the rest."""
+    chosen = resolve_sensors(decoded.sensors, items)
+    index = [decoded.sensors.index(s) for s in chosen]
+    decoded.notes.append(f"selected {len(chosen)} of {len(decoded.sensors)} sensors")
+    decoded.values, decoded.sensors = decoded.values[:, index], tuple(chosen)
 
 
 def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:
