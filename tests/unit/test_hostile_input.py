@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -184,3 +185,68 @@ def test_backtest_window_longer_than_the_file_exits_2(
     args = ("--data", str(corpus["unicode.csv"]), "--eps", "1", "--delta", "0.1")
     code, _, err = run_main(capsys, "backtest", *args, "--window", "50")
     assert code == 2 and "window (50 readings) is longer than the history (8 rows)" in err
+
+
+# --- smaller: sensor names are never spreadsheet formulas in the CSVs we write -------------
+
+FORMULAS = ("=cmd|' /C calc'!A0", "+SUM(A1)", "@x", "-2+3", "plain")
+
+
+def _formula_plan(tmp_path: Path) -> tuple[Any, Any, Path]:
+    from engine.export import plan_to_config, write_config
+    from engine.plan import PlanParameters, make_plan
+
+    rng = np.random.default_rng(5)
+    base = rng.normal(0, 1, (80, 2))
+    mix = np.column_stack([base, base @ [[1, 0.5, 2], [2, -1, 0.1]]])
+    frame = pd.DataFrame(mix.round(4), columns=list(FORMULAS))
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=80, freq="h"))
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    history = load_history(tmp_path / "data.csv")
+    plan = make_plan(history, PlanParameters(eps=0.5, delta=0.2, window=2), run_backtest_now=False)
+    config = write_config(plan_to_config(plan), tmp_path / "plan.json")
+    return history, plan, config
+
+
+def _header_cells(path: Path) -> list[str]:
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as handle:
+        return next(csv.reader(handle))
+
+
+def test_csv_headers_written_are_not_formulas_and_still_recover(tmp_path: Path) -> None:
+    from engine.recover import recover_file
+    from ui.exporting import backup_csv
+
+    history, plan, config = _formula_plan(tmp_path)
+    assert plan.backup_sensors and len(plan.backup_sensors) < len(FORMULAS)
+    (tmp_path / "backup.csv").write_bytes(backup_csv(history, plan))
+    for path in (tmp_path / "backup.csv", tmp_path / "all.csv"):
+        if path.name == "all.csv":
+            recover_file(config, tmp_path / "backup.csv", path)
+        cells = _header_cells(path)
+        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@")], cells
+    assert _header_cells(tmp_path / "all.csv") == [
+        "time",
+        *("'" + n if n[0] in "=+-@" else n for n in FORMULAS),
+    ]
+    rebuilt = pd.read_csv(tmp_path / "all.csv").iloc[:, 1:].to_numpy()
+    expected = plan.linear_map.apply(history.select(list(plan.backup_sensors)).values)
+    np.testing.assert_allclose(rebuilt, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
+    from engine.errors import DataError as Refused
+    from engine.recover import recover_file
+
+    history, _, config = _formula_plan(tmp_path)
+    data = json.loads(config.read_text())
+    target = next(iter(data["reconstruction"]))
+    first = next(iter(data["reconstruction"][target]["coefficients"]))
+    data["reconstruction"][target]["coefficients"][first] = 1e308
+    config.write_text(json.dumps(data))
+    (tmp_path / "backup.csv").write_bytes(history.to_frame().to_csv(index=False).encode())
+    with pytest.raises(Refused, match="overflows"):
+        recover_file(config, tmp_path / "backup.csv", tmp_path / "all.csv")
+    assert not (tmp_path / "all.csv").exists()
