@@ -7,7 +7,6 @@ never a traceback. Progress of long work goes to stderr.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 from collections.abc import Sequence
@@ -93,32 +92,27 @@ def _history(args: argparse.Namespace) -> SensorHistory:
     layout = getattr(args, "layout", "auto")
     if layout not in ("auto", "wide", "long"):
         raise ParameterError(f"--layout must be auto, wide or long, got {layout!r}")
+    chosen = tuple(args.sensors.split(",")) if args.sensors else None
     history = load_history(
         args.data,
-        LoadOptions(layout=cast(Any, layout), time_column=getattr(args, "time_column", None)),
+        LoadOptions(
+            layout=cast(Any, layout),
+            time_column=getattr(args, "time_column", None),
+            sensors=chosen,  # chosen before the row minimum: 3 of 10,000 columns need 5 rows
+        ),
     )
-    if args.sensors:
-        history = history.select(resolve_sensors(history.sensors, args.sensors))
+    if chosen is not None and len(history.sensors) < 2:
+        raise ParameterError(
+            f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
+        )
     return history
 
 
 def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
     """Expand comma-separated names and globs; an unmatched item is a ``ParameterError``."""
-    chosen: list[str] = []
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
-        hits = (
-            [s for s in available if fnmatch.fnmatchcase(s, item)]
-            if any(c in item for c in "*?[")
-            else ([item] if item in available else [])
-        )
-        if not hits:
-            raise ParameterError(f"unknown sensor {item!r} (the data has {len(available)} sensors)")
-        chosen += [h for h in hits if h not in chosen]
-    if len(chosen) < 2:
-        raise ParameterError(f"--sensors must select at least 2 sensors, got {len(chosen)}")
-    return chosen
+    from engine.data.names import resolve_sensors as resolve
+
+    return resolve(available, spec.split(","), minimum=2)
 
 
 def _params(args: argparse.Namespace) -> PlanParameters:
@@ -175,6 +169,11 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 
     params = _params(args)
     history = _history(args)
+    if params.window > history.values.shape[0]:  # the same refusal as ``plan``
+        raise ParameterError(
+            f"window ({params.window} readings) is longer than the history "
+            f"({history.values.shape[0]} rows)"
+        )
     rows = params.history or default_history(history.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, step=args.step, max_folds=args.max_folds)
     result = run_backtest(history.values, history.sensors, params.spec(), settings, _progress)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.data import SensorHistory
+from engine.data.names import spreadsheet_safe
 from engine.export import dump_config, plan_to_config, validate_config
 from engine.planning import BackupPlan
 
@@ -25,6 +26,8 @@ def backup_csv(history: SensorHistory, plan: BackupPlan) -> bytes:
         if plan.backup_sensors
         else (history.to_frame()[["time"]])
     )
+    # names a spreadsheet would run as formulas get a leading quote; recover reads them back
+    frame.columns = [spreadsheet_safe(str(c)) for c in frame.columns]
     return frame.to_csv(index=False).encode()
 
 

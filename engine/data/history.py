@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.data.names import resolve_sensors
 from engine.data.options import (
     DEFAULT_OPTIONS,
     LoadOptions,
 )
+from engine.data.range import check_range
 from engine.data.reader import (
     Decoded,
     check_file,
@@ -209,12 +211,15 @@ def history_from_frame(
 
 
 def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
+    if options.sensors is not None:
+        _keep_sensors(decoded, options.sensors)
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
     times, values = _sort_wide(decoded)
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
+    check_range(source, times, values, sensors)
     times, values, filled, dropped = _handle_missing(times, values, options.missing, notes)
     need = len(sensors) + 2 if options.min_rows is None else options.min_rows
     if times.size < need:
@@ -243,6 +248,14 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
         notes=tuple(notes),
     )
     return SensorHistory(times.view("datetime64[ns]"), values, sensors, report)
+
+
+def _keep_sensors(decoded: Decoded, items: tuple[str, ...]) -> None:
+    """Keep only the chosen sensors, before missing values and the row minimum see the rest."""
+    chosen = resolve_sensors(decoded.sensors, items)
+    index = [decoded.sensors.index(s) for s in chosen]
+    decoded.notes.append(f"selected {len(chosen)} of {len(decoded.sensors)} sensors")
+    decoded.values, decoded.sensors = decoded.values[:, index], tuple(chosen)
 
 
 def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:

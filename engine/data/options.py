@@ -23,6 +23,7 @@ class LoadOptions:
     missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
     numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
     min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
+    sensors: tuple[str, ...] | None = None  # names or globs kept, before the row minimum
 
     def __post_init__(self) -> None:
         _check_choice("layout", self.layout, ("auto", "wide", "long"))
@@ -36,6 +37,10 @@ class LoadOptions:
             )
         if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
             raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
+        if self.sensors is not None and not (
+            isinstance(self.sensors, tuple) and all(isinstance(s, str) for s in self.sensors)
+        ):
+            raise ParameterError(f"sensors must be a tuple of names or None, got {self.sensors!r}")
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

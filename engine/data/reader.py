@@ -12,6 +12,7 @@ values, NaN = missing); ``engine.data.history`` sorts, fills and validates them.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ NULL_STRINGS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null", "None"]
 SUFFIXES = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _NUMERIC_TYPES: tuple[str, ...] = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT")
 _NUMERIC_TYPES += ("DOUBLE", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "DECIMAL")
+# int64 nanoseconds hold 1677-09-21 .. 2262-04-11; whole days inside that span are accepted
+_NS_SPAN = "BETWEEN TIMESTAMPTZ '1677-09-22 00:00:00+00' AND TIMESTAMPTZ '2262-04-11 00:00:00+00'"
+_NS_PROBLEM = "time {value!r} is outside 1677-09-22 .. 2262-04-11, the span nanosecond times hold"
 
 
 @dataclass
@@ -57,6 +61,8 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 def check_file(path: Path) -> str:
     """``csv`` or ``parquet`` by suffix; a missing, empty or unsupported file raises."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not a file")
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     kind = SUFFIXES.get(path.suffix.lower())
@@ -78,6 +84,15 @@ def check_names(source: str, names: list[str]) -> None:
         if name in seen:
             raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
         seen.add(name)
+
+
+def exact_path(path: Path) -> str:
+    """``path`` for DuckDB's readers, which expand ``*``, ``?`` and ``[...]`` as globs.
+
+    Each glob character is put in a one-character class (``[[]``, ``[*]``), so the
+    pattern matches exactly the file named and nothing beside it.
+    """
+    return re.sub(r"([\[\]*?])", r"[\1]", str(path))
 
 
 def _read_header(path: Path) -> tuple[list[str], str]:
@@ -106,12 +121,12 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
         text = {names[0], options.time_column} | {n for n in names if n.lower() in TIME_NAMES}
         types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
         try:
-            con.execute(query, [str(path), delim, types, NULL_STRINGS])
+            con.execute(query, [exact_path(path), delim, types, NULL_STRINGS])
             return
         except duckdb.Error:
             pass  # re-read as text below, which names the offending column and row
     try:
-        con.execute(query, [str(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
+        con.execute(query, [exact_path(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
     except duckdb.Error as err:
         raise DataError(f"{path.name}: cannot read CSV: {_duckdb_message(err)}") from err
 
@@ -126,7 +141,7 @@ def read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         raise DataError(f"{path.name}: not a readable Parquet file ({err})") from err
     check_names(path.name, names)
     try:
-        con.execute("CREATE TABLE raw AS SELECT * FROM read_parquet(?)", [str(path)])
+        con.execute("CREATE TABLE raw AS SELECT * FROM read_parquet(?)", [exact_path(path)])
     except duckdb.Error as err:
         raise DataError(f"{path.name}: cannot read Parquet: {_duckdb_message(err)}") from err
 
@@ -143,6 +158,8 @@ def _q(name: str) -> str:
 
 def _kind(sql_type: str) -> str:
     upper = sql_type.upper()
+    if upper.endswith("]") or upper.startswith(("STRUCT", "MAP", "UNION")):
+        return "nested"  # DOUBLE[] starts like a number but holds a list per row
     if upper.startswith(("TIMESTAMP", "DATE")):
         return "time"
     if upper.startswith(_NUMERIC_TYPES):
@@ -257,12 +274,14 @@ def _time_expression(
     if kind == "text":
         parsed = f"TRY_CAST({col} AS TIMESTAMPTZ)"
         table.require_none(f"{parsed} IS NULL", name, "cannot parse {value!r} as a time")
+        table.require_none(f"NOT ({parsed} {_NS_SPAN})", name, _NS_PROBLEM)
         if table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
             notes.append("times with a UTC offset were converted to UTC")
         return f"epoch_ns({parsed})", None
     if kind == "time":
         if "TIME ZONE" in table.schema[name].upper():
             notes.append("zone-aware times were converted to UTC")
+        table.require_none(f"NOT (CAST({col} AS TIMESTAMPTZ) {_NS_SPAN})", name, _NS_PROBLEM)
         return f"epoch_ns(CAST({col} AS TIMESTAMP_NS))", None
     raise DataError(f"{table.source}: column {name!r} has type {table.schema[name]}, not times")
 
@@ -301,6 +320,11 @@ def _long_roles(table: _Table, others: list[str], layout: str) -> tuple[str, str
 def _number_expressions(table: _Table, names: list[str]) -> list[str]:
     """SQL casting each column to DOUBLE; the first unparsable value raises ``DataError``."""
     for name in names:
+        if table.kind(name) == "nested":
+            raise DataError(
+                f"{table.source}: column {name!r} is a list column ({table.schema[name]}); "
+                "each sensor needs one number per row"
+            )
         if table.kind(name) not in ("numeric", "text"):
             raise DataError(
                 f"{table.source}: column {name!r} has type {table.schema[name]}, not numbers"

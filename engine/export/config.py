@@ -20,6 +20,7 @@ import jsonschema
 import numpy as np
 import yaml
 
+from engine.config_guard import check_plain_values, parse_config_text, read_config_text
 from engine.errors import ConfigError
 from engine.model.linear import LinearMap
 from engine.planning.plan import BackupPlan
@@ -206,6 +207,7 @@ def validate_config(data: Any) -> None:
     """Schema check plus the cross-field rules a schema cannot say; ``ConfigError``."""
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a JSON/YAML object, got {type(data).__name__}")
+    check_plain_values(data)  # before the schema: depth, JSON types, finite numbers by path
     try:
         jsonschema.validate(data, load_schema())
     except jsonschema.ValidationError as err:
@@ -230,17 +232,8 @@ def validate_config(data: Any) -> None:
 
 
 def load_config(path: str | Path) -> BackupConfig:
-    """Read and validate a config file (.json, .yaml or .yml)."""
+    """Read and validate a config file (.json, .yaml or .yml), within ``config_guard``'s limits."""
     src = Path(path)
-    try:
-        text = src.read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read config {src}: {err.strerror}") from err
-    try:
-        data = yaml.safe_load(text) if src.suffix.lower() in (".yaml", ".yml") else json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0]
-        raise ConfigError(
-            f"{src.name}: not valid {src.suffix.lstrip('.') or 'json'}: {first}"
-        ) from None
-    return BackupConfig.from_dict(data)
+    text = read_config_text(src)
+    fmt = "yaml" if src.suffix.lower() in (".yaml", ".yml") else "json"
+    return BackupConfig.from_dict(parse_config_text(text, src.name, fmt))

@@ -12,8 +12,27 @@ import numpy as np
 import pandas as pd
 
 from engine.data.history import LoadOptions, load_history
+from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
 from engine.export.config import load_config
+
+
+def _column_of(sensor: str, columns: tuple[str, ...]) -> str | None:
+    """The backup file's column for ``sensor``: exact, else its spreadsheet-quoted form."""
+    if sensor in columns:
+        return sensor
+    quoted = spreadsheet_safe(sensor)
+    return quoted if quoted in columns else None
+
+
+def _check_finite(values: np.ndarray, sensors: tuple[str, ...]) -> None:
+    """Finite coefficients can still overflow on large readings: never write inf or NaN."""
+    bad = np.flatnonzero(~np.isfinite(values).all(axis=0))
+    if bad.size:
+        raise DataError(
+            f"rebuilding {sensors[bad[0]]!r} overflows (non-finite values); the config's "
+            "coefficients do not fit this data's scale"
+        )
 
 
 @dataclass(frozen=True)
@@ -40,28 +59,36 @@ def recover_file(
     """Rebuild all sensors from ``backup_path`` with the map in ``config_path``.
 
     The backup file holds a time column and (at least) every backup sensor's
-    column, wide or long. Extra columns are ignored and reported.
+    column, wide or long. Extra columns are ignored and reported. A CSV header
+    quoted against spreadsheet formulas (``'=x``, as this project writes them)
+    matches the config's ``=x``. The CSV written quotes such names the same way
+    (``engine.data.names``); Parquet keeps them exact.
     """
     config = load_config(config_path)
     out = Path(out_path)
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise DataError(f"{out.name}: output must end in .csv or .parquet")
     history = load_history(backup_path, LoadOptions(min_rows=2))
-    missing = [s for s in config.backup_sensors if s not in history.sensors]
+    columns = {s: _column_of(s, history.sensors) for s in config.backup_sensors}
+    missing = [s for s, column in columns.items() if column is None]
     if missing:
         raise ConfigError(
             f"{Path(backup_path).name} lacks backup sensor column(s) {', '.join(missing[:5])} "
             "named in the config"
         )
-    ignored = tuple(s for s in history.sensors if s not in config.backup_sensors)
+    ignored = tuple(s for s in history.sensors if s not in columns.values())
     lm = config.linear_map()
     values = lm.apply(
-        history.select(list(lm.backup)).values if lm.backup else np.zeros((len(history.times), 0))
+        history.select([str(columns[b]) for b in lm.backup]).values
+        if lm.backup
+        else np.zeros((len(history.times), 0))
     )
-    frame = pd.DataFrame(values, columns=list(lm.sensors))
+    _check_finite(values, lm.sensors)
+    csv = out.suffix.lower() == ".csv"
+    frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) if csv else s for s in lm.sensors])
     frame.insert(0, "time", history.times)
     try:
-        if out.suffix.lower() == ".csv":
+        if csv:
             frame.to_csv(out, index=False)
         else:
             frame.to_parquet(out, index=False)

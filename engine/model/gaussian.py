@@ -69,7 +69,7 @@ class MomentStats:
             return cls(0, np.zeros(a.shape[1]), np.zeros((a.shape[1], a.shape[1])))
         mean = a.mean(axis=0)
         centred = a - mean
-        return cls(count, mean, centred.T @ centred)
+        return _finite(cls(count, mean, centred.T @ centred))
 
     @classmethod
     def from_sums(cls, count: int, s1: np.ndarray, s2: np.ndarray) -> MomentStats:
@@ -158,6 +158,7 @@ class GaussianModel:
         n = stats.n_sensors
         if n < 1:
             raise ParameterError("fitting needs at least one sensor, got 0")
+        _finite(stats)
         names = tuple(f"s{i}" for i in range(n)) if sensors is None else tuple(sensors)
         if len(names) != n or len(set(names)) != n:
             raise ParameterError(
@@ -185,6 +186,11 @@ class GaussianModel:
             factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
             proj = scipy.linalg.solve_triangular(factor, self.cov_[informative, :], lower=True)
             var -= np.einsum("ij,ij->j", proj, proj)
+        if not np.all(np.isfinite(var)):
+            raise DataError(
+                "conditional variances are not finite (the covariance is too large for "
+                "float64); rescale the data"
+            )
         var = np.maximum(var, 0.0)
         var[obs] = 0.0
         return var
@@ -220,6 +226,16 @@ class GaussianModel:
     def _check_fitted(self) -> None:
         if not hasattr(self, "cov_"):
             raise NotFittedError("this GaussianModel is not fitted yet; call fit() first")
+
+
+def _finite(stats: MomentStats) -> MomentStats:
+    """Overflowed moments would give a plan from infinities: refuse them instead."""
+    if not (np.all(np.isfinite(stats.mean)) and np.all(np.isfinite(stats.m2))):
+        raise DataError(
+            "the readings' mean or covariance is not finite (the values are too large for "
+            "float64 sums of squares); rescale the data"
+        )
+    return stats
 
 
 def _as_readings(x: np.ndarray) -> np.ndarray:

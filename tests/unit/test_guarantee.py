@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from engine.aggregates import AGGREGATE_NAMES
 from engine.errors import ParameterError
-from engine.planning.guarantee import (
+from engine.planning import (
     check_parameters,
     variance_target,
     window_violation_probability,

@@ -7,7 +7,7 @@ import pytest
 
 from engine.aggregates import violation_rates, window_aggregates, window_errors, window_starts
 from engine.errors import ParameterError
-from engine.model.linear import LinearMap, column_indices
+from engine.model import LinearMap, column_indices
 
 REDUCE = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine.aggregates import window_aggregates, window_errors
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.model.linear import LinearMap
+from engine.model import LinearMap
 from engine.stream.batch import (
     WindowParams,
     WindowState,

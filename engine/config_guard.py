@@ -1,0 +1,131 @@
+"""Reading an untrusted backup config without letting it take the machine or lie in numbers.
+
+Limits (each refusal is one ``ConfigError`` line):
+
+- size: at most ``MAX_CONFIG_BYTES`` (64 MiB), checked before reading. A dense
+  config for 2,000 sensors is about 40 MiB; the shipped samples' are under 60 KiB.
+- nesting: at most ``MAX_DEPTH`` (32) levels of objects and lists. Schema v1
+  needs 5; JSON is measured by a bracket scan before parsing and YAML while it
+  is composed, so neither parser recurses 100,000 levels deep.
+- YAML aliases (``*name``) are refused: a 4.5 KB file of nested aliases
+  expands to hundreds of millions of nodes (the "billion laughs"); a config
+  never needs them.
+- values: only what JSON holds (objects with string keys, lists, strings,
+  numbers, booleans, null); every number finite. NaN, Infinity and overflowing
+  literals such as ``1e999`` are refused with the key's dotted path, e.g.
+  ``reconstruction.s03.coefficients.s01``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from engine.errors import ConfigError
+
+MAX_CONFIG_BYTES = 64 << 20
+MAX_DEPTH = 32
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def read_config_text(path: Path) -> str:
+    """The file's text, refusing a directory, a missing file or one over the size limit."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path.name}: config is {size:,} bytes, larger than the limit of "
+                f"{MAX_CONFIG_BYTES:,}"
+            )
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path.name}: config is not UTF-8 text ({err.reason})") from err
+
+
+def parse_config_text(text: str, name: str, fmt: str) -> Any:
+    """Parse JSON (``fmt="json"``) or YAML within the limits; ``ConfigError`` otherwise."""
+    try:
+        if fmt == "yaml":
+            return _load_yaml(text, name)
+        depth = _json_depth(text)
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{name}: config is nested deeper than {MAX_DEPTH} levels")
+        return json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        first = str(err).splitlines()[0]
+        raise ConfigError(f"{name}: not valid {fmt}: {first}") from None
+
+
+def _load_yaml(text: str, name: str) -> Any:
+    loader = _GuardedLoader(text)
+    try:
+        return loader.get_single_data()
+    except ConfigError as err:
+        raise ConfigError(f"{name}: {err}") from None
+    finally:
+        loader.dispose()
+
+
+def _json_depth(text: str) -> int:
+    """Deepest bracket nesting outside strings, without parsing (so without recursion)."""
+    bare = _JSON_STRING.sub('""', text).encode("utf-8")
+    codes = np.frombuffer(bare, dtype=np.uint8)
+    step = np.zeros(codes.size, dtype=np.int64)
+    step[(codes == ord("[")) | (codes == ord("{"))] = 1
+    step[(codes == ord("]")) | (codes == ord("}"))] = -1
+    return int(np.cumsum(step).max(initial=0))
+
+
+class _GuardedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and stops composing beyond ``MAX_DEPTH``."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(
+                f"config line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) "
+                "are not allowed in a config"
+            )
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise ConfigError(f"config is nested deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def check_plain_values(data: Any) -> None:
+    """Walk ``data`` without recursion: JSON types only, finite numbers, bounded depth."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        where = ".".join(path) or "top level"
+        if len(path) > MAX_DEPTH:
+            raise ConfigError(f"config is nested deeper than {MAX_DEPTH} levels (at {where})")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ConfigError(f"config key {key!r} at {where} is not a string")
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, str(i))) for i, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config value at {where} is not a finite number, got {value!r}")
+        elif value is not None and not isinstance(value, str | int | float):
+            raise ConfigError(
+                f"config value at {where} is a {type(value).__name__}, which JSON cannot hold; "
+                "quote it"
+            )

@@ -1,0 +1,182 @@
+"""Hostile backup configs: non-finite numbers, deep nesting, YAML aliases, size, odd types.
+
+Each is refused on load with ONE ``ConfigError`` line (the CLI: exit 2), never a
+RecursionError, a MemoryError, or a recovered file full of NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from engine.cli import main
+from engine.errors import ConfigError
+from engine.export import BackupConfig, load_config
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real config from ``plan``: s01 and s02 drive s03 and s04."""
+    folder = tmp_path_factory.mktemp("plan")
+    rng = np.random.default_rng(4)
+    base = rng.normal(0, 1, (60, 2))
+    frame = pd.DataFrame(
+        {
+            "s01": base[:, 0],
+            "s02": base[:, 1],
+            "s03": base @ [1.0, 2.0] + rng.normal(0, 0.01, 60),
+            "s04": base @ [0.5, -1.0] + rng.normal(0, 0.01, 60),
+        }
+    ).round(4)
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=60, freq="h"))
+    frame.to_csv(folder / "data.csv", index=False)
+    out = folder / "plan.json"
+    argv = ["plan", "--data", str(folder / "data.csv"), "--eps", "0.01", "--delta", "0.2"]
+    assert main([*argv, "--window", "2", "--no-backtest", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["backup_sensors"] and data["reconstruction"]
+    return data
+
+
+def _target_and_backup(config: dict[str, Any]) -> tuple[str, str]:
+    target = sorted(config["reconstruction"])[0]
+    return target, sorted(config["reconstruction"][target]["coefficients"])[0]
+
+
+def _set(data: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    copy = json.loads(json.dumps(data))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return copy
+
+
+def _where(config: dict[str, Any], which: str) -> tuple[str, ...]:
+    target, backup = _target_and_backup(config)
+    return {
+        "coefficient": ("reconstruction", target, "coefficients", backup),
+        "intercept": ("reconstruction", target, "intercept"),
+        "variance": ("reconstruction", target, "conditional_variance"),
+        "anywhere": ("guarantee", "model", "worst_violation_probability"),
+    }[which]
+
+
+# --- 5: NaN and Infinity are refused, naming the key ----------------------------------------
+
+
+@pytest.mark.parametrize("which", ["coefficient", "intercept", "variance", "anywhere"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_non_finite_numbers_are_refused_with_their_path(
+    config: dict[str, Any], tmp_path: Path, which: str, value: float, fmt: str
+) -> None:
+    path = _where(config, which)
+    bad = _set(config, path, value)
+    file = tmp_path / f"bad.{fmt}"
+    file.write_text(json.dumps(bad) if fmt == "json" else yaml.safe_dump(bad))
+    assert ("NaN" in file.read_text() or "Infinity" in file.read_text()) or fmt == "yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(file)
+    message = str(info.value)
+    assert ".".join(path) in message and "not a finite number" in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match="not a finite number"):
+        BackupConfig.from_dict(bad)
+
+
+def test_an_overflowing_literal_is_refused(config: dict[str, Any], tmp_path: Path) -> None:
+    path = _where(config, "coefficient")
+    text = json.dumps(_set(config, path, 12345.0)).replace("12345.0", "1e999")
+    (tmp_path / "big.json").write_text(text)
+    with pytest.raises(ConfigError, match="not a finite number"):
+        load_config(tmp_path / "big.json")
+
+
+def test_recover_with_a_nan_coefficient_exits_2(
+    config: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_set(config, _where(config, "coefficient"), float("nan"))))
+    code = main(["recover", "--config", str(bad), "--backup", "x.csv", "--out", "y.csv"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "y.csv").exists()
+
+
+# --- 8: size, nesting and aliases ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000 + "]" * 100_000, "[" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000],
+    ids=["closed", "unclosed", "objects"],
+)
+def test_deep_json_nesting_is_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "deep.json").write_text(text)
+    with pytest.raises(ConfigError, match="nested deeper than") as info:
+        load_config(tmp_path / "deep.json")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        "".join(f"{'  ' * i}a:\n" for i in range(2_000)) + "  " * 2_000 + "1\n",
+    ],
+    ids=["flow", "block"],
+)
+def test_deep_yaml_nesting_is_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "deep.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="nested deeper than"):
+        load_config(tmp_path / "deep.yaml")
+
+
+def _alias_bomb() -> str:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    text = "\n".join(lines) + "\n"
+    return text + "#" * max(0, 4_500 - len(text)) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_without_using_memory(tmp_path: Path) -> None:
+    (tmp_path / "bomb.yaml").write_text(_alias_bomb())
+    assert 4_400 <= (tmp_path / "bomb.yaml").stat().st_size <= 4_600
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(ConfigError, match="alias"):
+            load_config(tmp_path / "bomb.yaml")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6 and time.perf_counter() - start < 5.0
+
+
+def test_an_oversized_config_is_refused_before_it_is_read(
+    config: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine import config_guard
+
+    (tmp_path / "plan.json").write_text(json.dumps(config))
+    assert load_config(tmp_path / "plan.json").sensors == tuple(config["sensors"])
+    monkeypatch.setattr(config_guard, "MAX_CONFIG_BYTES", 1_000)
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(tmp_path / "plan.json")
+
+
+def test_yaml_values_json_cannot_hold_are_refused(config: dict[str, Any], tmp_path: Path) -> None:
+    text = yaml.safe_dump(config).replace("model:\n", "model:\n    when: 2024-01-01\n", 1)
+    (tmp_path / "dated.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"guarantee\.model\.when"):
+        load_config(tmp_path / "dated.yaml")

@@ -1,0 +1,252 @@
+"""Hostile input through the loader and the CLI: a clear one-line error or a correct result.
+
+The corpus (tests/hostile_corpus.py) is written into ``tmp_path``; every file
+either loads with the expected sensors and rows, or raises ``DataError`` with a
+one-line message; through ``engine.cli.main`` the same file exits 0, or exits 2
+with ONE line on stderr starting ``error:`` and never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.cli import main
+from engine.data import LoadOptions, load_history
+from engine.errors import DataError
+from engine.model import GaussianModel, MomentStats
+from tests.hostile_corpus import Case, cases, write_corpus
+
+CASES = cases()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> dict[str, Path]:
+    return {case.name: path for case, path in write_corpus(tmp_path)}
+
+
+def _ids(case: Case) -> str:
+    return case.name
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_corpus_through_the_loader(case: Case, corpus: dict[str, Path]) -> None:
+    path = corpus[case.name]
+    if case.error is None:
+        history = load_history(path)
+        assert history.sensors == case.sensors
+        assert history.values.shape == (case.rows, len(case.sensors))
+        assert np.all(np.isfinite(history.values))
+        return
+    with pytest.raises(DataError) as info:
+        load_history(path)
+    message = str(info.value)
+    assert case.error in message
+    assert "\n" not in message and message.startswith(path.name)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+PLAN = ("--eps", "1", "--delta", "0.1", "--window", "2", "--no-backtest")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_corpus_through_the_cli(
+    case: Case, corpus: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_main(capsys, "plan", "--data", str(corpus[case.name]), *PLAN)
+    if case.error is None:
+        assert code == 0, err
+        assert tuple(json.loads(out)["sensors"]) == case.sensors
+        return
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert case.error in err and "Traceback" not in err
+
+
+# --- 4: a path is read exactly as named, never as a glob --------------------------------
+
+
+@pytest.mark.parametrize("name", ["site[1].csv", "a*b.csv", "q?.csv"])
+def test_glob_characters_in_a_path_name_the_file_itself(corpus: dict[str, Path], name: str) -> None:
+    history = load_history(corpus[name])
+    expected = pd.read_csv(corpus[name]).iloc[:, 1:]
+    assert history.sensors == tuple(expected.columns)
+    np.testing.assert_array_equal(history.values, expected.to_numpy())
+
+
+def test_glob_characters_in_a_directory_name(tmp_path: Path) -> None:
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d[1]").mkdir()
+    for case in cases():
+        if case.name == "site[1].csv":
+            (tmp_path / "d1" / "x.csv").write_bytes(case.decoy[1])  # type: ignore[index]
+            (tmp_path / "d[1]" / "x.csv").write_bytes(case.data)
+    history = load_history(tmp_path / "d[1]" / "x.csv")
+    expected = pd.read_csv(tmp_path / "d[1]" / "x.csv").iloc[:, 1:].to_numpy()
+    np.testing.assert_array_equal(history.values, expected)
+
+
+def test_recover_reads_the_backup_named_not_a_glob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(rng.normal(0, 1, (40, 3)).round(3), columns=["a", "b", "c"])
+    frame["c"] = frame["a"] + frame["b"]
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=40, freq="h"))
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    config = tmp_path / "plan.json"
+    code, _, err = run_main(
+        capsys, "plan", "--data", str(tmp_path / "data.csv"), *PLAN, "--out", str(config)
+    )
+    assert code == 0, err
+    backup = json.loads(config.read_text())["backup_sensors"]
+    frame[["time", *backup]].to_csv(tmp_path / "b[1].csv", index=False)
+    decoy = frame[["time", *backup]].iloc[:5].copy()
+    decoy.to_csv(tmp_path / "b1.csv", index=False)
+    out = tmp_path / "all.csv"
+    code, _, err = run_main(
+        capsys, "recover", "--config", str(config), "--backup", str(tmp_path / "b[1].csv"),
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    assert len(pd.read_csv(out)) == 40
+
+
+# --- 6: extreme values -------------------------------------------------------------------
+
+
+def test_the_model_refuses_overflowed_statistics() -> None:
+    x = np.random.default_rng(0).normal(0.0, 1.0, (20, 3)) * 1e155
+    with pytest.raises(DataError, match="not finite"):
+        GaussianModel().fit(x)
+    with pytest.raises(DataError, match="not finite"):
+        MomentStats.from_array(np.full((5, 2), 1e308))
+
+
+def test_range_limits_are_relative_to_the_column(tmp_path: Path) -> None:
+    """A rain-like column (mostly zero, rare storms 1e4 x the drizzle) still loads."""
+    rng = np.random.default_rng(3)
+    rain = np.where(rng.random(500) < 0.01, rng.uniform(50, 300, 500), 0.0)
+    rain[7] = 0.01
+    frame = pd.DataFrame({"rain": rain, "big": rng.normal(1e90, 1e88, 500)})
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=500, freq="h"))
+    frame.to_csv(tmp_path / "rain.csv", index=False)
+    history = load_history(tmp_path / "rain.csv")
+    assert history.values.shape == (500, 2)
+
+
+def test_extreme_value_error_names_sensor_and_time(corpus: dict[str, Path]) -> None:
+    with pytest.raises(DataError) as info:
+        load_history(corpus["reading_1e308.csv"])
+    assert "sensor 'b'" in str(info.value) and "2024-03-01 04:00:00" in str(info.value)
+
+
+# --- smaller: --sensors before the row minimum, honest messages ---------------------------
+
+
+def test_sensors_are_chosen_before_the_row_minimum(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame(rng.normal(0, 1, (5, 10_000)).round(2))
+    frame.columns = [f"s{i}" for i in range(10_000)]
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=5, freq="h"))
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    history = load_history(tmp_path / "wide.csv", LoadOptions(sensors=("s1", "s2", "s3")))
+    assert history.sensors == ("s1", "s2", "s3") and history.values.shape == (5, 3)
+    code, out, err = run_main(
+        capsys, "plan", "--data", str(tmp_path / "wide.csv"), "--sensors", "s1,s2,s3", *PLAN
+    )
+    assert code == 0, err
+    assert json.loads(out)["sensors"] == ["s1", "s2", "s3"]
+
+
+def test_a_directory_is_called_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "data.csv").mkdir()
+    code, _, err = run_main(capsys, "plan", "--data", str(tmp_path / "data.csv"), *PLAN)
+    assert code == 2 and "is a directory" in err
+
+
+def test_backtest_window_longer_than_the_file_exits_2(
+    corpus: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("--data", str(corpus["unicode.csv"]), "--eps", "1", "--delta", "0.1")
+    code, _, err = run_main(capsys, "backtest", *args, "--window", "50")
+    assert code == 2 and "window (50 readings) is longer than the history (8 rows)" in err
+
+
+# --- smaller: sensor names are never spreadsheet formulas in the CSVs we write -------------
+
+FORMULAS = ("=cmd|' /C calc'!A0", "+SUM(A1)", "@x", "-2+3", "plain")
+
+
+def _formula_plan(tmp_path: Path) -> tuple[Any, Any, Path]:
+    from engine.export import plan_to_config, write_config
+    from engine.planning import PlanParameters, make_plan
+
+    rng = np.random.default_rng(5)
+    base = rng.normal(0, 1, (80, 2))
+    mix = np.column_stack([base, base @ [[1, 0.5, 2], [2, -1, 0.1]]])
+    frame = pd.DataFrame(mix.round(4), columns=list(FORMULAS))
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=80, freq="h"))
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    history = load_history(tmp_path / "data.csv")
+    plan = make_plan(history, PlanParameters(eps=0.5, delta=0.2, window=2), run_backtest_now=False)
+    config = write_config(plan_to_config(plan), tmp_path / "plan.json")
+    return history, plan, config
+
+
+def _header_cells(path: Path) -> list[str]:
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as handle:
+        return next(csv.reader(handle))
+
+
+def test_csv_headers_written_are_not_formulas_and_still_recover(tmp_path: Path) -> None:
+    from engine.export import recover_file
+    from ui.exporting import backup_csv
+
+    history, plan, config = _formula_plan(tmp_path)
+    assert plan.backup_sensors and len(plan.backup_sensors) < len(FORMULAS)
+    (tmp_path / "backup.csv").write_bytes(backup_csv(history, plan))
+    for path in (tmp_path / "backup.csv", tmp_path / "all.csv"):
+        if path.name == "all.csv":
+            recover_file(config, tmp_path / "backup.csv", path)
+        cells = _header_cells(path)
+        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@")], cells
+    assert _header_cells(tmp_path / "all.csv") == [
+        "time",
+        *("'" + n if n[0] in "=+-@" else n for n in FORMULAS),
+    ]
+    rebuilt = pd.read_csv(tmp_path / "all.csv").iloc[:, 1:].to_numpy()
+    expected = plan.linear_map.apply(history.select(list(plan.backup_sensors)).values)
+    np.testing.assert_allclose(rebuilt, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
+    from engine.errors import DataError as Refused
+    from engine.export import recover_file
+
+    history, _, config = _formula_plan(tmp_path)
+    data = json.loads(config.read_text())
+    target = next(iter(data["reconstruction"]))
+    first = next(iter(data["reconstruction"][target]["coefficients"]))
+    data["reconstruction"][target]["coefficients"][first] = 1e308
+    config.write_text(json.dumps(data))
+    (tmp_path / "backup.csv").write_bytes(history.to_frame().to_csv(index=False).encode())
+    with pytest.raises(Refused, match="overflows"):
+        recover_file(config, tmp_path / "backup.csv", tmp_path / "all.csv")
+    assert not (tmp_path / "all.csv").exists()
