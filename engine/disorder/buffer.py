@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.disorder.config import DisorderConfig
 from engine.disorder.target import (
@@ -144,23 +144,43 @@ class ClosedWindow:
     k_at_close: float
 
 
-# A buffered or released tuple: (event_time_s, seq, first_window, sensor, value, arrival_s, tag).
-# ``seq`` numbers tuples in arrival order (ties in event time leave in arrival order);
-# ``tag`` is an opaque integer carried through (the feeder's reading number).
-Item = tuple[float, int, int, str, float, float, int]
-# A late tuple: (event_time_s, seq, first_window, last_closed_window, sensor, value, arrival_s,
-# tag); it is late for windows first..last_closed (those had closed when it arrived).
-LateItem = tuple[float, int, int, int, str, float, float, int]
+class Item(NamedTuple):
+    """A buffered or released tuple; ordered (as a tuple) by event time, then arrival.
+
+    ``seq`` numbers tuples in arrival order (ties in event time leave in arrival
+    order); ``tag`` is an opaque integer carried through (the feeder's reading number).
+    """
+
+    ts: float
+    seq: int
+    first_window: int
+    sensor: str
+    value: float
+    arrival: float
+    tag: int
+
+
+class LateItem(NamedTuple):
+    """A late tuple: late for windows ``first_window..last_closed`` (closed when it arrived)."""
+
+    ts: float
+    seq: int
+    first_window: int
+    last_closed: int
+    sensor: str
+    value: float
+    arrival: float
+    tag: int
 
 
 def parse_item(x: Sequence[Any]) -> Item:
     """An ``Item`` back from its JSON list form."""
-    return (float(x[0]), int(x[1]), int(x[2]), str(x[3]), float(x[4]), float(x[5]), int(x[6]))
+    return Item(float(x[0]), int(x[1]), int(x[2]), str(x[3]), float(x[4]), float(x[5]), int(x[6]))
 
 
 def parse_late_item(x: Sequence[Any]) -> LateItem:
     """A ``LateItem`` back from its JSON list form."""
-    return (
+    return LateItem(
         float(x[0]),
         int(x[1]),
         int(x[2]),
@@ -262,11 +282,13 @@ class KSlackBuffer:
         self.k_sum += big_k
         self.n_pushed += 1
         first = self._first_window(ts)
-        item: Item = (ts, self._seq, first, sensor, value, arrival, tag)
+        item = Item(ts, self._seq, first, sensor, value, arrival, tag)
         self._seq += 1
         if self._next_close is not None and first < self._next_close:
             last_late = min(self._last_window(ts), self._next_close - 1)
-            self._out.late.append((ts, item[1], first, last_late, sensor, value, arrival, tag))
+            self._out.late.append(
+                LateItem(ts, item.seq, first, last_late, sensor, value, arrival, tag)
+            )
             for j in range(first, last_late + 1):
                 if j in self._late_counts:
                     self._late_counts[j] += 1
@@ -288,7 +310,7 @@ class KSlackBuffer:
 
     def flush(self) -> None:
         """End of stream: release every buffered tuple and close every window."""
-        last = [self._last_window(it[0]) for it in self._heap] + list(self._open)
+        last = [self._last_window(it.ts) for it in self._heap] + list(self._open)
         if last:
             self._close_through(max(last))
         self._settle(final=True)
@@ -302,14 +324,14 @@ class KSlackBuffer:
         if not self._heap and not self._open:
             return
         if self._next_close is None:
-            self._next_close = self._heap[0][2] if self._heap else min(self._open)
+            self._next_close = self._heap[0].first_window if self._heap else min(self._open)
         if j_end < self._next_close:
             return
-        while self._heap and self._heap[0][2] <= j_end:
+        while self._heap and self._heap[0].first_window <= j_end:
             item = heapq.heappop(self._heap)
             self._out.released.append(item)
-            for j in range(item[2], self._last_window(item[0]) + 1):
-                self._add_open(j, item[3], item[0], item[4])
+            for j in range(item.first_window, self._last_window(item.ts) + 1):
+                self._add_open(j, item.sensor, item.ts, item.value)
         big_k = self.current_k()
         for j in sorted(i for i in self._open if i <= j_end):
             values = self._open.pop(j)
@@ -362,7 +384,7 @@ class KSlackBuffer:
             "now": self.now,
             "pd": self.pd.snapshot(),
             "target": self.target.snapshot(),
-            "heap": [list(it) for it in self._heap if keep(it[3])],
+            "heap": [list(it) for it in self._heap if keep(it.sensor)],
             "seq": self._seq,
             "next_close": self._next_close,
             "open": {

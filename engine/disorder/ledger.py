@@ -26,19 +26,30 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.aggregates import get_aggregate
 from engine.disorder.buffer import Item, KSlackBuffer, LateItem, Zone, parse_item, parse_late_item
 from engine.disorder.config import DisorderConfig
 
-# (window, start_s, end_s, sensor, value, kind, version, final, emitted_at_s)
-ResultRow = tuple[int, float, float, str, float, str, int, bool, float]
+
+class ResultRow(NamedTuple):
+    """One versioned window result: provisional, correction or final."""
+
+    window: int
+    start_s: float
+    end_s: float
+    sensor: str
+    value: float
+    kind: str
+    version: int
+    final: bool
+    emitted_at_s: float
 
 
 def parse_row(x: Any) -> ResultRow:
     """A ``ResultRow`` back from its JSON list form."""
-    return (
+    return ResultRow(
         int(x[0]),
         float(x[1]),
         float(x[2]),
@@ -81,7 +92,7 @@ class ResultLedger:
         self.versions[key] = version
         start, end = self._span(key[0])
         self.rows.append(
-            (key[0], start, end, key[1], self.value(key, final), kind, version, final, now)
+            ResultRow(key[0], start, end, key[1], self.value(key, final), kind, version, final, now)
         )
 
     def _register(self, j: int, sensor: str) -> None:
@@ -102,7 +113,7 @@ class ResultLedger:
     def add_late(self, item: LateItem, now: float) -> None:
         """Record a late tuple; run a batch once the recorded ones span more than Gamma."""
         self.pending.append(item)
-        self._lo, self._hi = min(self._lo, item[0]), max(self._hi, item[0])
+        self._lo, self._hi = min(self._lo, item.ts), max(self._hi, item.ts)
         if self._hi - self._lo > self.config.gamma:
             self.run_batch(now)
 
@@ -111,8 +122,9 @@ class ResultLedger:
         if not self.pending:
             return
         touched: dict[tuple[int, str], None] = {}
-        for _ts, _, first, last_late, sensor, value, _, _ in self.pending:
-            for j in range(first, last_late + 1):
+        for late in self.pending:
+            sensor, value = late.sensor, late.value
+            for j in range(late.first_window, late.last_closed + 1):
                 key = (j, sensor)
                 p = self.partials.get(key)
                 if p is None:
@@ -172,8 +184,8 @@ class ResultLedger:
         led.unfinal = [(float(e), int(j)) for e, j in state["unfinal"]]
         heapq.heapify(led.unfinal)
         led.pending = [parse_late_item(x) for x in state["pending"]]
-        led._lo = min((p[0] for p in led.pending), default=math.inf)
-        led._hi = max((p[0] for p in led.pending), default=-math.inf)
+        led._lo = min((p.ts for p in led.pending), default=math.inf)
+        led._hi = max((p.ts for p in led.pending), default=-math.inf)
         led.rows = [parse_row(x) for x in state["rows"]]
         led.n_corrections, led.n_batches, led.n_reopened = (int(c) for c in state["counters"])
         return led
@@ -225,7 +237,7 @@ class DisorderProcessor:
         """JSON-serialisable state; ``keep_sensors`` keeps only those sensors' raw readings."""
         keep = (lambda s: True) if keep_sensors is None else (lambda s: s in keep_sensors)
         ledger = self.ledger.snapshot()
-        ledger["pending"] = [p for p in ledger["pending"] if keep(p[4])]
+        ledger["pending"] = [p for p in ledger["pending"] if keep(p[4])]  # JSON lists: sensor
         return {
             "buffer": self.buffer.snapshot(keep_sensors),
             "ledger": ledger,

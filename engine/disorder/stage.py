@@ -93,12 +93,12 @@ def tuples_frame(
 
 def released_frame(items: Sequence[Item], dtypes: dict[str, Any] | None = None) -> pd.DataFrame:
     """Released tuples as ``INPUT_COLUMNS`` (in release order)."""
-    return tuples_frame([(r[0], r[5], r[3], r[4], r[6]) for r in items], dtypes)
+    return tuples_frame([(r.ts, r.arrival, r.sensor, r.value, r.tag) for r in items], dtypes)
 
 
 def late_frame(items: Sequence[LateItem], dtypes: dict[str, Any] | None = None) -> pd.DataFrame:
     """Late tuples as ``INPUT_COLUMNS`` (the store's ``late`` table columns)."""
-    return tuples_frame([(x[0], x[6], x[4], x[5], x[7]) for x in items], dtypes)
+    return tuples_frame([(x.ts, x.arrival, x.sensor, x.value, x.tag) for x in items], dtypes)
 
 
 def results_frame(rows: Sequence[ResultRow]) -> pd.DataFrame:
@@ -271,7 +271,7 @@ class DisorderStage:
             "rows": [list(r) for r in self.rows],
             "last_batch_id": self.last_batch_id,
             "last_output": {
-                "released": [list(r) for r in released if keep is None or r[3] in keep],
+                "released": [list(r) for r in released if keep is None or r.sensor in keep],
                 "late": [list(x) for x in late if keep is None or x[4] in keep],
             },
             "dtypes": {name: str(dtype) for name, dtype in self._dtypes.items()},

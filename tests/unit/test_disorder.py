@@ -28,6 +28,7 @@ from engine.disorder import (
     DisorderProcessor,
     DisorderStage,
     KSlackBuffer,
+    LateItem,
     PDController,
     ResultLedger,
     Zone,
@@ -423,14 +424,13 @@ def test_late_tuples_wait_for_gamma_then_correct_in_one_batch() -> None:
     ledger = ResultLedger(DisorderConfig(window=2, gamma_s=2.5))
     for j in range(3):
         ledger.add_closed(j, {"s": [1.0, 1.0]}, now=2.0 * j + 2)
-    # late items: (event time, seq, first window, last closed window, sensor, value, arrival, tag)
-    ledger.add_late((1.0, 0, 0, 0, "s", 11.0, 10.1, -1), 10.1)
-    ledger.add_late((3.0, 1, 1, 1, "s", 13.0, 10.2, -1), 10.2)  # span 2 <= gamma: pending
+    ledger.add_late(LateItem(1.0, 0, 0, 0, "s", 11.0, 10.1, -1), 10.1)
+    ledger.add_late(LateItem(3.0, 1, 1, 1, "s", 13.0, 10.2, -1), 10.2)  # span 2 <= gamma: pending
     assert ledger.n_batches == 0 and len(ledger.pending) == 2
-    ledger.add_late((4.0, 2, 2, 2, "s", 14.0, 10.3, -1), 10.3)  # span 3 > gamma: one batch
+    ledger.add_late(LateItem(4.0, 2, 2, 2, "s", 14.0, 10.3, -1), 10.3)  # span 3 > gamma: one batch
     assert ledger.n_batches == 1 and not ledger.pending and ledger.n_corrections == 3
-    corrections = [r for r in ledger.rows if r[5] == "correction"]
-    assert [(r[0], r[4], r[6], r[7], r[8]) for r in corrections] == [
+    corrections = [r for r in ledger.rows if r.kind == "correction"]
+    assert [(r.window, r.value, r.version, r.final, r.emitted_at_s) for r in corrections] == [
         (0, 13 / 3, 1, False, 10.3),
         (1, 15 / 3, 1, False, 10.3),
         (2, 16 / 3, 1, False, 10.3),
@@ -440,9 +440,9 @@ def test_late_tuples_wait_for_gamma_then_correct_in_one_batch() -> None:
 def test_finalisation_applies_pending_late_tuples_first() -> None:
     ledger = ResultLedger(DisorderConfig(window=2, gamma_s=100.0))
     ledger.add_closed(0, {"s": [1.0, 3.0]}, now=2.0)
-    ledger.add_late((1.0, 0, 0, 0, "s", 5.0, 3.0, -1), 3.0)
+    ledger.add_late(LateItem(1.0, 0, 0, 0, "s", 5.0, 3.0, -1), 3.0)
     ledger.finalize(t_max=10.0, k=4.0, now=10.0)
-    assert [(r[5], r[4], r[6], r[7]) for r in ledger.rows] == [
+    assert [(r.kind, r.value, r.version, r.final) for r in ledger.rows] == [
         ("provisional", 2.0, 0, False),
         ("correction", 3.0, 1, False),
         ("final", 3.0, 2, True),
