@@ -12,14 +12,14 @@ in readings.
 
 from __future__ import annotations
 
-import math
 from typing import Literal, overload
 
 import numpy as np
 
-from engine.aggregates import get_aggregate
+from engine.aggregates import check_window, get_aggregate
 from engine.aggregates import z_value as aggregate_z_value
 from engine.errors import ParameterError
+from engine.query import check_delta, check_eps, check_window_query
 
 Aggregate = Literal["avg", "sum", "max", "min"]
 
@@ -80,38 +80,20 @@ def window_violation_probability(
 def check_parameters(
     eps: float, delta: float, window: int, slide: int | None, aggregate: str
 ) -> None:
-    """Raise ``ParameterError`` naming the first bad value.
-
-    ``slide=None`` means tumbling windows (slide = window).
-    """
-    _check_eps(eps)
-    _check_delta(delta)
-    _check_window(window)
-    if slide is not None:
-        if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
-            raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
-        if slide > window:
-            raise ParameterError(f"slide must not exceed the window ({window}), got {slide!r}")
-    _check_aggregate(aggregate)
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+    """Raise ``ParameterError`` naming the first bad value (``slide=None``: tumbling)."""
+    check_window_query(eps, delta, window, slide, aggregate)
 
 
 def _check_eps(eps: float) -> None:
-    if not _is_real(eps) or not math.isfinite(eps) or eps <= 0:
-        raise ParameterError(f"eps must be a finite number > 0, got {eps!r}")
+    check_eps(eps)
 
 
 def _check_delta(delta: float) -> None:
-    if not _is_real(delta) or not 0.0 < delta < 1.0:
-        raise ParameterError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
+    check_delta(delta)
 
 
 def _check_window(window: int) -> None:
-    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
-        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
+    check_window(window, 1)
 
 
 def _check_aggregate(aggregate: str) -> None:

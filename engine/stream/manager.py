@@ -177,7 +177,9 @@ class PipelineManager:
             if not pipeline.await_termination(grace_seconds):
                 pipeline.stop()
             pipeline.stop()
-            deleted = discard_lost_state(pipeline.paths, self._require_store(), pipeline.run)
+            deleted = discard_lost_state(
+                pipeline.paths, self._require_store(), pipeline.run, pipeline.source
+            )
             self._failed_run, self._pipeline = pipeline.run, None
             self.board.update(
                 state="failed",

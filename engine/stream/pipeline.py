@@ -36,7 +36,8 @@ from engine.stream.batch import (
     select_backup_rows,
     shadow_errors,
 )
-from engine.stream.feeder import read_source_log, spark_committed_batches
+from engine.stream.feeder import spark_committed_batches
+from engine.stream.source import LandingDirSource, StreamSource
 from engine.stream.spec import (
     FAILURE_MARK,
     Fault,
@@ -79,12 +80,16 @@ class LivePipeline:
         stage: Stage | None = None,
         seed: WindowState | None = None,
         fault: Fault | None = None,
+        source: StreamSource | None = None,
     ) -> None:
         check_mode(mode)
         self.spark, self.mode, self.paths, self.store = spark, mode, paths, store
         self.board = board or StatusBoard()
         self.options = options or PipelineOptions()
         self.monitor, self.stage, self.fault = monitor, stage, fault
+        self.source: StreamSource = source or LandingDirSource(
+            paths.landing_dir, self.options.max_files_per_trigger
+        )
         self._spec = spec
         self._spec_lock = threading.Lock()
         self._fail = threading.Event()
@@ -103,11 +108,7 @@ class LivePipeline:
         """Start the query (resuming the checkpoint's run if there is one)."""
         self.run = self._claim_run()
         self.board.update(state="running", mode=self.mode, run=self.run, last_error=None)
-        reader = (
-            self.spark.readStream.schema(_feed_schema())
-            .option("maxFilesPerTrigger", self.options.max_files_per_trigger)
-            .parquet(str(self.paths.landing_dir))
-        )
+        reader = self.source.read_stream(self.spark)
         writer = (
             reader.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.paths.checkpoint_dir))
@@ -371,20 +372,6 @@ class LivePipeline:
         return state
 
 
-def _feed_schema() -> Any:
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField("seq", T.LongType()),
-            T.StructField("event_time", T.TimestampType()),
-            T.StructField("arrival_time", T.TimestampType()),
-            T.StructField("sensor", T.StringType()),
-            T.StructField("value", T.DoubleType()),
-        ]
-    )
-
-
 def _make_listener(pipeline: LivePipeline) -> Any:
     """A StreamingQueryListener feeding the pipeline's status board."""
     from pyspark.sql.streaming import StreamingQueryListener
@@ -432,26 +419,31 @@ def _first_line(err: object) -> str:
 # -- failure: what a crash destroys ------------------------------------------
 
 
+def finished_batches(checkpoint: Path, store: BackupStore, run: int) -> set[int]:
+    """Batches of ``run`` that finished: in Spark's commit log or committed to the store."""
+    return spark_committed_batches(checkpoint) | set(store.committed_batches(run))
+
+
 def consumed_files(checkpoint: Path, store: BackupStore, run: int) -> list[Path]:
-    """Landing files whose batch finished (in Spark's commit log or in the store)."""
-    done = spark_committed_batches(checkpoint) | set(store.committed_batches(run))
-    log = read_source_log(checkpoint)
-    return sorted({f for b, files in log.items() if b in done for f in files})
+    """Landing files whose batch finished (the landing-directory source's view)."""
+    source = LandingDirSource(checkpoint)  # the directory is not needed to read the log
+    return source.consumed_files(checkpoint, finished_batches(checkpoint, store, run))
 
 
-def discard_lost_state(paths: PipelinePaths, store: BackupStore, run: int) -> list[Path]:
+def discard_lost_state(
+    paths: PipelinePaths, store: BackupStore, run: int, source: StreamSource | None = None
+) -> list[Path]:
     """What a crash destroys: the consumed input, the checkpoint, the window state.
 
-    Deletes the landing files the failed run had consumed (their readings now
-    exist only in the backup), the checkpoint directory and the run's state
-    snapshot. Files not consumed yet stay: the restarted query reads them.
-    Returns the deleted input files.
+    The source destroys the input the failed run had consumed (for the landing
+    directory, its files: their readings now exist only in the backup); then the
+    checkpoint directory and the run's state snapshot go. Input not consumed yet
+    stays: the restarted query reads it. Returns what the source destroyed.
     """
     ck = paths.checkpoint_dir
-    files = consumed_files(ck, store, run)
+    source = source or LandingDirSource(paths.landing_dir)
+    files = source.destroy_consumed(ck, finished_batches(ck, store, run))
     try:
-        for f in files:
-            f.unlink(missing_ok=True)
         shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
     except OSError as err:
         raise PipelineError(

@@ -1,0 +1,69 @@
+"""The operator's window query, validated in one place.
+
+``eps`` (in the aggregate's unit), ``delta``, ``window`` and ``slide`` (in
+readings) and the aggregate travel together through planning, the live
+pipeline and the disorder stage; every type that carries them checks them
+with ``check_window_query`` so a bad value gets the same message everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.aggregates import Aggregate, check_window, get_aggregate
+from engine.errors import ParameterError
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+
+def check_eps(eps: object, name: str = "eps") -> None:
+    """A tolerance is a finite number > 0."""
+    if not _is_real(eps) or not math.isfinite(float(eps)) or float(eps) <= 0:  # type: ignore[arg-type]
+        raise ParameterError(f"{name} must be a finite number > 0, got {eps!r}")
+
+
+def check_delta(delta: object) -> None:
+    """An error rate is strictly between 0 and 1."""
+    if not _is_real(delta) or not 0.0 < float(delta) < 1.0:  # type: ignore[arg-type]
+        raise ParameterError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
+
+
+def check_window_query(
+    eps: object, delta: object, window: int, slide: int | None, aggregate: object
+) -> None:
+    """Raise ``ParameterError`` naming the first bad value (``slide=None``: tumbling)."""
+    check_eps(eps)
+    check_delta(delta)
+    check_window(window, window if slide is None else slide)
+    get_aggregate(aggregate)
+
+
+@dataclass(frozen=True)
+class WindowQuery:
+    """What is asked of every recovered window aggregate: within ``eps`` w.p. ``1 - delta``."""
+
+    eps: float
+    delta: float
+    window: int
+    slide: int | None = None  # None: tumbling (slide = window)
+    aggregate: str = "avg"
+
+    def __post_init__(self) -> None:
+        check_window_query(self.eps, self.delta, self.window, self.slide, self.aggregate)
+
+    @property
+    def effective_slide(self) -> int:
+        return self.window if self.slide is None else self.slide
+
+    @property
+    def tumbling(self) -> bool:
+        return self.effective_slide == self.window
+
+    @property
+    def agg(self) -> Aggregate:
+        return get_aggregate(self.aggregate)
