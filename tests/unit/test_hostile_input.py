@@ -145,6 +145,28 @@ def test_range_limits_are_relative_to_the_column(tmp_path: Path) -> None:
     assert history.values.shape == (500, 2)
 
 
+def test_blockwise_scan_matches_a_brute_force_reference() -> None:
+    from engine import data_range
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_t(2, (1_000, 6)) * [1, 10, 1e-3, 1e5, 1, 1]
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[17, 2], x[999, 4], x[:, 5] = 1e6, -3e4, 2.0  # spikes, a constant column
+    reference = data_range._reference(x)
+    scan = data_range._Scan(6)
+    for start in range(0, 1_000, 37):
+        scan.add(start, x[start : start + 37], reference)
+    dev = np.nan_to_num(np.abs(x - reference), nan=0.0)
+    top = dev.argmax(axis=0)
+    count = (~np.isnan(x)).sum(axis=0)
+    for j in range(6):
+        rest = np.delete(dev[:, j], top[j]).sum()
+        expected = dev[top[j], j] / (rest / (count[j] - 1)) if rest > 0 else 0.0
+        assert scan.top[j] == top[j]
+        np.testing.assert_allclose(scan.ratio()[j], expected, rtol=1e-9)
+    assert scan.ratio()[5] == 0.0 and scan.ratio()[2] > 1e6
+
+
 def test_extreme_value_error_names_sensor_and_time(corpus: dict[str, Path]) -> None:
     with pytest.raises(DataError) as info:
         load_history(corpus["reading_1e308.csv"])
