@@ -122,6 +122,28 @@ def cases() -> list[Case]:
         Case("reading_1e50.csv", _reading("1e50"), "times the column's typical deviation"),
         Case("year_0001.csv", _year("0001"), "outside"),
         Case("year_9999.csv", _year("9999"), "outside"),
+        Case("newline_in_header.csv", b'time,"a\nb",c\n2024-03-01,1,2\n', "cannot read CSV"),
+        Case("only_time.csv", _csv("time", _times(4)), "no numeric sensor columns"),
+        Case(
+            "huge_numeric_time.csv",
+            _csv("time,a,b", ["1e30,1,2", "2,1,3"]),
+            "time 1e+30 is out of range",
+        ),
+        Case(
+            "long_duplicate.csv",
+            _csv("time,sensor,value", ["2024-03-01,a,1", "2024-03-01,a,2"]),
+            "has two readings",
+        ),
+        Case("hex.csv", _reading("0x10"), "cannot parse '0x10' as a number"),
+        Case(
+            "negative_time.csv",
+            _csv("time,a,b", [f"{-9 + i},{i % 3},{i * i % 5}" for i in range(8)]),
+            None,
+            ("a", "b"),
+            8,
+        ),
+        Case("overflow_literal.csv", _reading("1e400"), None, ("a", "b", "c"), 12),
+        Case("tabs.tsv", ok12.replace(b",", b"\t"), None, ("a", "b", "c"), 12),
         Case("sheet.xlsx", b"PK\x03\x04", "unsupported file extension"),
         Case(
             "unicode.csv",

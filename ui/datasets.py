@@ -41,6 +41,11 @@ def accept_upload(uploaded: object, options: LoadOptions) -> None:
             except EngineError as err:
                 st.session_state[_ERROR] = f"{err}"
                 box.update(label=f"Could not load {uploaded.name}", state="error")
+            except OSError as err:  # the disk, not the data: full, read-only, permissions
+                st.session_state[_ERROR] = (
+                    f"{uploaded.name}: cannot store the upload: {err.strerror or err}"
+                )
+                box.update(label=f"Could not store {uploaded.name}", state="error")
             else:
                 state.set_dataset(state.make_dataset(history, uploaded.name))
                 st.session_state.pop("w_sensors", None)

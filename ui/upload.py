@@ -15,12 +15,27 @@ from engine.data import SUFFIXES, LoadOptions, SensorHistory, load_history
 from engine.errors import DataError
 
 CHUNK = 8 << 20  # bytes written per progress step
+MAX_NAME_BYTES = 255  # what ext4, XFS, APFS and NTFS allow for one file name
 Progress = Callable[[float, str], None]
 
 
 def safe_name(name: str) -> str:
-    """The file's base name, without any directory a browser may send."""
+    """The file's base name, without any directory a browser may send.
+
+    A name the filesystem cannot hold (a NUL or other control character, more
+    than ``MAX_NAME_BYTES`` bytes in UTF-8) is a ``DataError`` saying so.
+    """
     base = Path(name.replace("\\", "/")).name.strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in base):
+        raise DataError(
+            f"{base!r}: the file name holds a NUL or another control character; rename the file"
+        )
+    size = len(base.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise DataError(
+            f"{base[:40]}...: the file name is {size} bytes long, more than the "
+            f"{MAX_NAME_BYTES} bytes a file name may have; rename the file"
+        )
     return base or "upload.csv"
 
 

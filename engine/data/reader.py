@@ -354,7 +354,8 @@ def _to_ns(table: _Table, name: str, raw: np.ndarray, unit: int | None) -> np.nd
     bad = np.flatnonzero(~np.isfinite(x) | (np.abs(x) * unit >= 9.2e18))
     if bad.size:
         raise DataError(
-            f"{table.source}: column {name!r} row {bad[0] + 1}: time {x[bad[0]]!r} is out of range"
+            f"{table.source}: column {name!r} row {bad[0] + 1}: time {float(x[bad[0]])!r} "
+            "is out of range"
         )
     if np.all(x == np.round(x)) and np.max(np.abs(x)) < 2**53:
         return x.astype(np.int64) * unit  # exact for integer offsets

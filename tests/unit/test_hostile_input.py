@@ -145,6 +145,28 @@ def test_range_limits_are_relative_to_the_column(tmp_path: Path) -> None:
     assert history.values.shape == (500, 2)
 
 
+def test_blockwise_scan_matches_a_brute_force_reference() -> None:
+    from engine import data_range
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_t(2, (1_000, 6)) * [1, 10, 1e-3, 1e5, 1, 1]
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[17, 2], x[999, 4], x[:, 5] = 1e6, -3e4, 2.0  # spikes, a constant column
+    reference = data_range._reference(x)
+    scan = data_range._Scan(6)
+    for start in range(0, 1_000, 37):
+        scan.add(start, x[start : start + 37], reference)
+    dev = np.nan_to_num(np.abs(x - reference), nan=0.0)
+    top = dev.argmax(axis=0)
+    count = (~np.isnan(x)).sum(axis=0)
+    for j in range(6):
+        rest = np.delete(dev[:, j], top[j]).sum()
+        expected = dev[top[j], j] / (rest / (count[j] - 1)) if rest > 0 else 0.0
+        assert scan.top[j] == top[j]
+        np.testing.assert_allclose(scan.ratio()[j], expected, rtol=1e-9)
+    assert scan.ratio()[5] == 0.0 and scan.ratio()[2] > 1e6
+
+
 def test_extreme_value_error_names_sensor_and_time(corpus: dict[str, Path]) -> None:
     with pytest.raises(DataError) as info:
         load_history(corpus["reading_1e308.csv"])
@@ -250,3 +272,57 @@ def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
     with pytest.raises(Refused, match="overflows"):
         recover_file(config, tmp_path / "backup.csv", tmp_path / "all.csv")
     assert not (tmp_path / "all.csv").exists()
+
+
+# --- 10: a default fold budget, and progress that suits a log file --------------------------
+
+
+@pytest.fixture(scope="module")
+def two_million(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(6)
+    n = 2_000_000
+    a = rng.normal(0, 1, n)
+    table = pa.table(
+        {"time": np.arange(n, dtype=np.float64), "a": a, "b": a + rng.normal(0, 0.1, n)}
+    )
+    path = tmp_path_factory.mktemp("big") / "two_million.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.timeout(240)
+def test_backtest_on_two_million_rows_keeps_to_the_default_budget(
+    two_million: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli import DEFAULT_MAX_FOLDS
+
+    args = ("--data", str(two_million), "--eps", "0.5", "--delta", "0.1", "--window", "2")
+    code, out, err = run_main(capsys, "backtest", *args, "--history", "50")
+    assert code == 0, err
+    assert json.loads(out)["n_folds"] == DEFAULT_MAX_FOLDS
+    lines = err.splitlines(keepends=True)
+    assert "\r" not in err and all(line.endswith("\n") for line in lines)
+    assert f"{DEFAULT_MAX_FOLDS} of 999,975 folds" in lines[0]
+    assert 10 <= len(lines) <= 25, err  # a line every 5 %, not one per fold
+    code, out, _ = run_main(capsys, "backtest", *args, "--history", "50", "--max-folds", "7")
+    assert code == 0 and json.loads(out)["n_folds"] == 7
+
+
+def test_progress_on_a_terminal_rewrites_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from engine import cli
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    monkeypatch.setattr(cli.sys, "stderr", stream)
+    report = cli.Progress()
+    for k in range(1, 101):
+        report(k / 100, f"fold {k}/100")
+    assert stream.getvalue().count("\r") == 100 and stream.getvalue().endswith("(100%)\n")

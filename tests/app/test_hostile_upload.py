@@ -1,0 +1,72 @@
+"""The hostile-input corpus through the app's upload widget: st.error or the data, never a crash."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from tests.app.apphelpers import texts
+from tests.hostile_corpus import cases
+
+pytestmark = pytest.mark.app
+
+
+def _upload(app, name: str, data: bytes):  # type: ignore[no-untyped-def]
+    return app.file_uploader(key="w_upload").set_value((name, data, "text/csv")).run()
+
+
+def test_every_bad_file_in_the_corpus_is_one_error(app):  # type: ignore[no-untyped-def]
+    bad = [c for c in cases() if c.error is not None and c.name != "sheet.xlsx"]
+    for case in bad:
+        _upload(app, case.name, case.data)
+        assert not app.exception, (case.name, app.exception)
+        assert len(app.error) == 1, (case.name, [e.value for e in app.error])
+        message = app.error[0].value
+        assert case.error in message and "still using beijing_aq_small.csv" in message, message
+        assert "\n" not in message
+
+
+def test_every_good_file_in_the_corpus_becomes_the_dataset(app):  # type: ignore[no-untyped-def]
+    for case in [c for c in cases() if c.error is None]:
+        _upload(app, case.name, case.data)
+        assert not app.exception and not app.error, (case.name, [e.value for e in app.error])
+        assert f"Dataset: {case.name}" in texts(app)
+        assert app.session_state["dataset"].history.sensors == case.sensors
+
+
+@pytest.mark.parametrize(
+    ("name", "word"),
+    [("x" * 300 + ".csv", "255 bytes"), ("é" * 130 + ".csv", "255 bytes"), ("a\x07b.csv", "NUL")],
+    ids=["long", "long-utf8", "control"],
+)
+def test_an_impossible_file_name_is_a_message(app, name: str, word: str):  # type: ignore[no-untyped-def]
+    good = next(c for c in cases() if c.name == "bom.csv")
+    _upload(app, name, good.data)
+    assert not app.exception
+    assert len(app.error) == 1 and word in app.error[0].value
+
+
+@pytest.mark.parametrize("name", ["a\x00b.csv", "y" * 256 + ".csv"], ids=["nul", "long"])
+def test_load_upload_refuses_a_name_the_filesystem_cannot_hold(name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Streamlit's uploader itself rejects a NUL before the page runs; the glue refuses it too."""
+    from engine.data import LoadOptions
+    from engine.errors import DataError
+    from ui.upload import load_upload
+
+    with pytest.raises(DataError, match="rename the file"):
+        load_upload(name, b"time,a,b\n", LoadOptions(), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_filesystem_error_is_a_message_not_a_crash(app, monkeypatch):  # type: ignore[no-untyped-def]
+    import ui.datasets
+
+    def full(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ui.datasets, "load_upload", full)
+    good = next(c for c in cases() if c.name == "bom.csv")
+    _upload(app, "fine.csv", good.data)
+    assert not app.exception
+    assert len(app.error) == 1 and "No space left on device" in app.error[0].value
