@@ -227,10 +227,13 @@ class PipelineManager:
             return status
         status = replace(status, feed=feeder.progress())
         problem = feeder.failure()
-        if problem is not None and status.state in ("running", "recovering"):
+        if problem is None or status.state in ("stopped", "failed"):
+            return status
+        if status.state != "error" or problem not in (status.last_error or ""):
             # A dead background thread must show at once, not as a quiet "running".
-            self.board.update(state="error", last_error=problem)
-            status = replace(status, state="error", last_error=problem)
+            error = problem if not status.last_error else f"{problem}; {status.last_error}"
+            self.board.update(state="error", last_error=error)
+            status = replace(status, state="error", last_error=error)
         return status
 
     def set_spec(self, spec: StreamSpec, reason: str) -> None:
