@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import PipelineError
+from engine.stream.quiet import quiet_py4j
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -62,6 +63,7 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
         # Keep a local driver on loopback: never bind a public interface by accident.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     _point_workers_at_this_python()
+    quiet_py4j()
     from pyspark.sql import SparkSession
 
     builder: Any = (

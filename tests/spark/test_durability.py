@@ -3,7 +3,11 @@ and the simulated failure strikes the same rows whatever the batching."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -92,3 +96,31 @@ def test_the_failure_strikes_the_same_rows_inside_a_window_whatever_the_batching
         )  # fmt: skip
         seen.add((report.lost_rows, report.windows_lost))
     assert seen == {((48, 50), 1)}
+
+
+def test_simulate_removes_its_temp_dir_on_sigterm_without_py4j_noise(tmp_path: Path) -> None:
+    from engine.stream.session import java_problem
+
+    if java_problem():
+        pytest.skip(str(java_problem()))
+    root = Path(__file__).resolve().parents[2]
+    sensors = "Aotizhongxin_TEMP,Changping_TEMP,Dongsi_TEMP,Aotizhongxin_PM2.5"
+    command = [sys.executable, "-m", "engine", "simulate", "--data",
+               str(root / "sample_data" / "beijing_aq_small.csv"), "--sensors", sensors,
+               "--eps", "1", "--delta", "0.1", "--window", "24", "--rows", "300"]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        # Wait until the pipeline writes: Spark and its py4j gateway are up.
+        while not list(tmp_path.glob("lacuna-sim-*/landing/*.parquet")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    assert "Traceback" not in err and "py4j" not in err, err
+    assert not list(tmp_path.glob("lacuna-sim-*"))
