@@ -28,10 +28,13 @@ from engine.stream.ownership import (
     DirectoryLock,
     archive_leftovers,
     check_action,
+    check_same_run,
     delete_leftovers,
     find_leftovers,
     next_feed_row,
     reconcile,
+    record_run,
+    run_identity,
 )
 from engine.stream.pipeline import LivePipeline, discard_lost_state
 from engine.stream.recovery import (
@@ -134,7 +137,7 @@ class PipelineManager:
                 )
             truth = align_history(history, spec.sensors)
             rows = rows_per_file or default_rows_per_file(spec)
-            first = self._claim(paths, action)
+            first = self._claim(paths, action, run_identity(spec, mode))
             feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays, start_row=first)
             feed = replace(feed, stop_row=stop_row) if stop_row is not None else feed
             self._spark = _spark(self.settings)
@@ -161,7 +164,7 @@ class PipelineManager:
             self._feeder.start()
             return self.status()
 
-    def _claim(self, paths: PipelinePaths, action: str) -> int:
+    def _claim(self, paths: PipelinePaths, action: str, identity: dict[str, Any]) -> int:
         """Lock ``paths.root``, deal with leftovers, open the store; the first row to feed."""
         self._release()
         self._owner = DirectoryLock(paths.root, self._now)
@@ -171,7 +174,11 @@ class PipelineManager:
             paths.ensure()
             self._store = BackupStore(paths.store_file, self._now)
             if action == "resume":
+                check_same_run(paths, identity)
                 reconcile(self._store, paths.checkpoint_dir)
+                # Landed files may be gone (consumed before a failure): the store knows too.
+                first = max(first, self._store.horizon() + 1)
+            record_run(paths, identity)
             return first
         except BaseException:
             self._release()

@@ -29,9 +29,10 @@ from engine.errors import ParameterError, PipelineError
 from engine.store import BackupStore
 from engine.stream.feeder import spark_committed_batches
 from engine.stream.pipeline import RUN_FILE
-from engine.stream.spec import PipelinePaths
+from engine.stream.spec import PipelinePaths, StreamSpec
 
 LOCK_NAME = "lacuna.lock"
+RUN_SPEC = "lacuna_run_spec.json"  # what a run streams with: a resume must match it
 ARCHIVE_DIR = "archive"
 LEFTOVER_ACTIONS = ("refuse", "resume", "archive", "delete")
 LeftoverAction = Literal["refuse", "resume", "archive", "delete"]
@@ -155,6 +156,7 @@ def check_action(action: str) -> None:
 def _run_parts(paths: PipelinePaths) -> list[Path]:
     wal = paths.store_file.with_name(paths.store_file.name + ".wal")
     parts = [paths.store_file, wal, paths.checkpoint_dir, paths.landing_dir, paths.truth_dir]
+    parts.append(paths.root / RUN_SPEC)
     return [p for p in parts if p.exists()]
 
 
@@ -233,3 +235,40 @@ def reconcile(store: BackupStore, checkpoint: Path) -> int:
             "or corrupt store?). Archive this run and start a new one; do not resume it"
         )
     return run
+
+
+def run_identity(spec: StreamSpec, mode: str) -> dict[str, object]:
+    """What a resumed run must share with the run it continues."""
+    return {
+        "sensors": list(spec.sensors),
+        "window": spec.window,
+        "slide": spec.slide,
+        "aggregate": spec.aggregate,
+        "mode": mode,
+    }
+
+
+def record_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
+    try:
+        (paths.root / RUN_SPEC).write_text(json.dumps(identity))
+    except OSError as err:
+        raise PipelineError(f"cannot write {str(paths.root / RUN_SPEC)!r}: {err}") from err
+
+
+def check_same_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
+    """``PipelineError`` unless the earlier run streamed the same sensors, windows and mode."""
+    path = paths.root / RUN_SPEC
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise PipelineError(
+            f"cannot tell what the earlier run in {str(paths.root)!r} streamed ({err}); "
+            "archive it instead of resuming"
+        ) from err
+    changed = sorted(k for k in identity if earlier.get(k) != identity[k])
+    if changed:
+        raise PipelineError(
+            f"the earlier run in {str(paths.root)!r} streamed another {', '.join(changed)} "
+            f"(it had {', '.join(f'{k}={earlier.get(k)!r}' for k in changed)}); resume it "
+            "with the same plan and mode, or archive it"
+        )

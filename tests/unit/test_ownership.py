@@ -29,6 +29,8 @@ from engine.stream.ownership import (
     archive_leftovers,
     find_leftovers,
     read_owner,
+    record_run,
+    run_identity,
 )
 from engine.stream.pipeline import RUN_FILE
 from engine.stream.spec import PipelinePaths, StreamSpec
@@ -190,6 +192,7 @@ def killed_store(paths: PipelinePaths, batches: int) -> Path:
     for b in range(batches):
         (commits / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
     (paths.checkpoint_dir / RUN_FILE).write_text(json.dumps({"run": 0}))
+    record_run(paths, run_identity(make_spec(), "full"))
     return wal
 
 
@@ -220,3 +223,14 @@ def test_an_intact_wal_after_a_kill_reconciles(tmp_path: Path) -> None:
     with BackupStore(paths.store_file) as store:
         assert reconcile(store, paths.checkpoint_dir) == 0
         assert store.committed_batches(0) == list(range(6))
+
+
+def test_a_run_is_resumed_only_with_its_own_sensors_windows_and_mode(tmp_path: Path) -> None:
+    paths = PipelinePaths(tmp_path)
+    killed_store(paths, 3)
+    manager = PipelineManager(now=now)
+    with pytest.raises(PipelineError, match=r"another mode \(it had mode='full'\)"):
+        manager.start(make_history(40), make_spec(), "approx", paths, leftovers="resume")
+    (paths.root / "lacuna_run_spec.json").unlink()
+    with pytest.raises(PipelineError, match="cannot tell what the earlier run"):
+        manager.start(make_history(40), make_spec(), "full", paths, leftovers="resume")
