@@ -1,7 +1,15 @@
 # Lacuna operator app: Streamlit UI + local Spark (Java 17) on Debian bookworm.
 #   docker build -t lacuna .
-#   docker run --rm -p 8501:8501 -v lacuna-data:/home/lacuna/.lacuna lacuna
-FROM python:3.11-slim-bookworm
+#   docker run --rm -p 127.0.0.1:8501:8501 -v lacuna-data:/home/lacuna/.lacuna lacuna
+# The app has no authentication: publish the port on the host's loopback (as
+# above) and put an authenticating reverse proxy in front for remote users
+# (README, "Failure modes and security").
+#
+# Base image pinned by tag and digest. The digest is the one several independent
+# public Dockerfiles pin for this tag (found by code search); it could not be
+# checked against Docker Hub where this was written (no registry access). Check
+# it before a release:  docker buildx imagetools inspect python:3.11.14-slim-bookworm
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 # Java 17 runs Spark in local mode; curl serves the health check.
 RUN apt-get update \
@@ -18,15 +26,19 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin lacuna
 WORKDIR /app
 
-COPY requirements.txt ./
-RUN pip install -r requirements.txt
+# Every transitive package pinned (constraints.txt), installed as root.
+COPY requirements.txt constraints.txt ./
+RUN pip install -r requirements.txt -c constraints.txt
 
-COPY --chown=lacuna:lacuna app.py pyproject.toml ./
-COPY --chown=lacuna:lacuna .streamlit ./.streamlit
-COPY --chown=lacuna:lacuna engine ./engine
-COPY --chown=lacuna:lacuna ui ./ui
-COPY --chown=lacuna:lacuna pages ./pages
-COPY --chown=lacuna:lacuna sample_data ./sample_data
+# The code stays owned by root and read-only to the runtime user: a compromised
+# app process cannot rewrite the app. Only LACUNA_HOME is writable.
+COPY app.py pyproject.toml ./
+COPY .streamlit ./.streamlit
+COPY engine ./engine
+COPY ui ./ui
+COPY pages ./pages
+COPY sample_data ./sample_data
+RUN chmod -R a+rX,go-w /app
 
 USER lacuna
 RUN mkdir -p "$LACUNA_HOME"
@@ -36,4 +48,6 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD curl --fail --silent http://127.0.0.1:8501/_stcore/health || exit 1
 
+# 0.0.0.0 inside the container is what a published port reaches; which host
+# interface is exposed is chosen by `docker run -p` (loopback above).
 CMD ["streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

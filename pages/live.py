@@ -22,13 +22,7 @@ with panels.page_guard():
         key="w_live_disorder",
         help="Readings arrive with random delays; results are provisional, then corrected.",
     )
-    if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):
-        with st.status(
-            "Starting Spark and the streaming query (the first start takes about half a minute)..."
-        ) as box:
-            live.start(data.history, plan, mode, rate, disorder)
-            box.update(label="Pipeline running", state="complete")
-        st.rerun()
+    live.start_button(c3, data.history, plan, mode, rate, disorder, running)
     failed = manager.status().state == "failed"
     if c4.button(
         "Recover" if failed else "Simulate failure",

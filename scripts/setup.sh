@@ -1,38 +1,77 @@
 #!/usr/bin/env bash
-# Set up Lacuna on a fresh Debian/Ubuntu machine: Java (for Spark), a Python 3.11
-# virtualenv in .venv with the pinned requirements and, with --dev, the test tools
-# and Debian's Chromium for the browser tests. Safe to run again.
+# Set up Lacuna on a fresh Debian/Ubuntu machine: Java 17+ (for Spark 4), a Python
+# 3.11, 3.12 or 3.13 virtualenv in .venv with the pinned requirements (every
+# transitive package pinned by constraints.txt) and, with --dev, the test tools and
+# Chromium for the browser tests. Safe to run again.
 #
 #   bash scripts/setup.sh          # run the app
 #   bash scripts/setup.sh --dev    # run the tests
+#   LACUNA_PYTHON=python3.13 bash scripts/setup.sh   # choose the interpreter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
 [ "${1:-}" = "--dev" ] && dev=1
 
-packages=()
-command -v java >/dev/null 2>&1 && java -version >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
-if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium ]; then packages+=(chromium); fi
-if [ "${#packages[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
-    echo "setup: please install these Debian packages first: ${packages[*]}" >&2; exit 1
+die() { echo "setup: $*" >&2; exit 1; }
+
+# Major version of the java on PATH (or JAVA_HOME), empty when there is none.
+java_major() {
+  local java="java"
+  [ -n "${JAVA_HOME:-}" ] && java="$JAVA_HOME/bin/java"
+  command -v "$java" >/dev/null 2>&1 || return 0
+  "$java" -version 2>&1 | sed -nE '1s/.*version "([0-9]+)(\.[0-9]+)?.*/\1/p'
+}
+
+find_chromium() {
+  local c
+  for c in "${LACUNA_CHROMIUM:-}" chromium chromium-browser google-chrome; do
+    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 && { command -v "$c"; return 0; }
+  done
+  return 1
+}
+
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "please install these Debian packages first: $*"
+    sudo="sudo"
   fi
-  echo "setup: installing ${packages[*]}" >&2
+  echo "setup: installing $*" >&2
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+packages=()
+major="$(java_major)"
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then packages+=(openjdk-17-jre-headless); fi
+if [ "$dev" = 1 ] && ! find_chromium >/dev/null; then packages+=(chromium); fi
+[ "${#packages[@]}" -gt 0 ] && apt_install "${packages[@]}"
+major="$(java_major)"
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+  die "Spark 4 needs Java 17 or newer, found ${major:-none}; install openjdk-17-jre-headless (or 21) and put it first on PATH or in JAVA_HOME"
 fi
 
 python=""
-for candidate in python3.11 python3; do
-  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+for candidate in ${LACUNA_PYTHON:-} python3.13 python3.12 python3.11 python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'; then
     python="$candidate"; break
   fi
 done
-if [ -z "$python" ]; then echo "setup: Python 3.11 is required (python3.11 not found)" >&2; exit 1; fi
+[ -n "$python" ] || die "Python 3.11, 3.12 or 3.13 is required (none found on PATH)"
 
+# Debian and Ubuntu ship venv (and ensurepip) separately: python3.X-venv.
+if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  apt_install "python$version-venv" || apt_install python3-venv
+fi
+# A .venv without a working pip (created without ensurepip, or half-removed) is rebuilt.
+if [ -d .venv ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  echo "setup: .venv has no working pip; rebuilding it" >&2
+  rm -rf .venv
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 requirements=requirements.txt
 [ "$dev" = 1 ] && requirements=requirements-dev.txt
-.venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements"
-echo "setup: ready (.venv, $requirements)" >&2
+.venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements" -c constraints.txt
+echo "setup: ready (.venv on $(.venv/bin/python -V), $requirements, Java $major)" >&2

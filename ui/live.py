@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -19,6 +20,7 @@ from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
 from engine.planning import BackupPlan
 from engine.stream.live import replanning_monitor
+from engine.stream.ownership import find_leftovers
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
 from ui import resources
@@ -26,8 +28,14 @@ from ui.panels import QUIET, pct
 
 RATES = (5, 10, 20, 50, 100)  # history rows replayed per second
 POLL_SECONDS = 1.5
-ACTIVE = ("running", "failed", "recovering")
+ACTIVE = ("running", "failed", "recovering", "error")  # Start off, Stop on
 PENDING = "_live_pending"  # the last report still waits for windows
+ASKING = "_live_leftovers"  # Start was pressed while an earlier run's files are there
+LEFTOVER_CHOICES = {
+    "Resume it (continue its checkpoint and backup)": "resume",
+    "Archive it (move it to archive/<time>/), then start afresh": "archive",
+    "Delete it, then start afresh": "delete",
+}
 
 
 def session_id() -> str:
@@ -48,14 +56,16 @@ def start(
     mode: str,
     rows_per_second: int,
     disorder: bool = False,
+    leftovers: str = "refuse",
 ) -> None:
     """Start feeder + streaming query on ``history`` with ``plan`` (blocks while Spark starts).
 
     With ``disorder``, readings arrive with exponential delays and the query runs the
     K-slack stage: provisional results, corrections as late readings land, final ones.
+    An earlier run's files are handled as ``leftovers`` says (never deleted unasked).
     """
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
-    paths = PipelinePaths(resources.work_dir() / "pipeline")
+    paths = pipeline_paths()
     speed = float(rows_per_second) * plan.sampling_interval_s
     delays, stage_factory = None, None
     if disorder:
@@ -67,7 +77,7 @@ def start(
         paths,
         speed=speed,
         rows_per_file=max(1, rows_per_second),
-        reset=True,
+        leftovers=leftovers,
         delays=delays,
         stage_factory=stage_factory,
         options=PipelineOptions(trigger_seconds=1.0),
@@ -83,6 +93,69 @@ def start(
             "sensors": str(len(plan.sensors)),
         }
         log.history, log.plan = history, plan
+
+
+def pipeline_paths() -> PipelinePaths:
+    return PipelinePaths(resources.work_dir() / "pipeline")
+
+
+def start_button(
+    column: Any, history: SensorHistory, plan: BackupPlan, mode: str, rate: int,
+    disorder: bool, running: bool,
+) -> None:  # fmt: skip
+    """Start; when an earlier (stopped or crashed) run's files are there, ask first."""
+    if column.button("Start", type="primary", disabled=running, key="start_pipeline"):
+        if find_leftovers(pipeline_paths()).any:
+            st.session_state[ASKING] = True
+        else:
+            _start_now(history, plan, mode, rate, disorder, "refuse")
+    if st.session_state.get(ASKING) and not running:
+        _ask_leftovers(history, plan, mode, rate, disorder)
+    elif not running and find_leftovers(pipeline_paths()).any:
+        st.caption(
+            f"An earlier run's backup is in {pipeline_paths().root}: Start offers to resume, "
+            "archive or delete it."
+        )
+
+
+def _start_now(
+    history: SensorHistory, plan: BackupPlan, mode: str, rate: int, disorder: bool, action: str
+) -> None:
+    with st.status(
+        "Starting Spark and the streaming query (the first start takes about half a minute)..."
+    ) as box:
+        start(history, plan, mode, rate, disorder, leftovers=action)
+        box.update(label="Pipeline running", state="complete")
+    st.session_state.pop(ASKING, None)
+    st.rerun()
+
+
+def _ask_leftovers(
+    history: SensorHistory, plan: BackupPlan, mode: str, rate: int, disorder: bool
+) -> None:
+    found = find_leftovers(pipeline_paths())
+    if not found.any:
+        st.session_state.pop(ASKING, None)
+        return
+    st.warning(
+        f"{pipeline_paths().root} holds an earlier run (backup store: "
+        f"{'yes' if found.store else 'no'}, checkpoint: {'yes' if found.checkpoint else 'no'}, "
+        f"{found.landed_files} landed file(s)). If it crashed, this is its backup: "
+        "nothing is deleted unless you say so."
+    )
+    choices = [c for c, a in LEFTOVER_CHOICES.items() if a != "resume" or found.resumable]
+    if disorder:  # a delayed feed is not a prefix of the history: it cannot be continued
+        choices = [c for c in choices if LEFTOVER_CHOICES[c] != "resume"]
+    action = LEFTOVER_CHOICES[st.radio("What to do with it", choices, key="w_leftovers")]
+    confirmed = action != "delete" or st.checkbox(
+        "Yes, delete that backup for good", key="w_confirm_delete"
+    )
+    go, cancel = st.columns([1, 1])
+    if go.button("Continue", type="primary", disabled=not confirmed, key="leftovers_go"):
+        _start_now(history, plan, mode, rate, disorder, action)
+    if cancel.button("Cancel", key="leftovers_cancel"):
+        st.session_state.pop(ASKING, None)
+        st.rerun()
 
 
 def _disorder(

@@ -143,6 +143,15 @@ class Feeder:
     def error(self) -> BaseException | None:
         return self._error
 
+    def failure(self) -> str | None:
+        """Why the feed died (None while it runs, after it finished or was stopped)."""
+        if self._error is not None:
+            return f"the feeder failed: {_first_line(self._error)}"
+        thread = self._thread
+        if thread is None or thread.is_alive() or self._stop.is_set() or self.progress().done:
+            return None
+        return "the feeder thread ended before the feed was done"
+
     def _run_safely(self) -> None:
         try:
             self.run()
@@ -244,6 +253,11 @@ class Feeder:
         path = directory / "truth.parquet"
         frame.to_parquet(path, index=False)
         return path
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 # -- which landed files a query consumed -------------------------------------

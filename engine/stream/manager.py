@@ -11,7 +11,6 @@ board), so a polling UI stays responsive while recovery runs.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,18 @@ import pandas as pd
 from engine.errors import ParameterError, PipelineError
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
+from engine.stream.ownership import (
+    DirectoryLock,
+    archive_leftovers,
+    check_action,
+    check_same_run,
+    delete_leftovers,
+    find_leftovers,
+    next_feed_row,
+    reconcile,
+    record_run,
+    run_identity,
+)
 from engine.stream.pipeline import LivePipeline, discard_lost_state
 from engine.stream.recovery import (
     LostRange,
@@ -79,6 +90,7 @@ class PipelineManager:
         self._failed_run: int | None = None
         self._recovery: _Recovery | None = None
         self._config: dict[str, Any] = {}
+        self._owner: DirectoryLock | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -95,9 +107,20 @@ class PipelineManager:
         options: PipelineOptions | None = None,
         monitor: Monitor | None = None,
         stage_factory: Callable[[], Stage] | None = None,
+        leftovers: str = "refuse",
         reset: bool = False,
+        stop_row: int | None = None,
     ) -> PipelineStatus:
-        """Start feeder and query in the background (``PipelineError`` if one runs)."""
+        """Start feeder and query in the background (``PipelineError`` if one runs).
+
+        The directory is locked first (``PipelineError`` naming the owner if another
+        process runs a pipeline there). An earlier run's files are handled as
+        ``leftovers`` says: ``"refuse"`` (``PipelineError``), ``"resume"`` (continue
+        its checkpoint after checking the store holds every committed batch, feed
+        from the row after the last landed one), ``"archive"`` (move them to
+        ``<root>/archive/<timestamp>/``) or ``"delete"`` (``reset=True`` is the
+        same). ``stop_row`` ends the feed there (``feed_rest`` continues it).
+        """
         with self._lock:
             if self._pipeline is not None or self._failed_run is not None:
                 raise PipelineError(
@@ -105,12 +128,18 @@ class PipelineManager:
                     f"(run {self.board.snapshot().run}); stop it before starting another"
                 )
             check_mode(mode)
+            check_action(leftovers)
+            action = "delete" if reset else leftovers
+            if action == "resume" and delays is not None:
+                raise PipelineError(
+                    "a run with arrival delays cannot be resumed (its landed input is not a "
+                    "prefix of the history); archive it and start again"
+                )
             truth = align_history(history, spec.sensors)
             rows = rows_per_file or default_rows_per_file(spec)
-            feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays)
-            paths.ensure()
-            _prepare_root(paths, reset)
-            self._store = BackupStore(paths.store_file, self._now)
+            first = self._claim(paths, action, run_identity(spec, mode))
+            feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays, start_row=first)
+            feed = replace(feed, stop_row=stop_row) if stop_row is not None else feed
             self._spark = _spark(self.settings)
             self.board = StatusBoard(self._now)
             self._truth, self._stage_factory, self._recovery = truth, stage_factory, None
@@ -121,17 +150,67 @@ class PipelineManager:
                 "options": options or PipelineOptions(),
                 "monitor": monitor,
                 "earlier": [],  # plans in force before "spec", newest first
+                "history": history,
+                "feed": feed,
             }
-            self._feeder = Feeder(history, spec.sensors, paths.landing_dir, paths.truth_dir, feed)
+            truth_dir = None if action == "resume" else paths.truth_dir
+            self._feeder = Feeder(history, spec.sensors, paths.landing_dir, truth_dir, feed)
             try:
                 self._pipeline = self._new_pipeline(spec, seed=None).start()
             except BaseException:
                 self._feeder, self._pipeline = None, None
-                self._store.close()
-                self._store = None
+                self._release()
                 raise
             self._feeder.start()
             return self.status()
+
+    def _claim(self, paths: PipelinePaths, action: str, identity: dict[str, Any]) -> int:
+        """Lock ``paths.root``, deal with leftovers, open the store; the first row to feed."""
+        self._release()
+        self._owner = DirectoryLock(paths.root, self._now)
+        self._owner.acquire()
+        try:
+            first = _prepare_root(paths, action, self._now)
+            paths.ensure()
+            self._store = BackupStore(paths.store_file, self._now)
+            if action == "resume":
+                check_same_run(paths, identity)
+                reconcile(self._store, paths.checkpoint_dir)
+                # Landed files may be gone (consumed before a failure): the store knows too.
+                first = max(first, self._store.horizon() + 1)
+            record_run(paths, identity)
+            return first
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        """Close the store and give up the directory lock (idempotent)."""
+        store, self._store = self._store, None
+        owner, self._owner = self._owner, None
+        try:
+            if store is not None:
+                store.close()
+        finally:
+            if owner is not None:
+                owner.release()
+
+    def feed_rest(self) -> None:
+        """Continue a feed that ``start(stop_row=...)`` ended, to the end of the history."""
+        with self._lock:
+            feeder, cfg = self._feeder, self._config
+            if feeder is None or not feeder.progress().done:
+                raise PipelineError("the feed is still running or was never started")
+            feeder.join()
+            start = cfg["feed"].stop_row
+            if start is None:
+                return
+            feed = replace(cfg["feed"], start_row=start, stop_row=None)
+            history, paths = cfg["history"], cfg["paths"]
+            cfg["feed"] = feed
+            sensors = cfg["spec"].sensors
+            self._feeder = Feeder(history, sensors, paths.landing_dir, None, feed)
+            self._feeder.start()
 
     def _new_pipeline(self, spec: StreamSpec, seed: Any) -> LivePipeline:
         cfg = self._config
@@ -151,7 +230,18 @@ class PipelineManager:
     def status(self) -> PipelineStatus:
         """A snapshot for polling; never blocks on a running control call."""
         status, feeder = self.board.snapshot(), self._feeder
-        return replace(status, feed=feeder.progress()) if feeder is not None else status
+        if feeder is None:
+            return status
+        status = replace(status, feed=feeder.progress())
+        problem = feeder.failure()
+        if problem is None or status.state in ("stopped", "failed"):
+            return status
+        if status.state != "error" or problem not in (status.last_error or ""):
+            # A dead background thread must show at once, not as a quiet "running".
+            error = problem if not status.last_error else f"{problem}; {status.last_error}"
+            self.board.update(state="error", last_error=error)
+            status = replace(status, state="error", last_error=error)
+        return status
 
     def set_spec(self, spec: StreamSpec, reason: str) -> None:
         """Swap the plan of the running pipeline (next batch; logged to ``plan_log``)."""
@@ -289,9 +379,7 @@ class PipelineManager:
         """Stop and release the store."""
         self.stop()
         with self._lock:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            self._release()
 
     def _require_pipeline(self) -> LivePipeline:
         if self._pipeline is None:
@@ -308,24 +396,33 @@ def _spark(settings: SparkSettings) -> Any:
     return get_spark(settings)
 
 
-def _prepare_root(paths: PipelinePaths, reset: bool) -> None:
-    """Refuse leftovers of an earlier run, or wipe them when ``reset``."""
-    leftovers = [p for p in paths.landing_dir.glob("*.parquet")]
-    if paths.checkpoint_dir.exists() and any(paths.checkpoint_dir.iterdir()):
-        leftovers.append(paths.checkpoint_dir)
-    if paths.store_file.exists():
-        leftovers.append(paths.store_file)
-    if leftovers and not reset:
+def _prepare_root(paths: PipelinePaths, action: str, now: Callable[[], datetime]) -> int:
+    """Deal with an earlier run's files as ``action`` says; the first history row to feed.
+
+    Called with the directory lock held, so no live process owns these files.
+    """
+    found = find_leftovers(paths)
+    if not found.any:
+        return 0
+    if action == "refuse":
         raise PipelineError(
-            f"{str(paths.root)!r} holds files of an earlier run (e.g. {str(leftovers[0])!r}); "
-            "pass reset=True or use another directory"
+            f"{str(paths.root)!r} holds an earlier run that no process owns (store: "
+            f"{found.store}, checkpoint: {found.checkpoint}, {found.landed_files} landed "
+            "file(s)): resume it (leftovers='resume'), archive it (leftovers='archive') "
+            "or delete it (leftovers='delete')"
         )
-    try:
-        for p in leftovers:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-        paths.store_file.with_name(paths.store_file.name + ".wal").unlink(missing_ok=True)
-    except OSError as err:
-        raise PipelineError(f"cannot clear {str(paths.root)!r}: {err}") from err
+    if action == "archive":
+        archive_leftovers(paths, now)
+        return 0
+    if action == "delete":
+        delete_leftovers(paths)
+        return 0
+    if not found.resumable:
+        raise PipelineError(
+            f"the earlier run in {str(paths.root)!r} has no checkpoint and store to resume "
+            f"(store: {found.store}, checkpoint: {found.checkpoint}); archive it instead"
+        )
+    return next_feed_row(paths.landing_dir)
 
 
 def default_rows_per_file(spec: StreamSpec) -> int:
@@ -367,15 +464,18 @@ def run_simulation(
 ) -> RecoveryReport:
     """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
 
-    The report is taken after the restarted query has processed the whole feed,
-    so windows finished by the live query from rebuilt rows are included.
+    The failure strikes before ``failure_row`` (inside an open window): the feed
+    stops there, the query processes every row before it, then it is killed. So
+    the same arguments lose the same rows however batches are cut or the machine
+    is loaded. An earlier run's files in ``paths`` are archived, never deleted.
+    The report is taken after the restarted query has processed the whole feed.
     """
     if not 0.0 < fail_at < 1.0:
         raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
     check_mode(mode)
-    total = int(np.asarray(history.values).shape[0]) * len(spec.sensors)
+    fail_row = failure_row(int(np.asarray(history.values).shape[0]), spec, fail_at)
     base = options or PipelineOptions(trigger_seconds=0.0)
-    opts = replace(base, fail_after_readings=int(fail_at * total), available_now=False)
+    opts = replace(base, fail_after_readings=None, available_now=False)
     manager = PipelineManager(settings)
     try:
         manager.start(
@@ -386,12 +486,32 @@ def run_simulation(
             speed=speed,
             rows_per_file=rows_per_file,
             options=opts,
-            reset=True,
+            leftovers="archive",
+            stop_row=fail_row,
         )
-        manager.wait_for_failure(timeout)
-        manager.simulate_failure()
+        manager.drain(timeout)
+        manager.simulate_failure(grace_seconds=0.5)
         manager.recover()
+        manager.feed_rest()
         manager.drain(timeout)
         return manager.report()
     finally:
         manager.close()
+
+
+def failure_row(rows: int, spec: StreamSpec, fail_at: float) -> int:
+    """The row a simulated failure strikes before: mid-slide near ``fail_at * rows``.
+
+    Half a slide past a slide boundary, so a window always has some rows
+    processed and some not (unless window = slide = 1, where none can be open).
+    """
+    step = spec.slide
+    row = (int(fail_at * rows) // step) * step + max(1, step // 2)
+    if row >= rows:
+        row -= step
+    if row <= 0 or row >= rows:
+        raise ParameterError(
+            f"fail_at {fail_at!r} leaves no open window to fail inside {rows} rows "
+            f"(slide {step}); replay more rows"
+        )
+    return row

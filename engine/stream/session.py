@@ -8,6 +8,7 @@ cluster. PySpark is imported lazily.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import PipelineError
+from engine.stream.quiet import quiet_py4j
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 MASTER_ENV = "LACUNA_SPARK_MASTER"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+MIN_JAVA = 17  # Spark 4 runs on Java 17 and 21
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,26 @@ def java_problem() -> str | None:
     if not java or not os.path.exists(java):
         return "no Java found: install Java 17 or 21 (e.g. apt-get install openjdk-17-jre-headless)"
     try:
-        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
+        done = subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as err:
         return f"Java at {java} does not run: {err}"
+    major = java_major(done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace"))
+    if major is None or major < MIN_JAVA:
+        found = "an unknown version" if major is None else f"Java {major}"
+        return (
+            f"Spark 4 needs Java {MIN_JAVA} or newer, but {java} is {found}: install "
+            "openjdk-17-jre-headless (or 21) and put it first on PATH or in JAVA_HOME"
+        )
     return None
+
+
+def java_major(version_output: str) -> int | None:
+    """The major version in ``java -version`` output (``1.8.0`` is 8), or None."""
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major
 
 
 def get_spark(settings: SparkSettings | None = None) -> SparkSession:
@@ -62,6 +81,7 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
         # Keep a local driver on loopback: never bind a public interface by accident.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     _point_workers_at_this_python()
+    quiet_py4j()
     from pyspark.sql import SparkSession
 
     builder: Any = (

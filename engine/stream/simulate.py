@@ -1,11 +1,21 @@
 """``python -m engine simulate``: plan, then run the live Spark pipeline with one
-failure and recovery, and report how recovery did against the truth."""
+failure and recovery, and report how recovery did against the truth.
+
+The temporary work directory is removed on a normal end, an error, Ctrl-C and
+SIGTERM (turned into ``KeyboardInterrupt`` while the simulation runs). SIGKILL
+cannot be caught: a killed run leaves ``$TMPDIR/lacuna-sim-*`` behind.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from engine.data.history import SensorHistory
@@ -31,7 +41,7 @@ def simulate_from_cli(
         if not args.rows
         else history.rows(max(0, len(history.times) - args.rows), len(history.times))
     )
-    with tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
+    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
             replay,
@@ -49,3 +59,23 @@ def simulate_from_cli(
         "model_worst_violation_probability": plan.model_worst_probability,
     }
     return out
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises ``KeyboardInterrupt`` so cleanup code runs.
+
+    Only the main thread can install signal handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,28 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ENV = "LACUNA_CHROMIUM"  # a path, or a command name on PATH
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def find_chromium(env: dict[str, str] | None = None) -> str:
+    """``$LACUNA_CHROMIUM``, else the first Chromium on ``PATH``, else Debian's path.
+
+    The result may not exist (the fixture then skips, or fails in CI, naming it).
+    """
+    env = dict(os.environ) if env is None else env
+    path = env.get("PATH")
+    wanted = env.get(CHROMIUM_ENV)
+    if wanted:
+        return shutil.which(wanted, path=path) or wanted
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name, path=path)
+        if found:
+            return found
+    return "/usr/bin/chromium"
+
+
+CHROMIUM = find_chromium()
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

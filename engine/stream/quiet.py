@@ -1,0 +1,43 @@
+"""Keep expected py4j log records off stderr, and only those.
+
+py4j logs, with a traceback, every exception a Python callback raises and every
+interrupted call:
+
+* the ``SimulatedFailure`` that ``foreachBatch`` raises on purpose (the status
+  board already reports the failure, as state ``failed``);
+* ``KeyboardInterrupt while sending command`` when Ctrl-C or SIGTERM (see
+  ``engine.simulate``) stops a run: the interrupt itself is reported by the CLI.
+
+Any other py4j record still goes through.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from engine.stream.spec import FAILURE_MARK, SimulatedFailure
+
+_LOGGERS = ("py4j.clientserver", "py4j.java_gateway", "")  # "" = root: py4j logs there too
+
+
+class ExpectedPy4jNoise(logging.Filter):
+    """Drops py4j records about our own simulated failure or an interrupt."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "py4j" not in record.pathname:
+            return True
+        err = record.exc_info[1] if record.exc_info else None
+        if isinstance(err, SimulatedFailure | KeyboardInterrupt):
+            return False
+        return FAILURE_MARK not in record.getMessage()
+
+
+_FILTER = ExpectedPy4jNoise()
+
+
+def quiet_py4j() -> None:
+    """Install the filter on py4j's loggers and the root logger (idempotent)."""
+    for name in _LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)

@@ -1,0 +1,86 @@
+"""The Start button never deletes an earlier run: it asks, and deleting needs a confirmation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.stream.pipeline import RUN_FILE
+from engine.stream.spec import PipelineStatus
+from ui import live, resources
+
+pytestmark = pytest.mark.app
+
+
+class StartRecorder:
+    """Stands in for ``PipelineManager``: idle, and records how ``start`` was called."""
+
+    def __init__(self) -> None:
+        self.starts: list[dict[str, Any]] = []
+
+    def status(self) -> PipelineStatus:
+        return PipelineStatus(state="idle")
+
+    def start(self, *args: Any, **kwargs: Any) -> PipelineStatus:
+        self.starts.append(kwargs)
+        return self.status()
+
+    def plan_log(self) -> None:
+        return None
+
+    def report(self) -> None:
+        from engine.errors import PipelineError
+
+        raise PipelineError("no recovery has run yet")
+
+
+@pytest.fixture
+def crashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[StartRecorder, Path]]:
+    """A crashed run's files in the app's pipeline directory, and a recording manager."""
+    root = Path(os.environ["LACUNA_HOME"]) / "pipeline"
+    (root / "checkpoint").mkdir(parents=True)
+    (root / "checkpoint" / RUN_FILE).write_text('{"run": 0}')
+    (root / "store.duckdb").write_bytes(b"backup rows")
+    manager = StartRecorder()
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    monkeypatch.setattr(live, "replanning_monitor", lambda *a: None)
+    yield manager, root
+    shutil.rmtree(root)
+
+
+def test_start_after_a_crash_asks_and_deletes_only_when_confirmed(app, crashed):  # type: ignore[no-untyped-def]
+    manager, root = crashed
+    app.switch_page("pages/live.py").run()
+    assert any("earlier run's backup" in c.value for c in app.caption)
+    app.button(key="start_pipeline").click().run()
+    assert not app.exception and not app.error
+    assert manager.starts == []  # nothing started, nothing touched yet
+    assert (root / "store.duckdb").read_bytes() == b"backup rows"
+    assert any("nothing is deleted unless you say so" in w.value for w in app.warning)
+    radio = app.radio(key="w_leftovers")
+    assert [o for o in radio.options if "Resume" in o]  # checkpoint and store: resumable
+    delete = next(o for o in radio.options if o.startswith("Delete"))
+    radio.set_value(delete).run()
+    assert app.button(key="leftovers_go").disabled  # not before the confirmation
+    app.checkbox(key="w_confirm_delete").check().run()
+    app.button(key="leftovers_go").click().run()
+    assert not app.exception
+    assert [s["leftovers"] for s in manager.starts] == ["delete"]
+
+
+def test_archive_is_offered_and_cancel_starts_nothing(app, crashed):  # type: ignore[no-untyped-def]
+    manager, _ = crashed
+    app.switch_page("pages/live.py").run()
+    app.button(key="start_pipeline").click().run()
+    app.button(key="leftovers_cancel").click().run()
+    assert manager.starts == [] and not app.get("radio")
+    app.button(key="start_pipeline").click().run()
+    radio = app.radio(key="w_leftovers")
+    radio.set_value(next(o for o in radio.options if o.startswith("Archive"))).run()
+    app.button(key="leftovers_go").click().run()
+    assert [s["leftovers"] for s in manager.starts] == ["archive"]

@@ -1,0 +1,48 @@
+"""Only py4j's records about our own simulated failure or an interrupt are dropped."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from engine.stream.quiet import ExpectedPy4jNoise, quiet_py4j
+from engine.stream.spec import FAILURE_MARK, SimulatedFailure
+
+PY4J = "/venv/lib/python3.11/site-packages/py4j/clientserver.py"
+
+
+def record(pathname: str, err: BaseException | None, msg: str = "There was an exception") -> bool:
+    exc_info = None
+    if err is not None:
+        try:
+            raise err
+        except BaseException:
+            exc_info = sys.exc_info()
+    rec = logging.LogRecord("py4j.clientserver", logging.ERROR, pathname, 1, msg, (), exc_info)
+    return ExpectedPy4jNoise().filter(rec)
+
+
+@pytest.mark.parametrize(
+    ("pathname", "err", "kept"),
+    [
+        (PY4J, SimulatedFailure(f"{FAILURE_MARK} before batch 3"), False),
+        (PY4J, KeyboardInterrupt("signal 15"), False),
+        (PY4J, ValueError("a real problem in a callback"), True),
+        (PY4J, None, True),
+        ("/work/engine/stream/pipeline.py", KeyboardInterrupt(), True),  # not py4j's
+    ],
+)
+def test_only_expected_py4j_records_are_dropped(
+    pathname: str, err: BaseException | None, kept: bool
+) -> None:
+    assert record(pathname, err) is kept
+
+
+def test_the_filter_is_installed_once_on_py4j_and_root(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_py4j()
+    quiet_py4j()
+    for name in ("py4j.clientserver", "py4j.java_gateway", ""):
+        found = [f for f in logging.getLogger(name).filters if isinstance(f, ExpectedPy4jNoise)]
+        assert len(found) == 1
