@@ -6,7 +6,7 @@ interrupted call:
 * the ``SimulatedFailure`` that ``foreachBatch`` raises on purpose (the status
   board already reports the failure, as state ``failed``);
 * ``KeyboardInterrupt while sending command`` when Ctrl-C or SIGTERM (see
-  ``engine.simulate``) stops a run: the interrupt itself is reported by the CLI.
+  ``engine.stream.simulate``) stops a run: the interrupt itself is reported by the CLI.
 
 Any other py4j record still goes through.
 """

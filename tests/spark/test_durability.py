@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.aggregates import window_aggregates
 from engine.errors import PipelineError
-from engine.reconstruct import window_aggregates
 from engine.store import BackupStore
 from engine.stream.manager import PipelineManager, run_simulation
 from engine.stream.session import SparkSettings
