@@ -163,7 +163,7 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
     sensor = st.selectbox("Sensor", options, key="w_recovery_sensor")
     frame = recovery_frame(history, report, sensor)
     span = lost_span(history, report)
-    st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps))
+    st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps_for(sensor)))
     left, right = st.columns(2)
     left.plotly_chart(charts.error_histogram(rebuilt_errors(report), report.eps))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
