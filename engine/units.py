@@ -169,7 +169,7 @@ def mixed_unit_warning(
     more = "" if len(groups) <= 6 else f" and {len(groups) - 6} more"
     return (
         f"the sensors have {len(groups)} units ({shown}{more}) but one eps: eps is in the "
-        "aggregate's unit, so set one eps per unit group (--eps-map in the CLI, the unit "
+        "aggregate's unit, so set one eps per unit group (--eps-by-unit in the CLI, the unit "
         "groups on the Tune page)"
     )
 

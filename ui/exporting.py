@@ -12,7 +12,7 @@ MIME = {"json": "application/json", "yaml": "application/x-yaml"}
 
 
 def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
-    """The schema-v1 config of ``plan`` (validated) and its text in ``fmt``."""
+    """The schema-v2 config of ``plan`` (validated) and its text in ``fmt``."""
     config = plan_to_config(plan)
     validate_config(config)
     return config, dump_config(config, fmt)
