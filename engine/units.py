@@ -12,6 +12,7 @@ own name pattern (``unknown:<quantity>``), never silently a known unit.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -228,3 +229,40 @@ def _pairs(value: object, what: str) -> list[tuple[str, Any]]:
     if len(set(names)) != len(names):
         raise ParameterError(f"{what} names a sensor twice, got {sorted(names)!r}")
     return pairs
+
+
+def eps_summary(
+    sensors: Sequence[str],
+    eps: Sequence[float],
+    overrides: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+) -> str:
+    """``eps degC 1, ug/m3 20``: each unit group's eps (a range if it varies inside one)."""
+    by_unit: dict[str, list[float]] = {}
+    for (_, unit), value in zip(sensor_units(sensors, overrides).items(), eps, strict=True):
+        by_unit.setdefault(unit, []).append(float(value))
+    parts = []
+    for unit, values in by_unit.items():
+        low, high = min(values), max(values)
+        parts.append(f"{unit} {low:g}" if low == high else f"{unit} {low:g}..{high:g}")
+    return "eps " + ", ".join(parts)
+
+
+def parse_unit_overrides(text: str, sensors: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``"*_CO = mg/m3"`` lines (a sensor name or glob, ``=``, a unit) -> (sensor, unit) pairs.
+
+    Later lines win. A line without ``=``, with an empty unit or matching no sensor is a
+    ``ParameterError`` naming the line.
+    """
+    given: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        pattern, sep, unit = (part.strip() for part in line.partition("="))
+        hits = [s for s in sensors if fnmatch.fnmatchcase(s, pattern)] if pattern else []
+        if not sep or not unit or not hits:
+            raise ParameterError(
+                f"unit line {number} must be SENSOR_OR_GLOB = UNIT matching a sensor, got {raw!r}"
+            )
+        given.update(dict.fromkeys(hits, unit))
+    return tuple((s, given[s]) for s in sensors if s in given)

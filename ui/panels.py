@@ -16,6 +16,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from engine.errors import EngineError
 from engine.plan import BackupPlan, PlanParameters
+from engine.units import eps_summary
 from ui import plans, resources, state
 from ui.plans import PlanningData
 
@@ -96,8 +97,13 @@ def backtest_button(data: PlanningData, params: PlanParameters) -> None:
 def status_line(plan: BackupPlan) -> None:
     """One line saying whether the figures below are measured."""
     p = plan.parameters
+    eps = (
+        eps_summary(plan.sensors, plan.eps_per_sensor, p.units)
+        if p.eps_by_sensor
+        else f"eps {p.eps:g}"
+    )
     what = (
-        f"eps {p.eps:g}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
+        f"{eps}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
         f"{p.aggregate}, {p.method}"
     )
     if plan.measured and plan.backtest is not None:
