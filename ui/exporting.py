@@ -18,6 +18,16 @@ def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
     return config, dump_config(config, fmt)
 
 
+def validity_text(config: dict[str, Any]) -> str:
+    """One sentence: the fit period and until when the plan may be used."""
+    v = config["validity"]
+    return (
+        f"Fitted on {v['fit_start']} .. {v['fit_end']}; valid until {v['valid_until']} "
+        f"(horizon {v['horizon_rows']} rows). `recover` warns on a backup outside "
+        f"{v['fit_end']} .. {v['valid_until']}: re-plan before then."
+    )
+
+
 def backup_csv(history: SensorHistory, plan: BackupPlan) -> bytes:
     """The backed-up sensors' readings: what production keeps, and ``recover`` reads."""
     frame = (

@@ -162,3 +162,27 @@ def test_stream_spec_and_status_board_take_per_sensor_eps(mixed) -> None:
     misses = board.snapshot().shadow_violations
     for s in spec.linear_map.targets:
         assert misses[s] == (1 if s.endswith("_TEMP") else 0)
+
+
+def test_live_replan_keeps_per_sensor_eps_and_counts_against_it(mixed) -> None:
+    from engine.replan import ReplanningMonitor, widen_plan
+
+    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
+    applied: list = []
+    live = ReplanningMonitor(
+        plan, lambda: mixed.rows(400, 720), lambda p, r: applied.append(p), min_windows=5
+    )
+    assert live.monitor.eps.tolist() == plan.eps_per_sensor.tolist()
+    wider = widen_plan(plan, mixed.rows(400, 720), np.full(len(mixed.sensors), 0.25))
+    assert set(plan.backup_sensors) <= set(wider.backup_sensors)
+    assert wider.eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
+    # in the sensors' own units: each rebuilt sensor within its own (eps-scaled) target
+    rebuilt = [wider.sensors.index(s) for s in wider.linear_map.targets]
+    assert np.all(wider.conditional_variance[rebuilt] <= wider.targets[rebuilt] * (1 + 1e-9))
+    # the same errors are a miss for a degC sensor and a hit for a PM2.5 sensor
+    errors = np.full((10, len(mixed.sensors)), 5.0)
+    alert = live.observe(errors, wider.linear_map.targets)
+    assert alert is not None and alert.sensors
+    assert all(s.endswith("_TEMP") for s in alert.sensors)
+    assert applied and applied[0].eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
