@@ -29,8 +29,6 @@ with panels.page_guard():
     st.caption(f"Re-planned in {1000 * (time.perf_counter() - t0):.0f} ms (model only).")
     measured = plans.cached_measured_plan(data, params, cache)
     panels.status_line(measured or preview)
-    for warning in (measured or preview).warnings:
-        st.warning(f"Mixed units: {warning}." if "units" in warning else warning)
     panels.guarantee(measured or preview)
     if measured is None and auto and panels.run_backtest(data, params) is not None:
         st.rerun()

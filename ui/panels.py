@@ -123,6 +123,14 @@ def status_line(plan: BackupPlan) -> None:
         st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
     else:
         st.info(f"Plan is a {PREVIEW_LABEL}: the figures are the model's projection ({what}).")
+    plan_warnings(plan)
+
+
+def plan_warnings(plan: BackupPlan) -> None:
+    """The plan's own warnings (e.g. several units under one eps), one box each."""
+    for warning in plan.warnings:
+        label = "Mixed units" if "units" in warning and "one eps" in warning else "Warning"
+        st.warning(f"{label}: {warning}.")
 
 
 def pct(x: float | None, digits: int = 1) -> str:

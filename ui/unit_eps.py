@@ -26,7 +26,13 @@ MAX_COLUMNS = 3
 
 
 def per_unit_on() -> bool:
-    """Whether eps is set per unit group (the single eps input is then off)."""
+    """Whether eps is set per unit group (the single eps input is then off).
+
+    The toggle's value of this run when it exists (read before the toggle is drawn),
+    else the choice kept from an earlier page.
+    """
+    if "w_eps_per_unit" in st.session_state:
+        return bool(st.session_state["w_eps_per_unit"])
     return bool(st.session_state.get(PER_UNIT, True))
 
 

@@ -43,6 +43,8 @@ def test_one_eps_over_mixed_units_is_warned_about(app):  # type: ignore[no-untyp
     assert not app.number_input(key="w_eps").disabled
     warnings = [w.value for w in app.warning if "Mixed units" in w.value]
     assert len(warnings) == 1 and "degC (6)" in warnings[0] and "ug/m3 (6)" in warnings[0]
+    app.switch_page("pages/plan.py").run()  # the plan's warning follows it to other pages
+    assert [w.value for w in app.warning if "Mixed units" in w.value] == warnings
 
 
 def test_unit_corrections_regroup_the_sensors(app):  # type: ignore[no-untyped-def]
