@@ -85,7 +85,7 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
         "Sensors",
         list(sensors),
         key="w_sensors",
-        help="Plan for sensors with a common unit: eps is one number in that unit.",
+        help="eps is in the aggregate's unit: mixed units get one eps per unit group on Tune.",
     )
     if chosen != state.selection():
         state.set_selection(chosen)
