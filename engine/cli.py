@@ -51,6 +51,12 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--history", type=int, default=None, help="rows to learn from (default 336)")
     p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
+    p.add_argument(
+        "--eps-by-unit",
+        default=None,
+        help="one eps per unit group, e.g. 'degC=1,ug/m3=20,hPa=0.5'; units are guessed from "
+        "the sensor names (_TEMP, _degC, _PM2.5, _hPa, ...); other sensors use --eps",
+    )
     p.add_argument("--layout", default="auto", help="auto, wide or long")
     p.add_argument("--time-column", default=None, help="name of the time column")
 
@@ -173,13 +179,46 @@ def _params(args: argparse.Namespace) -> PlanParameters:
     )
 
 
+def parse_eps_by_unit(text: str) -> dict[str, float]:
+    """``'degC=1,ug/m3=20'`` -> ``{"degC": 1.0, "ug/m3": 20.0}``; each eps finite > 0."""
+    out: dict[str, float] = {}
+    for item in (i.strip() for i in text.split(",")):
+        unit, sep, value = item.partition("=")
+        try:
+            eps = float(value)
+        except ValueError:
+            eps = float("nan")
+        if not sep or not unit.strip() or not eps > 0 or eps == float("inf"):
+            raise ParameterError(f"--eps-by-unit items must be UNIT=EPS with EPS > 0, got {item!r}")
+        out[unit.strip()] = eps
+    return out
+
+
+def _with_unit_eps(
+    params: PlanParameters, history: SensorHistory, args: argparse.Namespace
+) -> PlanParameters:
+    """``params`` with the per-sensor eps that ``--eps-by-unit`` asks for."""
+    from dataclasses import replace
+
+    from engine.data.units import eps_for_units
+
+    text = getattr(args, "eps_by_unit", None)
+    if not text:
+        return params
+    per = eps_for_units(history.sensors, parse_eps_by_unit(text), params.units)
+    return replace(params, eps_by_sensor=per)
+
+
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export.config import plan_to_config, write_config
     from engine.planning.calibration import BacktestSettings
     from engine.planning.plan import default_history, make_plan
 
     params = _params(args)  # validate parameters before reading the file
+    if args.eps_by_unit:
+        parse_eps_by_unit(args.eps_by_unit)
     history = _history(args)
+    params = _with_unit_eps(params, history, args)
     n_rows = history.values.shape[0]
     rows = params.history or default_history(n_rows, params.window)
     budget = None if args.no_backtest else _fold_budget(args, n_rows, rows, params.window)
@@ -191,6 +230,8 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
         run_backtest_now=not args.no_backtest,
         progress=Progress(),
     )
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     config = plan_to_config(plan)
     if args.out:
         config["written_to"] = str(write_config(config, args.out))
@@ -210,10 +251,11 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     from engine.planning.calibration import BacktestSettings, run_backtest
-    from engine.planning.plan import default_history
+    from engine.planning.plan import default_history, eps_units
 
     params = _params(args)
     history = _history(args)
+    params = _with_unit_eps(params, history, args)
     if params.window > history.values.shape[0]:  # the same refusal as ``plan``
         raise ParameterError(
             f"window ({params.window} readings) is longer than the history "
@@ -222,14 +264,18 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     rows = params.history or default_history(history.values.shape[0], params.window)
     budget = _fold_budget(args, history.values.shape[0], rows, args.step or params.window)
     settings = BacktestSettings(history=rows, step=args.step, max_folds=budget)
-    result = run_backtest(history.values, history.sensors, params.spec(), settings, Progress())
+    x, spec = eps_units(history, params)  # per-sensor eps: backtest in eps units
+    result = run_backtest(x, history.sensors, spec, settings, Progress())
     return {"parameters": params.to_dict(), **result.to_dict()}
 
 
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export.recover import recover_file
 
-    return recover_file(args.config, args.backup, args.out).to_dict()
+    result = recover_file(args.config, args.backup, args.out)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return result.to_dict()
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,8 +285,9 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
         raise ParameterError(f"--mode must be approx, full or none, got {args.mode!r}")
     if not 0.0 < args.fail_at < 1.0:
         raise ParameterError(f"--fail-at must be in (0, 1), got {args.fail_at!r}")
-    params = _params(args)
-    return simulate_from_cli(_history(args), params, args)
+    history = _history(args)
+    params = _with_unit_eps(_params(args), history, args)
+    return simulate_from_cli(history, params, args)
 
 
 def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:

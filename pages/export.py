@@ -11,10 +11,11 @@ with panels.page_guard():
     config, text = exporting.config_text(plan, fmt)
     name = f"lacuna_backup.{fmt}"
     st.success(
-        f"{name}: valid against backup config schema v1 — {len(config['sensors'])} "
-        f"sensors, {len(config['backup_sensors'])} backed up, the rest rebuilt "
-        "from them."
+        f"{name}: valid against backup config schema v{config['schema_version']} — "
+        f"{len(config['sensors'])} sensors, {len(config['backup_sensors'])} backed up, "
+        "the rest rebuilt from them."
     )
+    st.caption(exporting.validity_text(config))
     c1, c2 = st.columns(2)
     c1.download_button(
         f"Download {name}",

@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from ui import charts, panels, plans, resources, state, widgets
+from ui import charts, panels, plans, resources, state, unit_eps, widgets
 
 st.title("Tune")
 with panels.page_guard():
@@ -14,10 +14,14 @@ with panels.page_guard():
     n, rows = len(data.history.sensors), data.history.values.shape[0]
     name = state.current_dataset().name
     st.caption(f"Planning for {n} sensors, {rows:,} readings each ({name}).")
-    params = widgets.parameter_widgets(n, rows)
-    auto = widgets.auto_backtest_toggle()
+    single = not (
+        unit_eps.mixed_units(data.history.sensors, state.params()) and unit_eps.per_unit_on()
+    )
+    params = widgets.parameter_widgets(n, rows, single_eps=single)
     if params is None:
         st.stop()
+    params = unit_eps.unit_eps_widgets(data.history, params)
+    auto = widgets.auto_backtest_toggle()
     cache = resources.plan_cache()
     t0 = time.perf_counter()
     with st.spinner("Fitting the model and calibrating targets...", show_time=True):

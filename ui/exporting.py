@@ -13,10 +13,20 @@ MIME = {"json": "application/json", "yaml": "application/x-yaml"}
 
 
 def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
-    """The schema-v1 config of ``plan`` (validated) and its text in ``fmt``."""
+    """The schema-v2 config of ``plan`` (validated) and its text in ``fmt``."""
     config = plan_to_config(plan)
     validate_config(config)
     return config, dump_config(config, fmt)
+
+
+def validity_text(config: dict[str, Any]) -> str:
+    """One sentence: the fit period and until when the plan may be used."""
+    v = config["validity"]
+    return (
+        f"Fitted on {v['fit_start']} .. {v['fit_end']}; valid until {v['valid_until']} "
+        f"(horizon {v['horizon_rows']} rows). `recover` warns on a backup outside "
+        f"{v['fit_end']} .. {v['valid_until']}: re-plan before then."
+    )
 
 
 def backup_csv(history: SensorHistory, plan: BackupPlan) -> bytes:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from engine.data.units import eps_summary
 from engine.errors import EngineError
 from engine.planning import BackupPlan, PlanParameters
 from ui import plans, resources, state
@@ -96,8 +97,13 @@ def backtest_button(data: PlanningData, params: PlanParameters) -> None:
 def status_line(plan: BackupPlan) -> None:
     """One line saying whether the figures below are measured."""
     p = plan.parameters
+    eps = (
+        eps_summary(plan.sensors, plan.eps_per_sensor, p.units)
+        if p.eps_by_sensor
+        else f"eps {p.eps:g}"
+    )
     what = (
-        f"eps {p.eps:g}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
+        f"{eps}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
         f"{p.aggregate}, {p.method}"
     )
     if plan.measured and plan.backtest is not None:
@@ -117,6 +123,14 @@ def status_line(plan: BackupPlan) -> None:
         st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
     else:
         st.info(f"Plan is a {PREVIEW_LABEL}: the figures are the model's projection ({what}).")
+    plan_warnings(plan)
+
+
+def plan_warnings(plan: BackupPlan) -> None:
+    """The plan's own warnings (e.g. several units under one eps), one box each."""
+    for warning in plan.warnings:
+        label = "Mixed units" if "units" in warning and "one eps" in warning else "Warning"
+        st.warning(f"{label}: {warning}.")
 
 
 def pct(x: float | None, digits: int = 1) -> str:

@@ -99,7 +99,13 @@ def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -
     if base is None:
         fitted = make_plan(data.history, replace(params, method="greedy"), run_backtest_now=False)
         base = cache.put(key, fitted)
-    return retarget(base, eps=params.eps, method=params.method)
+    plan = retarget(base, eps=params.eps, method=params.method, eps_by_sensor=params.eps_by_sensor)
+    if plan.parameters.units == params.units:
+        return plan
+    # unit corrections change only the mixed-unit warning, not the plan
+    fixed = replace(plan.parameters, units=params.units)
+    warning = fixed.unit_warning(plan.sensors)
+    return replace(plan, parameters=fixed, warnings=(warning,) if warning else ())
 
 
 def _measured_key(data: PlanningData, params: PlanParameters) -> tuple:
@@ -167,9 +173,19 @@ def whatif_curves(data: PlanningData, preview: BackupPlan, cache: PlanCache) -> 
     return curves
 
 
+def scaled_eps(base: BackupPlan, eps: float) -> BackupPlan:
+    """``base`` retargeted to ``eps``; per-sensor eps all move by the same factor."""
+    factor = eps / base.parameters.eps
+    per = tuple((s, e * factor) for s, e in base.parameters.eps_by_sensor)
+    return retarget(base, eps=eps, eps_by_sensor=per)
+
+
 def whatif_eps(base: BackupPlan, grid: Sequence[float]) -> list[float]:
-    """Model projection: backup fraction at each eps (``retarget``, no backtest)."""
-    return [retarget(base, eps=float(e)).backup_fraction for e in grid]
+    """Model projection: backup fraction at each eps (``retarget``, no backtest).
+
+    With per-sensor eps, every sensor's eps is scaled by ``grid / eps``.
+    """
+    return [scaled_eps(base, float(e)).backup_fraction for e in grid]
 
 
 def whatif_delta(base: BackupPlan, grid: Sequence[float]) -> list[float]:
@@ -185,7 +201,7 @@ def whatif_delta(base: BackupPlan, grid: Sequence[float]) -> list[float]:
     out = []
     for d in grid:
         ratio = variance_target(p.eps, float(d), p.window, p.aggregate) / t0
-        out.append(retarget(base, eps=p.eps * float(np.sqrt(ratio))).backup_fraction)
+        out.append(scaled_eps(base, p.eps * float(np.sqrt(ratio))).backup_fraction)
     return out
 
 
@@ -197,7 +213,7 @@ def error_bounds(plan: BackupPlan) -> np.ndarray:
     is ``eps * sqrt(v / target)``; 0 for backed-up sensors.
     """
     t = np.maximum(plan.targets, 1e-300)
-    return plan.parameters.eps * np.sqrt(np.maximum(plan.conditional_variance, 0.0) / t)
+    return plan.eps_per_sensor * np.sqrt(np.maximum(plan.conditional_variance, 0.0) / t)
 
 
 def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:

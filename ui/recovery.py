@@ -66,10 +66,16 @@ def lost_span(history: SensorHistory, report: RecoveryReport) -> tuple[object, o
 
 
 def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
-    """Errors of the rebuilt (not backed-up) sensors over the recovered windows: (k,)."""
+    """Errors of the rebuilt (not backed-up) sensors over the recovered windows: (k,).
+
+    With per-sensor eps each error is divided by its sensor's eps (eps units), so one
+    threshold of 1 holds for every sensor.
+    """
     if not report.errors:
         return np.zeros(0)
     errors = np.asarray(report.errors, dtype=float)
+    if report.eps_by_sensor:
+        errors = errors / np.asarray(report.eps_by_sensor, dtype=float)
     cols = [i for i, s in enumerate(report.sensors) if s not in report.backup_sensors]
     return errors[:, cols].ravel()
 
@@ -141,7 +147,8 @@ def report_metrics(report: RecoveryReport) -> None:
         "Windows recovered", report.windows_recovered, f"{report.windows_pending} pending", **QUIET
     )
     err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
-    c[2].metric("Max abs error", err, f"eps {report.eps:g}", **QUIET)
+    eps = "eps per sensor" if report.eps_by_sensor else f"eps {report.eps:g}"
+    c[2].metric("Max abs error", err, eps, **QUIET)
     c[3].metric("Violation rate", pct(report.violation_rate), f"delta {report.delta:g}", **QUIET)
     c[4].metric("Recovery time", f"{report.recovery_seconds:.2f} s")
     c[5].metric(
@@ -163,9 +170,10 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
     sensor = st.selectbox("Sensor", options, key="w_recovery_sensor")
     frame = recovery_frame(history, report, sensor)
     span = lost_span(history, report)
-    st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps))
+    st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps_for(sensor)))
     left, right = st.columns(2)
-    left.plotly_chart(charts.error_histogram(rebuilt_errors(report), report.eps))
+    threshold = 1.0 if report.eps_by_sensor else report.eps  # per-sensor: in eps units
+    left.plotly_chart(charts.error_histogram(rebuilt_errors(report), threshold))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
     title = f"Violation rate per rebuilt sensor ({report.windows_recovered} recovered windows)"
     right.plotly_chart(charts.violation_bars(rates, report.delta, title))

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from engine.data.units import eps_summary
 from engine.planning import BackupPlan, Savings
 from ui.panels import QUIET, pct
 
@@ -59,11 +60,17 @@ def comparison(plan: BackupPlan, s: Savings, price: float, days: float) -> pd.Da
     """Plan vs full checkpointing vs no backup: volume, cost and what recovery gives."""
     cost = s.cost_per_month(price, days)
     bt = plan.backtest
+    p = plan.parameters
+    eps = (
+        eps_summary(plan.sensors, plan.eps_per_sensor, p.units).replace("eps ", "eps (", 1) + ")"
+        if p.eps_by_sensor
+        else f"eps = {p.eps:g}"
+    )
     quality = (
-        f"every window within eps = {plan.parameters.eps:g} except "
+        f"every window within {eps} except "
         f"{pct(bt.violation_rate_worst_sensor)} (worst sensor, measured)"
         if plan.measured and bt is not None
-        else f"within eps = {plan.parameters.eps:g} by the model (not backtested)"
+        else f"within {eps} by the model (not backtested)"
     )
     return pd.DataFrame(
         [

@@ -55,7 +55,8 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
     _seed("w_sensors", state.selection())
     groups = state.sensor_groups(sensors)
     if 1 < len(groups) <= 12:
-        cols = st.columns(len(groups) + 2)
+        # at most 6 buttons a row, so "only PM2.5 (12)" is never cut to "onl..."
+        cols = [c for i in range(0, len(groups) + 2, 6) for c in st.columns(6)]
         for col, (name, members) in zip(cols, groups.items(), strict=False):
             col.button(
                 f"only {name} ({len(members)})",
@@ -64,6 +65,7 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
                 key=f"w_group_{name}",
                 width="stretch",
             )
+        cols = cols[len(groups) : len(groups) + 2]
         cols[-2].button(
             "all",
             on_click=_set_selection,
@@ -83,7 +85,7 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
         "Sensors",
         list(sensors),
         key="w_sensors",
-        help="Plan for sensors with a common unit: eps is one number in that unit.",
+        help="eps is in the aggregate's unit: mixed units get one eps per unit group on Tune.",
     )
     if chosen != state.selection():
         state.set_selection(chosen)
@@ -125,20 +127,25 @@ def _window_widgets(left: DeltaGenerator, right: DeltaGenerator, n_rows: int) ->
     return int(window), int(slide)
 
 
-def parameter_widgets(n_sensors: int, n_rows: int) -> PlanParameters | None:
+def parameter_widgets(
+    n_sensors: int, n_rows: int, single_eps: bool = True
+) -> PlanParameters | None:
     """eps, delta, window, slide, aggregate and method -> ``PlanParameters``.
 
-    Returns None (after an ``st.error`` naming the value) when they are invalid.
+    ``single_eps=False``: eps is set per unit group (``ui.unit_eps``), so the single
+    eps input is shown disabled. Returns None (after an ``st.error`` naming the
+    value) when they are invalid.
     """
     p = state.params()
     _seed_parameters(p, n_sensors)
     c1, c2, c3 = st.columns(3)
     eps = c1.number_input(
-        "eps: tolerance (unit of the aggregate)",
+        "eps: tolerance (unit of the aggregate)" if single_eps else "eps: set per unit below",
         min_value=1e-6,
         step=0.1,
         format="%.3g",
         key="w_eps",
+        disabled=not single_eps,
     )
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
     agg = c3.selectbox("Aggregate", AGGREGATE_NAMES, key="w_agg")

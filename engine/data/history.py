@@ -20,10 +20,7 @@ import numpy as np
 import pandas as pd
 
 from engine.data.names import resolve_sensors
-from engine.data.options import (
-    DEFAULT_OPTIONS,
-    LoadOptions,
-)
+from engine.data.options import DEFAULT_OPTIONS, LoadOptions
 from engine.data.range import check_range
 from engine.data.reader import (
     Decoded,

@@ -45,9 +45,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from engine.disorder.config import DisorderConfig
-from engine.disorder.target import (
-    CoverageTarget,
-)
+from engine.disorder.target import CoverageTarget
 
 
 class Zone(str, Enum):

@@ -1,8 +1,10 @@
-"""Backup config export (schema v1, JSON or YAML), loader and production snippets.
+"""Backup config export (schema v2, JSON or YAML), loader and production snippets.
 
 The config must be enough on its own: with it and the backed-up sensors' data a
 production job rebuilds every sensor (``python -m engine recover`` proves it).
-Top-level keys are fixed because other tools read them.
+Top-level keys are fixed because other tools read them; v2 adds one, ``validity``
+(the fit period and how long the plan may be used), and per-sensor ``eps`` and
+``units`` under ``parameters``. The loader reads v1 and v2.
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ from typing import Any
 
 import jsonschema
 import numpy as np
+import pandas as pd
 import yaml
 
-from engine.config_guard import check_plain_values, parse_config_text, read_config_text
+from engine.data.units import sensor_units
 from engine.errors import ConfigError
+from engine.export.guard import check_plain_values, parse_config_text, read_config_text
 from engine.model.linear import LinearMap
 from engine.planning.plan import BackupPlan
 
-SCHEMA_PATH = Path(__file__).parent / "schema" / "backup_config.v1.json"
+SCHEMA_VERSION = 2
+SCHEMA_PATHS = {v: Path(__file__).parent / "schema" / f"backup_config.v{v}.json" for v in (1, 2)}
+SCHEMA_PATH = SCHEMA_PATHS[SCHEMA_VERSION]
 MODEL_NOTE = (
     "model-only probability under the seed's assumptions (errors independent over time, "
     "model never stale); the backtest is the measured figure"
@@ -33,14 +39,59 @@ MODEL_NOTE = (
 
 
 @cache
-def load_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    return json.loads(SCHEMA_PATHS[version].read_text())
+
+
+def iso_utc(t: np.datetime64) -> str:
+    """``2016-09-01T00:00:00Z``: a naive-UTC time as ISO 8601 with its zone."""
+    return pd.Timestamp(t).isoformat() + "Z"
+
+
+def parse_utc(text: str) -> np.datetime64:
+    """The inverse of ``iso_utc``: a naive-UTC ``datetime64[ns]``."""
+    try:
+        stamp = pd.Timestamp(text)
+    except ValueError as err:
+        raise ConfigError(f"not an ISO 8601 time: got {text!r} ({err})") from None
+    if stamp.tzinfo is not None:
+        stamp = stamp.tz_convert(None)
+    return np.datetime64(stamp.to_datetime64(), "ns")
+
+
+def horizon_rows(plan: BackupPlan) -> int:
+    """Rows the plan is meant to be used for before re-planning.
+
+    The plan's own horizon when planning states one; otherwise the rows the
+    backtest kept each fold's plan for (its step), or one window when unmeasured:
+    the longest stretch anything measured the plan over.
+    """
+    rows = getattr(plan, "horizon_rows", None) or getattr(plan.parameters, "horizon", None)
+    if rows is None:
+        rows = plan.backtest.step if plan.backtest is not None else plan.parameters.window
+    return int(rows)
+
+
+def validity(plan: BackupPlan) -> dict[str, Any]:
+    """Fit period, horizon and ``valid_until = fit_end + horizon x sampling interval``."""
+    if plan.fit_start is None or plan.fit_end is None:
+        raise ConfigError("the plan does not know the times it was fitted on")
+    rows = horizon_rows(plan)
+    seconds = rows * float(plan.sampling_interval_s)
+    until = plan.fit_end + np.timedelta64(round(seconds * 1e9), "ns")
+    return {
+        "fit_start": iso_utc(plan.fit_start),
+        "fit_end": iso_utc(plan.fit_end),
+        "horizon_rows": rows,
+        "horizon_seconds": seconds,
+        "valid_until": iso_utc(until),
+    }
 
 
 def plan_to_config(
     plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> dict[str, Any]:
-    """The backup config (schema v1) of ``plan`` as plain JSON-ready data."""
+    """The backup config (schema v2) of ``plan`` as plain JSON-ready data."""
     p, lm = plan.parameters, plan.linear_map
     reconstruction = {
         target: {
@@ -50,8 +101,9 @@ def plan_to_config(
         }
         for i, target in enumerate(lm.targets)
     }
+    eps = plan.eps_per_sensor
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "created_at": now().isoformat(timespec="seconds"),
         "data_fingerprint": plan.data_fingerprint,
         "parameters": {
@@ -61,6 +113,8 @@ def plan_to_config(
             "slide": int(p.effective_slide),
             "aggregate": p.aggregate,
             "sampling_interval_s": float(plan.sampling_interval_s),
+            "eps_by_sensor": {s: float(e) for s, e in zip(plan.sensors, eps, strict=True)},
+            "units": sensor_units(plan.sensors, p.units),
         },
         "sensors": list(plan.sensors),
         "backup_sensors": list(plan.backup_sensors),
@@ -70,6 +124,7 @@ def plan_to_config(
         "production": production_snippets(
             plan.backup_sensors, p.effective_slide * plan.sampling_interval_s
         ),
+        "validity": validity(plan),
     }
 
 
@@ -89,6 +144,7 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
             if plan.backtest is None
             else plan.backtest.verdict(plan.parameters.delta)
         ),
+        "warnings": list(plan.warnings),
         "backtest_note": (
             "not run: this plan's guarantee is unmeasured"
             if plan.backtest is None
@@ -187,6 +243,22 @@ class BackupConfig:
     def parameters(self) -> dict[str, Any]:
         return dict(self.data["parameters"])
 
+    @property
+    def schema_version(self) -> int:
+        return int(self.data["schema_version"])
+
+    @property
+    def validity(self) -> dict[str, Any] | None:
+        """Fit period and ``valid_until`` (v2); None for a v1 config, which states none."""
+        found = self.data.get("validity")
+        return None if found is None else dict(found)
+
+    def eps_vector(self) -> np.ndarray:
+        """Each sensor's eps, (n,) in ``sensors`` order (v1: the single eps for all)."""
+        given = self.data["parameters"].get("eps_by_sensor", {})
+        eps = float(self.data["parameters"]["eps"])
+        return np.array([float(given.get(s, eps)) for s in self.sensors])
+
     def linear_map(self) -> LinearMap:
         """Rebuild the reconstruction map from the config alone."""
         backup = self.backup_sensors
@@ -208,8 +280,13 @@ def validate_config(data: Any) -> None:
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a JSON/YAML object, got {type(data).__name__}")
     check_plain_values(data)  # before the schema: depth, JSON types, finite numbers by path
+    version = data.get("schema_version")
+    if isinstance(version, bool) or version not in SCHEMA_PATHS:
+        raise ConfigError(
+            f"schema_version must be one of {', '.join(map(str, SCHEMA_PATHS))}, got {version!r}"
+        )
     try:
-        jsonschema.validate(data, load_schema())
+        jsonschema.validate(data, load_schema(int(version)))
     except jsonschema.ValidationError as err:
         where = "/".join(str(p) for p in err.absolute_path) or "top level"
         raise ConfigError(f"config invalid at {where}: {err.message}") from None
@@ -229,6 +306,27 @@ def validate_config(data: Any) -> None:
         bad = [b for b in entry["coefficients"] if b not in backup]
         if bad:
             raise ConfigError(f"reconstruction of {target} uses non-backup sensor(s) {bad[:5]}")
+    if version >= 2:
+        _validate_v2(data)
+
+
+def _validate_v2(data: dict[str, Any]) -> None:
+    """Per-sensor maps cover exactly the sensors; the validity period is in order."""
+    sensors = set(data["sensors"])
+    for key in ("eps_by_sensor", "units"):
+        got = set(data["parameters"][key])
+        if got != sensors:
+            raise ConfigError(
+                f"parameters/{key} must name every sensor once: missing "
+                f"{sorted(sensors - got)[:5]}, unexpected {sorted(got - sensors)[:5]}"
+            )
+    v = data["validity"]
+    start, end, until = (parse_utc(v[k]) for k in ("fit_start", "fit_end", "valid_until"))
+    if not start <= end <= until:
+        raise ConfigError(
+            f"validity must have fit_start <= fit_end <= valid_until, got "
+            f"{v['fit_start']}, {v['fit_end']}, {v['valid_until']}"
+        )
 
 
 def load_config(path: str | Path) -> BackupConfig:

@@ -14,7 +14,7 @@ import pandas as pd
 from engine.data.history import LoadOptions, load_history
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
-from engine.export.config import load_config
+from engine.export.config import BackupConfig, iso_utc, load_config, parse_utc
 
 
 def _column_of(sensor: str, columns: tuple[str, ...]) -> str | None:
@@ -48,6 +48,7 @@ class RecoverResult:
     backup_values_filled: int  # missing backup readings the loader interpolated
     backup_rows_dropped: int  # rows the loader could not fill (not written)
     notes: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # printed on stderr by the CLI (exit code stays 0)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -104,4 +105,33 @@ def recover_file(
         backup_values_filled=history.report.n_values_filled,
         backup_rows_dropped=history.report.n_rows_dropped,
         notes=history.report.notes,
+        warnings=_warnings(config, history.times),
+    )
+
+
+def _warnings(config: BackupConfig, times: np.ndarray) -> tuple[str, ...]:
+    found = validity_warning(config, times[0], times[-1]) if len(times) else None
+    return () if found is None else (found,)
+
+
+def validity_warning(config: BackupConfig, first: np.datetime64, last: np.datetime64) -> str | None:
+    """One sentence when the backup's times ``first..last`` leave ``fit_end..valid_until``.
+
+    Before ``fit_end`` the plan rebuilds rows it was fitted on (optimistic); after
+    ``valid_until`` it is older than its horizon. A v1 config states no validity,
+    which is said instead.
+    """
+    span = f"{iso_utc(first)}..{iso_utc(last)}"
+    v = config.validity
+    if v is None:
+        return (
+            f"the backup spans {span}, but this schema v{config.schema_version} config states "
+            "no validity period; re-export the plan (schema v2) to check it"
+        )
+    end, until = parse_utc(v["fit_end"]), parse_utc(v["valid_until"])
+    if end <= first and last <= until:
+        return None
+    return (
+        f"the backup spans {span}, outside the plan's validity {v['fit_end']}..{v['valid_until']}; "
+        "the plan's guarantee was measured only for that period, so re-plan on recent data"
     )

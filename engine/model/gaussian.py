@@ -223,6 +223,25 @@ class GaussianModel:
             conditional_variance=self.conditional_variance(obs)[targets],
         )
 
+    def rescaled(self, factors: np.ndarray) -> GaussianModel:
+        """The model of the readings with sensor ``i`` multiplied by ``factors[i]`` > 0.
+
+        ``mean`` scales by ``f``, ``cov`` by ``f f^T``: exactly what fitting the scaled
+        readings gives when no ridge was needed (a ridge is sized on the mean variance,
+        which per-sensor scaling changes, so a repaired model rescales its repair too).
+        """
+        self._check_fitted()
+        f = _check_factors(factors, self.cov_.shape[0])
+        out = GaussianModel(self.ridge)
+        out.mean_ = self.mean_ * f
+        out.cov_ = self.cov_ * np.outer(f, f)
+        out.sensors_ = self.sensors_
+        out.ridge_ = self.ridge_
+        out.repair_note_ = self.repair_note_
+        out.n_samples_ = self.n_samples_
+        out.constant_ = self.constant_.copy()
+        return out
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "cov_"):
             raise NotFittedError("this GaussianModel is not fitted yet; call fit() first")
@@ -246,6 +265,13 @@ def _as_readings(x: np.ndarray) -> np.ndarray:
         bad = np.argwhere(~np.isfinite(a))[0]
         raise DataError(f"readings must be finite, got {a[bad[0], bad[1]]!r} at row {bad[0]}")
     return a
+
+
+def _check_factors(factors: np.ndarray, n: int) -> np.ndarray:
+    f = np.asarray(factors, dtype=float)
+    if f.shape != (n,) or not np.all(np.isfinite(f)) or np.any(f <= 0):
+        raise ParameterError(f"factors must be ({n},) finite and > 0, got {factors!r}")
+    return f
 
 
 def _check_observed(observed: Sequence[int], n: int) -> list[int]:

@@ -73,6 +73,29 @@ class LinearMap:
         out[:, target_cols] = self.intercept + x @ self.coef.T
         return out
 
+    def rescaled(self, factors: np.ndarray) -> LinearMap:
+        """The same reconstruction for readings with sensor ``i`` times ``factors[i]``.
+
+        ``factors`` (n,) > 0 is in ``self.sensors`` order. If ``y = b + C x`` holds in
+        the old units, then ``f_y y = f_y b + (f_y C / f_x) (f_x x)`` in the new ones.
+        """
+        f = np.asarray(factors, dtype=float)
+        if f.shape != (len(self.sensors),) or not np.all(np.isfinite(f)) or np.any(f <= 0):
+            raise ParameterError(
+                f"factors must be ({len(self.sensors)},) finite and > 0, got {factors!r}"
+            )
+        scale = dict(zip(self.sensors, f, strict=True))
+        fy = np.array([scale[s] for s in self.targets])
+        fx = np.array([scale[s] for s in self.backup])
+        return LinearMap(
+            sensors=self.sensors,
+            backup=self.backup,
+            targets=self.targets,
+            intercept=self.intercept * fy,
+            coef=self.coef * fy[:, None] / fx[None, :] if fx.size else self.coef.copy(),
+            conditional_variance=np.asarray(self.conditional_variance) * fy**2,
+        )
+
 
 def column_indices(sensors: Sequence[str], names: Sequence[str]) -> list[int]:
     """Positions of ``names`` in ``sensors``; an unknown name is a ``ParameterError``."""

@@ -51,13 +51,21 @@ def rate_upper_bound(violations: int, windows: int, confidence: float = 0.95) ->
     return float(beta.ppf(confidence, violations + 1, windows - violations))
 
 
+def check_eps(eps: float | np.ndarray, n: int) -> float | np.ndarray:
+    """A scalar eps as a float, a per-sensor one as an (n,) array; finite and > 0."""
+    e = np.asarray(eps, dtype=float)
+    if e.shape not in ((), (n,)) or not np.all(np.isfinite(e)) or np.any(e <= 0):
+        raise ParameterError(f"eps must be finite and > 0, one number or ({n},), got {eps!r}")
+    return float(e) if e.ndim == 0 else e
+
+
 class ViolationMonitor:
     """Per-sensor tally of shadow-recovery misses.
 
     Parameters
     ----------
     sensors : all sensor names, in the column order of the errors passed in.
-    eps, delta : the operator's tolerance.
+    eps, delta : the operator's tolerance; ``eps`` a number or one per sensor (n,).
     confidence : of the one-sided test that the rate exceeds ``delta``.
     min_windows : windows a sensor needs before it can alert.
     """
@@ -65,7 +73,7 @@ class ViolationMonitor:
     def __init__(
         self,
         sensors: Sequence[str],
-        eps: float,
+        eps: float | np.ndarray,
         delta: float,
         confidence: float = 0.95,
         min_windows: int = 10,
@@ -74,10 +82,8 @@ class ViolationMonitor:
             raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
         if not 0.5 <= confidence < 1.0:
             raise ParameterError(f"confidence must be in [0.5, 1), got {confidence!r}")
-        if eps <= 0:
-            raise ParameterError(f"eps must be > 0, got {eps!r}")
         self.sensors = tuple(sensors)
-        self.eps, self.delta = float(eps), float(delta)
+        self.eps, self.delta = check_eps(eps, len(self.sensors)), float(delta)
         self.confidence, self.min_windows = confidence, int(min_windows)
         self.reset()
 

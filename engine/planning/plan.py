@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.data.history import SensorHistory
+from engine.data import SensorHistory
+from engine.data.units import check_eps_pairs, check_unit_pairs, mixed_unit_warning
 from engine.errors import ParameterError
-from engine.model.gaussian import GaussianModel
+from engine.model import GaussianModel
 from engine.model.linear import LinearMap
 from engine.planning.calibration import (
     CALIBRATIONS,
@@ -27,8 +28,9 @@ from engine.planning.calibration import (
     plan_on,
     run_backtest,
 )
+from engine.planning.eps_scale import select_in_eps_units
 from engine.planning.guarantee import check_parameters, window_violation_probability
-from engine.selection.greedy import METHODS, Method, Selection, select_backups
+from engine.selection.greedy import METHODS, Method, Selection
 
 DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
 BYTES_PER_READING = 16.0  # 8-byte timestamp + 8-byte float; sensor ids are dictionary-coded
@@ -46,6 +48,12 @@ class PlanParameters:
     method: Method = "greedy"
     calibration: str = "backtest"
     history: int | None = None  # rows to learn from; None: ``default_history``
+    # Per-sensor tolerances (sensor -> eps, in that sensor's unit); a sensor not named
+    # here uses ``eps``. Empty: one eps for every sensor.
+    eps_by_sensor: tuple[tuple[str, float], ...] = ()
+    # The operator's sensor -> unit corrections; other sensors' units are guessed from
+    # their names (``engine.data.units``). Only used to warn about mixed units under one eps.
+    units: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_parameters(self.eps, self.delta, self.window, self.effective_slide, self.aggregate)
@@ -57,10 +65,32 @@ class PlanParameters:
             )
         if self.history is not None and (not isinstance(self.history, int) or self.history < 4):
             raise ParameterError(f"history must be an integer >= 4 rows, got {self.history!r}")
+        object.__setattr__(self, "eps_by_sensor", check_eps_pairs(self.eps_by_sensor))
+        object.__setattr__(self, "units", check_unit_pairs(self.units))
 
     @property
     def effective_slide(self) -> int:
         return self.window if self.slide is None else self.slide
+
+    def eps_vector(self, sensors: tuple[str, ...]) -> np.ndarray:
+        """Each sensor's eps, (n,) in ``sensors`` order; ``eps`` unless overridden.
+
+        An override naming a sensor outside ``sensors`` is a ``ParameterError``.
+        """
+        given = dict(self.eps_by_sensor)
+        unknown = [s for s in given if s not in sensors]
+        if unknown:
+            raise ParameterError(
+                "eps_by_sensor names sensor(s) not planned for: "
+                f"{', '.join(map(repr, unknown[:5]))}"
+            )
+        return np.array([given.get(s, self.eps) for s in sensors], dtype=float)
+
+    def unit_warning(self, sensors: tuple[str, ...]) -> str | None:
+        """The mixed-unit warning for the sensors sharing the single ``eps``, if any."""
+        overridden = {s for s, _ in self.eps_by_sensor}
+        shared = [s for s in sensors if s not in overridden]
+        return mixed_unit_warning(shared, self.units)
 
     def spec(self) -> PlanningSpec:
         return PlanningSpec(
@@ -137,6 +167,14 @@ class BackupPlan:
     history_rows: int
     model_note: str
     model: GaussianModel
+    fit_start: np.datetime64 | None = None  # first and last time of the rows fitted on
+    fit_end: np.datetime64 | None = None
+    warnings: tuple[str, ...] = ()  # one sentence each, for the CLI's stderr and the UI
+
+    @property
+    def eps_per_sensor(self) -> np.ndarray:
+        """Each sensor's eps (n,), in ``sensors`` order (all equal without overrides)."""
+        return self.parameters.eps_vector(self.sensors)
 
     @property
     def measured(self) -> bool:
@@ -198,6 +236,10 @@ def make_plan(
     sensor's online target correction from the errors it measures; the final
     plan starts from where the backtest ended.
     """
+    if params.eps_by_sensor:
+        return _make_plan_in_eps_units(
+            history, params, backtest=backtest, run_backtest_now=run_backtest_now, progress=progress
+        )
     x, sensors = history.values, history.sensors
     if x.shape[0] < len(sensors) + 2:
         raise ParameterError(
@@ -224,26 +266,83 @@ def make_plan(
     )
 
 
-def retarget(
-    plan: BackupPlan, eps: float | None = None, method: Method | None = None
+def _make_plan_in_eps_units(
+    history: SensorHistory,
+    params: PlanParameters,
+    **kwargs: Any,
 ) -> BackupPlan:
-    """Re-select for a new ``eps`` or method without refitting: instant, but unmeasured.
+    """``make_plan`` with per-sensor eps: plan on readings divided by each sensor's eps
+    with eps = 1, then convert the plan back to the sensors' own units.
 
-    Calibrated targets are ``(eps / c_i)^2``, so they scale with ``eps^2``. The
-    result carries no backtest (``measured`` is False) until one is run for it.
+    Exact because every step commutes with a positive per-sensor scaling: window
+    avg/sum/max/min, the Gaussian conditional mean (equivariant) and variance, and
+    each sensor's check ``|error_i| > eps_i`` (``|error_i / eps_i| > 1``). Selection
+    then compares variances in eps units, so sensors of different units are weighed
+    by their own tolerance, not by the size of their numbers.
+    """
+    e = params.eps_vector(history.sensors)
+    scaled = replace(history, values=np.ascontiguousarray(history.values / e))
+    unit = replace(params, eps=1.0, eps_by_sensor=())
+    plan = make_plan(scaled, unit, **kwargs)
+    dropped = unit.unit_warning(history.sensors)
+    kept = tuple(w for w in plan.warnings if w != dropped)
+    own = params.unit_warning(history.sensors)
+    return replace(
+        plan,
+        parameters=params,
+        linear_map=plan.linear_map.rescaled(e),
+        conditional_variance=plan.conditional_variance * e**2,
+        targets=plan.targets * e**2,
+        model=plan.model.rescaled(e),
+        data_fingerprint=history.fingerprint(),
+        warnings=kept + ((own,) if own else ()),
+    )
+
+
+def eps_units(history: SensorHistory, params: PlanParameters) -> tuple[np.ndarray, PlanningSpec]:
+    """Readings and planning spec in which every sensor's tolerance is ``spec.eps``.
+
+    Without per-sensor eps: the readings and ``params.spec()`` unchanged. With it:
+    readings divided by each sensor's eps and eps = 1 (see ``_make_plan_in_eps_units``).
+    """
+    if not params.eps_by_sensor:
+        return history.values, params.spec()
+    e = params.eps_vector(history.sensors)
+    return history.values / e, replace(params, eps=1.0, eps_by_sensor=()).spec()
+
+
+def retarget(
+    plan: BackupPlan,
+    eps: float | None = None,
+    method: Method | None = None,
+    eps_by_sensor: tuple[tuple[str, float], ...] | None = None,
+) -> BackupPlan:
+    """Re-select for a new ``eps`` (or per-sensor eps) or method without refitting:
+    instant, but unmeasured.
+
+    Calibrated targets are ``(eps_i / c_i)^2``, so each scales with its ``eps_i^2``.
+    The result carries no backtest (``measured`` is False) until one is run for it.
     """
     params = replace(
         plan.parameters,
         eps=plan.parameters.eps if eps is None else eps,
         method=method or plan.parameters.method,
+        eps_by_sensor=(plan.parameters.eps_by_sensor if eps_by_sensor is None else eps_by_sensor),
     )
-    targets = plan.targets * (params.eps / plan.parameters.eps) ** 2
-    selection = select_backups(plan.model.cov_, targets, params.method)
+    targets = plan.targets * (params.eps_vector(plan.sensors) / plan.eps_per_sensor) ** 2
+    selection = select_in_eps_units(
+        plan.model,
+        targets,
+        params.method,
+        params.eps_vector(plan.sensors) if params.eps_by_sensor else None,
+    )
     info = replace(
         plan.calibration,
         reason=plan.calibration.reason + f"; retargeted from eps={plan.parameters.eps:g}",
     )
-    history_stub = _Provenance(plan.sampling_interval_s, plan.data_fingerprint)
+    history_stub = _Provenance(
+        plan.sampling_interval_s, plan.data_fingerprint, plan.fit_start, plan.fit_end
+    )
     return assemble_plan(
         history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
     )
@@ -255,6 +354,8 @@ class _Provenance:
 
     sampling_interval_s: float
     data_fingerprint: str
+    fit_start: np.datetime64 | None = None
+    fit_end: np.datetime64 | None = None
 
 
 def assemble_plan(
@@ -270,13 +371,14 @@ def assemble_plan(
     backup = sorted(selection.backup)
     sensors = model.sensors_
     rebuilt = ~np.isin(np.arange(len(sensors)), backup)
-    model_p = window_violation_probability(
-        selection.conditional_variance, params.eps, params.window, params.aggregate
-    )
+    model_p = _model_probability(selection.conditional_variance, params, sensors)
     if isinstance(source, _Provenance):
         interval, fingerprint = source.sampling_interval_s, source.data_fingerprint
+        fit = (source.fit_start, source.fit_end)
     else:
         interval, fingerprint = source.report.sampling_interval_s, source.fingerprint()
+        fit = (source.times[-rows], source.times[-1]) if len(source.times) else (None, None)
+    warning = params.unit_warning(sensors)
     return BackupPlan(
         parameters=params,
         sensors=sensors,
@@ -292,4 +394,17 @@ def assemble_plan(
         history_rows=rows,
         model_note=model.repair_note_,
         model=model,
+        fit_start=fit[0],
+        fit_end=fit[1],
+        warnings=(warning,) if warning else (),
     )
+
+
+def _model_probability(
+    variance: np.ndarray, params: PlanParameters, sensors: tuple[str, ...]
+) -> np.ndarray:
+    """Model-only miss probability per sensor, each against its own eps."""
+    if not params.eps_by_sensor:
+        return window_violation_probability(variance, params.eps, params.window, params.aggregate)
+    e = params.eps_vector(sensors)  # scale-free: variance in eps units against eps = 1
+    return window_violation_probability(variance / e**2, 1.0, params.window, params.aggregate)

@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from engine.data.history import SensorHistory
+from engine.data import SensorHistory
 from engine.errors import EngineError, ParameterError
 from engine.planning.calibration import plan_on
+from engine.planning.eps_scale import fold_in_units
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
-from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan
-from engine.selection.greedy import Selection
+from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan, eps_units
+from engine.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ class ReplanningMonitor:
         self.plan, self.recent, self.apply, self.now = plan, recent, apply, now
         self.tighten = tighten
         p = plan.parameters
-        self.monitor = ViolationMonitor(plan.sensors, p.eps, p.delta, confidence, min_windows)
+        self.monitor = ViolationMonitor(
+            plan.sensors, plan.eps_per_sensor, p.delta, confidence, min_windows
+        )
         self.scale = np.ones(len(plan.sensors))
         self.changes: list[PlanChange] = []
 
@@ -120,7 +123,10 @@ def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> B
         raise ParameterError(
             f"only {history.values.shape[0]} recent rows to re-learn {len(plan.sensors)} sensors"
         )
-    fold = plan_on(history.values, history.sensors, params.spec(), scale)
+    x, spec = eps_units(history, params)  # per-sensor eps: plan in eps units
+    fold = plan_on(x, history.sensors, spec, scale)
+    if params.eps_by_sensor:
+        fold = fold_in_units(fold, params.eps_vector(history.sensors))
     keep = {plan.sensors.index(s) for s in plan.backup_sensors}
     backup = tuple(sorted(keep | set(fold.selection.backup)))
     variance = fold.model.conditional_variance(list(backup))

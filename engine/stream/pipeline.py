@@ -337,7 +337,7 @@ class LivePipeline:
         if errors is None:
             return
         targets = spec.linear_map.targets
-        self.board.record_shadow(errors, spec.sensors, targets, spec.eps)
+        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector)
         if self.monitor is not None:
             alert = self.monitor.observe(errors, reconstructed=targets)
             if alert is not None:

@@ -271,6 +271,13 @@ class RecoveryReport:
     sensors: tuple[str, ...]
     backup_sensors: tuple[str, ...]
     note: str
+    eps_by_sensor: tuple[float, ...] = ()  # per-sensor eps, ``sensors`` order; () = eps
+
+    def eps_for(self, sensor: str) -> float:
+        """The eps ``sensor``'s windows were scored against."""
+        if not self.eps_by_sensor:
+            return self.eps
+        return self.eps_by_sensor[self.sensors.index(sensor)]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; NaN becomes ``None``."""
@@ -307,9 +314,11 @@ def score_recovery(
     lost_ids = lost.lost_windows(spec.slide)
     ids, recovered = _recovered_windows(store, spec, lost_ids)
     errors = np.abs(recovered - _truth_aggregates(truth, ids, spec, truth_first_seq))
-    rates = violation_rates(errors, spec.eps) if ids.size else np.full(len(spec.sensors), np.nan)
+    eps = spec.eps_vector
+    rates = violation_rates(errors, eps) if ids.size else np.full(len(spec.sensors), np.nan)
     targets = [i for i, s in enumerate(spec.sensors) if s not in spec.stored_sensors(mode)]
     pairs = errors[:, targets] if mode == "approx" else np.zeros((len(ids), 0))
+    missed = pairs > eps[targets] if mode == "approx" else pairs > spec.eps
     size = store.size()
     return RecoveryReport(
         mode=mode,
@@ -319,9 +328,7 @@ def score_recovery(
         windows_pending=0,
         max_abs_error=float(errors.max()) if errors.size else None,
         mean_abs_error=float(errors.mean()) if errors.size else None,
-        violation_rate=float((pairs > spec.eps).mean())
-        if pairs.size
-        else (0.0 if ids.size else None),
+        violation_rate=float(missed.mean()) if pairs.size else (0.0 if ids.size else None),
         violation_rate_worst_sensor=float(np.nanmax(rates)) if ids.size else None,
         violation_rates={s: float(r) for s, r in zip(spec.sensors, rates, strict=True)},
         eps=spec.eps,
@@ -340,6 +347,7 @@ def score_recovery(
         sensors=spec.sensors,
         backup_sensors=spec.stored_sensors(mode),
         note=_note(mode, int(lost_ids.size), int(ids.size)),
+        eps_by_sensor=spec.eps_by_sensor,
     )
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from engine.aggregates import check_window, get_aggregate
 from engine.errors import ConfigError, ParameterError, PipelineError
 from engine.model.linear import LinearMap, column_indices
+from engine.planning.monitor import check_eps
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import BackupPlan
@@ -89,12 +90,15 @@ class StreamSpec:
     aggregate: str
     eps: float
     delta: float
+    eps_by_sensor: tuple[float, ...] = ()  # one eps per sensor, ``sensors`` order; () = eps
 
     def __post_init__(self) -> None:
         check_window(self.window, self.slide)
         get_aggregate(self.aggregate)
         if not np.isfinite(self.eps) or self.eps <= 0:
             raise ParameterError(f"eps must be a finite number > 0, got {self.eps!r}")
+        if self.eps_by_sensor:
+            check_eps(np.asarray(self.eps_by_sensor, dtype=float), len(self.sensors))
         if not 0.0 < self.delta < 1.0:
             raise ParameterError(f"delta must be in (0, 1), got {self.delta!r}")
         if not self.sensors or len(set(self.sensors)) != len(self.sensors):
@@ -126,7 +130,15 @@ class StreamSpec:
             aggregate=str(p.aggregate),
             eps=float(p.eps),
             delta=float(p.delta),
+            eps_by_sensor=(tuple(float(e) for e in plan.eps_per_sensor) if p.eps_by_sensor else ()),
         )
+
+    @property
+    def eps_vector(self) -> np.ndarray:
+        """Each sensor's eps, (n,) in ``sensors`` order."""
+        if self.eps_by_sensor:
+            return np.asarray(self.eps_by_sensor, dtype=float)
+        return np.full(len(self.sensors), self.eps)
 
     def stored_sensors(self, mode: str) -> tuple[str, ...]:
         """Sensors whose readings the backup writer keeps in ``mode``."""
@@ -338,9 +350,14 @@ class StatusBoard:
             self._status = replace(self._status, updated_at=self._now().isoformat(), **values)
 
     def record_shadow(
-        self, errors: np.ndarray, sensors: Sequence[str], targets: Sequence[str], eps: float
+        self,
+        errors: np.ndarray,
+        sensors: Sequence[str],
+        targets: Sequence[str],
+        eps: float | np.ndarray,
     ) -> None:
-        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order."""
+        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order; ``eps`` a
+        number or one per sensor (n,)."""
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
         finite = np.isfinite(np.asarray(errors, dtype=float))
         misses = (np.asarray(errors) > eps) & mask & finite

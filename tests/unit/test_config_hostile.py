@@ -166,7 +166,7 @@ def test_a_yaml_alias_bomb_is_refused_without_using_memory(tmp_path: Path) -> No
 def test_an_oversized_config_is_refused_before_it_is_read(
     config: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine import config_guard
+    from engine.export import guard as config_guard
 
     (tmp_path / "plan.json").write_text(json.dumps(config))
     assert load_config(tmp_path / "plan.json").sensors == tuple(config["sensors"])

@@ -146,7 +146,7 @@ def test_range_limits_are_relative_to_the_column(tmp_path: Path) -> None:
 
 
 def test_blockwise_scan_matches_a_brute_force_reference() -> None:
-    from engine import data_range
+    from engine.data import range as data_range
 
     rng = np.random.default_rng(8)
     x = rng.standard_t(2, (1_000, 6)) * [1, 10, 1e-3, 1e5, 1, 1]

@@ -1,4 +1,4 @@
-"""Plans, the exported config (schema v1) and offline recovery from it."""
+"""Plans, the exported config (schema v2; v1 still loads) and offline recovery from it."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ TOP_KEYS = {
     "guarantee",
     "savings",
     "production",
+    "validity",  # added by schema v2
 }
 
 
