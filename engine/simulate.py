@@ -11,6 +11,7 @@ from typing import Any
 from engine.calibration import BacktestSettings
 from engine.data import SensorHistory
 from engine.plan import PlanParameters, default_history, make_plan
+from engine.stream.split import split_for_replay
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute
 
@@ -18,19 +19,18 @@ SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to c
 def simulate_from_cli(
     history: SensorHistory, params: PlanParameters, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Plan on ``history``, replay it through Spark, fail at ``args.fail_at``, recover."""
+    """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
+    ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows)."""
     from engine.stream.manager import run_simulation
     from engine.stream.session import SparkSettings
     from engine.stream.spec import PipelinePaths, StreamSpec
 
-    rows = params.history or default_history(history.values.shape[0], params.window)
+    split = split_for_replay(len(history.times), args.rows)
+    fit = split.fit(history)
+    rows = params.history or default_history(fit.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
-    plan = make_plan(history, params, backtest=settings)
-    replay = (
-        history
-        if not args.rows
-        else history.rows(max(0, len(history.times) - args.rows), len(history.times))
-    )
+    plan = make_plan(fit, params, backtest=settings)
+    replay = split.replay(history)
     with tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
@@ -42,6 +42,7 @@ def simulate_from_cli(
             SparkSettings(master=args.master),
         )
     out = report.to_dict()
+    out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
         "backup_fraction": plan.backup_fraction,

@@ -26,7 +26,7 @@ with panels.page_guard():
         with st.status(
             "Starting Spark and the streaming query (the first start takes about half a minute)..."
         ) as box:
-            live.start(data.history, plan, mode, rate, disorder)
+            live.start(data, plan.parameters, mode, rate, disorder)
             box.update(label="Pipeline running", state="complete")
         st.rerun()
     failed = manager.status().state == "failed"
@@ -39,6 +39,7 @@ with panels.page_guard():
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()
+    live.split_note(data)
     live.status_panel(plan.parameters.delta)
     report = live.last_report()
     if report is None:

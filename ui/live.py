@@ -17,13 +17,15 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from engine.data import SensorHistory
 from engine.delays import parse_delays
 from engine.errors import PipelineError
-from engine.plan import BackupPlan
+from engine.plan import BackupPlan, PlanParameters
 from engine.stream.disorder_stage import DisorderStage
 from engine.stream.live import replanning_monitor
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
-from ui import resources
+from engine.stream.split import ReplaySplit, split_for_replay
+from ui import plans, resources
 from ui.panels import QUIET, pct
+from ui.plans import PlanningData
 
 RATES = (5, 10, 20, 50, 100)  # history rows replayed per second
 POLL_SECONDS = 1.5
@@ -43,18 +45,32 @@ def plan_signature(plan: BackupPlan) -> str:
 DISORDER_MEAN_READINGS = 2.0  # mean injected arrival delay, in sampling intervals
 
 
+def replay_split(data: PlanningData) -> ReplaySplit:
+    """Plan on the first half of the data, replay the second half (time-consistent)."""
+    return split_for_replay(len(data.history.times))
+
+
+def live_plan(data: PlanningData, params: PlanParameters) -> tuple[SensorHistory, BackupPlan]:
+    """The replayed rows and the measured plan fitted on the rows before them (cached)."""
+    split = replay_split(data)
+    prefix = PlanningData(split.fit(data.history), f"{data.key}|fit{split.fit_rows}")
+    plan = plans.measure_plan(prefix, params, resources.plan_cache())
+    return split.replay(data.history), plan
+
+
 def start(
-    history: SensorHistory,
-    plan: BackupPlan,
+    data: PlanningData,
+    params: PlanParameters,
     mode: str,
     rows_per_second: int,
     disorder: bool = False,
 ) -> None:
-    """Start feeder + streaming query on ``history`` with ``plan`` (blocks while Spark starts).
+    """Plan on the data's prefix, then stream the rows after it (blocks while Spark starts).
 
     With ``disorder``, readings arrive with exponential delays and the query runs the
     K-slack stage: provisional results, corrections as late readings land, final ones.
     """
+    history, plan = live_plan(data, params)
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
     paths = PipelinePaths(resources.work_dir() / "pipeline")
     speed = float(rows_per_second) * plan.sampling_interval_s
@@ -81,6 +97,7 @@ def start(
             "at": datetime.now(UTC).strftime("%H:%M:%S UTC"),
             "signature": plan_signature(plan),
             "rows": str(len(history.times)),
+            "split": replay_split(data).describe(data.history),
             "sensors": str(len(plan.sensors)),
         }
         log.history, log.plan = history, plan
@@ -214,3 +231,15 @@ def ownership_note() -> None:
             f"{log.started.get('at')} (mode {log.started.get('mode')}): every session "
             "sees and controls the same pipeline."
         )
+
+
+def split_note(data: PlanningData) -> None:
+    """Which rows plan the stream and which are replayed (the running pipeline's, if any)."""
+    log = resources.pipeline_log()
+    running = resources.pipeline_manager().status().state in ACTIVE
+    text = log.started.get("split") if running and log.started else None
+    st.caption(
+        "Time-consistent replay: "
+        + (text or replay_split(data).describe(data.history))
+        + ". The plan never sees the rows it is measured on."
+    )
