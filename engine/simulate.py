@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.calibration import BacktestSettings
 from engine.data import SensorHistory
+from engine.errors import ParameterError
 from engine.plan import PlanParameters, default_history, make_plan
 from engine.stream.split import split_for_replay
 
@@ -20,12 +21,19 @@ def simulate_from_cli(
     history: SensorHistory, params: PlanParameters, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
-    ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows)."""
+    ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
+
+    The live monitor re-plans on alerts and, with ``--horizon ROWS``, every ROWS
+    stream rows; the report lists the plan versions and the rows each served."""
+    from engine.stream.live import replanning_monitor
     from engine.stream.manager import run_simulation
     from engine.stream.session import SparkSettings
     from engine.stream.spec import PipelinePaths, StreamSpec
 
     split = split_for_replay(len(history.times), args.rows)
+    horizon = getattr(args, "horizon", None)
+    if horizon is not None and horizon < 1:
+        raise ParameterError(f"--horizon must be a number of rows >= 1, got {horizon!r}")
     fit = split.fit(history)
     rows = params.history or default_history(fit.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
@@ -40,8 +48,14 @@ def simulate_from_cli(
             args.fail_at,
             PipelinePaths(root),
             SparkSettings(master=args.master),
+            monitor_factory=lambda manager: replanning_monitor(
+                manager, history, plan, first_row=split.fit_rows, every_rows=horizon
+            ),
         )
     out = report.to_dict()
+    # Top level: every plan version of the run; the report keeps rows_by_version.
+    out["plan_versions"] = out.pop("plan_versions")
+    out["horizon_rows"] = horizon
     out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
