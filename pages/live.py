@@ -22,11 +22,21 @@ with panels.page_guard():
         key="w_live_disorder",
         help="Readings arrive with random delays; results are provisional, then corrected.",
     )
+    scheduled = st.toggle(
+        "Re-plan on schedule (off: the plan expires at its horizon)",
+        value=True,
+        key="w_replan",
+        help="Every horizon rows a fresh plan is fitted on the stream's recent rows; "
+        "alerts of the live monitor re-plan too.",
+    )
+    now = manager.status()
+    if running and now.replan_every_rows and scheduled != now.scheduled_replanning:
+        live.set_replanning(scheduled)
     if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):
         with st.status(
             "Starting Spark and the streaming query (the first start takes about half a minute)..."
         ) as box:
-            live.start(data, plan.parameters, mode, rate, disorder)
+            live.start(data, plan.parameters, mode, rate, disorder, scheduled)
             box.update(label="Pipeline running", state="complete")
         st.rerun()
     failed = manager.status().state == "failed"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
@@ -23,6 +24,7 @@ from engine.stream.live import replanning_monitor
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
 from engine.stream.split import ReplaySplit, split_for_replay
+from engine.stream.versions import changes
 from ui import plans, resources
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData
@@ -64,14 +66,25 @@ def start(
     mode: str,
     rows_per_second: int,
     disorder: bool = False,
+    scheduled: bool = True,
 ) -> None:
     """Plan on the data's prefix, then stream the rows after it (blocks while Spark starts).
 
     With ``disorder``, readings arrive with exponential delays and the query runs the
     K-slack stage: provisional results, corrections as late readings land, final ones.
+    The plan is re-planned every ``horizon_rows`` rows (unless ``scheduled`` is off:
+    then it expires) and on alerts of the live monitor.
     """
     history, plan = live_plan(data, params)
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
+    monitor = replanning_monitor(
+        manager,
+        data.history,
+        plan,
+        first_row=replay_split(data).fit_rows,
+        every_rows=horizon_rows(plan),
+    )
+    monitor.scheduled = scheduled
     paths = PipelinePaths(resources.work_dir() / "pipeline")
     speed = float(rows_per_second) * plan.sampling_interval_s
     delays, stage_factory = None, None
@@ -88,7 +101,7 @@ def start(
         delays=delays,
         stage_factory=stage_factory,
         options=PipelineOptions(trigger_seconds=1.0),
-        monitor=replanning_monitor(manager, history, plan),
+        monitor=monitor,
     )
     with log.lock:
         log.owner = session_id()
@@ -100,7 +113,17 @@ def start(
             "split": replay_split(data).describe(data.history),
             "sensors": str(len(plan.sensors)),
         }
-        log.history, log.plan = history, plan
+        log.history, log.plan, log.monitor = history, plan, monitor
+        log.data_key = data.key
+
+
+def horizon_rows(plan: BackupPlan) -> int:
+    """Rows a plan is valid for: the parameters' horizon, else the backtest's re-plan step
+    (the cadence the backtest measured), else one window."""
+    horizon = getattr(plan.parameters, "horizon", None)
+    if horizon:
+        return int(horizon)
+    return int(plan.backtest.step) if plan.backtest is not None else int(plan.parameters.window)
 
 
 def _disorder(
@@ -204,10 +227,36 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         (st.warning if s.state == "failed" else st.info)(s.last_error)
     if s.last_alert:
         st.warning(f"Live monitor: {s.last_alert}")
-    log = resources.pipeline_manager().plan_log() if s.plan_changes else None
-    if log is not None and len(log):
-        st.caption(f"{len(log)} live re-plan(s): each widened the backup set (newest first)")
-        st.dataframe(log.sort_values("at", ascending=False), hide_index=True)
+    plan_versions(s)
+
+
+def plan_versions(s: PipelineStatus) -> None:
+    """The plan in force against its horizon, its miss rate and the overall one, and
+    every version of the plan with what changed and why."""
+    if s.plan_version is None:
+        return
+    mine = s.shadow_by_version.get(s.plan_version, {})
+    horizon = f"{s.rows_under_plan} of {s.replan_every_rows} rows" if s.replan_every_rows else ""
+    c = st.columns(4)
+    c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
+    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
+                f"worst; {mine.get('windows', 0)} windows", **QUIET)  # fmt: skip
+    c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
+                f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
+    c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")
+    if s.plan_expired:
+        st.error(
+            f"The plan has expired: version {s.plan_version} has run {s.rows_under_plan} rows, "
+            f"past its horizon of {s.replan_every_rows}, and scheduled re-planning is off."
+        )
+    rows = changes(resources.pipeline_manager().versions())
+    if len(rows) > 1:
+        st.caption(f"{len(rows)} plan versions (newest first): what each changed and why")
+        table = pd.DataFrame(rows[::-1])
+        table["miss rate (worst)"] = [
+            s.shadow_by_version.get(r["id"], {}).get("worst_rate") for r in rows[::-1]
+        ]
+        st.dataframe(table, hide_index=True)
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -243,3 +292,8 @@ def split_note(data: PlanningData) -> None:
         + (text or replay_split(data).describe(data.history))
         + ". The plan never sees the rows it is measured on."
     )
+
+
+def set_replanning(enabled: bool) -> None:
+    """The operator's switch for scheduled re-planning of the running pipeline."""
+    resources.pipeline_manager().set_replanning(enabled)

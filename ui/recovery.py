@@ -128,7 +128,8 @@ def pipeline_inputs(
     """The data and plan the pipeline ran on (this session's may have changed since)."""
     log = resources.pipeline_log()
     if log.history is not None and log.plan is not None:
-        return log.history, log.plan
+        in_force = log.monitor.plan if log.monitor is not None else log.plan
+        return log.history, in_force
     if set(report.sensors) <= set(history.sensors):
         return history, plan
     return None

@@ -181,3 +181,24 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
     assert table.loc["none", "windows recovered"] == 0
+
+
+def test_a_refresh_keeps_the_data_sensors_parameters_and_plan(page):  # type: ignore[no-untyped-def]
+    """A new browser session (a refresh) restores the last state from LACUNA_HOME and
+    plans exactly what the old session planned; without the saved state it would not."""
+    tune = page("tune").run()
+    tune.number_input(key="w_eps").set_value(0.4).run()
+    tune.number_input(key="w_window").set_value(12).run()
+    before = page("plan").run()  # a second session already starts from the saved state
+    refreshed = page("plan").run()
+    assert "Restored the last session" in texts(refreshed) and "eps 0.4" in texts(refreshed)
+    assert refreshed.session_state["params"] == before.session_state["params"]
+    assert refreshed.session_state["params"].window == 12
+    assert metric(refreshed, "Backed up") == metric(before, "Backed up")
+    assert refreshed.session_state["sensors"] == tune.session_state["sensors"]
+    # The saved data set must be the same data: a changed file is not restored silently.
+    state_file = resources.work_dir() / "session" / "state.json"
+    text = state_file.read_text().replace(tune.session_state["dataset"].fingerprint, "sha256:0")
+    state_file.write_text(text)
+    changed = page("plan").run()
+    assert "fingerprint changed" in texts(changed) and "eps 0.4" not in texts(changed)
