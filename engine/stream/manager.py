@@ -47,7 +47,7 @@ from engine.stream.spec import (
     align_history,
     check_mode,
 )
-from engine.stream.versions import PlanVersion, read_versions
+from engine.stream.versions import PendingPlan, PlanVersion, read_versions
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class PipelineManager:
         self._failed_run: int | None = None
         self._recovery: _Recovery | None = None
         self._config: RunConfig | None = None
+        self._carry: PendingPlan | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -132,6 +133,7 @@ class PipelineManager:
             self._spark = _spark(self.settings)
             self.board = StatusBoard(self._now)
             self._truth, self._stage_factory, self._recovery = truth, stage_factory, None
+            self._carry = None
             self._config = RunConfig(spec, mode, paths, options or PipelineOptions(), monitor)
             self._feeder = Feeder(history, spec.sensors, paths.landing_dir, paths.truth_dir, feed)
             first = PlanVersion.initial(spec, self._now(), _calibration(monitor))
@@ -251,6 +253,7 @@ class PipelineManager:
             pipeline.stop()
             deleted = discard_lost_state(pipeline.paths, self._require_store(), pipeline.run)
             self._failed_run, self._pipeline = pipeline.run, None
+            self._carry = pipeline.pending  # a re-plan not in force yet survives the failure
             self.board.update(
                 state="failed",
                 buffered_rows=0,
@@ -281,7 +284,9 @@ class PipelineManager:
             options = replace(cfg.options, fail_after_readings=None)
             self._config = replace(cfg, options=options)
             self._pipeline = self._new_pipeline(current, seed=outcome.seed).start()
-            self._failed_run = None
+            if self._carry is not None:
+                self._pipeline.queue(self._carry)
+            self._failed_run, self._carry = None, None
             return self.report()
 
     def results(self, kind: str | None = None) -> pd.DataFrame | None:

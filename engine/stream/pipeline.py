@@ -169,11 +169,20 @@ class LivePipeline:
         ``reason`` the sentence logged with it. A newer queued plan replaces an
         older one that has not taken effect yet.
         """
-        pending = PendingPlan(spec, kind, reason, self.store.now(), calibration or {})
+        self.queue(PendingPlan(spec, kind, reason, self.store.now(), calibration or {}))
+
+    def queue(self, pending: PendingPlan) -> None:
+        """Queue ``pending`` (e.g. one a failed run had not installed yet)."""
         with self._spec_lock:
-            self._version.spec.check_compatible(spec)
+            self._version.spec.check_compatible(pending.spec)
             self._pending = pending
-        self.store.log_plan(reason, spec.backup_sensors)
+        self.store.log_plan(pending.detail, pending.spec.backup_sensors)
+
+    @property
+    def pending(self) -> PendingPlan | None:
+        """A queued plan that has not taken effect yet."""
+        with self._spec_lock:
+            return self._pending
 
     @property
     def spec(self) -> StreamSpec:
