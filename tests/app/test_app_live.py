@@ -202,3 +202,37 @@ def test_a_refresh_keeps_the_data_sensors_parameters_and_plan(page):  # type: ig
     state_file.write_text(text)
     changed = page("plan").run()
     assert "fingerprint changed" in texts(changed) and "eps 0.4" not in texts(changed)
+
+
+def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, monkeypatch):  # type: ignore[no-untyped-def]
+    """The plan of record: the live pipeline's newest plan, not the session's tuned one."""
+    import json
+    from types import SimpleNamespace
+
+    from engine.plan import PlanParameters, make_plan
+
+    app.switch_page("pages/plan.py").run()
+    key = app.session_state["_planning_data"].key
+    history = app.session_state["_planning_data"].history
+    session_backup = app.session_state["params"]
+    live_plan = make_plan(
+        history.rows(0, 360),
+        PlanParameters(eps=0.3, delta=0.05, window=24),
+        run_backtest_now=False,
+    )
+    manager = fake(FakeManager("running"))
+    manager._status = replace(manager._status, plan_version=2)
+    log = resources.PipelineLog()
+    log.monitor, log.data_key = SimpleNamespace(plan=live_plan), key
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    app.switch_page("pages/export.py").run()
+    assert not app.exception
+    assert "Plan of record: the live pipeline's plan (version 2" in texts(app)
+    exported = json.loads(next(c.value for c in app.code if c.value.lstrip().startswith("{")))
+    assert exported["backup_sensors"] == list(live_plan.backup_sensors)
+    assert exported["parameters"]["eps"] == 0.3 != session_backup.eps
+    app.switch_page("pages/plan.py").run()
+    assert metric(app, "Backed up").startswith(f"{len(live_plan.backup_sensors)} of")
+    manager._status = replace(manager._status, state="stopped")
+    app.switch_page("pages/export.py").run()  # stopped: the session's own plan again
+    assert "Plan of record" not in texts(app)
