@@ -159,6 +159,16 @@ class ReplanningMonitor:
         self.run(lambda: self._replan(kind, alert))
         return alert
 
+    def request(self) -> bool:
+        """Start a fresh re-plan now (an operator's ``manual`` one); False while one runs."""
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy, self._wait_for = True, self.monitor.version + 1
+            self._planned_at = self.rows_seen()
+        self.run(lambda: self._replan("manual", None))
+        return True
+
     def schedule(self) -> Schedule:
         """The plan in force against its horizon; expired when the schedule is off."""
         rows = max(0, self.rows_seen() - self._planned_at)
@@ -186,7 +196,7 @@ class ReplanningMonitor:
             self.apply(new, kind, reason)
         except (EngineError, np.linalg.LinAlgError, ValueError) as err:
             # Never take the stream down over a re-plan: log it and keep the plan in force.
-            why = alert.reason if alert is not None else "horizon reached"
+            why = alert.reason if alert is not None else f"{kind} re-plan"
             change = PlanChange(self.now(), kind, f"{why}; re-plan failed: {err}",
                                 old.backup_sensors, (), (), applied=False)  # fmt: skip
             with self._lock:
@@ -209,7 +219,15 @@ class ReplanningMonitor:
         old: BackupPlan,
         new: BackupPlan,
     ) -> str:
-        why = alert.reason if alert is not None else f"horizon of {self.every_rows} rows reached"
+        why = (
+            alert.reason
+            if alert is not None
+            else (
+                f"horizon of {self.every_rows} rows reached"
+                if kind == "scheduled"
+                else "re-plan requested by the operator"
+            )
+        )
         added = [s for s in new.backup_sensors if s not in old.backup_sensors]
         dropped = [s for s in old.backup_sensors if s not in new.backup_sensors]
         how = "re-learnt" if alert else "fresh plan"

@@ -32,6 +32,8 @@ with panels.page_guard():
     now = manager.status()
     if running and now.replan_every_rows and scheduled != now.scheduled_replanning:
         live.set_replanning(scheduled)
+    if running and now.plan_version is not None and st.button("Re-plan now", key="replan_now"):
+        live.replan_now()
     if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):
         with st.status(
             "Starting Spark and the streaming query (the first start takes about half a minute)..."

@@ -297,3 +297,11 @@ def split_note(data: PlanningData) -> None:
 def set_replanning(enabled: bool) -> None:
     """The operator's switch for scheduled re-planning of the running pipeline."""
     resources.pipeline_manager().set_replanning(enabled)
+
+
+def replan_now() -> None:
+    """An operator's re-plan: a fresh plan on the stream's recent rows (reason manual)."""
+    if resources.pipeline_manager().replan_now():
+        st.toast("Re-planning on the recent rows: the new plan takes effect at a micro-batch.")
+    else:
+        st.toast("A re-plan is already being computed.")

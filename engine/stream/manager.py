@@ -200,6 +200,13 @@ class PipelineManager:
             raise PipelineError("this pipeline was started without a re-planning schedule")
         monitor.scheduled = bool(enabled)
 
+    def replan_now(self) -> bool:
+        """An operator's re-plan: a fresh plan on recent rows (reason ``manual``)."""
+        monitor = self._require_config().monitor
+        if not isinstance(monitor, ReplanningMonitor):
+            raise PipelineError("this pipeline was started without a re-planning monitor")
+        return monitor.request()
+
     def rows_seen(self) -> int:
         """Stream rows the committed batches carried (the largest ``seq`` + 1)."""
         store = self._store

@@ -152,3 +152,19 @@ def test_alerts_cannot_tighten_targets_below_the_floor(
         assert monitor.observe(errors, plan.linear_map.targets, version=version) is not None
     assert len(applied) == 5
     assert monitor.scale[plan.sensors.index(target)] == monitor.min_scale == 0.25
+
+
+def test_an_operator_can_re_plan_now(drift: SensorHistory, plan: BackupPlan) -> None:
+    applied: list[tuple[BackupPlan, str, str]] = []
+    jobs: list = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(700, 1100),
+        apply=lambda new, kind, reason: applied.append((new, kind, reason)),
+        run=jobs.append,  # the worker has not run yet
+    )
+    assert monitor.request() and not monitor.request()  # one re-plan at a time
+    jobs.pop()()
+    ((new, kind, reason),) = applied
+    assert kind == "manual" and "requested by the operator" in reason
+    assert new.backup_sensors == fresh_plan(plan, drift.rows(700, 1100)).backup_sensors
