@@ -151,9 +151,11 @@ def report_metrics(report: RecoveryReport) -> None:
         f"{report.backup_bytes / 1e3:,.1f} kB stored",
         **QUIET,
     )
+    served = ", ".join(f"version {k}: {n}" for k, n in report.rows_by_version.items())
     st.caption(
         f"{report.note}. Spark {report.spark_version}; lost readings "
-        f"{report.lost_rows[0]}..{report.lost_rows[1]}."
+        f"{report.lost_rows[0]}..{report.lost_rows[1]}"
+        + (f"; rows rebuilt per governing plan version: {served}." if served else ".")
     )
 
 

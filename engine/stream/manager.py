@@ -189,9 +189,13 @@ class PipelineManager:
         calibration: dict[str, Any] | None = None,
     ) -> None:
         """Queue a new plan for the running pipeline: it becomes a plan version at
-        the next micro-batch (stored with the rows it governs; logged to ``plan_log``)."""
-        with self._lock:
-            self._require_pipeline().set_spec(spec, reason, kind=kind, calibration=calibration)
+        the next micro-batch (stored with the rows it governs; logged to ``plan_log``).
+
+        Does not take the control lock: a re-plan worker must not wait for a
+        ``drain`` that holds it while the very batches that install the plan run.
+        The pipeline's own lock makes the queueing safe.
+        """
+        self._require_pipeline().set_spec(spec, reason, kind=kind, calibration=calibration)
 
     def set_replanning(self, enabled: bool) -> None:
         """Switch scheduled re-planning on or off (off: the plan expires at its horizon)."""
