@@ -22,16 +22,17 @@ with panels.page_guard():
         key="w_live_disorder",
         help="Readings arrive with random delays; results are provisional, then corrected.",
     )
+    now = manager.status()
+    if running and now.replan_every_rows:
+        st.session_state["w_replan"] = now.scheduled_replanning  # the pipeline's own switch
+    st.session_state.setdefault("w_replan", True)
     scheduled = st.toggle(
         "Re-plan on schedule (off: the plan expires at its horizon)",
-        value=True,
         key="w_replan",
+        on_change=live.toggle_replanning,
         help="Every horizon rows a fresh plan is fitted on the stream's recent rows; "
         "alerts of the live monitor re-plan too.",
     )
-    now = manager.status()
-    if running and now.replan_every_rows and scheduled != now.scheduled_replanning:
-        live.set_replanning(scheduled)
     if running and now.plan_version is not None and st.button("Re-plan now", key="replan_now"):
         live.replan_now()
     if c3.button("Start", type="primary", disabled=running, key="start_pipeline"):

@@ -294,9 +294,12 @@ def split_note(data: PlanningData) -> None:
     )
 
 
-def set_replanning(enabled: bool) -> None:
-    """The operator's switch for scheduled re-planning of the running pipeline."""
-    resources.pipeline_manager().set_replanning(enabled)
+def toggle_replanning() -> None:
+    """The operator's switch (``w_replan``) for scheduled re-planning of a running pipeline."""
+    manager = resources.pipeline_manager()
+    status = manager.status()
+    if status.state in ACTIVE and status.replan_every_rows:
+        manager.set_replanning(bool(st.session_state["w_replan"]))
 
 
 def replan_now() -> None:

@@ -236,3 +236,55 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     manager._status = replace(manager._status, state="stopped")
     app.switch_page("pages/export.py").run()  # stopped: the session's own plan again
     assert "Plan of record" not in texts(app)
+
+
+def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    from engine.stream.spec import StreamSpec
+    from engine.stream.versions import PlanVersion
+    from tests.helpers import fit_map
+
+    history = load_history(SMALL).select(TEMP)
+
+    def spec(backup: tuple[str, ...]) -> StreamSpec:
+        lm = fit_map(history.values, tuple(TEMP), backup)
+        return StreamSpec(tuple(TEMP), backup, lm, 24, 24, "avg", 0.5, 0.05)
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    versions = [
+        PlanVersion(0, "initial", "start", spec((TEMP[0],)), t0, 0, 47),
+        PlanVersion(
+            1, "alert", "live rate of Changping_TEMP above delta", spec(tuple(TEMP[:2])), t0, 48
+        ),
+    ]
+    manager = fake(FakeManager("running"))
+    manager.versions = lambda: versions  # type: ignore[attr-defined]
+    manager._status = replace(
+        manager._status,
+        plan_version=1,
+        shadow_windows=9,
+        shadow_worst_rate=0.5,
+        shadow_by_version={
+            0: {"windows": 4, "worst_rate": 0.75, "worst_sensor": "Changping_TEMP"},
+            1: {"windows": 5, "worst_rate": 0.0, "worst_sensor": None},
+        },
+        replan_every_rows=24,
+        rows_under_plan=30,
+        scheduled_replanning=False,
+        plan_expired=True,
+    )
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert metric(app, "Plan version") == "1"
+    assert metric(app, "Miss rate, this version") == "0.0 %"
+    assert metric(app, "Miss rate, overall") == "50.0 %"
+    assert "The plan has expired" in texts(app) and "past its horizon of 24" in texts(app)
+    table = app.dataframe[-1].value
+    assert table["id"].tolist() == [1, 0] and table["added"].tolist()[0] == ["Changping_TEMP"]
+    assert table["miss rate (worst)"].tolist() == [0.0, 0.75]
+    assert app.toggle(key="w_replan").value is False  # shows the pipeline's switch
+    switched: list[bool] = []
+    manager.set_replanning = switched.append  # type: ignore[attr-defined]
+    app.toggle(key="w_replan").set_value(True).run()
+    assert switched == [True]
