@@ -39,6 +39,7 @@ def simulate_from_cli(
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
     plan = make_plan(fit, params, backtest=settings)
     replay = split.replay(history)
+    managers: list[Any] = []  # the run's manager: its status outlives the run
     with tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
@@ -49,13 +50,18 @@ def simulate_from_cli(
             PipelinePaths(root),
             SparkSettings(master=args.master),
             monitor_factory=lambda manager: replanning_monitor(
-                manager, history, plan, first_row=split.fit_rows, every_rows=horizon
+                _kept(managers, manager),
+                history,
+                plan,
+                first_row=split.fit_rows,
+                every_rows=horizon,
             ),
         )
     out = report.to_dict()
     # Top level: every plan version of the run; the report keeps rows_by_version.
     out["plan_versions"] = out.pop("plan_versions")
     out["horizon_rows"] = horizon
+    out["live_monitor"] = live_monitor(managers[0].status())
     out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
@@ -64,3 +70,19 @@ def simulate_from_cli(
         "model_worst_violation_probability": plan.model_worst_probability,
     }
     return out
+
+
+def _kept(managers: list[Any], manager: Any) -> Any:
+    managers.append(manager)
+    return manager
+
+
+def live_monitor(status: Any) -> dict[str, Any]:
+    """The shadow check's tallies at the end of the run: overall and per plan version."""
+    return {
+        "windows": status.shadow_windows,
+        "violation_rate_overall": status.shadow_violation_rate,
+        "worst_sensor_rate_overall": status.shadow_worst_rate,
+        "by_version": {str(k): v for k, v in status.shadow_by_version.items()},
+        "last_alert": status.last_alert,
+    }
