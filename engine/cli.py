@@ -84,7 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_flags(sim)
     sim.add_argument("--mode", default="approx", help="approx, full or none")
     sim.add_argument("--fail-at", type=float, default=0.5, help="fraction of the feed")
-    sim.add_argument("--rows", type=int, default=None, help="replay only the last ROWS rows")
+    sim.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="replay the last ROWS rows (default: the second half); the plan learns from the rest",
+    )
+    sim.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="re-plan every ROWS stream rows inside the live run (default: only on alerts)",
+    )
     sim.add_argument("--workdir", default=None, help="landing/backup directory (default: temp)")
     sim.add_argument("--master", default=None, help="Spark master (default local[*])")
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")

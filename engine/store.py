@@ -8,7 +8,12 @@ One DuckDB file holds what survives a failure:
 * ``batches`` one marker per committed micro-batch;
 * ``plan_log`` every plan the pipeline ran with, and why it changed;
 * ``late``    readings that arrived after their windows were closed;
-* ``state``   the latest window-state snapshot of each run (operator state).
+* ``state``   the latest window-state snapshot of each run (operator state);
+* ``plan_versions`` every plan the stream ran with: id, creation time, reason,
+  the row (``seq``) and event-time range it governed (the last filled when a
+  newer version supersedes it), backup set, reconstruction map and calibration
+  state (JSON). A version that starts at a micro-batch is written in that
+  batch's transaction, so recovery can rebuild each row with its own plan.
 
 A micro-batch is keyed by ``(run, batch_id)``: ``run`` numbers a query lifetime
 (a new run starts after a failure discarded the checkpoint, because Spark then
@@ -53,6 +58,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS late (run INTEGER, batch_id BIGINT, seq BIGINT,"
     " event_time TIMESTAMP, sensor VARCHAR, value DOUBLE, arrival_time TIMESTAMP)",
     "CREATE TABLE IF NOT EXISTS state (run INTEGER PRIMARY KEY, batch_id BIGINT, snapshot BLOB)",
+    "CREATE TABLE IF NOT EXISTS plan_versions (id INTEGER PRIMARY KEY, created_at TIMESTAMP,"
+    " reason VARCHAR, detail VARCHAR, first_seq BIGINT, last_seq BIGINT, first_time TIMESTAMP,"
+    " last_time TIMESTAMP, backup_sensors VARCHAR, reconstruction VARCHAR, calibration VARCHAR)",
 )
 BACKUP_COLUMNS = ("seq", "event_time", "sensor", "value")
 RESULT_COLUMNS = (
@@ -76,6 +84,43 @@ def _lock_for(path: Path) -> threading.RLock:
         return _LOCKS.setdefault(str(path), threading.RLock())
 
 
+@dataclass(frozen=True)
+class VersionRecord:
+    """One row of ``plan_versions`` (JSON columns as text; times naive UTC or aware).
+
+    ``closes_at`` is not a column: when this version is written, every open
+    version with a smaller id ends at ``first_seq - 1`` and at event time ``closes_at``.
+    """
+
+    id: int
+    created_at: datetime
+    reason: str
+    detail: str
+    first_seq: int
+    backup_sensors: tuple[str, ...]
+    reconstruction: str
+    calibration: str
+    first_time: datetime | None = None
+    last_seq: int | None = None
+    last_time: datetime | None = None
+    closes_at: datetime | None = None
+
+
+VERSION_COLUMNS = (
+    "id",
+    "created_at",
+    "reason",
+    "detail",
+    "first_seq",
+    "last_seq",
+    "first_time",
+    "last_time",
+    "backup_sensors",
+    "reconstruction",
+    "calibration",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class BatchWrite:
     """Everything one micro-batch persists, committed together or not at all.
@@ -93,6 +138,7 @@ class BatchWrite:
     late: pd.DataFrame | None = None
     max_seq: int = -1
     state: bytes | None = None
+    version: VersionRecord | None = None  # a plan version that starts with this batch
 
 
 @dataclass(frozen=True)
@@ -200,6 +246,73 @@ class BackupStore:
         if w.state is not None:
             cur.execute("DELETE FROM state WHERE run = ?", [w.run])
             cur.execute("INSERT INTO state VALUES (?, ?, ?)", [w.run, w.batch_id, w.state])
+        if w.version is not None:
+            self._insert_version(cur, w.version)
+
+    def _insert_version(self, cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> None:
+        """Insert ``v`` unless its id exists; close the open versions before it."""
+        cur.execute("SELECT 1 FROM plan_versions WHERE id = ?", [v.id])
+        if cur.fetchone() is not None:
+            return
+        cur.execute(
+            "UPDATE plan_versions SET last_seq = ?, last_time = ? "
+            "WHERE id < ? AND last_seq IS NULL",
+            [v.first_seq - 1, _naive(v.closes_at), v.id],
+        )
+        cur.execute(
+            f"INSERT INTO plan_versions ({', '.join(VERSION_COLUMNS)}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                v.id,
+                _naive(v.created_at),
+                v.reason,
+                v.detail,
+                v.first_seq,
+                v.last_seq,
+                _naive(v.first_time),
+                _naive(v.last_time),
+                json.dumps(list(v.backup_sensors)),
+                v.reconstruction,
+                v.calibration,
+            ],
+        )
+
+    def write_version(self, version: VersionRecord) -> bool:
+        """Write a plan version on its own (idempotent by id); ``False`` if it existed."""
+        with self._cursor() as cur:
+            cur.begin()
+            try:
+                cur.execute("SELECT 1 FROM plan_versions WHERE id = ?", [version.id])
+                if cur.fetchone() is not None:
+                    cur.rollback()
+                    return False
+                self._insert_version(cur, version)
+                cur.commit()
+            except duckdb.Error as err:
+                cur.rollback()
+                raise StoreError(
+                    f"cannot write plan version {version.id} to {str(self.path)!r}: {err}"
+                ) from err
+        return True
+
+    def read_versions(self) -> list[VersionRecord]:
+        """Every plan version, oldest first."""
+        with self._cursor() as cur:
+            cur.execute(f"SELECT {', '.join(VERSION_COLUMNS)} FROM plan_versions ORDER BY id")
+            rows = cur.fetchall()
+        out = []
+        for r in rows:
+            v = dict(zip(VERSION_COLUMNS, r, strict=True))
+            v["backup_sensors"] = tuple(json.loads(v["backup_sensors"]))
+            v["first_time"] = _aware(v["first_time"])
+            v["last_time"] = _aware(v["last_time"])
+            v["created_at"] = _aware(v["created_at"])
+            out.append(VersionRecord(**v))
+        return out
+
+    def now(self) -> datetime:
+        """The store's clock (injected; used to stamp what it writes)."""
+        return self._now()
 
     def log_plan(self, reason: str, backup_sensors: Sequence[str]) -> None:
         """Append a plan change to ``plan_log``."""
@@ -276,7 +389,8 @@ class BackupStore:
 
     def read_table(self, table: str) -> pd.DataFrame:
         """A whole table (``backup``, ``batches``, ``plan_log``, ``late``, ...)."""
-        if table not in {"backup", "results", "batches", "plan_log", "late", "state"}:
+        tables = {"backup", "results", "batches", "plan_log", "late", "state", "plan_versions"}
+        if table not in tables:
             raise StoreError(f"no table {table!r} in the backup store")
         with self._cursor() as cur:
             return cur.execute(f"SELECT * FROM {table}").df()
@@ -299,6 +413,19 @@ class BackupStore:
     def _stamp(self) -> datetime:
         # DuckDB TIMESTAMP is naive; the store keeps UTC.
         return self._now().astimezone(UTC).replace(tzinfo=None)
+
+
+def _naive(t: datetime | None) -> datetime | None:
+    """An aware time as naive UTC (DuckDB TIMESTAMP); naive times are taken as UTC."""
+    if t is None or t.tzinfo is None:
+        return t
+    return t.astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(t: Any) -> datetime | None:
+    if t is None:
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 class _Cursor:

@@ -22,7 +22,20 @@ with panels.page_guard():
         key="w_live_disorder",
         help="Readings arrive with random delays; results are provisional, then corrected.",
     )
-    live.start_button(c3, data.history, plan, mode, rate, disorder, running)
+    now = manager.status()
+    if running and now.replan_every_rows:
+        st.session_state["w_replan"] = now.scheduled_replanning  # the pipeline's own switch
+    st.session_state.setdefault("w_replan", True)
+    scheduled = st.toggle(
+        "Re-plan on schedule (off: the plan expires at its horizon)",
+        key="w_replan",
+        on_change=live.toggle_replanning,
+        help="Every horizon rows a fresh plan is fitted on the stream's recent rows; "
+        "alerts of the live monitor re-plan too.",
+    )
+    if running and now.plan_version is not None and st.button("Re-plan now", key="replan_now"):
+        live.replan_now()
+    live.start_button(c3, data, plan.parameters, mode, rate, disorder, running, scheduled)
     failed = manager.status().state == "failed"
     if c4.button(
         "Recover" if failed else "Simulate failure",
@@ -33,6 +46,7 @@ with panels.page_guard():
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()
+    live.split_note(data)
     live.status_panel(plan.parameters.delta)
     report = live.last_report()
     if report is None:

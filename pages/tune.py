@@ -14,6 +14,9 @@ with panels.page_guard():
     n, rows = len(data.history.sensors), data.history.values.shape[0]
     name = state.current_dataset().name
     st.caption(f"Planning for {n} sensors, {rows:,} readings each ({name}).")
+    live = panels.live_plan(data)
+    if live is not None:  # the plan in force first; what is tuned below applies at a restart
+        panels.live_line(live)
     single = not (
         unit_eps.mixed_units(data.history.sensors, state.params()) and unit_eps.per_unit_on()
     )

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
@@ -19,12 +20,17 @@ from engine.data import SensorHistory
 from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
 from engine.planning import BackupPlan
+from engine.plan import BackupPlan, PlanParameters
+from engine.stream.disorder_stage import DisorderStage
 from engine.stream.live import replanning_monitor
 from engine.stream.ownership import find_leftovers
 from engine.stream.recovery import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
-from ui import resources
+from engine.stream.split import ReplaySplit, split_for_replay
+from engine.stream.versions import changes
+from ui import plans, resources
 from ui.panels import QUIET, pct
+from ui.plans import PlanningData
 
 RATES = (5, 10, 20, 50, 100)  # history rows replayed per second
 POLL_SECONDS = 1.5
@@ -50,21 +56,46 @@ def plan_signature(plan: BackupPlan) -> str:
 DISORDER_MEAN_READINGS = 2.0  # mean injected arrival delay, in sampling intervals
 
 
+def replay_split(data: PlanningData) -> ReplaySplit:
+    """Plan on the first half of the data, replay the second half (time-consistent)."""
+    return split_for_replay(len(data.history.times))
+
+
+def live_plan(data: PlanningData, params: PlanParameters) -> tuple[SensorHistory, BackupPlan]:
+    """The replayed rows and the measured plan fitted on the rows before them (cached)."""
+    split = replay_split(data)
+    prefix = PlanningData(split.fit(data.history), f"{data.key}|fit{split.fit_rows}")
+    plan = plans.measure_plan(prefix, params, resources.plan_cache())
+    return split.replay(data.history), plan
+
+
 def start(
-    history: SensorHistory,
-    plan: BackupPlan,
+    data: PlanningData,
+    params: PlanParameters,
     mode: str,
     rows_per_second: int,
     disorder: bool = False,
+    scheduled: bool = True,
     leftovers: str = "refuse",
 ) -> None:
-    """Start feeder + streaming query on ``history`` with ``plan`` (blocks while Spark starts).
+    """Plan on the data's prefix, then stream the rows after it (blocks while Spark starts).
 
     With ``disorder``, readings arrive with exponential delays and the query runs the
     K-slack stage: provisional results, corrections as late readings land, final ones.
     An earlier run's files are handled as ``leftovers`` says (never deleted unasked).
+    The plan is re-planned every ``horizon_rows`` rows (unless ``scheduled`` is off:
+    then it expires) and on alerts of the live monitor.
     """
+    history, plan = live_plan(data, params)
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
+    monitor = replanning_monitor(
+        manager,
+        data.history,
+        plan,
+        first_row=replay_split(data).fit_rows,
+        every_rows=horizon_rows(plan),
+    )
+    monitor.scheduled = scheduled
     paths = pipeline_paths()
     speed = float(rows_per_second) * plan.sampling_interval_s
     delays, stage_factory = None, None
@@ -81,7 +112,7 @@ def start(
         delays=delays,
         stage_factory=stage_factory,
         options=PipelineOptions(trigger_seconds=1.0),
-        monitor=replanning_monitor(manager, history, plan),
+        monitor=monitor,
     )
     with log.lock:
         log.owner = session_id()
@@ -90,9 +121,20 @@ def start(
             "at": datetime.now(UTC).strftime("%H:%M:%S UTC"),
             "signature": plan_signature(plan),
             "rows": str(len(history.times)),
+            "split": replay_split(data).describe(data.history),
             "sensors": str(len(plan.sensors)),
         }
-        log.history, log.plan = history, plan
+        log.history, log.plan, log.monitor = history, plan, monitor
+        log.data_key = data.key
+
+
+def horizon_rows(plan: BackupPlan) -> int:
+    """Rows a plan is valid for: the parameters' horizon, else the backtest's re-plan step
+    (the cadence the backtest measured), else one window."""
+    horizon = getattr(plan.parameters, "horizon", None)
+    if horizon:
+        return int(horizon)
+    return int(plan.backtest.step) if plan.backtest is not None else int(plan.parameters.window)
 
 
 def pipeline_paths() -> PipelinePaths:
@@ -100,17 +142,17 @@ def pipeline_paths() -> PipelinePaths:
 
 
 def start_button(
-    column: Any, history: SensorHistory, plan: BackupPlan, mode: str, rate: int,
-    disorder: bool, running: bool,
+    column: Any, data: PlanningData, params: PlanParameters, mode: str, rate: int,
+    disorder: bool, running: bool, scheduled: bool,
 ) -> None:  # fmt: skip
     """Start; when an earlier (stopped or crashed) run's files are there, ask first."""
     if column.button("Start", type="primary", disabled=running, key="start_pipeline"):
         if find_leftovers(pipeline_paths()).any:
             st.session_state[ASKING] = True
         else:
-            _start_now(history, plan, mode, rate, disorder, "refuse")
+            _start_now(data, params, mode, rate, disorder, scheduled, "refuse")
     if st.session_state.get(ASKING) and not running:
-        _ask_leftovers(history, plan, mode, rate, disorder)
+        _ask_leftovers(data, params, mode, rate, disorder, scheduled)
     elif not running and find_leftovers(pipeline_paths()).any:
         st.caption(
             f"An earlier run's backup is in {pipeline_paths().root}: Start offers to resume, "
@@ -119,20 +161,22 @@ def start_button(
 
 
 def _start_now(
-    history: SensorHistory, plan: BackupPlan, mode: str, rate: int, disorder: bool, action: str
-) -> None:
+    data: PlanningData, params: PlanParameters, mode: str, rate: int, disorder: bool,
+    scheduled: bool, action: str,
+) -> None:  # fmt: skip
     with st.status(
         "Starting Spark and the streaming query (the first start takes about half a minute)..."
     ) as box:
-        start(history, plan, mode, rate, disorder, leftovers=action)
+        start(data, params, mode, rate, disorder, leftovers=action, scheduled=scheduled)
         box.update(label="Pipeline running", state="complete")
     st.session_state.pop(ASKING, None)
     st.rerun()
 
 
 def _ask_leftovers(
-    history: SensorHistory, plan: BackupPlan, mode: str, rate: int, disorder: bool
-) -> None:
+    data: PlanningData, params: PlanParameters, mode: str, rate: int, disorder: bool,
+    scheduled: bool,
+) -> None:  # fmt: skip
     found = find_leftovers(pipeline_paths())
     if not found.any:
         st.session_state.pop(ASKING, None)
@@ -152,7 +196,7 @@ def _ask_leftovers(
     )
     go, cancel = st.columns([1, 1])
     if go.button("Continue", type="primary", disabled=not confirmed, key="leftovers_go"):
-        _start_now(history, plan, mode, rate, disorder, action)
+        _start_now(data, params, mode, rate, disorder, scheduled, action)
     if cancel.button("Cancel", key="leftovers_cancel"):
         st.session_state.pop(ASKING, None)
         st.rerun()
@@ -259,10 +303,36 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         (st.warning if s.state == "failed" else st.info)(s.last_error)
     if s.last_alert:
         st.warning(f"Live monitor: {s.last_alert}")
-    log = resources.pipeline_manager().plan_log() if s.plan_changes else None
-    if log is not None and len(log):
-        st.caption(f"{len(log)} live re-plan(s): each widened the backup set (newest first)")
-        st.dataframe(log.sort_values("at", ascending=False), hide_index=True)
+    plan_versions(s)
+
+
+def plan_versions(s: PipelineStatus) -> None:
+    """The plan in force against its horizon, its miss rate and the overall one, and
+    every version of the plan with what changed and why."""
+    if s.plan_version is None:
+        return
+    mine = s.shadow_by_version.get(s.plan_version, {})
+    horizon = f"{s.rows_under_plan} of {s.replan_every_rows} rows" if s.replan_every_rows else ""
+    c = st.columns(4)
+    c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
+    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
+                f"worst; {mine.get('windows', 0)} windows", **QUIET)  # fmt: skip
+    c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
+                f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
+    c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")
+    if s.plan_expired:
+        st.error(
+            f"The plan has expired: version {s.plan_version} has run {s.rows_under_plan} rows, "
+            f"past its horizon of {s.replan_every_rows}, and scheduled re-planning is off."
+        )
+    rows = changes(resources.pipeline_manager().versions())
+    if len(rows) > 1:
+        st.caption(f"{len(rows)} plan versions (newest first): what each changed and why")
+        table = pd.DataFrame(rows[::-1])
+        table["miss rate (worst)"] = [
+            s.shadow_by_version.get(r["id"], {}).get("worst_rate") for r in rows[::-1]
+        ]
+        st.dataframe(table, hide_index=True)
 
 
 @st.fragment(run_every=POLL_SECONDS)
@@ -286,3 +356,31 @@ def ownership_note() -> None:
             f"{log.started.get('at')} (mode {log.started.get('mode')}): every session "
             "sees and controls the same pipeline."
         )
+
+
+def split_note(data: PlanningData) -> None:
+    """Which rows plan the stream and which are replayed (the running pipeline's, if any)."""
+    log = resources.pipeline_log()
+    running = resources.pipeline_manager().status().state in ACTIVE
+    text = log.started.get("split") if running and log.started else None
+    st.caption(
+        "Time-consistent replay: "
+        + (text or replay_split(data).describe(data.history))
+        + ". The plan never sees the rows it is measured on."
+    )
+
+
+def toggle_replanning() -> None:
+    """The operator's switch (``w_replan``) for scheduled re-planning of a running pipeline."""
+    manager = resources.pipeline_manager()
+    status = manager.status()
+    if status.state in ACTIVE and status.replan_every_rows:
+        manager.set_replanning(bool(st.session_state["w_replan"]))
+
+
+def replan_now() -> None:
+    """An operator's re-plan: a fresh plan on the stream's recent rows (reason manual)."""
+    if resources.pipeline_manager().replan_now():
+        st.toast("Re-planning on the recent rows: the new plan takes effect at a micro-batch.")
+    else:
+        st.toast("A re-plan is already being computed.")

@@ -45,11 +45,44 @@ def page_plan() -> tuple[PlanningData, BackupPlan]:
     """The current data and plan for a page, its status line shown; stops a page
     that has too few sensors chosen."""
     data = state.planning_data()
+    note = st.session_state.pop(state.RESTORE_NOTE, None)
+    if note:
+        st.caption(note)
     if not require_sensors(data):
         st.stop()
+    live = live_plan(data)
+    if live is not None:
+        live_line(live)
+        return data, live
     plan = current_plan(data, state.params())
     status_line(plan)
     return data, plan
+
+
+LIVE_STATES = ("running", "failed", "recovering")
+
+
+def live_plan(data: PlanningData) -> BackupPlan | None:
+    """The plan of record while a pipeline runs on ``data``: the newest plan its monitor
+    applied (the initial one, then each re-plan); None when no pipeline runs on it."""
+    log = resources.pipeline_log()
+    if log.monitor is None or log.data_key != data.key:
+        return None
+    if resources.pipeline_manager().status().state not in LIVE_STATES:
+        return None
+    return log.monitor.plan
+
+
+def live_line(plan: BackupPlan) -> None:
+    status = resources.pipeline_manager().status()
+    p = plan.parameters
+    st.info(
+        f"Plan of record: the live pipeline's plan (version {status.plan_version}, "
+        f"{len(plan.backup_sensors)} of {len(plan.sensors)} sensors backed up; eps {p.eps:g}, "
+        f"delta {p.delta:g}, window {p.window}). Every page shows this plan while the "
+        "pipeline runs; the Live page lists its versions and why each changed. Stop the "
+        "pipeline to tune a new one."
+    )
 
 
 def run_backtest(data: PlanningData, params: PlanParameters) -> BackupPlan | None:

@@ -134,7 +134,8 @@ def pipeline_inputs(
     """The data and plan the pipeline ran on (this session's may have changed since)."""
     log = resources.pipeline_log()
     if log.history is not None and log.plan is not None:
-        return log.history, log.plan
+        in_force = log.monitor.plan if log.monitor is not None else log.plan
+        return log.history, in_force
     if set(report.sensors) <= set(history.sensors):
         return history, plan
     return None
@@ -157,9 +158,11 @@ def report_metrics(report: RecoveryReport) -> None:
         f"{report.backup_bytes / 1e3:,.1f} kB stored",
         **QUIET,
     )
+    served = ", ".join(f"version {k}: {n}" for k, n in report.rows_by_version.items())
     st.caption(
         f"{report.note}. Spark {report.spark_version}; lost readings "
-        f"{report.lost_rows[0]}..{report.lost_rows[1]}."
+        f"{report.lost_rows[0]}..{report.lost_rows[1]}"
+        + (f"; rows rebuilt per governing plan version: {served}." if served else ".")
     )
 
 

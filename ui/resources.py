@@ -73,7 +73,9 @@ class PipelineLog:
         self.started: dict[str, str] = {}
         self.reports: dict[str, dict] = {}  # mode -> last recovery report (to_dict)
         self.history: Any = None  # the SensorHistory the pipeline replays
-        self.plan: Any = None  # the BackupPlan it runs
+        self.plan: Any = None  # the BackupPlan it started with
+        self.monitor: Any = None  # its ReplanningMonitor: ``monitor.plan`` is the plan in force
+        self.data_key: str | None = None  # the PlanningData key it was started from
 
 
 @st.cache_resource(show_spinner=False)

@@ -18,9 +18,14 @@ import streamlit as st
 from engine.data import SensorHistory
 from engine.planning import PlanParameters
 from ui import resources
+from engine.errors import EngineError
+from engine.plan import PlanParameters
+from ui import resources, session_store
 from ui.plans import PlanningData
+from ui.session_store import SavedSession
 
 DATASET, SELECTION, PARAMS, AUTO_BACKTEST = "dataset", "sensors", "params", "auto_backtest"
+RESTORE_NOTE = "_restore_note"  # what a new session restored (or why it could not)
 DEFAULT_GROUPS = ("TEMP", "DEWP")  # on the shipped sample: both in degC
 MIN_SENSORS = 2
 
@@ -40,8 +45,8 @@ def make_dataset(history: SensorHistory, name: str, is_sample: bool = False) -> 
 
 
 def current_dataset() -> Dataset:
-    """The session's dataset; the shipped sample on a first visit."""
-    if DATASET not in st.session_state:
+    """The session's dataset: the app's last state after a refresh, else the shipped sample."""
+    if DATASET not in st.session_state and not restore_session():
         path = resources.sample_path()
         history = resources.sample_history(str(path), path.stat().st_mtime_ns)
         set_dataset(make_dataset(history, path.name, is_sample=True))
@@ -53,6 +58,48 @@ def set_dataset(dataset: Dataset) -> None:
     st.session_state[DATASET] = dataset
     st.session_state[SELECTION] = default_selection(dataset.history.sensors)
     st.session_state[PARAMS] = default_parameters(dataset.history, st.session_state[SELECTION])
+    save_session(write_data=not dataset.is_sample)
+
+
+def session_dir() -> Path:
+    return resources.work_dir() / "session"
+
+
+def save_session(write_data: bool = False) -> None:
+    """Keep the data set, sensors and parameters under LACUNA_HOME (survives a refresh)."""
+    dataset = st.session_state[DATASET]
+    saved = SavedSession(
+        dataset.name,
+        dataset.fingerprint,
+        dataset.is_sample,
+        tuple(st.session_state[SELECTION]),
+        st.session_state[PARAMS],
+    )
+    try:
+        session_store.save_session(session_dir(), dataset.history, saved, write_data)
+    except OSError as err:  # a read-only home must not stop the app: say it once
+        st.session_state[RESTORE_NOTE] = f"the session cannot be kept for a refresh: {err}"
+
+
+def restore_session() -> bool:
+    """Restore the app's last state into this new session; False if there is none."""
+    saved = session_store.load_state(session_dir())
+    if saved is None:
+        return False
+    try:
+        history = session_store.load_saved_data(session_dir(), saved, resources.sample_path())
+    except EngineError as err:
+        st.session_state[RESTORE_NOTE] = str(err)
+        return False
+    chosen = [s for s in saved.selection if s in history.sensors]
+    st.session_state[DATASET] = Dataset(history, saved.name, saved.fingerprint, saved.is_sample)
+    st.session_state[SELECTION] = chosen or default_selection(history.sensors)
+    st.session_state[PARAMS] = saved.params
+    st.session_state[RESTORE_NOTE] = (
+        f"Restored the last session: {saved.name}, {len(chosen)} sensors, "
+        f"eps {saved.params.eps:g}, delta {saved.params.delta:g}, window {saved.params.window}."
+    )
+    return True
 
 
 def suffix(sensor: str) -> str:
@@ -98,7 +145,10 @@ def selection() -> list[str]:
 
 
 def set_selection(sensors: list[str]) -> None:
+    changed = st.session_state.get(SELECTION) != list(sensors)
     st.session_state[SELECTION] = list(sensors)
+    if changed:
+        save_session()
 
 
 def params() -> PlanParameters:
@@ -107,7 +157,10 @@ def params() -> PlanParameters:
 
 
 def set_params(value: PlanParameters) -> None:
+    changed = st.session_state.get(PARAMS) != value
     st.session_state[PARAMS] = value
+    if changed:
+        save_session()
 
 
 def auto_backtest() -> bool:

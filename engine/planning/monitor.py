@@ -85,41 +85,59 @@ class ViolationMonitor:
         self.sensors = tuple(sensors)
         self.eps, self.delta = check_eps(eps, len(self.sensors)), float(delta)
         self.confidence, self.min_windows = confidence, int(min_windows)
-        self.reset()
+        n = len(self.sensors)
+        self._violations = np.zeros(n, dtype=int)  # overall, never reset
+        self._windows = np.zeros(n, dtype=int)
+        self._by_version: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.version = 0  # the plan version of the last batch observed
 
-    def reset(self) -> None:
-        """Forget every tally (after a re-plan the old counts say nothing)."""
-        self._violations = np.zeros(len(self.sensors), dtype=int)
-        self._windows = np.zeros(len(self.sensors), dtype=int)
-
-    def observe(self, errors: np.ndarray, reconstructed: Sequence[str]) -> MonitorAlert | None:
+    def observe(
+        self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0
+    ) -> MonitorAlert | None:
         """Count a batch of closed windows; return an alert if one is due.
 
         Parameters
         ----------
         errors : (W, n) absolute window errors of shadow recovery, ``sensors`` order.
         reconstructed : sensors that recovery would rebuild (only these count).
+        version : the plan version the windows were checked under. Tallies are kept
+            per version and overall; only the version's own tally can alert (the
+            windows of an earlier plan say nothing about the new one).
         """
         e = np.asarray(errors, dtype=float)
         if e.ndim != 2 or e.shape[1] != len(self.sensors):
             raise ParameterError(f"errors must have shape (W, {len(self.sensors)}), got {e.shape}")
         mask = np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
         finite = np.isfinite(e)
-        self._windows += (finite & mask).sum(axis=0)
-        self._violations += ((e > self.eps) & finite & mask).sum(axis=0)
+        windows = (finite & mask).sum(axis=0)
+        violations = ((e > self.eps) & finite & mask).sum(axis=0)
+        zero = np.zeros(len(self.sensors), dtype=int)
+        v_old, w_old = self._by_version.get(int(version), (zero, zero))
+        self._by_version[int(version)] = (v_old + violations, w_old + windows)
+        self._violations += violations
+        self._windows += windows
+        self.version = int(version)
         return self._alert()
 
-    def rates(self) -> dict[str, tuple[int, int]]:
-        """sensor -> (violations, windows) since the last reset."""
-        return {
-            s: (int(v), int(w))
-            for s, v, w in zip(self.sensors, self._violations, self._windows, strict=True)
-        }
+    def rates(self, version: int | None = None) -> dict[str, tuple[int, int]]:
+        """sensor -> (violations, windows): overall, or under plan ``version``."""
+        zero = np.zeros(len(self.sensors), dtype=int)
+        v, w = (
+            (self._violations, self._windows)
+            if version is None
+            else self._by_version.get(int(version), (zero, zero))
+        )
+        return {s: (int(a), int(b)) for s, a, b in zip(self.sensors, v, w, strict=True)}
+
+    def versions(self) -> list[int]:
+        """Plan versions seen so far, in order."""
+        return sorted(self._by_version)
 
     def _alert(self) -> MonitorAlert | None:
         hits: dict[str, float] = {}
         rates: dict[str, float] = {}
-        for s, v, w in zip(self.sensors, self._violations, self._windows, strict=True):
+        violations, windows_seen = self._by_version[self.version]
+        for s, v, w in zip(self.sensors, violations, windows_seen, strict=True):
             if w < self.min_windows:
                 continue
             lower = rate_lower_bound(int(v), int(w), self.confidence)
@@ -128,10 +146,10 @@ class ViolationMonitor:
         if not hits:
             return None
         worst = max(rates, key=lambda s: rates[s])
-        windows = int(self._windows[self.sensors.index(worst)])
+        windows = int(windows_seen[self.sensors.index(worst)])
         reason = (
             f"live violation rate of {worst} is {rates[worst]:.1%} over {windows} windows "
             f"(lower {self.confidence:.0%} bound {hits[worst]:.1%} > delta {self.delta:.1%}); "
-            f"{len(hits)} sensor(s) alerting"
+            f"{len(hits)} sensor(s) alerting under plan version {self.version}"
         )
         return MonitorAlert(tuple(hits), rates, hits, windows, reason)

@@ -1,24 +1,34 @@
-"""Re-planning when the live monitor says the guarantee no longer holds.
+"""Re-planning in the live pipeline: on a schedule (the plan's horizon) and on alerts.
 
-``ReplanningMonitor`` is what the live pipeline's shadow check feeds: it keeps
-the per-sensor violation tally (``engine.planning.monitor``) and, when a sensor's live
-violation rate is above ``delta`` with confidence, it
+``ReplanningMonitor`` is what the live pipeline's shadow check feeds. It keeps
+the per-sensor violation tally (``engine.monitor``, per plan version and
+overall) and re-plans in two cases:
 
-1. re-learns the model from the most recent data the pipeline has seen,
-2. tightens the alerting sensors' targets (each alert halves them), and
-3. *widens* the backup set: the new set contains the old one, so an alert can
-   only add protection, never remove it while the stream is misbehaving,
+* **scheduled**: every ``every_rows`` stream rows (the horizon a plan is valid
+  for) it makes a *fresh* calibrated plan on the most recent rows the stream
+  has carried. It may shrink the backup set: a plan is re-chosen, not patched;
+* **alert**: when a sensor's live violation rate under the plan in force is
+  above ``delta`` with confidence, it re-learns on recent rows, tightens the
+  alerting sensors' targets (each alert halves them, down to ``min_scale``)
+  and *widens* the backup set (the old one is kept). The next scheduled
+  re-plan starts fresh again, so alerts cannot ratchet the set up for good.
 
-then hands the new plan to ``apply`` (the pipeline swaps its spec at the next
-batch) and records a ``PlanChange`` with its reason. The new plan is not
-backtested (``plan.measured`` is False): the monitor keeps measuring it live.
+The plan is computed off the batch thread (``run`` starts a worker) and handed
+to ``apply``; the pipeline installs it at a following micro-batch, as a new
+plan version. Until that version shows up in ``observe`` no other re-plan
+starts. An operator can switch the schedule off (``scheduled = False``); the
+plan then expires once the horizon has passed, and ``schedule()`` says so.
+A re-planned plan is not backtested (``plan.measured`` is False): the monitor
+keeps measuring it live.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -30,99 +40,235 @@ from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan, eps_units
 from engine.selection import Selection
 
+Apply = Callable[[BackupPlan, str, str], None]  # (plan, kind, reason)
+
 
 @dataclass(frozen=True)
 class PlanChange:
-    """One entry of the plan-change log."""
+    """One entry of the re-plan log."""
 
     at: datetime
+    kind: str  # scheduled, alert
     reason: str
     backup_sensors: tuple[str, ...]
     added: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+    applied: bool = True
 
     def to_dict(self) -> dict[str, object]:
         return {
             "at": self.at.isoformat(timespec="seconds"),
+            "kind": self.kind,
             "reason": self.reason,
             "backup_sensors": list(self.backup_sensors),
             "added": list(self.added),
+            "dropped": list(self.dropped),
+            "applied": self.applied,
         }
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """Where the plan in force stands against its horizon (rows of the stream)."""
+
+    every_rows: int | None
+    enabled: bool
+    rows_under_plan: int
+    expired: bool
+
+
+def run_in_thread(job: Callable[[], None]) -> None:
+    """The default worker: a daemon thread per re-plan (at most one runs at a time)."""
+    threading.Thread(target=job, name="lacuna-replan", daemon=True).start()
+
+
+def calibration_state(plan: BackupPlan, scale: np.ndarray) -> dict[str, Any]:
+    """What calibration did for ``plan``, with the live target scale (JSON types)."""
+    info = plan.calibration
+    return {
+        **info.to_dict(),
+        "ratio": {k: float(v) for k, v in info.ratio.items()},
+        "scale": {s: float(x) for s, x in zip(plan.sensors, scale, strict=True)},
+    }
+
+
 class ReplanningMonitor:
-    """A violation monitor that re-plans on an alert.
+    """A violation monitor that re-plans on a schedule and on alerts.
 
     Parameters
     ----------
-    plan : the plan in force.
-    recent : returns the most recent history the pipeline has seen (every sensor).
-    apply : installs a new plan (e.g. swaps the pipeline's spec); gets the reason.
+    plan : the plan in force when the stream starts.
+    recent : the most recent history the pipeline has carried (every sensor).
+    apply : installs a new plan; gets the plan, its kind (scheduled, alert) and the reason.
     now : clock, injected for tests.
-    tighten : factor applied to an alerting sensor's target on each alert.
+    tighten, min_scale : each alert multiplies an alerting sensor's target by
+        ``tighten``, never below ``min_scale`` of the calibrated target.
+    every_rows : the horizon: re-plan after this many stream rows (None: only on alerts).
+    rows_seen : stream rows processed so far (needed with ``every_rows``).
+    run : runs a re-plan job off the batch thread (tests pass ``lambda job: job()``).
     """
 
     def __init__(
         self,
         plan: BackupPlan,
         recent: Callable[[], SensorHistory],
-        apply: Callable[[BackupPlan, str], None],
+        apply: Apply,
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         tighten: float = 0.5,
+        min_scale: float = 0.25,
         confidence: float = 0.95,
         min_windows: int = 10,
+        every_rows: int | None = None,
+        rows_seen: Callable[[], int] | None = None,
+        run: Callable[[Callable[[], None]], None] = run_in_thread,
     ) -> None:
         if not 0.0 < tighten < 1.0:
             raise ParameterError(f"tighten must be in (0, 1), got {tighten!r}")
+        if not 0.0 < min_scale <= 1.0:
+            raise ParameterError(f"min_scale must be in (0, 1], got {min_scale!r}")
+        if every_rows is not None and (every_rows < 1 or rows_seen is None):
+            raise ParameterError(f"every_rows must be >= 1 and needs rows_seen, got {every_rows!r}")
         self.plan, self.recent, self.apply, self.now = plan, recent, apply, now
-        self.tighten = tighten
+        self.tighten, self.min_scale, self.every_rows = tighten, min_scale, every_rows
+        self.rows_seen = rows_seen or (lambda: 0)
+        self.run = run
+        self.scheduled = every_rows is not None  # the operator's switch
         p = plan.parameters
         self.monitor = ViolationMonitor(
             plan.sensors, plan.eps_per_sensor, p.delta, confidence, min_windows
         )
         self.scale = np.ones(len(plan.sensors))
         self.changes: list[PlanChange] = []
+        self._lock = threading.Lock()
+        self._busy = False
+        self._wait_for: int | None = None  # the version id the last applied plan gets
+        self._planned_at = 0  # stream row at which the plan in force was made
 
-    def observe(self, errors: np.ndarray, reconstructed: Sequence[str]) -> MonitorAlert | None:
-        """Count closed windows; on an alert, re-plan and apply the new plan."""
-        alert = self.monitor.observe(errors, reconstructed)
-        if alert is not None:
-            self._replan(alert)
+    def observe(
+        self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0
+    ) -> MonitorAlert | None:
+        """Count closed windows; start a re-plan when an alert or the schedule says so."""
+        alert = self.monitor.observe(errors, reconstructed, version)
+        with self._lock:
+            if self._busy or (self._wait_for is not None and version < self._wait_for):
+                return alert  # a re-plan is computing or not in force yet
+            self._wait_for = None
+            kind = "alert" if alert is not None else ("scheduled" if self._due() else None)
+            if kind is None:
+                return alert
+            self._busy, self._wait_for = True, version + 1
+            self._planned_at = self.rows_seen()
+        self.run(lambda: self._replan(kind, alert))
         return alert
 
-    def _replan(self, alert: MonitorAlert) -> None:
+    def request(self) -> bool:
+        """Start a fresh re-plan now (an operator's ``manual`` one); False while one runs."""
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy, self._wait_for = True, self.monitor.version + 1
+            self._planned_at = self.rows_seen()
+        self.run(lambda: self._replan("manual", None))
+        return True
+
+    def schedule(self) -> Schedule:
+        """The plan in force against its horizon; expired when the schedule is off."""
+        rows = max(0, self.rows_seen() - self._planned_at)
+        over = self.every_rows is not None and rows >= self.every_rows
+        return Schedule(self.every_rows, self.scheduled, rows, over and not self.scheduled)
+
+    def _due(self) -> bool:
+        if self.every_rows is None or not self.scheduled:
+            return False
+        return self.rows_seen() - self._planned_at >= self.every_rows
+
+    def _replan(self, kind: str, alert: MonitorAlert | None) -> None:
+        """The worker's job: compute, apply and log one re-plan; never raises."""
+        old = self.plan
         try:
             history = self.recent()
-            if history.sensors != self.plan.sensors:
+            if history.sensors != old.sensors:
                 raise ParameterError("recent history has different sensors from the plan")
-            new = widen_plan(self.plan, history, self._tightened(alert))
+            if alert is not None:
+                new = widen_plan(old, history, self._tightened(alert))
+            else:
+                self.scale = np.ones(len(old.sensors))
+                new = fresh_plan(old, history)
+            reason = self._reason(kind, alert, history, old, new)
+            self.apply(new, kind, reason)
         except (EngineError, np.linalg.LinAlgError, ValueError) as err:
             # Never take the stream down over a re-plan: log it and keep the plan in force.
-            reason = f"{alert.reason}; re-plan failed: {err}"
-            self.changes.append(PlanChange(self.now(), reason, self.plan.backup_sensors, ()))
-            self.monitor.reset()
+            why = alert.reason if alert is not None else f"{kind} re-plan"
+            change = PlanChange(self.now(), kind, f"{why}; re-plan failed: {err}",
+                                old.backup_sensors, (), (), applied=False)  # fmt: skip
+            with self._lock:
+                self.changes.append(change)
+                self._busy, self._wait_for = False, None
             return
-        added = tuple(s for s in new.backup_sensors if s not in self.plan.backup_sensors)
-        reason = f"{alert.reason}; re-learnt on {history.values.shape[0]} recent rows"
-        reason += f", added {', '.join(added)}" if added else ", backup set unchanged"
-        self.apply(new, reason)
-        self.changes.append(PlanChange(self.now(), reason, new.backup_sensors, added))
-        self.plan = new
-        self.monitor.reset()
+        added = tuple(s for s in new.backup_sensors if s not in old.backup_sensors)
+        dropped = tuple(s for s in old.backup_sensors if s not in new.backup_sensors)
+        with self._lock:
+            self.changes.append(
+                PlanChange(self.now(), kind, reason, new.backup_sensors, added, dropped)
+            )
+            self.plan, self._busy = new, False
+
+    def _reason(
+        self,
+        kind: str,
+        alert: MonitorAlert | None,
+        history: SensorHistory,
+        old: BackupPlan,
+        new: BackupPlan,
+    ) -> str:
+        why = (
+            alert.reason
+            if alert is not None
+            else (
+                f"horizon of {self.every_rows} rows reached"
+                if kind == "scheduled"
+                else "re-plan requested by the operator"
+            )
+        )
+        added = [s for s in new.backup_sensors if s not in old.backup_sensors]
+        dropped = [s for s in old.backup_sensors if s not in new.backup_sensors]
+        how = "re-learnt" if alert else "fresh plan"
+        text = f"{why}; {how} on {len(history.times)} recent rows"
+        text += f", added {', '.join(added)}" if added else ""
+        text += f", dropped {', '.join(dropped)}" if dropped else ""
+        return text + ("" if added or dropped else ", backup set unchanged")
 
     def _tightened(self, alert: MonitorAlert) -> np.ndarray:
         for s in alert.sensors:
-            self.scale[self.plan.sensors.index(s)] *= self.tighten
+            i = self.plan.sensors.index(s)
+            self.scale[i] = max(self.min_scale, self.scale[i] * self.tighten)
         return self.scale
+
+
+def fresh_plan(plan: BackupPlan, history: SensorHistory) -> BackupPlan:
+    """A new calibrated plan on ``history`` with ``plan``'s parameters (may shrink the set)."""
+    params: PlanParameters = plan.parameters
+    _check_rows(plan, history)
+    fold = plan_on(history.values, history.sensors, params.spec())
+    calibration = replace(fold.calibration, reason=fold.calibration.reason + "; scheduled re-plan")
+    return assemble_plan(
+        history, params, fold.model, fold.selection, fold.targets, calibration, None,
+        len(history.times),
+    )  # fmt: skip
+
+
+def _check_rows(plan: BackupPlan, history: SensorHistory) -> None:
+    if history.values.shape[0] < len(plan.sensors) + 2:
+        raise ParameterError(
+            f"only {history.values.shape[0]} recent rows to re-learn {len(plan.sensors)} sensors"
+        )
 
 
 def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> BackupPlan:
     """Re-learn on ``history`` with targets times ``scale``; keep every old backup sensor."""
     params: PlanParameters = plan.parameters
-    if history.values.shape[0] < len(plan.sensors) + 2:
-        raise ParameterError(
-            f"only {history.values.shape[0]} recent rows to re-learn {len(plan.sensors)} sensors"
-        )
+    _check_rows(plan, history)
     x, spec = eps_units(history, params)  # per-sensor eps: plan in eps units
     fold = plan_on(x, history.sensors, spec, scale)
     if params.eps_by_sensor:
@@ -137,7 +283,7 @@ def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> B
         method=params.method,
         feasible=bool(np.all(variance <= fold.targets * (1 + 1e-9) + 1e-12)),
     )
-    calibration = replace(fold.calibration, reason=fold.calibration.reason + "; live re-plan")
+    calibration = replace(fold.calibration, reason=fold.calibration.reason + "; alert re-plan")
     return assemble_plan(
         history, params, fold.model, selection, fold.targets, calibration, None, len(history.times)
     )

@@ -316,40 +316,53 @@ def reconstruct_frame(
     maps: Sequence[LinearMap],
     inputs: Mapping[str, str],
     outputs: Sequence[str],
+    ranges: Sequence[tuple[int, int | None]] | None = None,
 ) -> pd.DataFrame:
     """Rebuild all sensors for the recovery job's ``mapInPandas``.
 
     ``pdf`` has ``seq``, ``event_time`` and one column per backed-up sensor
     (``inputs`` maps a sensor to its column). ``maps`` are the plans whose
-    backups the range may hold, newest first: each row is rebuilt with the first
-    map whose backup sensors it all holds, so a row written before a live
-    re-plan (which lacks the sensors the newer plan added) is rebuilt with the
-    plan it was written under. The result has ``seq``, ``event_time``, one
-    column per ``maps[0].sensors`` named by ``outputs``, and ``complete``
-    (False where no map's backup is whole; values NaN).
+    backups the range may hold, newest first. With ``ranges`` (the first and
+    last ``seq`` each map's plan version governed, last None while in force),
+    a row is rebuilt with the map that governed it. A row its governing map
+    cannot rebuild (no version covers it, or a reading is missing, e.g. one that
+    arrived out of order under another plan) falls back to the first map whose
+    backup sensors it all holds. The result has ``seq``, ``event_time``, one
+    column per ``maps[0].sensors`` named by ``outputs``, ``complete`` (False
+    where no map's backup is whole; values NaN) and ``map``, the index of the
+    map used (-1 if none).
     """
     first = maps[0]
     if len(outputs) != len(first.sensors):
         raise ParameterError(f"expected {len(first.sensors)} output columns, got {len(outputs)}")
+    if ranges is not None and len(ranges) != len(maps):
+        raise ParameterError(f"expected {len(maps)} version ranges, got {len(ranges)}")
+    seq = pdf["seq"].to_numpy(dtype=np.int64)
     rebuilt = np.full((len(pdf), len(first.sensors)), np.nan)
-    complete = np.zeros(len(pdf), dtype=bool)
-    for lm in maps:
-        absent = [s for s in lm.backup if s not in inputs]
-        if absent or set(lm.sensors) != set(first.sensors):
-            raise ParameterError(
-                f"recovery map does not fit the frame: sensors {lm.sensors!r}, "
-                f"backup columns missing for {absent!r}"
-            )
-        backup = pdf[[inputs[s] for s in lm.backup]].to_numpy(dtype=float)
-        ok = ~complete & ~np.isnan(backup).any(axis=1)
-        if ok.any():
-            order = [lm.sensors.index(s) for s in first.sensors]
-            rebuilt[ok] = lm.apply(backup[ok])[:, order]
-        complete |= ok
+    used = np.full(len(pdf), -1, dtype=np.int64)
+    passes = [True, False] if ranges is not None else [False]
+    for governed_only in passes:
+        for i, lm in enumerate(maps):
+            absent = [s for s in lm.backup if s not in inputs]
+            if absent or set(lm.sensors) != set(first.sensors):
+                raise ParameterError(
+                    f"recovery map does not fit the frame: sensors {lm.sensors!r}, "
+                    f"backup columns missing for {absent!r}"
+                )
+            backup = pdf[[inputs[s] for s in lm.backup]].to_numpy(dtype=float)
+            ok = (used < 0) & ~np.isnan(backup).any(axis=1)
+            if governed_only and ranges is not None:
+                lo, hi = ranges[i]
+                ok &= (seq >= lo) & (seq <= (np.iinfo(np.int64).max if hi is None else hi))
+            if ok.any():
+                order = [lm.sensors.index(s) for s in first.sensors]
+                rebuilt[ok] = lm.apply(backup[ok])[:, order]
+                used[ok] = i
     out = pd.DataFrame(rebuilt, columns=list(outputs), index=pdf.index)
     out.insert(0, "event_time", pdf["event_time"])
     out.insert(0, "seq", pdf["seq"].astype(np.int64))
-    out["complete"] = complete
+    out["complete"] = used >= 0
+    out["map"] = used
     return out
 
 

@@ -1,24 +1,25 @@
 """Wire the live violation monitor and re-planning into a running pipeline.
 
 The pipeline calls ``monitor.observe`` from inside ``foreachBatch``. A re-plan
-must not block that call on the manager's lock (a caller holding it may be
-waiting for the very batch that is running), so the new plan is handed to the
-manager from a short-lived thread; it takes effect at a following batch.
+is computed on a worker thread (``ReplanningMonitor``), never on the batch
+thread, and handed to the manager, which queues it in the pipeline: it takes
+effect at a following micro-batch as a new plan version.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from engine.data.history import SensorHistory
 from engine.errors import EngineError
 from engine.planning.plan import BackupPlan
 from engine.planning.replan import ReplanningMonitor
+from engine.plan import BackupPlan
+from engine.replan import ReplanningMonitor, calibration_state, run_in_thread
 from engine.stream.manager import PipelineManager
 from engine.stream.spec import StreamSpec
 
-RECENT_ROWS = 336  # rows the monitor re-learns from, like the planner's default history
+RECENT_ROWS = 336  # rows a re-plan learns from, like the planner's default history
 
 
 def replanning_monitor(
@@ -26,40 +27,44 @@ def replanning_monitor(
     history: SensorHistory,
     plan: BackupPlan,
     *,
+    first_row: int = 0,
+    every_rows: int | None = None,
     recent_rows: int = RECENT_ROWS,
     on_error: Callable[[str], None] | None = None,
+    run: Callable[[Callable[[], None]], None] = run_in_thread,
 ) -> ReplanningMonitor:
-    """A ``ReplanningMonitor`` for the pipeline ``manager`` runs on ``history``.
+    """A ``ReplanningMonitor`` for the pipeline ``manager`` runs.
 
-    "Recent" is the last ``recent_rows`` history rows the query has processed:
-    every sensor flows through the pipeline, so that is what it has seen.
+    ``history`` is the whole file; the stream replays it from ``first_row``
+    (reading ``seq`` 0), after the rows ``plan`` was fitted on. "Recent" is the
+    last ``recent_rows`` file rows up to what the query has processed: every
+    sensor flows through the pipeline, so that is what it has seen.
+    ``every_rows`` is the horizon (re-plan on schedule; None: only on alerts).
     """
 
+    def rows_seen() -> int:
+        return manager.rows_seen()
+
     def recent() -> SensorHistory:
-        # What the query has processed (not what the feeder wrote ahead of it).
-        seen = manager.status().input_rows // max(1, len(plan.sensors))
-        fed = min(seen, len(history.times))
-        return history.rows(max(0, fed - recent_rows), fed)
+        end = min(first_row + rows_seen(), len(history.times))
+        return history.rows(max(0, end - recent_rows), end)
 
-    latest = {"generation": 0}
-    order = threading.Lock()
+    holder: dict[str, ReplanningMonitor] = {}
 
-    def apply(new: BackupPlan, reason: str) -> None:
-        latest["generation"] += 1
-        generation = latest["generation"]
+    def apply(new: BackupPlan, kind: str, reason: str) -> None:
+        scale = holder["monitor"].scale
+        try:
+            manager.set_spec(
+                StreamSpec.from_plan(new), reason, kind=kind,
+                calibration=calibration_state(new, scale),
+            )  # fmt: skip
+        except EngineError as err:  # the pipeline stopped meanwhile: say so
+            if on_error is not None:
+                on_error(f"re-plan not applied: {err}")
+            raise
 
-        def swap() -> None:
-            # Holding ``order`` across the check and the swap: an older, narrower plan
-            # whose thread runs late is skipped, never installed after a newer one.
-            with order:
-                if generation != latest["generation"]:
-                    return
-                try:
-                    manager.set_spec(StreamSpec.from_plan(new), reason)
-                except EngineError as err:  # the pipeline stopped meanwhile: say so
-                    if on_error is not None:
-                        on_error(f"re-plan not applied: {err}")
-
-        threading.Thread(target=swap, name="lacuna-replan", daemon=True).start()
-
-    return ReplanningMonitor(plan, recent, apply)
+    monitor = ReplanningMonitor(
+        plan, recent, apply, every_rows=every_rows, rows_seen=rows_seen, run=run
+    )
+    holder["monitor"] = monitor
+    return monitor

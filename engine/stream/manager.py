@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import ParameterError, PipelineError
+from engine.replan import ReplanningMonitor, calibration_state
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.ownership import (
@@ -57,6 +58,7 @@ from engine.stream.spec import (
     align_history,
     check_mode,
 )
+from engine.stream.versions import PendingPlan, PlanVersion, read_versions
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,24 @@ class _Recovery:
     seconds: float
     rows_read: int
     seed_next_window: int  # lost windows from here on are finished by the live query
+    rows_by_version: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the running pipeline was started with. ``spec`` fixes the sensors and
+    windows; the plan in force is the newest plan version (pipeline or store)."""
+
+    spec: StreamSpec
+    mode: str
+    paths: PipelinePaths
+    options: PipelineOptions = field(default_factory=PipelineOptions)
+    monitor: Monitor | None = None
+    history: HistoryLike | None = None  # what the feeder replays (None: attached run)
+    feed: FeedOptions | None = None
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
 
 
 class PipelineManager:
@@ -89,7 +109,8 @@ class PipelineManager:
         self._stage_factory: Callable[[], Stage] | None = None
         self._failed_run: int | None = None
         self._recovery: _Recovery | None = None
-        self._config: dict[str, Any] = {}
+        self._config: RunConfig | None = None
+        self._carry: PendingPlan | None = None
         self._owner: DirectoryLock | None = None
 
     # -- lifecycle ----------------------------------------------------------
@@ -143,20 +164,15 @@ class PipelineManager:
             self._spark = _spark(self.settings)
             self.board = StatusBoard(self._now)
             self._truth, self._stage_factory, self._recovery = truth, stage_factory, None
-            self._config = {
-                "spec": spec,
-                "mode": mode,
-                "paths": paths,
-                "options": options or PipelineOptions(),
-                "monitor": monitor,
-                "earlier": [],  # plans in force before "spec", newest first
-                "history": history,
-                "feed": feed,
-            }
+            self._carry = None
+            self._config = RunConfig(
+                spec, mode, paths, options or PipelineOptions(), monitor, history, feed
+            )
             truth_dir = None if action == "resume" else paths.truth_dir
             self._feeder = Feeder(history, spec.sensors, paths.landing_dir, truth_dir, feed)
+            initial = PlanVersion.initial(spec, self._now(), _calibration(monitor))
             try:
-                self._pipeline = self._new_pipeline(spec, seed=None).start()
+                self._pipeline = self._new_pipeline(initial, seed=None).start()
             except BaseException:
                 self._feeder, self._pipeline = None, None
                 self._release()
@@ -198,38 +214,47 @@ class PipelineManager:
     def feed_rest(self) -> None:
         """Continue a feed that ``start(stop_row=...)`` ended, to the end of the history."""
         with self._lock:
-            feeder, cfg = self._feeder, self._config
+            feeder, cfg = self._feeder, self._require_config()
             if feeder is None or not feeder.progress().done:
                 raise PipelineError("the feed is still running or was never started")
             feeder.join()
-            start = cfg["feed"].stop_row
-            if start is None:
+            if cfg.feed is None or cfg.feed.stop_row is None or cfg.history is None:
                 return
-            feed = replace(cfg["feed"], start_row=start, stop_row=None)
-            history, paths = cfg["history"], cfg["paths"]
-            cfg["feed"] = feed
-            sensors = cfg["spec"].sensors
-            self._feeder = Feeder(history, sensors, paths.landing_dir, None, feed)
+            feed = replace(cfg.feed, start_row=cfg.feed.stop_row, stop_row=None)
+            self._config = replace(cfg, feed=feed)
+            landing = cfg.paths.landing_dir
+            self._feeder = Feeder(cfg.history, cfg.spec.sensors, landing, None, feed)
             self._feeder.start()
 
-    def _new_pipeline(self, spec: StreamSpec, seed: Any) -> LivePipeline:
-        cfg = self._config
+    def _new_pipeline(self, version: PlanVersion, seed: Any) -> LivePipeline:
+        cfg = self._require_config()
         return LivePipeline(
             self._spark,
-            spec,
-            cfg["mode"],
-            cfg["paths"],
+            version.spec,
+            cfg.mode,
+            cfg.paths,
             self._require_store(),
             board=self.board,
-            options=cfg["options"],
-            monitor=cfg["monitor"],
+            options=cfg.options,
+            monitor=cfg.monitor,
             stage=self._stage_factory() if self._stage_factory else None,
             seed=seed,
+            version=version,
         )
 
     def status(self) -> PipelineStatus:
         """A snapshot for polling; never blocks on a running control call."""
-        status, feeder = self.board.snapshot(), self._feeder
+        status, feeder, cfg = self.board.snapshot(), self._feeder, self._config
+        monitor = cfg.monitor if cfg is not None else None
+        if isinstance(monitor, ReplanningMonitor):
+            plan = monitor.schedule()
+            status = replace(
+                status,
+                replan_every_rows=plan.every_rows,
+                scheduled_replanning=plan.enabled,
+                rows_under_plan=plan.rows_under_plan,
+                plan_expired=plan.expired,
+            )
         if feeder is None:
             return status
         status = replace(status, feed=feeder.progress())
@@ -243,17 +268,82 @@ class PipelineManager:
             status = replace(status, state="error", last_error=error)
         return status
 
-    def set_spec(self, spec: StreamSpec, reason: str) -> None:
-        """Swap the plan of the running pipeline (next batch; logged to ``plan_log``)."""
+    def set_spec(
+        self,
+        spec: StreamSpec,
+        reason: str,
+        *,
+        kind: str = "manual",
+        calibration: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue a new plan for the running pipeline: it becomes a plan version at
+        the next micro-batch (stored with the rows it governs; logged to ``plan_log``).
+
+        Does not take the control lock: a re-plan worker must not wait for a
+        ``drain`` that holds it while the very batches that install the plan run.
+        The pipeline's own lock makes the queueing safe.
+        """
+        self._require_pipeline().set_spec(spec, reason, kind=kind, calibration=calibration)
+
+    def set_replanning(self, enabled: bool) -> None:
+        """Switch scheduled re-planning on or off (off: the plan expires at its horizon)."""
+        monitor = self._require_config().monitor
+        if not isinstance(monitor, ReplanningMonitor) or monitor.every_rows is None:
+            raise PipelineError("this pipeline was started without a re-planning schedule")
+        monitor.scheduled = bool(enabled)
+
+    def replan_now(self) -> bool:
+        """An operator's re-plan: a fresh plan on recent rows (reason ``manual``)."""
+        monitor = self._require_config().monitor
+        if not isinstance(monitor, ReplanningMonitor):
+            raise PipelineError("this pipeline was started without a re-planning monitor")
+        return monitor.request()
+
+    def rows_seen(self) -> int:
+        """Stream rows the committed batches carried (the largest ``seq`` + 1)."""
+        store = self._store
+        return 0 if store is None else store.horizon() + 1
+
+    def versions(self) -> list[PlanVersion]:
+        """Every plan version of the stream, from the store (oldest first)."""
+        store, cfg = self._store, self._config
+        return [] if store is None or cfg is None else read_versions(store, cfg.spec)
+
+    def attach(
+        self,
+        history: HistoryLike,
+        config: RunConfig,
+        *,
+        stage_factory: Callable[[], Stage] | None = None,
+    ) -> PipelineStatus:
+        """Take over the failed run that another process (or manager) left in ``config.paths``.
+
+        Opens its store; ``recover`` then rebuilds the lost rows with the plan
+        versions stored there and restarts the query on the files not consumed.
+        """
         with self._lock:
-            pipeline = self._require_pipeline()
-            pipeline.set_spec(spec, reason)
-            # Rows written under the old plan are rebuilt with its map after a failure;
-            # one map per backup set is enough (the newest: it was fitted last).
-            old = self._config["spec"]
-            earlier = [e for e in self._config["earlier"] if e.backup_sensors != old.backup_sensors]
-            self._config["earlier"] = [old, *earlier]
-            self._config["spec"] = spec
+            if self._pipeline is not None or self._store is not None:
+                raise PipelineError("this manager already runs a pipeline; use a new one")
+            if not config.paths.store_file.exists():
+                raise PipelineError(f"no backup store at {str(config.paths.store_file)!r}")
+            self._truth = align_history(history, config.spec.sensors)
+            self._release()
+            self._owner = DirectoryLock(config.paths.root, self._now)
+            self._owner.acquire()  # no other process may run or recover this directory now
+            try:
+                self._store = BackupStore(config.paths.store_file, self._now)
+            except BaseException:
+                self._release()
+                raise
+            self._spark = _spark(self.settings)
+            self._config, self._stage_factory, self._recovery = config, stage_factory, None
+            run = self._store.next_run() - 1
+            if config.paths.checkpoint_dir.exists():  # a crash keeps it; its state is gone
+                discard_lost_state(config.paths, self._store, run)
+            self._failed_run = run
+            self.board = StatusBoard(self._now)
+            self.board.update(state="failed", mode=config.mode, run=run)
+            return self.status()
 
     def simulate_failure(self, grace_seconds: float = 5.0) -> PipelineStatus:
         """Kill the query and destroy everything that was not backed up.
@@ -271,6 +361,7 @@ class PipelineManager:
                 pipeline.paths, self._require_store(), pipeline.run, pipeline.source
             )
             self._failed_run, self._pipeline = pipeline.run, None
+            self._carry = pipeline.pending  # a re-plan not in force yet survives the failure
             self.board.update(
                 state="failed",
                 buffered_rows=0,
@@ -284,20 +375,26 @@ class PipelineManager:
         with self._lock:
             if self._failed_run is None:
                 raise PipelineError("nothing to recover: simulate a failure first")
-            store, cfg = self._require_store(), self._config
-            spec, mode = cfg["spec"], cfg["mode"]
+            store, cfg = self._require_store(), self._require_config()
             self.board.update(state="recovering")
             t0 = self._clock()
-            lost = find_lost_range(store, spec.slide)
+            versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
+            current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
+            lost = find_lost_range(store, cfg.spec.slide)
             outcome = recover_lost_range(
-                self._spark, store, spec, mode, lost, self._failed_run, cfg["earlier"]
+                self._spark, store, current.spec, cfg.mode, lost, self._failed_run, versions
             )
             seconds = self._clock() - t0
-            self._recovery = _Recovery(lost, seconds, outcome.rows_read, outcome.seed.next_window)
+            self._recovery = _Recovery(
+                lost, seconds, outcome.rows_read, outcome.seed.next_window, outcome.rows_by_version
+            )
             # The restarted run must not fail again on its own.
-            cfg["options"] = replace(cfg["options"], fail_after_readings=None)
-            self._pipeline = self._new_pipeline(spec, seed=outcome.seed).start()
-            self._failed_run = None
+            options = replace(cfg.options, fail_after_readings=None)
+            self._config = replace(cfg, options=options)
+            self._pipeline = self._new_pipeline(current, seed=outcome.seed).start()
+            if self._carry is not None:
+                self._pipeline.queue(self._carry)
+            self._failed_run, self._carry = None, None
             return self.report()
 
     def results(self, kind: str | None = None) -> pd.DataFrame | None:
@@ -316,7 +413,8 @@ class PipelineManager:
             rec = self._recovery
             if rec is None or self._truth is None:
                 raise PipelineError("no recovery has run yet")
-            spec, mode = self._config["spec"], self._config["mode"]
+            cfg = self._require_config()
+            spec, mode = self._current_spec(), cfg.mode
             report = score_recovery(
                 self._require_store(),
                 spec,
@@ -334,7 +432,15 @@ class PipelineManager:
                 for j in rec.lost.lost_windows(spec.slide)
                 if j >= rec.seed_next_window and j not in emitted
             ]
-            return replace(report, windows_pending=len(pending))
+            served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
+            last = self.rows_seen() - 1
+            versions = tuple(v.to_dict(last) for v in self.versions())
+            return replace(
+                report,
+                windows_pending=len(pending),
+                rows_by_version=served,
+                plan_versions=versions,
+            )
 
     def drain(self, timeout: float = 600.0) -> PipelineStatus:
         """Wait for the feeder to finish and the query to process every file."""
@@ -386,10 +492,29 @@ class PipelineManager:
             raise PipelineError(f"no pipeline is running (state: {self.board.snapshot().state})")
         return self._pipeline
 
+    def _require_config(self) -> RunConfig:
+        if self._config is None:
+            raise PipelineError("the pipeline has not been started")
+        return self._config
+
+    def _current_spec(self) -> StreamSpec:
+        """The plan in force: the running pipeline's, else the newest stored version's."""
+        if self._pipeline is not None:
+            return self._pipeline.spec
+        versions = self.versions()
+        return versions[-1].spec if versions else self._require_config().spec
+
     def _require_store(self) -> BackupStore:
         if self._store is None:
             raise PipelineError("the pipeline has not been started")
         return self._store
+
+
+def _calibration(monitor: Monitor | None) -> dict[str, Any]:
+    """The initial plan's calibration state, when the monitor knows its plan."""
+    if isinstance(monitor, ReplanningMonitor):
+        return calibration_state(monitor.plan, monitor.scale)
+    return {}
 
 
 def _spark(settings: SparkSettings) -> Any:
@@ -461,6 +586,7 @@ def run_simulation(
     rows_per_file: int | None = None,
     options: PipelineOptions | None = None,
     timeout: float = 900.0,
+    monitor_factory: Callable[[PipelineManager], Monitor] | None = None,
 ) -> RecoveryReport:
     """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
 
@@ -469,6 +595,7 @@ def run_simulation(
     the same arguments lose the same rows however batches are cut or the machine
     is loaded. An earlier run's files in ``paths`` are archived, never deleted.
     The report is taken after the restarted query has processed the whole feed.
+    ``monitor_factory`` builds the live monitor (e.g. scheduled re-planning).
     """
     if not 0.0 < fail_at < 1.0:
         raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
@@ -477,6 +604,7 @@ def run_simulation(
     base = options or PipelineOptions(trigger_seconds=0.0)
     opts = replace(base, fail_after_readings=None, available_now=False)
     manager = PipelineManager(settings)
+    monitor = monitor_factory(manager) if monitor_factory is not None else None
     try:
         manager.start(
             history,
@@ -486,6 +614,7 @@ def run_simulation(
             speed=speed,
             rows_per_file=rows_per_file,
             options=opts,
+            monitor=monitor,
             leftovers="archive",
             stop_row=fail_row,
         )

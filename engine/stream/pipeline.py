@@ -18,6 +18,8 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from engine.stream.spec import (
     StreamSpec,
     check_mode,
 )
+from engine.stream.versions import PendingPlan, PlanVersion
 
 __all__ = ["Fault", "LivePipeline", "SimulatedFailure", "consumed_files", "discard_lost_state"]
 
@@ -81,6 +84,7 @@ class LivePipeline:
         seed: WindowState | None = None,
         fault: Fault | None = None,
         source: StreamSource | None = None,
+        version: PlanVersion | None = None,
     ) -> None:
         check_mode(mode)
         self.spark, self.mode, self.paths, self.store = spark, mode, paths, store
@@ -90,7 +94,11 @@ class LivePipeline:
         self.source: StreamSource = source or LandingDirSource(
             paths.landing_dir, self.options.max_files_per_trigger
         )
-        self._spec = spec
+        self._version = version or PlanVersion.initial(spec, store.now())
+        if self._version.spec is not spec:
+            raise PipelineError("the plan version given is not the spec given")
+        self._pending: PendingPlan | None = None
+        self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
         self._fail = threading.Event()
         self._seed = seed
@@ -143,22 +151,71 @@ class LivePipeline:
         except OSError as err:
             raise PipelineError(f"checkpoint directory {str(ck)!r} is not usable: {err}") from err
         reason = "start" if self._seed is None else "restart after recovery"
-        self.store.log_plan(f"run {run}: {reason} in mode {self.mode}", self._spec.backup_sensors)
+        self.store.log_plan(f"run {run}: {reason} in mode {self.mode}", self.spec.backup_sensors)
+        self.store.write_version(self._version.record())  # idempotent: a restart keeps it
+        self.board.update(plan_version=self._version.id)
         return run
 
-    def set_spec(self, spec: StreamSpec, reason: str) -> None:
-        """Swap the plan; it takes effect at the next batch and is logged."""
+    def set_spec(
+        self,
+        spec: StreamSpec,
+        reason: str,
+        *,
+        kind: str = "manual",
+        calibration: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue a new plan; it becomes a plan version at the next micro-batch.
+
+        ``kind`` is the version's reason (initial, scheduled, alert, manual),
+        ``reason`` the sentence logged with it. A newer queued plan replaces an
+        older one that has not taken effect yet.
+        """
+        self.queue(PendingPlan(spec, kind, reason, self.store.now(), calibration or {}))
+
+    def queue(self, pending: PendingPlan) -> None:
+        """Queue ``pending`` (e.g. one a failed run had not installed yet)."""
         with self._spec_lock:
-            self._spec.check_compatible(spec)
-            self._spec = spec
-        self.store.log_plan(reason, spec.backup_sensors)
-        self.board.add(plan_changes=1)
-        self.board.reset_shadow()
+            self._version.spec.check_compatible(pending.spec)
+            self._pending = pending
+        self.store.log_plan(pending.detail, pending.spec.backup_sensors)
+
+    @property
+    def pending(self) -> PendingPlan | None:
+        """A queued plan that has not taken effect yet."""
+        with self._spec_lock:
+            return self._pending
 
     @property
     def spec(self) -> StreamSpec:
         with self._spec_lock:
-            return self._spec
+            return self._version.spec
+
+    @property
+    def version(self) -> PlanVersion:
+        """The plan version in force (the last batch's)."""
+        with self._spec_lock:
+            return self._version
+
+    def _batch_version(self, pdf: pd.DataFrame) -> PlanVersion:
+        """The version this batch runs under: a queued plan takes effect here."""
+        with self._spec_lock:
+            pending, current = self._pending, self._version
+        if pending is None:
+            return current
+        new = current.following(pending, self.store.horizon() + 1)
+        first_time = _first_time(pdf)
+        return replace(new, first_time=first_time) if first_time is not None else new
+
+    def _install(self, version: PlanVersion) -> None:
+        """After the batch that started ``version`` committed: it is the plan in force."""
+        with self._spec_lock:
+            if version.id <= self._version.id:
+                return
+            if self._pending is not None and self._pending.spec is version.spec:
+                self._pending = None
+            self._version = version
+        self.board.add(plan_changes=1)
+        self.board.update(plan_version=version.id)
 
     @property
     def state(self) -> WindowState:
@@ -204,14 +261,16 @@ class LivePipeline:
             raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
         if self.store.is_committed(self.run, batch_id):
             self._reload_state()  # a replay of a batch whose effects are stored
+            self._install_stored_version()
             return
         if self._inflight is not None:
             self._reload_state()  # the last attempt died part-way (the stage may have moved)
         self._inflight = batch_id
-        spec = self.spec
         t0 = time.perf_counter()
         pdf = df.toPandas()
         t1 = time.perf_counter()
+        version = self._batch_version(pdf)
+        spec = version.spec
         advance, late, errors = self._compute(pdf, spec)
         t2 = time.perf_counter()
         backup = select_backup_rows(pdf, spec.stored_sensors(self.mode))
@@ -223,13 +282,16 @@ class LivePipeline:
             late=late,
             max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
             state=self._pack(advance.state),
+            version=None if version is self.version else version.record(self._last_time),
         )
         self.store.commit_batch(write, before_commit=self._fault_hook(batch_id, "before_commit"))
+        self._install(version)
+        self._last_time = _last_time(pdf) or self._last_time
         t3 = time.perf_counter()
         self._fault_hook(batch_id, "after_commit")()
         self._state, self._inflight = advance.state, None
         self._readings += len(pdf)
-        self._report(pdf, advance, late, errors, backup, spec)
+        self._report(pdf, advance, late, errors, backup, version)
         self.board.add_profile(
             {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
         )
@@ -297,7 +359,8 @@ class LivePipeline:
         flush = getattr(self.stage, "flush", None)
         if flush is None or self.store.is_committed(self.run, END_OF_FEED):
             return 0
-        spec = self.spec
+        version = self.version
+        spec = version.spec
         released, late = flush()
         advance, late, errors = self._advance(released, late, spec)
         write = BatchWrite(
@@ -311,8 +374,18 @@ class LivePipeline:
         self.store.commit_batch(write)
         self._state = advance.state
         none = released.iloc[0:0]
-        self._report(none, advance, late, errors, none, spec)
+        self._report(none, advance, late, errors, none, version)
         return len(advance.closed)
+
+    def _install_stored_version(self) -> None:
+        """A replayed batch already committed a queued plan's version: take it as in force."""
+        with self._spec_lock:
+            pending, current = self._pending, self._version
+        if pending is None:
+            return
+        stored = [r for r in self.store.read_versions() if r.id == current.id + 1]
+        if stored:
+            self._install(current.following(pending, stored[0].first_seq))
 
     def _report(
         self,
@@ -321,8 +394,9 @@ class LivePipeline:
         late: pd.DataFrame,
         errors: np.ndarray | None,
         backup: pd.DataFrame,
-        spec: StreamSpec,
+        version: PlanVersion,
     ) -> None:
+        spec = version.spec
         self.board.add(
             batches=1,
             input_rows=len(pdf),
@@ -337,9 +411,9 @@ class LivePipeline:
         if errors is None:
             return
         targets = spec.linear_map.targets
-        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector)
+        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
         if self.monitor is not None:
-            alert = self.monitor.observe(errors, reconstructed=targets)
+            alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
             if alert is not None:
                 self.board.update(last_alert=str(getattr(alert, "reason", alert)))
 
@@ -451,6 +525,21 @@ def discard_lost_state(
         ) from err
     store.delete_state(run)
     return files
+
+
+def _first_time(pdf: pd.DataFrame) -> datetime | None:
+    return _edge_time(pdf, "min")
+
+
+def _last_time(pdf: pd.DataFrame) -> datetime | None:
+    return _edge_time(pdf, "max")
+
+
+def _edge_time(pdf: pd.DataFrame, how: str) -> datetime | None:
+    if not len(pdf):
+        return None
+    t = pd.to_datetime(pdf["event_time"], utc=True).agg(how)
+    return None if pd.isna(t) else t.to_pydatetime()
 
 
 def _like(late: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:

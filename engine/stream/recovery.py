@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from engine.stream.batch import (
     seed_state,
 )
 from engine.stream.spec import StreamSpec, check_mode
+from engine.stream.versions import PlanVersion
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class RecoveryOutcome:
     window_ids: np.ndarray  # (W,)
     seed: WindowState
     rows_read: int
+    rows_by_version: dict[int, int] = field(default_factory=dict)  # rebuilt rows each served
 
 
 def recover_lost_range(
@@ -83,13 +85,14 @@ def recover_lost_range(
     mode: str,
     lost: LostRange,
     run: int,
-    earlier: Sequence[StreamSpec] = (),
+    versions: Sequence[PlanVersion] = (),
 ) -> RecoveryOutcome:
     """Run the recovery job and commit its windows under ``(run, RECOVERY_BATCH)``.
 
-    ``earlier`` are the plans that were in force before ``spec`` (newest first,
-    after live re-plans): rows of the range written under one of them are
-    rebuilt with its map (``reconstruct_frame``).
+    ``versions`` are the stored plan versions (``engine.stream.versions``): in
+    ``approx`` mode each row of the range is rebuilt with the map of the
+    version that governed it (``reconstruct_frame``); without versions, with
+    ``spec``'s map. ``rows_by_version`` counts the rebuilt rows each served.
     """
     check_mode(mode)
     if mode == "none" or lost.rows == 0:
@@ -99,20 +102,22 @@ def recover_lost_range(
             seed.start, seed.next_window, seed.values, seed.times, seed.filled, lost.last_row
         )
         return RecoveryOutcome(np.zeros(0, dtype=np.int64), seed, 0)
-    maps = [spec.recovery_map(mode)]
-    if mode == "approx":
-        maps += [e.recovery_map(mode) for e in earlier]
+    ordered = sorted(versions, key=lambda v: -v.id) if mode == "approx" else []
+    maps = [v.spec.linear_map for v in ordered] or [spec.recovery_map(mode)]
+    ranges = [(v.first_seq, v.last_seq) for v in ordered] or None
     stored = tuple(dict.fromkeys(s for lm in maps for s in lm.backup))
     table = store.read_backup(lost.first_row, lost.last_row, stored)
     if table.num_rows == 0:
         return recover_lost_range(spark, store, spec, "none", lost, run)
-    rebuilt = _rebuild_rows(spark, table, spec, maps, stored).persist()
+    rebuilt = _rebuild_rows(spark, table, spec, maps, stored, ranges).persist()
     try:
         inside = lost.inside_windows(spec.window, spec.slide)
         windows = _aggregate_windows(spark, rebuilt, spec, inside)
         seed = _seed_from_tail(rebuilt, spec, lost, inside)
+        served = _rows_by_map(rebuilt)
     finally:
         rebuilt.unpersist()
+    by_version = {ordered[i].id: n for i, n in served.items()} if ordered else {}
     names = _positional(spec.sensors)
     closed = ClosedWindows(
         ids=windows["window_id"].to_numpy(dtype=np.int64),
@@ -125,7 +130,7 @@ def recover_lost_range(
     store.commit_batch(
         BatchWrite(run=run, batch_id=RECOVERY_BATCH, results=results_frame(closed, spec.sensors))
     )
-    return RecoveryOutcome(closed.ids, seed, int(table.num_rows))
+    return RecoveryOutcome(closed.ids, seed, int(table.num_rows), by_version)
 
 
 def _positional(sensors: tuple[str, ...], prefix: str = "s") -> list[str]:
@@ -139,6 +144,7 @@ def _rebuild_rows(
     spec: StreamSpec,
     maps: Sequence[LinearMap],
     stored: tuple[str, ...],
+    ranges: Sequence[tuple[int, int | None]] | None = None,
 ) -> Any:
     """Backup rows (long, Arrow) -> wide -> every sensor rebuilt (Spark DataFrame)."""
     from pyspark.sql import functions as F
@@ -157,13 +163,22 @@ def _rebuild_rows(
     fields = [T.StructField("seq", T.LongType()), T.StructField("event_time", T.TimestampType())]
     fields += [T.StructField(c, T.DoubleType()) for c in _positional(spec.sensors)]
     fields.append(T.StructField("complete", T.BooleanType()))
-    order = ["seq", "event_time", *_positional(spec.sensors), "complete"]
+    fields.append(T.StructField("map", T.LongType()))
+    order = ["seq", "event_time", *_positional(spec.sensors), "complete", "map"]
 
     def rebuild(frames: Any) -> Any:
         for pdf in frames:
-            yield reconstruct_frame(pdf, maps, inputs, outputs)[order]
+            yield reconstruct_frame(pdf, maps, inputs, outputs, ranges)[order]
 
     return wide.mapInPandas(rebuild, T.StructType(fields))
+
+
+def _rows_by_map(rebuilt: Any) -> dict[int, int]:
+    """Rebuilt rows per map index (rows no map could rebuild are not counted)."""
+    from pyspark.sql import functions as F
+
+    counts = rebuilt.filter(F.col("complete")).groupBy("map").count().collect()
+    return {int(r["map"]): int(r["count"]) for r in counts}
 
 
 def _aggregate_windows(spark: Any, rebuilt: Any, spec: StreamSpec, ids: np.ndarray) -> pd.DataFrame:
@@ -192,7 +207,7 @@ def _aggregate_windows(spark: Any, rebuilt: Any, spec: StreamSpec, ids: np.ndarr
         .withColumn("hi", hi.cast("long"))
         .filter(F.col("lo") <= F.col("hi"))  # sequence(5, 1) would count down
         .withColumn("chunk", F.explode(F.sequence("lo", "hi")))
-        .drop("complete", "lo", "hi")
+        .drop("complete", "lo", "hi", "map")
     )
     schema = T.StructType(
         [
@@ -221,7 +236,7 @@ def _seed_from_tail(
 
     next_window = int(inside[-1]) + 1 if inside.size else lost.first_window
     start = next_window * spec.slide
-    tail = rebuilt.filter((F.col("seq") >= start) & F.col("complete")).toPandas()
+    tail = rebuilt.filter((F.col("seq") >= start) & F.col("complete")).drop("map").toPandas()
     tail = tail.rename(columns=dict(zip(_positional(spec.sensors), spec.sensors, strict=True)))
     have = set(tail["seq"].tolist())
     missing = [r for r in range(start, lost.last_row + 1) if r not in have]
@@ -278,6 +293,10 @@ class RecoveryReport:
         if not self.eps_by_sensor:
             return self.eps
         return self.eps_by_sensor[self.sensors.index(sensor)]
+    # Rebuilt rows of the lost range each plan version served ("id" -> rows; approx only).
+    rows_by_version: dict[str, int] = field(default_factory=dict)
+    # The plan versions of the stream (``PlanVersion.to_dict``, the open one up to now).
+    plan_versions: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; NaN becomes ``None``."""

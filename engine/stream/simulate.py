@@ -21,6 +21,11 @@ from typing import Any
 from engine.data.history import SensorHistory
 from engine.planning.calibration import BacktestSettings
 from engine.planning.plan import PlanParameters, default_history, make_plan
+from engine.calibration import BacktestSettings
+from engine.data import SensorHistory
+from engine.errors import ParameterError
+from engine.plan import PlanParameters, default_history, make_plan
+from engine.stream.split import split_for_replay
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute
 
@@ -28,19 +33,26 @@ SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to c
 def simulate_from_cli(
     history: SensorHistory, params: PlanParameters, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Plan on ``history``, replay it through Spark, fail at ``args.fail_at``, recover."""
+    """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
+    ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
+
+    The live monitor re-plans on alerts and, with ``--horizon ROWS``, every ROWS
+    stream rows; the report lists the plan versions and the rows each served."""
+    from engine.stream.live import replanning_monitor
     from engine.stream.manager import run_simulation
     from engine.stream.session import SparkSettings
     from engine.stream.spec import PipelinePaths, StreamSpec
 
-    rows = params.history or default_history(history.values.shape[0], params.window)
+    split = split_for_replay(len(history.times), args.rows)
+    horizon = getattr(args, "horizon", None)
+    if horizon is not None and horizon < 1:
+        raise ParameterError(f"--horizon must be a number of rows >= 1, got {horizon!r}")
+    fit = split.fit(history)
+    rows = params.history or default_history(fit.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
-    plan = make_plan(history, params, backtest=settings)
-    replay = (
-        history
-        if not args.rows
-        else history.rows(max(0, len(history.times) - args.rows), len(history.times))
-    )
+    plan = make_plan(fit, params, backtest=settings)
+    replay = split.replay(history)
+    managers: list[Any] = []  # the run's manager: its status outlives the run
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
@@ -50,8 +62,20 @@ def simulate_from_cli(
             args.fail_at,
             PipelinePaths(root),
             SparkSettings(master=args.master),
+            monitor_factory=lambda manager: replanning_monitor(
+                _kept(managers, manager),
+                history,
+                plan,
+                first_row=split.fit_rows,
+                every_rows=horizon,
+            ),
         )
     out = report.to_dict()
+    # Top level: every plan version of the run; the report keeps rows_by_version.
+    out["plan_versions"] = out.pop("plan_versions")
+    out["horizon_rows"] = horizon
+    out["live_monitor"] = live_monitor(managers[0].status())
+    out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
         "backup_fraction": plan.backup_fraction,
@@ -79,3 +103,19 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _kept(managers: list[Any], manager: Any) -> Any:
+    managers.append(manager)
+    return manager
+
+
+def live_monitor(status: Any) -> dict[str, Any]:
+    """The shadow check's tallies at the end of the run: overall and per plan version."""
+    return {
+        "windows": status.shadow_windows,
+        "violation_rate_overall": status.shadow_violation_rate,
+        "worst_sensor_rate_overall": status.shadow_worst_rate,
+        "by_version": {str(k): v for k, v in status.shadow_by_version.items()},
+        "last_alert": status.last_alert,
+    }

@@ -49,7 +49,9 @@ class SimulatedFailure(RuntimeError):
 
 
 class Monitor(Protocol):
-    def observe(self, errors: np.ndarray, reconstructed: Any) -> Any: ...
+    """Sees every batch's shadow errors, with the plan version they were found under."""
+
+    def observe(self, errors: np.ndarray, reconstructed: Any, version: int = 0) -> Any: ...
 
 
 class Stage(Protocol):
@@ -312,7 +314,14 @@ class PipelineStatus:
     shadow_violations: dict[str, int] = field(default_factory=dict)
     shadow_violation_rate: float | None = None  # over (window, reconstructed sensor) pairs
     shadow_worst_rate: float | None = None
+    # The same tallies per plan version (id -> figures); the fields above are overall.
+    shadow_by_version: dict[int, dict[str, Any]] = field(default_factory=dict)
+    plan_version: int | None = None  # the version in force
     plan_changes: int = 0
+    replan_every_rows: int | None = None  # the plan's horizon (None: no schedule)
+    scheduled_replanning: bool = False  # False: the plan is kept past its horizon
+    rows_under_plan: int = 0  # rows the stream has run since the version in force began
+    plan_expired: bool = False  # the horizon passed without a re-plan
     last_alert: str | None = None
     last_error: str | None = None
     feed: FeedProgress = field(default_factory=FeedProgress)
@@ -333,6 +342,7 @@ class StatusBoard:
         self._shadow_pairs = 0
         self._shadow_misses = 0
         self._per_sensor_windows: dict[str, int] = {}
+        self._versions: dict[int, _Tally] = {}
 
     def snapshot(self) -> PipelineStatus:
         with self._lock:
@@ -355,9 +365,11 @@ class StatusBoard:
         sensors: Sequence[str],
         targets: Sequence[str],
         eps: float | np.ndarray,
+        version: int = 0,
     ) -> None:
-        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order; ``eps`` a
-        number or one per sensor (n,)."""
+        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order, found under
+        plan ``version``, kept overall and per version (a re-plan resets nothing);
+        ``eps`` a number or one per sensor (n,)."""
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
         finite = np.isfinite(np.asarray(errors, dtype=float))
         misses = (np.asarray(errors) > eps) & mask & finite
@@ -371,6 +383,13 @@ class StatusBoard:
             self._shadow_pairs += int((finite & mask).sum())
             self._shadow_misses += int(misses.sum())
             rates = [counts[s] / w for s, w in self._per_sensor_windows.items() if w]
+            tally = self._versions.setdefault(int(version), _Tally())
+            tally.add(misses, finite & mask, sensors)
+            by_version = {k: t.figures() for k, t in sorted(self._versions.items())}
+            self._status = replace(
+                self._status,
+                shadow_by_version=by_version,
+            )
             self._status = replace(
                 self._status,
                 shadow_windows=self._status.shadow_windows + len(errors),
@@ -390,14 +409,31 @@ class StatusBoard:
                 profile[key] = profile.get(key, 0.0) + float(value)
             self._status = replace(self._status, profile=profile)
 
-    def reset_shadow(self) -> None:
-        """Forget shadow counts (after a re-plan they describe the old plan)."""
-        with self._lock:
-            self._shadow_pairs = self._shadow_misses = 0
-            self._per_sensor_windows = {}
-            self._status = replace(
-                self._status,
-                shadow_violations={},
-                shadow_violation_rate=None,
-                shadow_worst_rate=None,
-            )
+
+class _Tally:
+    """Shadow misses of one plan version: windows and misses per sensor."""
+
+    def __init__(self) -> None:
+        self.windows: dict[str, int] = {}
+        self.misses: dict[str, int] = {}
+        self.closed = 0
+
+    def add(self, misses: np.ndarray, counted: np.ndarray, sensors: Sequence[str]) -> None:
+        self.closed += len(misses)
+        for i, s in enumerate(sensors):
+            if counted[:, i].any():
+                self.windows[s] = self.windows.get(s, 0) + int(counted[:, i].sum())
+                self.misses[s] = self.misses.get(s, 0) + int(misses[:, i].sum())
+
+    def figures(self) -> dict[str, Any]:
+        pairs, missed = sum(self.windows.values()), sum(self.misses.values())
+        rates = {s: self.misses[s] / w for s, w in self.windows.items() if w}
+        worst = max(rates, key=lambda s: rates[s]) if rates else None
+        return {
+            "windows": self.closed,
+            "pairs": pairs,
+            "misses": missed,
+            "violation_rate": missed / pairs if pairs else None,
+            "worst_rate": rates[worst] if worst is not None else None,
+            "worst_sensor": worst,
+        }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 
 import pytest
@@ -14,7 +15,9 @@ from tests.app.apphelpers import ROOT, SMALL
 def fast_app(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     monkeypatch.setenv("LACUNA_SAMPLE", str(SMALL))
     monkeypatch.setenv("LACUNA_MAX_FOLDS", "3")
-    monkeypatch.setenv("LACUNA_HOME", str(tmp_path_factory.getbasetemp() / "lacuna_home"))
+    home = tmp_path_factory.getbasetemp() / "lacuna_home"
+    monkeypatch.setenv("LACUNA_HOME", str(home))
+    shutil.rmtree(home / "session", ignore_errors=True)  # each test starts as a first visit
 
 
 @pytest.fixture

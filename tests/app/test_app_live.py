@@ -181,3 +181,110 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
     assert table.loc["none", "windows recovered"] == 0
+
+
+def test_a_refresh_keeps_the_data_sensors_parameters_and_plan(page):  # type: ignore[no-untyped-def]
+    """A new browser session (a refresh) restores the last state from LACUNA_HOME and
+    plans exactly what the old session planned; without the saved state it would not."""
+    tune = page("tune").run()
+    tune.number_input(key="w_eps").set_value(0.4).run()
+    tune.number_input(key="w_window").set_value(12).run()
+    before = page("plan").run()  # a second session already starts from the saved state
+    refreshed = page("plan").run()
+    assert "Restored the last session" in texts(refreshed) and "eps 0.4" in texts(refreshed)
+    assert refreshed.session_state["params"] == before.session_state["params"]
+    assert refreshed.session_state["params"].window == 12
+    assert metric(refreshed, "Backed up") == metric(before, "Backed up")
+    assert refreshed.session_state["sensors"] == tune.session_state["sensors"]
+    # The saved data set must be the same data: a changed file is not restored silently.
+    state_file = resources.work_dir() / "session" / "state.json"
+    text = state_file.read_text().replace(tune.session_state["dataset"].fingerprint, "sha256:0")
+    state_file.write_text(text)
+    changed = page("plan").run()
+    assert "fingerprint changed" in texts(changed) and "eps 0.4" not in texts(changed)
+
+
+def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, monkeypatch):  # type: ignore[no-untyped-def]
+    """The plan of record: the live pipeline's newest plan, not the session's tuned one."""
+    import json
+    from types import SimpleNamespace
+
+    from engine.plan import PlanParameters, make_plan
+
+    app.switch_page("pages/plan.py").run()
+    key = app.session_state["_planning_data"].key
+    history = app.session_state["_planning_data"].history
+    session_backup = app.session_state["params"]
+    live_plan = make_plan(
+        history.rows(0, 360),
+        PlanParameters(eps=0.3, delta=0.05, window=24),
+        run_backtest_now=False,
+    )
+    manager = fake(FakeManager("running"))
+    manager._status = replace(manager._status, plan_version=2)
+    log = resources.PipelineLog()
+    log.monitor, log.data_key = SimpleNamespace(plan=live_plan), key
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    app.switch_page("pages/export.py").run()
+    assert not app.exception
+    assert "Plan of record: the live pipeline's plan (version 2" in texts(app)
+    exported = json.loads(next(c.value for c in app.code if c.value.lstrip().startswith("{")))
+    assert exported["backup_sensors"] == list(live_plan.backup_sensors)
+    assert exported["parameters"]["eps"] == 0.3 != session_backup.eps
+    app.switch_page("pages/plan.py").run()
+    assert metric(app, "Backed up").startswith(f"{len(live_plan.backup_sensors)} of")
+    manager._status = replace(manager._status, state="stopped")
+    app.switch_page("pages/export.py").run()  # stopped: the session's own plan again
+    assert "Plan of record" not in texts(app)
+
+
+def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    from engine.stream.spec import StreamSpec
+    from engine.stream.versions import PlanVersion
+    from tests.helpers import fit_map
+
+    history = load_history(SMALL).select(TEMP)
+
+    def spec(backup: tuple[str, ...]) -> StreamSpec:
+        lm = fit_map(history.values, tuple(TEMP), backup)
+        return StreamSpec(tuple(TEMP), backup, lm, 24, 24, "avg", 0.5, 0.05)
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    versions = [
+        PlanVersion(0, "initial", "start", spec((TEMP[0],)), t0, 0, 47),
+        PlanVersion(
+            1, "alert", "live rate of Changping_TEMP above delta", spec(tuple(TEMP[:2])), t0, 48
+        ),
+    ]
+    manager = fake(FakeManager("running"))
+    manager.versions = lambda: versions  # type: ignore[attr-defined]
+    manager._status = replace(
+        manager._status,
+        plan_version=1,
+        shadow_windows=9,
+        shadow_worst_rate=0.5,
+        shadow_by_version={
+            0: {"windows": 4, "worst_rate": 0.75, "worst_sensor": "Changping_TEMP"},
+            1: {"windows": 5, "worst_rate": 0.0, "worst_sensor": None},
+        },
+        replan_every_rows=24,
+        rows_under_plan=30,
+        scheduled_replanning=False,
+        plan_expired=True,
+    )
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert metric(app, "Plan version") == "1"
+    assert metric(app, "Miss rate, this version") == "0.0 %"
+    assert metric(app, "Miss rate, overall") == "50.0 %"
+    assert "The plan has expired" in texts(app) and "past its horizon of 24" in texts(app)
+    table = app.dataframe[-1].value
+    assert table["id"].tolist() == [1, 0] and table["added"].tolist()[0] == ["Changping_TEMP"]
+    assert table["miss rate (worst)"].tolist() == [0.0, 0.75]
+    assert app.toggle(key="w_replan").value is False  # shows the pipeline's switch
+    switched: list[bool] = []
+    manager.set_replanning = switched.append  # type: ignore[attr-defined]
+    app.toggle(key="w_replan").set_value(True).run()
+    assert switched == [True]

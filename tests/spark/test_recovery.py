@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,13 @@ from engine.stream.manager import PipelineManager, run_simulation
 from engine.stream.recovery import LostRange, RecoveryReport, recover_lost_range
 from engine.stream.session import SparkSettings
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.stream.versions import PlanVersion
 
 pytestmark = pytest.mark.spark
 
 OPTIONS = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0)
 LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def per_window(values: np.ndarray, ids: np.ndarray, spec: StreamSpec) -> np.ndarray:
@@ -114,7 +117,12 @@ def test_recovery_across_a_live_replan_uses_each_rows_own_plan(
         commit_backup(store, history, first.backup_sensors, rows=slice(0, 32))
         commit_backup(store, history, widened.backup_sensors, rows=slice(32, 96), batch_id=1)
         lost = LostRange(first_window=0, first_row=0, last_row=63)
-        outcome = recover_lost_range(spark, store, widened, "approx", lost, 0, [first])
+        versions = [
+            PlanVersion(0, "initial", "", first, T0, 0, 31),
+            PlanVersion(1, "alert", "", widened, T0, 32),
+        ]
+        outcome = recover_lost_range(spark, store, widened, "approx", lost, 0, versions)
+        assert outcome.rows_by_version == {0: 32, 1: 32}
         inside = lost.inside_windows(widened.window, widened.slide)
         assert outcome.window_ids.tolist() == inside.tolist()
 

@@ -140,3 +140,17 @@ def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "config invalid" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [(["--horizon", "0"], "--horizon"), (["--rows", "100000"], "rows to replay")],
+)
+def test_simulate_refuses_a_bad_horizon_or_replay_before_spark_starts(
+    flags: list[str], needle: str
+) -> None:
+    args = ["--data", str(SMALL), "--eps", "1", "--delta", "0.05", "--window", "24"]
+    done = run_cli("simulate", *args, *flags)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], done.stderr

@@ -51,8 +51,40 @@ def test_backed_up_sensors_do_not_count() -> None:
     assert monitor.rates()["a"] == (0, 0)
     alert = monitor.observe(errors, reconstructed=("d",))
     assert alert is not None and alert.sensors == ("d",)
-    monitor.reset()
-    assert monitor.rates()["d"] == (0, 0)
+    assert monitor.rates()["d"] == (50, 50)
+
+
+def test_tallies_are_kept_per_plan_version_and_overall() -> None:
+    """A re-plan starts a new version's tally; the old one and the overall one stay.
+
+    Reference: NumPy counts over each version's own rows and over all rows.
+    """
+    rng = np.random.default_rng(3)
+    errors = np.abs(rng.normal(0.0, 0.4, size=(300, 4)))
+    errors[:100, 2] += 2.0  # sensor c misses under version 0 only
+    versions = np.repeat([0, 1, 2], 100)
+    monitor = ViolationMonitor(SENSORS, eps=1.0, delta=0.05)
+    alerts = {}
+    for start in range(0, 300, 10):
+        v = int(versions[start])
+        alert = monitor.observe(errors[start : start + 10], ("a", "c"), version=v)
+        alerts.setdefault(v, []).append(alert)
+    counted = np.array([True, False, True, False])
+    for v in (0, 1, 2):
+        rows = errors[versions == v]
+        want = {
+            s: (int((rows[:, i] > 1.0).sum()) if counted[i] else 0, len(rows) * int(counted[i]))
+            for i, s in enumerate(SENSORS)
+        }
+        assert monitor.rates(v) == want
+    overall = monitor.rates()
+    assert overall["c"] == (int((errors[:, 2] > 1.0).sum()), 300)
+    per_version = [monitor.rates(v)["c"] for v in (0, 1, 2)]
+    assert overall["c"] == (sum(v for v, _ in per_version), sum(w for _, w in per_version))
+    assert monitor.versions() == [0, 1, 2]
+    # Version 0's misses alert; they do not make the later versions alert.
+    assert any(a is not None and "c" in a.sensors for a in alerts[0])
+    assert all(a is None or "c" not in a.sensors for a in alerts[1] + alerts[2])
 
 
 @pytest.mark.parametrize(("k", "n"), [(1, 10), (5, 40), (30, 100)])

@@ -17,6 +17,9 @@ from engine.planning import (
     ReplanningMonitor,
     make_plan,
 )
+from engine.plan import BackupPlan, PlanParameters, make_plan
+from engine.reconstruct import window_errors
+from engine.replan import ReplanningMonitor, fresh_plan
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
 WINDOW, EPS = 10, 1.0  # the shipped drift sample changes regime at row 1200
@@ -39,21 +42,35 @@ def shadow_errors(plan: BackupPlan, segment: SensorHistory) -> np.ndarray:
     return window_errors(segment.values, plan.linear_map.apply(backup), WINDOW, WINDOW, "avg")
 
 
-def stream(history: SensorHistory, start: int, stop: int, plan: BackupPlan):
-    applied: list[tuple[BackupPlan, str]] = []
+def stream(
+    history: SensorHistory,
+    start: int,
+    stop: int,
+    plan: BackupPlan,
+    every_rows: int | None = None,
+    scheduled: bool = True,
+):
+    """Feed the monitor batch by batch like the pipeline: each applied plan becomes
+    the next version at the following batch (re-plans run inline: ``run``)."""
+    applied: list[tuple[BackupPlan, str, str]] = []
     position = {"row": start}
     monitor = ReplanningMonitor(
         plan,
         recent=lambda: history.rows(max(0, position["row"] - 400), position["row"]),
-        apply=lambda new, reason: applied.append((new, reason)),
+        apply=lambda new, kind, reason: applied.append((new, kind, reason)),
         now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        every_rows=every_rows,
+        rows_seen=lambda: position["row"] - start,
+        run=lambda job: job(),
     )
+    monitor.scheduled = scheduled and every_rows is not None
     first_alert = None
     for row in range(start, stop, 5 * WINDOW):  # five windows a micro-batch
         position["row"] = row + 5 * WINDOW
         segment = history.rows(row, row + 5 * WINDOW)
+        in_force = applied[-1][0] if applied else plan
         alert = monitor.observe(
-            shadow_errors(monitor.plan, segment), monitor.plan.linear_map.targets
+            shadow_errors(in_force, segment), in_force.linear_map.targets, version=len(applied)
         )
         if alert is not None and first_alert is None:
             first_alert = row
@@ -70,7 +87,8 @@ def test_regime_change_raises_an_alert_and_widens_the_plan(
 ) -> None:
     monitor, applied, first = stream(drift, 1100, 2000, plan)
     assert first is not None and 1200 <= first < 1500
-    new, reason = applied[0]
+    new, kind, reason = applied[0]
+    assert kind == "alert"
     assert set(plan.backup_sensors) <= set(new.backup_sensors)
     assert len(new.backup_sensors) > len(plan.backup_sensors)
     assert "live violation rate" in reason and "added" in reason
@@ -86,10 +104,74 @@ def test_a_failed_replan_is_logged_and_does_not_raise(
     monitor = ReplanningMonitor(
         plan,
         recent=lambda: drift.select(list(drift.sensors[:3])),  # not the plan's sensors
-        apply=lambda new, reason: applied.append(new),
+        apply=lambda new, kind, reason: applied.append(new),
+        run=lambda job: job(),
     )
     errors = np.full((20, len(plan.sensors)), 10.0)
     alert = monitor.observe(errors, plan.linear_map.targets)
     assert alert is not None and applied == []
     assert "re-plan failed" in monitor.changes[0].reason
     assert monitor.plan is plan
+
+
+def test_scheduled_replans_are_fresh_plans_every_horizon(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """Stationary stretch, horizon 200 rows: a fresh plan at each horizon, fitted on the
+    recent rows (the reference: ``fresh_plan`` on the same rows), no alert."""
+    monitor, applied, first = stream(drift, 600, 1200, plan, every_rows=200)
+    assert first is None
+    assert [kind for _, kind, _ in applied] == ["scheduled"] * len(applied)
+    assert len(applied) == 3  # after 200, 400 and 600 stream rows
+    new, _, reason = applied[0]
+    assert "horizon of 200 rows reached" in reason and not new.measured
+    reference = fresh_plan(plan, drift.rows(400, 800))
+    assert new.backup_sensors == reference.backup_sensors
+    np.testing.assert_allclose(new.linear_map.coef, reference.linear_map.coef)
+    assert all(c.kind == "scheduled" for c in monitor.changes)
+
+
+def test_switched_off_schedule_lets_the_plan_expire(drift: SensorHistory, plan: BackupPlan) -> None:
+    monitor, applied, _ = stream(drift, 600, 1000, plan, every_rows=200, scheduled=False)
+    assert applied == []
+    state = monitor.schedule()
+    assert state.expired and not state.enabled and state.rows_under_plan == 400
+    monitor.scheduled = True
+    assert not monitor.schedule().expired
+
+
+def test_alerts_cannot_tighten_targets_below_the_floor(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """Each alert halves the alerting sensors' targets, down to ``min_scale``: repeated
+    alerts cannot drive the plan to back up every sensor that is not a duplicate."""
+    applied: list[BackupPlan] = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(800, 1100),
+        apply=lambda new, kind, reason: applied.append(new),
+        run=lambda job: job(),
+    )
+    target = plan.linear_map.targets[0]
+    errors = np.zeros((20, len(plan.sensors)))
+    errors[:, plan.sensors.index(target)] = 10.0
+    for version in range(5):
+        assert monitor.observe(errors, plan.linear_map.targets, version=version) is not None
+    assert len(applied) == 5
+    assert monitor.scale[plan.sensors.index(target)] == monitor.min_scale == 0.25
+
+
+def test_an_operator_can_re_plan_now(drift: SensorHistory, plan: BackupPlan) -> None:
+    applied: list[tuple[BackupPlan, str, str]] = []
+    jobs: list = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(700, 1100),
+        apply=lambda new, kind, reason: applied.append((new, kind, reason)),
+        run=jobs.append,  # the worker has not run yet
+    )
+    assert monitor.request() and not monitor.request()  # one re-plan at a time
+    jobs.pop()()
+    ((new, kind, reason),) = applied
+    assert kind == "manual" and "requested by the operator" in reason
+    assert new.backup_sensors == fresh_plan(plan, drift.rows(700, 1100)).backup_sensors
