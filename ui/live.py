@@ -19,9 +19,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from engine.data import SensorHistory
 from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
-from engine.planning import BackupPlan
-from engine.plan import BackupPlan, PlanParameters
-from engine.stream.disorder_stage import DisorderStage
+from engine.planning import BackupPlan, PlanParameters
 from engine.stream.live import replanning_monitor
 from engine.stream.ownership import find_leftovers
 from engine.stream.recovery import RecoveryReport

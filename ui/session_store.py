@@ -19,7 +19,7 @@ import pandas as pd
 
 from engine.data import SensorHistory, load_history
 from engine.errors import DataError, EngineError
-from engine.plan import PlanParameters
+from engine.planning import PlanParameters
 
 STATE_FILE, DATA_FILE = "state.json", "dataset.parquet"
 

@@ -16,10 +16,8 @@ import numpy as np
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.planning import PlanParameters
-from ui import resources
 from engine.errors import EngineError
-from engine.plan import PlanParameters
+from engine.planning import PlanParameters
 from ui import resources, session_store
 from ui.plans import PlanningData
 from ui.session_store import SavedSession

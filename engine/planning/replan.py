@@ -1,7 +1,7 @@
 """Re-planning in the live pipeline: on a schedule (the plan's horizon) and on alerts.
 
 ``ReplanningMonitor`` is what the live pipeline's shadow check feeds. It keeps
-the per-sensor violation tally (``engine.monitor``, per plan version and
+the per-sensor violation tally (``engine.planning.monitor``, per plan version and
 overall) and re-plans in two cases:
 
 * **scheduled**: every ``every_rows`` stream rows (the horizon a plan is valid

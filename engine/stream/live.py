@@ -13,9 +13,7 @@ from collections.abc import Callable
 from engine.data.history import SensorHistory
 from engine.errors import EngineError
 from engine.planning.plan import BackupPlan
-from engine.planning.replan import ReplanningMonitor
-from engine.plan import BackupPlan
-from engine.replan import ReplanningMonitor, calibration_state, run_in_thread
+from engine.planning.replan import ReplanningMonitor, calibration_state, run_in_thread
 from engine.stream.manager import PipelineManager
 from engine.stream.spec import StreamSpec
 

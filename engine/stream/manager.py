@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import ParameterError, PipelineError
-from engine.replan import ReplanningMonitor, calibration_state
+from engine.planning.replan import ReplanningMonitor, calibration_state
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.ownership import (

@@ -293,6 +293,7 @@ class RecoveryReport:
         if not self.eps_by_sensor:
             return self.eps
         return self.eps_by_sensor[self.sensors.index(sensor)]
+
     # Rebuilt rows of the lost range each plan version served ("id" -> rows; approx only).
     rows_by_version: dict[str, int] = field(default_factory=dict)
     # The plan versions of the stream (``PlanVersion.to_dict``, the open one up to now).

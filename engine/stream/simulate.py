@@ -18,13 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from engine.data.history import SensorHistory
-from engine.planning.calibration import BacktestSettings
-from engine.planning.plan import PlanParameters, default_history, make_plan
-from engine.calibration import BacktestSettings
 from engine.data import SensorHistory
 from engine.errors import ParameterError
-from engine.plan import PlanParameters, default_history, make_plan
+from engine.planning.calibration import BacktestSettings
+from engine.planning.plan import PlanParameters, default_history, make_plan
 from engine.stream.split import split_for_replay
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ConfigError, ParameterError
-from engine.reconstruct import LinearMap
+from engine.model.linear import LinearMap
 from engine.store import BackupStore, VersionRecord
 from engine.stream.spec import StreamSpec
 

@@ -209,7 +209,7 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     import json
     from types import SimpleNamespace
 
-    from engine.plan import PlanParameters, make_plan
+    from engine.planning import PlanParameters, make_plan
 
     app.switch_page("pages/plan.py").run()
     key = app.session_state["_planning_data"].key

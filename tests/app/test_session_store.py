@@ -8,7 +8,7 @@ import pytest
 
 from engine.data import load_history
 from engine.errors import DataError
-from engine.plan import PlanParameters
+from engine.planning import PlanParameters
 from tests.app.apphelpers import SMALL
 from ui.session_store import SavedSession, load_saved_data, load_state, save_session
 

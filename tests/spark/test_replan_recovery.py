@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.aggregates import window_aggregates
 from engine.data import SensorHistory, load_history
-from engine.plan import BackupPlan, PlanParameters, make_plan
-from engine.reconstruct import window_aggregates
+from engine.planning import BackupPlan, PlanParameters, make_plan
 from engine.store import BackupStore
 from engine.stream.live import replanning_monitor
 from engine.stream.manager import PipelineManager, RunConfig

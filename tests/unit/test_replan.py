@@ -17,9 +17,7 @@ from engine.planning import (
     ReplanningMonitor,
     make_plan,
 )
-from engine.plan import BackupPlan, PlanParameters, make_plan
-from engine.reconstruct import window_errors
-from engine.replan import ReplanningMonitor, fresh_plan
+from engine.planning.replan import fresh_plan
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
 WINDOW, EPS = 10, 1.0  # the shipped drift sample changes regime at row 1200
