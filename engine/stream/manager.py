@@ -130,6 +130,8 @@ class PipelineManager:
                 self._store.close()
                 self._store = None
                 raise
+            feeder = self._feeder
+            self.board.watch_feed(lambda: feeder.progress().readings)
             self._feeder.start()
             return self.status()
 
@@ -179,6 +181,7 @@ class PipelineManager:
             pipeline.stop()
             deleted = discard_lost_state(pipeline.paths, self._require_store(), pipeline.run)
             self._failed_run, self._pipeline = pipeline.run, None
+            self.board.mark("failure", f"run {pipeline.run} killed", rows=len(deleted))
             self.board.update(
                 state="failed",
                 buffered_rows=0,
@@ -202,6 +205,10 @@ class PipelineManager:
             )
             seconds = self._clock() - t0
             self._recovery = _Recovery(lost, seconds, outcome.rows_read, outcome.seed.next_window)
+            self.board.mark(
+                "recovery", f"{mode}: {lost.rows} lost row{'' if lost.rows == 1 else 's'} rebuilt",
+                seconds=seconds, rows=outcome.rows_read,
+            )  # fmt: skip
             # The restarted run must not fail again on its own.
             cfg["options"] = replace(cfg["options"], fail_after_readings=None)
             self._pipeline = self._new_pipeline(spec, seed=outcome.seed).start()
