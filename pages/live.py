@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ui import live, panels, recovery, resources
+from ui import dashboard, live, panels, recovery, resources
 
 st.title("Live pipeline")
 with panels.page_guard():
@@ -35,11 +35,12 @@ with panels.page_guard():
         key="simulate_failure",
         disabled=manager.status().state not in ("running", "failed"),
     ):
-        report = live.recover_only() if failed else live.fail_and_recover()
+        dashboard.fail_and_recover(already_failed=failed)
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()
     live.status_panel(plan.parameters.delta)
+    dashboard.live_dashboard(plan.parameters.delta)
     report = live.last_report()
     if report is None:
         st.caption(

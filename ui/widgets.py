@@ -108,10 +108,21 @@ def _seed_parameters(p: PlanParameters, n_sensors: int) -> None:
     _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
 
 
+def _window_changed() -> None:
+    """A tumbling window stays tumbling: its slide follows the new window."""
+    if state.params().slide is None:
+        st.session_state["w_slide"] = int(st.session_state["w_window"])
+
+
 def _window_widgets(left: DeltaGenerator, right: DeltaGenerator, n_rows: int) -> tuple[int, int]:
     """Window and slide in readings; the slide never exceeds the window."""
     window = left.number_input(
-        "Window (readings)", min_value=1, max_value=max(1, n_rows // 4), step=1, key="w_window"
+        "Window (readings)",
+        min_value=1,
+        max_value=max(1, n_rows // 4),
+        step=1,
+        key="w_window",
+        on_change=_window_changed,
     )
     if st.session_state["w_slide"] > window:  # before the slide widget exists in this run
         st.session_state["w_slide"] = int(window)

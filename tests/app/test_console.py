@@ -1,0 +1,150 @@
+"""The operator's console: number formatting, background jobs, the live dashboard."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engine.errors import Cancelled, ParameterError
+from engine.stream.metrics import BatchPoint
+from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
+from tests.app.apphelpers import texts
+from tests.app.test_app_live import FakeManager
+from ui import dashboard, resources
+from ui.format import format_money, format_percent, format_quantity, plural, span
+from ui.jobs import JobRunner
+
+pytestmark = pytest.mark.app
+
+
+@pytest.mark.parametrize(
+    ("x", "unit", "text"),
+    [
+        (0, "B", "0 B"),
+        (999, "B", "999 B"),
+        (1234, "B", "1.23 kB"),
+        (2.65e-6 * 1e9, "B", "2.65 kB"),
+        (16_300_000, "", "16.3 M"),
+        (5e12, "B", "5 TB"),
+        (0.0123, "", "0.0123"),
+        (8.03e-11, "", "< 0.001"),
+        (-2500, "B", "-2.5 kB"),
+        (999.96, "", "1000"),
+        (None, "B", "n/a"),
+    ],
+)
+def test_format_quantity_never_uses_scientific_notation(x, unit, text):  # type: ignore[no-untyped-def]
+    assert format_quantity(x, unit) == text
+    assert "e-" not in text and "e+" not in text
+
+
+def test_percent_money_plural_and_span() -> None:
+    assert format_percent(8.03e-11) == "< 0.01 %"
+    assert format_percent(0.4167) == "41.7 %"
+    assert format_percent(0.0) == "0.0 %"
+    assert format_money(2.65e-6) == "< $0.01" and format_money(1234.5) == "$1,234.50"
+    assert plural(1, "window") == "1 window" and plural(2, "window") == "2 windows"
+    assert plural(3, "micro-batch", "micro-batches") == "3 micro-batches"
+    assert span(2700, 2699) == "no readings"
+    assert span(7, 7) == "reading 7" and span(7, 9) == "readings 7..9 (3)"
+
+
+def test_a_job_reports_progress_and_cancels_at_its_next_progress_call() -> None:
+    runner = JobRunner()
+    gate, steps = threading.Event(), []
+
+    def work(progress):  # type: ignore[no-untyped-def]
+        for i in range(1000):
+            progress(i / 1000, f"step {i}")
+            steps.append(i)
+            gate.wait(0.01)
+        return "finished"
+
+    job = runner.submit("k", "test", work)
+    assert runner.submit("k", "test", work) is job  # one job per key
+    time.sleep(0.1)
+    assert job.snapshot().state == "running" and 0 < job.snapshot().fraction < 1
+    job.cancel()
+    assert job.join(5)
+    view = job.snapshot()
+    assert view.state == "cancelled" and "cancelled" in (view.error or "")
+    assert len(steps) < 1000 and job.result is None
+
+
+def test_job_outcomes_done_and_failed() -> None:
+    runner = JobRunner()
+    ok = runner.submit("a", "ok", lambda progress: 42)
+    bad = runner.submit("b", "bad", lambda progress: (_ for _ in ()).throw(ParameterError("eps")))
+    assert runner.wait_all(5)
+    assert ok.state == "done" and ok.result == 42 and ok.snapshot().fraction == 1.0
+    assert bad.state == "failed" and bad.snapshot().error == "eps"
+    runner.forget("a")
+    assert runner.get("a") is None
+    assert issubclass(Cancelled, Exception)
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def point(i: int, rows: int, duration: float) -> BatchPoint:
+    return BatchPoint(
+        at=(T0 + timedelta(seconds=i)).isoformat(), run=0, batch_id=i, input_rows=rows,
+        rows_per_second=float(rows), duration_ms=duration, backup_rows=20,
+        backup_bytes=640, store_ms=12.0, backlog=0, shadow_pooled=0.01 * i,
+        shadow_worst=(("s1", 0.02 * i),), windows=1,
+    )  # fmt: skip
+
+
+def points(n: int, rows: int = 100, duration: float = 300.0) -> list[BatchPoint]:
+    return [point(i, rows, duration) for i in range(n)]
+
+
+def running(landed: int, processed: int) -> PipelineStatus:
+    feed = FeedProgress(readings=landed, total_readings=10_000)
+    return PipelineStatus(state="running", input_rows=processed, feed=feed)
+
+
+def test_status_levels_like_a_back_pressure_view() -> None:
+    pts = points(5)
+    assert dashboard.status_level(running(600, 500), pts, 1.0).name == "OK"
+    behind = dashboard.status_level(running(1000, 500), pts, 1.0)
+    assert behind.name == "behind" and "500 readings waiting" in behind.reason
+    slow = dashboard.status_level(running(500, 500), points(5, duration=2500.0), 1.0)
+    assert slow.name == "behind" and "2,500 ms" in slow.reason
+    failed = PipelineStatus(state="failed", last_error="simulated failure of run 0")
+    assert dashboard.status_level(failed, pts, 1.0) == dashboard.Level(
+        "failing", "simulated failure of run 0"
+    )
+    assert dashboard.status_level(PipelineStatus(), [], 1.0).name == "idle"
+
+
+def test_history_summary_has_min_avg_max_of_backups_and_recoveries() -> None:
+    board = StatusBoard(lambda: T0)
+    board.mark("recovery", "approx: 14 lost rows rebuilt", seconds=0.8, rows=140)
+    board.mark("recovery", "approx: 3 lost rows rebuilt", seconds=1.6, rows=30)
+    table = dashboard.history_summary(points(4), board.history.events()).set_index("")
+    assert table.loc["backup rows per batch", "count"] == 4
+    assert table.loc["backup bytes per batch", "avg"] == "640 B"
+    assert table.loc["recovery time (s)", "min"] == "0.8"
+    assert table.loc["recovery time (s)", "max"] == "1.6"
+    assert table.loc["recovery rows read", "avg"] == "85"
+
+
+def test_dashboard_draws_the_series_and_history(app, monkeypatch):  # type: ignore[no-untyped-def]
+    manager = FakeManager("running")
+    for p in points(6):
+        manager.board.history.append(p)
+    manager.board.mark("replan", "Changping_TEMP over delta: widened to 3 sensors")
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    body = texts(app)
+    assert "Over time (6 micro-batches)" in body
+    assert "Backup and recovery history" in body
+    assert len(app.get("plotly_chart")) == 1  # no disorder panel without K
+    summary = app.dataframe[0].value
+    assert summary.set_index("").loc["backup rows per batch", "count"] == 6
+    assert "run None" not in body
