@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import disorder, panels, state
+from ui import disorder, panels, shell, state
 
+shell.frame()
 st.title("Out-of-order streams")
 st.caption(
     "The chosen sensors are replayed with random arrival delays. Four buffers see the "

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import exporting, panels
+from ui import exporting, panels, shell
 
+shell.frame()
 st.title("Export")
 with panels.page_guard():
     data, plan = panels.page_plan()

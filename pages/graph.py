@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import charts, graph, panels
+from ui import charts, graph, panels, shell
 
+shell.frame()
 st.title("Correlation graph")
 with panels.page_guard():
     data, plan = panels.page_plan()

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import dashboard, live, panels, recovery, resources
+from ui import dashboard, live, panels, recovery, resources, shell
 
+shell.frame()
 st.title("Live pipeline")
 with panels.page_guard():
     data, plan = panels.page_plan()

@@ -3,8 +3,9 @@
 import pandas as pd
 import streamlit as st
 
-from ui import charts, panels, plans, savings, widgets
+from ui import charts, panels, plans, savings, shell, widgets
 
+shell.frame()
 st.title("Backup plan and savings")
 with panels.page_guard():
     data, plan = panels.page_plan()

@@ -4,8 +4,9 @@ import time
 
 import streamlit as st
 
-from ui import charts, panels, plans, resources, state, whatif, widgets
+from ui import charts, panels, plans, resources, shell, state, whatif, widgets
 
+shell.frame()
 st.title("Tune")
 with panels.page_guard():
     data = state.planning_data()

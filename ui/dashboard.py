@@ -22,6 +22,7 @@ from ui.format import format_quantity, plural
 POLL_SECONDS = 1.5
 RECOVERY_JOB = "live-recovery"
 BEHIND_BATCHES = 3.0  # backlog of more than this many batches' input: behind
+SLOW_TRIGGERS = 2.0  # median batch duration over this many trigger intervals: behind
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ def points_frame(points: Sequence[BatchPoint]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if not len(frame):
         return frame
+    # An empty row where a new run starts: lines break over the failure instead of
+    # drawing a straight line through the time the query was down.
+    starts = frame.index[frame["run"].ne(frame["run"].shift()) & (frame.index > 0)]
+    gaps = pd.DataFrame({"time": frame.loc[starts, "time"] - pd.Timedelta(milliseconds=1)})
+    frame = pd.concat([frame, gaps]).sort_values("time", kind="stable").reset_index(drop=True)
     numeric = ("rows_per_second", "duration_ms", "backlog", "shadow_pooled", "k_s")
     for name in (*numeric, "watermark_gap_s", "store_ms"):
         frame[name] = pd.to_numeric(frame[name], errors="coerce")
@@ -77,13 +83,15 @@ def status_level(s: PipelineStatus, points: Sequence[BatchPoint], trigger_s: flo
             f"{plural(backlog, 'reading')} waiting, more than {BEHIND_BATCHES:g} batches' input",
         )
     durations = sorted(p.duration_ms for p in recent if p.duration_ms is not None)
-    if trigger_s > 0 and durations and durations[len(durations) // 2] > 1000 * trigger_s:
+    median = durations[len(durations) // 2] if durations else None
+    if trigger_s > 0 and median is not None and median > SLOW_TRIGGERS * 1000 * trigger_s:
         return Level(
             "behind",
-            f"batches take {durations[len(durations) // 2]:,.0f} ms, longer than the "
+            f"batches take {median:,.0f} ms, more than {SLOW_TRIGGERS:g}x the "
             f"{trigger_s:g} s trigger",
         )
-    return Level("OK", f"{plural(backlog, 'reading')} waiting; batches keep up with the feed")
+    took = "" if median is None else f"; batches take {median:,.0f} ms"
+    return Level("OK", f"{plural(backlog, 'reading')} waiting{took}: keeping up with the feed")
 
 
 def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent]) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import texts
 from tests.app.test_app_live import FakeManager
-from ui import dashboard, resources
+from ui import dashboard, resources, shell
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
 
@@ -148,3 +148,10 @@ def test_dashboard_draws_the_series_and_history(app, monkeypatch):  # type: igno
     summary = app.dataframe[0].value
     assert summary.set_index("").loc["backup rows per batch", "count"] == 6
     assert "run None" not in body
+
+
+def test_every_page_draws_the_same_titled_navigation(app):  # type: ignore[no-untyped-def]
+    for name in ("tune", "live"):
+        app.switch_page(f"pages/{name}.py").run()
+        links = app.get("page_link")
+        assert [link.proto.label for link in links] == [p.title for p in shell.PAGES]
