@@ -102,7 +102,7 @@ def whatif_chart(
             line={"dash": "dash", "color": BACKUP_COLOUR},
             marker={"size": [0, 11, 0], "color": BACKUP_COLOUR},
             text=["", f" now: {label} = {current:g}, {100 * now:.1f} %", ""],
-            textposition="middle right",
+            textposition="top right",
             name="current plan",
         )
     )

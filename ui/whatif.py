@@ -53,10 +53,10 @@ def measured_table(points: tuple[MeasuredPoint, ...], current: float) -> pd.Data
         [
             {
                 "eps": f"{m.eps:.3g}" + (" (now)" if abs(m.eps - current) < 1e-12 else ""),
-                "backup fraction (mean over folds)": format_percent(m.backup_fraction),
-                "worst sensor miss rate": format_percent(m.miss_worst),
-                "95 % upper bound": format_percent(m.miss_worst_ucb95),
-                "mean miss rate": format_percent(m.miss_mean),
+                "backed up (mean)": format_percent(m.backup_fraction),
+                "worst miss": format_percent(m.miss_worst),
+                "95 % bound": format_percent(m.miss_worst_ucb95),
+                "mean miss": format_percent(m.miss_mean),
             }
             for m in points
         ]
