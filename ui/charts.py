@@ -9,6 +9,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.data import SensorHistory
+from ui.fleet import FleetSpec
+from ui.format import format_money, format_quantity
 
 BACKUP_COLOUR, REBUILT_COLOUR, ACCENT = "#d62728", "#1f77b4", "#2ca02c"
 MAX_POINTS = 4000
@@ -167,20 +169,25 @@ def heatmap(
     return _layout(fig, "Correlation (★ = backed up)", size)
 
 
-def savings_bars(rows: pd.DataFrame) -> go.Figure:
-    """Bytes per day persisted and cost per month: plan vs full vs none."""
-    fig = go.Figure()
-    fig.add_trace(
+def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
+    """Cost per month of full checkpointing, the plan and no backup, for the fleet."""
+    names = ("full checkpointing", "plan (approx)", "no backup")
+    costs = [fleet.cost_per_month(f) for f in (1.0, backup_fraction, 0.0)]
+    stored = [fleet.stored_bytes(f) for f in (1.0, backup_fraction, 0.0)]
+    fig = go.Figure(
         go.Bar(
-            x=rows["strategy"],
-            y=rows["MB per day persisted"],
-            name="MB/day",
-            marker_color=[BACKUP_COLOUR, REBUILT_COLOUR, "#999999"],
-            text=[f"{v:.3g} MB" for v in rows["MB per day persisted"]],
+            x=list(names),
+            y=costs,
+            marker_color=[REBUILT_COLOUR, BACKUP_COLOUR, "#999999"],
+            text=[
+                f"{format_money(c)} ({format_quantity(b, 'B')})"
+                for c, b in zip(costs, stored, strict=True)
+            ],
             textposition="outside",
         )
     )
-    return _layout(fig, "Backup volume per day", 320, y="MB per day")
+    fig.update_yaxes(tickformat="$,.2s", rangemode="tozero")
+    return _layout(fig, "Storage cost per month (storage held in brackets)", 320, y="$ per month")
 
 
 def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:

@@ -17,6 +17,7 @@ from streamlit.delta_generator import DeltaGenerator
 from engine.errors import EngineError
 from engine.plan import BackupPlan, PlanParameters
 from ui import background, plans, resources, state
+from ui.format import format_percent
 from ui.plans import PlanningData
 
 PREVIEW_LABEL = "preview, not yet backtested"
@@ -195,7 +196,7 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
         f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
         f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
-        f"{pct(plan.model_worst_probability, 2)}. The backtest's plans backed up "
+        f"{format_percent(plan.model_worst_probability, 2)}. The backtest's plans backed up "
         f"{pct(bt.backup_fraction_mean)} of the sensors on average; this plan backs up "
         f"{pct(plan.backup_fraction)}. The figures are for a plan re-learnt every {bt.step} "
         f"rows, as in the backtest: re-plan on that cadence (a plan kept longer was not "
@@ -214,7 +215,7 @@ def guarantee(plan: BackupPlan) -> None:
     )
     c[1].metric(
         "Model P(miss), worst",
-        pct(plan.model_worst_probability, 2),
+        format_percent(plan.model_worst_probability, 2),
         help="Model only, under the seed's assumptions (errors independent over time, "
         "model never stale). The backtest beside it is the measured figure.",
     )
