@@ -18,17 +18,17 @@ with panels.page_guard():
             "Edges per sensor (top-k by |corr|)",
             1,
             max(1, min(10, n - 1)),
-            min(3, n - 1),
+            min(2, n - 1),
             key="w_top_k",
         )
-        edges_kw = {"top_k": k}
+        edges_kw, label = {"top_k": k}, f"top {k} per sensor"
     else:
         t = c2.slider("Show |corr| at least", 0.0, 1.0, 0.9, 0.01, key="w_threshold")
-        edges_kw = {"threshold": t}
+        edges_kw, label = {"threshold": t}, f"|corr| >= {t:g}"
     corr = graph.correlation(plan.model.cov_)
     edges = graph.strong_edges(corr, **edges_kw)
     left, right = st.columns([3, 2])
-    left.plotly_chart(graph.graph_figure(plan, corr, edges))
+    left.plotly_chart(graph.graph_figure(plan, corr, edges, label))
     right.plotly_chart(
         charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
     )

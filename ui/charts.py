@@ -163,21 +163,23 @@ def heatmap(
     )
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(showticklabels=False)  # the rows name the sensors; columns match them
-    if len(names) <= 40:  # every label fits; beyond that plotly thins them out
-        fig.update_yaxes(tickmode="array", tickvals=names)
-    size = min(900, 260 + 14 * len(sensors))
-    return _layout(fig, "Correlation (★ = backed up)", size)
+    # Every row is named (plotly would thin them out): smaller type and a taller figure
+    # for many sensors, so 132 rows stay legible.
+    font = 10 if len(names) <= 40 else 8 if len(names) <= 80 else 7
+    fig.update_yaxes(tickmode="array", tickvals=names, tickfont={"size": font})
+    size = int(min(1400, 260 + (font + 3) * len(sensors)))
+    return _layout(fig, "Correlation, rows ordered by cluster (★ = backed up)", size)
 
 
 def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
-    """Cost per month of full checkpointing, the plan and no backup, for the fleet."""
+    """Storage held (and its cost per month) for full checkpointing, the plan and no backup."""
     names = ("full checkpointing", "plan (approx)", "no backup")
     costs = [fleet.cost_per_month(f) for f in (1.0, backup_fraction, 0.0)]
     stored = [fleet.stored_bytes(f) for f in (1.0, backup_fraction, 0.0)]
     fig = go.Figure(
         go.Bar(
             x=list(names),
-            y=costs,
+            y=stored,
             marker_color=[REBUILT_COLOUR, BACKUP_COLOUR, "#999999"],
             text=[
                 f"{format_money(c)} ({format_quantity(b, 'B')})"
@@ -186,8 +188,8 @@ def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
             textposition="outside",
         )
     )
-    fig.update_yaxes(tickformat="$,.2s", rangemode="tozero")
-    return _layout(fig, "Storage cost per month (storage held in brackets)", 320, y="$ per month")
+    fig.update_yaxes(tickformat=".3s", ticksuffix="B", rangemode="tozero")
+    return _layout(fig, "Storage held at steady state ($ per month in the labels)", 320, y="bytes")
 
 
 def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from scipy.cluster.hierarchy import leaves_list, linkage
+from scipy.cluster.hierarchy import fcluster, leaves_list, linkage
 from scipy.spatial.distance import squareform
 
 from engine.plan import BackupPlan
@@ -46,6 +46,7 @@ def layout_positions(corr: np.ndarray) -> np.ndarray:
 
 
 GRAVITY = 1.0
+LABEL_ALL_N = 40  # sensors: above this, only backed-up sensors carry a name
 
 
 def spring_layout(
@@ -108,6 +109,44 @@ def cluster_order(corr: np.ndarray) -> list[int]:
     return [int(i) for i in leaves_list(linkage(squareform(dist, checks=False), "average"))]
 
 
+def clusters(corr: np.ndarray, max_clusters: int | None = None) -> np.ndarray:
+    """(n,) cluster label per sensor: average-linkage clusters of ``1 - |r|``.
+
+    At most ``max_clusters`` (default ``ceil(sqrt(n))``), cut where the tree joins
+    groups less correlated than |r| = 0.5, so unrelated quantities stay apart.
+    """
+    n = corr.shape[0]
+    if n < 3:
+        return np.zeros(n, dtype=int)
+    dist = np.clip(1.0 - np.abs(corr), 0.0, None)
+    np.fill_diagonal(dist, 0.0)
+    tree = linkage(squareform((dist + dist.T) / 2.0, checks=False), "average")
+    k = max_clusters or int(np.ceil(np.sqrt(n)))
+    by_distance = fcluster(tree, t=0.5, criterion="distance")
+    if by_distance.max() <= k:
+        return by_distance - 1
+    return fcluster(tree, t=k, criterion="maxclust") - 1
+
+
+def cluster_layout(corr: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(n, 2) positions: clusters on a grid, largest first; each cluster's sensors on a
+    circle (in cluster order), so communities read as separate groups, not one hairball."""
+    n = corr.shape[0]
+    order = cluster_order(corr)
+    rank = {int(i): r for r, i in enumerate(order)}
+    ids = sorted(set(labels.tolist()), key=lambda c: (-int((labels == c).sum()), c))
+    cols = int(np.ceil(np.sqrt(len(ids))))
+    pos = np.zeros((n, 2))
+    for g, c in enumerate(ids):
+        members = sorted(np.flatnonzero(labels == c).tolist(), key=lambda i: rank[i])
+        centre = np.array([g % cols, -(g // cols)], dtype=float) * 3.0
+        radius = 0.0 if len(members) == 1 else 0.35 + 0.09 * len(members) ** 0.75
+        radius = min(radius, 1.3)
+        angles = 2 * np.pi * np.arange(len(members)) / max(len(members), 1)
+        pos[members] = centre + radius * np.column_stack([np.cos(angles), np.sin(angles)])
+    return pos
+
+
 def _hover(plan: BackupPlan) -> list[str]:
     bounds = error_bounds(plan)
     lines = []
@@ -125,8 +164,10 @@ def _hover(plan: BackupPlan) -> list[str]:
     return lines
 
 
-def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]) -> list:
-    """Two line traces: ordinary edges and |corr| >= 0.9 ones (drawn thicker)."""
+def _edge_traces(
+    pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]], label: str
+) -> list:
+    """Edges in two widths (|corr| below and at least 0.9); the legend names the mode."""
     traces = []
     for strong in (False, True):
         xs: list[float | None] = []
@@ -135,8 +176,10 @@ def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]
             if (abs(corr[i, j]) >= 0.9) == strong:
                 xs += [pos[i, 0], pos[j, 0], None]
                 ys += [pos[i, 1], pos[j, 1], None]
-        line = {"width": 2.2 if strong else 0.8, "color": "rgba(90,90,90,0.55)"}
-        name = "|corr| >= 0.9" if strong else "edge"
+        if not xs:
+            continue
+        line = {"width": 2.0 if strong else 0.7, "color": "rgba(90,90,90,0.45)"}
+        name = f"{label}, |corr| >= 0.9" if strong else f"{label}, |corr| < 0.9"
         traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line, name=name))
     return traces
 
@@ -158,13 +201,16 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
         }
     )
     hover = _hover(plan)
+    # Every name fits up to 40 sensors; beyond that only the backed-up ones are named
+    # (the rest on hover), offset so a label never covers its star.
+    labelled = backup or len(plan.sensors) <= LABEL_ALL_N
     return go.Scatter(
         x=pos[idx, 0],
         y=pos[idx, 1],
-        mode="markers+text" if len(plan.sensors) <= 40 else "markers",
+        mode="markers+text" if labelled else "markers",
         text=[plan.sensors[i] for i in idx],
-        textposition="top center",
-        textfont={"size": 9},
+        textposition="bottom center" if backup else "top center",
+        textfont={"size": 9, "color": BACKUP_COLOUR if backup else "#333"},
         hovertext=[hover[i] for i in idx],
         hoverinfo="text",
         marker=marker,
@@ -172,14 +218,20 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
     )
 
 
-def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
-    """Nodes laid out by correlation, edge width by |r|, backed-up sensors highlighted."""
-    pos = spring_layout(corr, edges)
-    fig = go.Figure(_edge_traces(pos, corr, edges))
+def graph_figure(
+    plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]], edge_label: str
+) -> go.Figure:
+    """Sensors grouped by correlation cluster, edges by |r|, backed-up sensors as stars."""
+    labels = clusters(corr)
+    pos = cluster_layout(corr, labels)
+    fig = go.Figure(_edge_traces(pos, corr, edges, edge_label))
     backup = np.array([s in plan.backup_sensors for s in plan.sensors])
     for is_backup in (False, True):
         fig.add_trace(_node_trace(plan, pos, np.flatnonzero(backup == is_backup), is_backup))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, scaleanchor="x")
-    title = f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars)"
+    title = (
+        f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars), "
+        f"{labels.max() + 1} clusters"
+    )
     return _layout(fig, title, 620)

@@ -12,12 +12,14 @@ from ui.format import format_money, format_percent, format_quantity
 from ui.panels import QUIET
 
 TABLE_FORMAT = {
-    "model error bound": st.column_config.NumberColumn(format="%.3g", width="small"),
-    "model P(miss)": st.column_config.TextColumn(width="small"),
-    "backtest violation rate": st.column_config.NumberColumn(format="percent", width="small"),
-    "conditional variance": st.column_config.NumberColumn(format="compact", width="small"),
-    "variance target": st.column_config.NumberColumn(format="compact", width="small"),
-    "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="large"),
+    "sensor": st.column_config.TextColumn(width="small"),
+    "status": st.column_config.TextColumn(width="small"),
+    "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="medium"),
+    "model error bound": st.column_config.TextColumn("error bound", width="small"),
+    "model P(miss)": st.column_config.TextColumn("P(miss)", width="small"),
+    "backtest violation rate": st.column_config.TextColumn("backtest miss", width="small"),
+    "conditional variance": st.column_config.TextColumn("variance", width="small"),
+    "variance target": st.column_config.TextColumn("target", width="small"),
 }
 
 
@@ -30,11 +32,8 @@ def measured_bytes_per_reading() -> float | None:
 def quality(plan: BackupPlan) -> str:
     bt = plan.backtest
     if plan.measured and bt is not None:
-        return (
-            f"within eps = {plan.parameters.eps:g} except "
-            f"{format_percent(bt.violation_rate_worst_sensor)} of windows (worst sensor, measured)"
-        )
-    return f"within eps = {plan.parameters.eps:g} by the model (not backtested)"
+        return f"{format_percent(bt.violation_rate_worst_sensor)} of windows miss eps (measured)"
+    return f"within eps {plan.parameters.eps:g} by the model (not backtested)"
 
 
 def metrics(plan: BackupPlan, fleet: FleetSpec) -> None:
@@ -70,7 +69,11 @@ def comparison(plan: BackupPlan, fleet: FleetSpec):  # type: ignore[no-untyped-d
 
 
 def display_table(rows: list[dict]) -> pd.DataFrame:  # type: ignore[type-arg]
-    """The per-sensor table with probabilities as readable percentages."""
+    """The per-sensor table as people read it: percentages and SI numbers, no exponents
+    (the column headers are shortened by ``TABLE_FORMAT``)."""
     table = pd.DataFrame(rows)
     table["model P(miss)"] = [format_percent(p, 2) for p in table["model P(miss)"]]
+    table["backtest violation rate"] = [format_percent(p) for p in table["backtest violation rate"]]
+    for name in ("model error bound", "conditional variance", "variance target"):
+        table[name] = [format_quantity(v) for v in table[name]]
     return table

@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from engine.errors import Cancelled, ParameterError
@@ -14,7 +15,7 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
-from ui import dashboard, resources, shell
+from ui import dashboard, graph, resources, shell
 from ui.fleet import FleetSpec, fleet_table
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
@@ -201,3 +202,18 @@ def test_tune_marker_equals_the_headline(app):  # type: ignore[no-untyped-def]
     curve = next(t for t in spec["data"] if t.get("name") == "model projection")
     i = min(range(len(curve["x"])), key=lambda k: abs(curve["x"][k] - marker["x"][1]))
     assert curve["y"][i] == pytest.approx(marker["y"][1])  # the curve passes through it (greedy)
+
+
+def test_clusters_separate_unrelated_groups_and_layout_keeps_them_apart() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(400, 3))
+    x = np.column_stack([base[:, g] + 0.1 * rng.normal(size=400) for g in (0, 0, 0, 1, 1, 2, 2, 2)])
+    corr = graph.correlation(np.cov(x, rowvar=False))
+    labels = graph.clusters(corr)
+    groups = [labels[:3], labels[3:5], labels[5:]]
+    assert all(len(set(g.tolist())) == 1 for g in groups)
+    assert len({int(g[0]) for g in groups}) == 3
+    pos = graph.cluster_layout(corr, labels)
+    within = max(np.linalg.norm(pos[i] - pos[j]) for i in range(3) for j in range(3))
+    between = min(np.linalg.norm(pos[i] - pos[j]) for i in range(3) for j in range(3, 8))
+    assert within < between
