@@ -27,13 +27,15 @@ with panels.page_guard():
         edges_kw, label = {"threshold": t}, f"|corr| >= {t:g}"
     corr = graph.correlation(plan.model.cov_)
     edges = graph.strong_edges(corr, **edges_kw)
-    left, right = st.columns([3, 2])
+    # Side by side while every name fits; stacked at full width for many sensors.
+    left, right = st.columns([3, 2]) if n <= graph.LABEL_ALL_N else (st.container(),) * 2
     left.plotly_chart(graph.graph_figure(plan, corr, edges, label))
     right.plotly_chart(
         charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
     )
     st.caption(
-        "Stars are backed up. Node colour: the sensor's conditional variance given the "
-        "backed-up sensors, as a share of its target (1 = at the limit). Hover a node "
-        "for its variance, target, model error bound and the sensors it is rebuilt from."
+        "Stars are backed up; names show for up to 40 sensors (else hover). Node colour: "
+        "the sensor's conditional variance given the backed-up sensors, as a share of its "
+        "target (1 = at the limit). Hover a node for its variance, target, model error "
+        "bound and the sensors it is rebuilt from."
     )

@@ -46,7 +46,7 @@ def layout_positions(corr: np.ndarray) -> np.ndarray:
 
 
 GRAVITY = 1.0
-LABEL_ALL_N = 40  # sensors: above this, only backed-up sensors carry a name
+LABEL_ALL_N = 40  # names shown: every sensor up to this many, else backed-up ones up to it
 
 
 def spring_layout(
@@ -136,15 +136,47 @@ def cluster_layout(corr: np.ndarray, labels: np.ndarray) -> np.ndarray:
     rank = {int(i): r for r, i in enumerate(order)}
     ids = sorted(set(labels.tolist()), key=lambda c: (-int((labels == c).sum()), c))
     cols = int(np.ceil(np.sqrt(len(ids))))
+    sizes = [int((labels == c).sum()) for c in ids]
+    cell = 2.2 * _radius(max(sizes)) + 1.0
     pos = np.zeros((n, 2))
     for g, c in enumerate(ids):
         members = sorted(np.flatnonzero(labels == c).tolist(), key=lambda i: rank[i])
-        centre = np.array([g % cols, -(g // cols)], dtype=float) * 3.0
-        radius = 0.0 if len(members) == 1 else 0.35 + 0.09 * len(members) ** 0.75
-        radius = min(radius, 1.3)
-        angles = 2 * np.pi * np.arange(len(members)) / max(len(members), 1)
-        pos[members] = centre + radius * np.column_stack([np.cos(angles), np.sin(angles)])
+        centre = np.array([g % cols, -(g // cols)], dtype=float) * cell
+        pos[members] = centre + _disc(len(members))
     return pos
+
+
+def cluster_names(
+    sensors: tuple[str, ...], labels: np.ndarray, pos: np.ndarray
+) -> list[tuple[str, tuple[float, float]]]:
+    """A caption above each cluster: its commonest name suffixes (quantities) and size."""
+    out = []
+    for c in sorted(set(labels.tolist())):
+        idx = np.flatnonzero(labels == c)
+        suffixes: dict[str, int] = {}
+        for i in idx:
+            q = sensors[i].rsplit("_", 1)[-1]
+            suffixes[q] = suffixes.get(q, 0) + 1
+        top = sorted(suffixes, key=lambda q: (-suffixes[q], q))
+        name = "/".join(top[:3]) + ("/..." if len(top) > 3 else "")
+        x, top_y = float(pos[idx, 0].mean()), float(pos[idx, 1].max())
+        out.append((f"{name} ({len(idx)})", (x, top_y + 0.3)))
+    return out
+
+
+def _radius(m: int) -> float:
+    return 0.0 if m == 1 else 0.5 * np.sqrt(m)
+
+
+def _disc(m: int) -> np.ndarray:
+    """(m, 2) points spread evenly over a disc (sunflower spiral); a ring up to 12."""
+    if m <= 12:
+        angles = 2 * np.pi * np.arange(m) / m
+        return _radius(m) * np.column_stack([np.cos(angles), np.sin(angles)])
+    k = np.arange(m) + 0.5
+    r = _radius(m) * np.sqrt(k / m)
+    theta = k * np.pi * (3.0 - np.sqrt(5.0))  # the golden angle
+    return np.column_stack([r * np.cos(theta), r * np.sin(theta)])
 
 
 def _hover(plan: BackupPlan) -> list[str]:
@@ -187,11 +219,12 @@ def _edge_traces(
 def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool) -> go.Scatter:
     """Stars for backed-up sensors; circles coloured by var / target for the others."""
     ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
+    small = len(plan.sensors) > 60
     marker = (
-        {"size": 18, "color": BACKUP_COLOUR, "symbol": "star", "line": {"width": 1}}
+        {"size": 13 if small else 18, "color": BACKUP_COLOUR, "symbol": "star"}
         if backup
         else {
-            "size": 12,
+            "size": 8 if small else 12,
             "color": ratio[idx],
             "colorscale": "Blues",
             "cmin": 0,
@@ -203,7 +236,8 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
     hover = _hover(plan)
     # Every name fits up to 40 sensors; beyond that only the backed-up ones are named
     # (the rest on hover), offset so a label never covers its star.
-    labelled = backup or len(plan.sensors) <= LABEL_ALL_N
+    n_backup = len(plan.backup_sensors)
+    labelled = len(plan.sensors) <= LABEL_ALL_N or (backup and n_backup <= LABEL_ALL_N)
     return go.Scatter(
         x=pos[idx, 0],
         y=pos[idx, 1],
@@ -228,10 +262,13 @@ def graph_figure(
     backup = np.array([s in plan.backup_sensors for s in plan.sensors])
     for is_backup in (False, True):
         fig.add_trace(_node_trace(plan, pos, np.flatnonzero(backup == is_backup), is_backup))
+    for text, (x, y) in cluster_names(plan.sensors, labels, pos):
+        fig.add_annotation(x=x, y=y, text=text, showarrow=False, yanchor="bottom",
+                           font={"size": 11, "color": "#555"})  # fmt: skip
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, scaleanchor="x")
     title = (
         f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars), "
         f"{labels.max() + 1} clusters"
     )
-    return _layout(fig, title, 620)
+    return _layout(fig, title, 620 if len(plan.sensors) <= LABEL_ALL_N else 760)
