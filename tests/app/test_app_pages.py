@@ -61,7 +61,7 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
 
 
 def test_disorder_page_compares_all_four_buffers(app):  # type: ignore[no-untyped-def]
-    app.switch_page("pages/disorder.py").run()
+    settle(app.switch_page("pages/disorder.py").run())
     assert_clean(app)
     table = app.dataframe[0].value
     assert list(table["method"]) == [

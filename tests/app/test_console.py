@@ -15,7 +15,7 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
-from ui import dashboard, graph, resources, shell
+from ui import dashboard, disorder, graph, resources, shell
 from ui.fleet import FleetSpec, fleet_table
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
@@ -217,3 +217,38 @@ def test_clusters_separate_unrelated_groups_and_layout_keeps_them_apart() -> Non
     within = max(np.linalg.norm(pos[i] - pos[j]) for i in range(3) for j in range(3))
     between = min(np.linalg.norm(pos[i] - pos[j]) for i in range(3) for j in range(3, 8))
     assert within < between
+
+
+def test_disorder_page_keeps_its_preset_and_says_when_a_simpler_buffer_is_as_good(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/disorder.py").run())
+    pareto = next(p for p in disorder.PRESETS if p.startswith("Pareto"))
+    settle(app.selectbox(key="w_delays").set_value(pareto).run())
+    assert not app.exception and not app.error
+    report_text = app.info[0].value
+    table = app.dataframe[0].value.set_index("method")
+    none_ok = table.loc["no buffer", "provisional accuracy"] >= 0.95
+    faster = (
+        table.loc["no buffer", "avg latency (h)"]
+        <= table.loc["ours (adaptive K)", "avg latency (h)"]
+    )
+    assert ("no buffer meets the target" in report_text) == (none_ok and faster)
+    assert "heavier delays" not in report_text
+    app.switch_page("pages/graph.py").run()
+    settle(app.switch_page("pages/disorder.py").run())
+    assert app.selectbox(key="w_delays").value == pareto
+
+
+def test_verdict_names_every_simpler_buffer_that_is_as_good() -> None:
+    def method(acc: float, latency: float) -> dict:  # type: ignore[type-arg]
+        return {"provisional_accuracy": acc, "final_accuracy": 1.0, "avg_latency_s": latency,
+                "corrections": 3}  # fmt: skip
+
+    report = {
+        "ours": method(0.97, 3600.0), "mp_kslack": method(0.99, 7200.0),
+        "fixed_watermark": method(0.90, 1800.0), "no_buffer": method(0.99, 10.0),
+    }  # fmt: skip
+    lines = disorder.verdict(report, 0.05)
+    assert "50 % of MP-K-slack's" in lines[0] and "3 corrections" in lines[0]
+    assert any("no buffer meets the target" in line for line in lines)
+    assert not any("fixed watermark meets" in line for line in lines)
+    assert lines[-1] == "Below the target: fixed watermark 90.0 %."
