@@ -28,7 +28,7 @@ with panels.page_guard():
     c2.download_button(
         "Download the backed-up sensors' data (CSV)",
         exporting.backup_csv(data.history, plan),
-        file_name="lacuna_backup_sensors.csv",
+        file_name=exporting.BACKUP_CSV,
         mime="text/csv",
     )
     st.caption("Rebuild every sensor from the config and the backed-up data:")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,7 +17,7 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
-from ui import dashboard, disorder, graph, resources, shell
+from ui import dashboard, disorder, exporting, graph, resources, shell
 from ui.fleet import FleetSpec, fleet_table
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
@@ -252,3 +254,22 @@ def test_verdict_names_every_simpler_buffer_that_is_as_good() -> None:
     assert any("no buffer meets the target" in line for line in lines)
     assert not any("fixed watermark meets" in line for line in lines)
     assert lines[-1] == "Below the target: fixed watermark 90.0 %."
+
+
+def test_the_shown_recover_command_works_outside_the_repository(app, tmp_path):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/export.py").run())
+    config = next(c.value for c in app.code if c.language == "json")
+    command = next(c.value for c in app.code if c.language == "bash")
+    (tmp_path / "lacuna_backup.json").write_text(config)
+    plan_data = app.session_state["_planning_data"]
+    backup = json.loads(config)["backup_sensors"]
+    frame = plan_data.history.select(backup).to_frame()
+    frame.to_csv(tmp_path / exporting.BACKUP_CSV, index=False)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 720
+    assert (tmp_path / "all_sensors.csv").exists()
