@@ -1,4 +1,6 @@
-"""Lacuna operator app: only routing and page config (``streamlit run app.py``)."""
+"""Lacuna operator app: only routing (``streamlit run app.py``); each page draws the
+frame (page config, navigation) itself through ``ui.shell.frame``, so a deep link
+gives the same app."""
 
 import os
 
@@ -9,18 +11,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import engine  # noqa: F401  (sets the remaining thread limits before numpy loads)
 import streamlit as st
 
+from ui import shell
+
 # isort: on
 
-st.set_page_config(page_title="Lacuna", page_icon=":material/shield:", layout="wide")
-st.set_option("client.showErrorDetails", "type")  # never a traceback in the browser
-
-PAGES = [
-    st.Page("pages/data.py", title="Data", icon=":material/database:", default=True),
-    st.Page("pages/tune.py", title="Tune", icon=":material/tune:", url_path="tune"),
-    st.Page("pages/graph.py", title="Graph", icon=":material/hub:", url_path="graph"),
-    st.Page("pages/plan.py", title="Plan & savings", icon=":material/savings:", url_path="plan"),
-    st.Page("pages/live.py", title="Live pipeline", icon=":material/stream:", url_path="live"),
-    st.Page("pages/disorder.py", title="Disorder", icon=":material/shuffle:", url_path="disorder"),
-    st.Page("pages/export.py", title="Export", icon=":material/download:", url_path="export"),
-]
-st.navigation(PAGES).run()
+st.navigation(shell.navigation_pages(), position="hidden").run()

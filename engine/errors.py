@@ -33,3 +33,7 @@ class StoreError(EngineError):
 
 class PipelineError(EngineError):
     """The live Spark pipeline cannot start, run or recover."""
+
+
+class Cancelled(EngineError):
+    """Long work was cancelled by the operator (raised from a progress callback)."""

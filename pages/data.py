@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import charts, datasets, panels, state, widgets
+from ui import charts, datasets, panels, shell, state, widgets
 
+shell.frame()
 st.title("Data")
 st.caption(
     "Upload a CSV or Parquet sensor history (wide: a time column and one column per "

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import disorder, panels, state
+from ui import disorder, panels, shell, state
 
+shell.frame()
 st.title("Out-of-order streams")
 st.caption(
     "The chosen sensors are replayed with random arrival delays. Four buffers see the "
@@ -16,16 +17,14 @@ with panels.page_guard():
     if not panels.require_sensors(data):
         st.stop()
     c1, c2, c3 = st.columns([2, 1, 1])
+    n_rows = data.history.values.shape[0]
+    disorder.remember_choices(10 * params.window, n_rows)  # kept across page switches
     preset = c1.selectbox("Arrival delays", list(disorder.PRESETS), key="w_delays")
     rows = c2.number_input(
-        "Rows to replay",
-        10 * params.window,
-        data.history.values.shape[0],
-        min(disorder.MAX_ROWS, data.history.values.shape[0]),
-        step=24,
-        key="w_disorder_rows",
+        "Rows to replay", 10 * params.window, n_rows, step=24, key="w_disorder_rows"
     )
-    seed = c3.number_input("Random seed", 0, 10_000, 0, key="w_seed")
+    seed = c3.number_input("Random seed", 0, 10_000, key="w_seed")
+    disorder.keep_choices()
     history = data.history.rows(0, int(rows))
     report = disorder.run(
         history,
@@ -36,6 +35,8 @@ with panels.page_guard():
         params.aggregate,
         int(seed),
     )
+    if report is None:
+        st.stop()
     st.caption(
         f"{report['n_tuples']:,} readings, {100 * report['late_ratio']:.1f} % out of "
         f"order, max delay {report['max_delay_s'] / 3600:.1f} h; quality target eps "
@@ -43,7 +44,7 @@ with panels.page_guard():
         f"({params.aggregate}); target coverage lambda = {report['lambda_thr']:.2f}."
     )
     st.dataframe(disorder.summary(report), hide_index=True, column_config=disorder.TABLE_FORMAT)
-    st.info(disorder.verdict(report, params.delta))
+    st.info("\n\n".join(disorder.verdict(report, params.delta)))
     left, right = st.columns(2)
     left.plotly_chart(disorder.k_chart(report))
     right.plotly_chart(disorder.latency_chart(report))

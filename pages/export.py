@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import exporting, panels
+from ui import exporting, panels, shell
 
+shell.frame()
 st.title("Export")
 with panels.page_guard():
     data, plan = panels.page_plan()
@@ -28,7 +29,7 @@ with panels.page_guard():
     c2.download_button(
         "Download the backed-up sensors' data (CSV)",
         exporting.backup_csv(data.history, plan),
-        file_name="lacuna_backup_sensors.csv",
+        file_name=exporting.BACKUP_CSV,
         mime="text/csv",
     )
     st.caption("Rebuild every sensor from the config and the backed-up data:")

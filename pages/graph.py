@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import charts, graph, panels
+from ui import charts, graph, panels, shell
 
+shell.frame()
 st.title("Correlation graph")
 with panels.page_guard():
     data, plan = panels.page_plan()
@@ -17,22 +18,24 @@ with panels.page_guard():
             "Edges per sensor (top-k by |corr|)",
             1,
             max(1, min(10, n - 1)),
-            min(3, n - 1),
+            min(2, n - 1),
             key="w_top_k",
         )
-        edges_kw = {"top_k": k}
+        edges_kw, label = {"top_k": k}, f"top {k} per sensor"
     else:
         t = c2.slider("Show |corr| at least", 0.0, 1.0, 0.9, 0.01, key="w_threshold")
-        edges_kw = {"threshold": t}
+        edges_kw, label = {"threshold": t}, f"|corr| >= {t:g}"
     corr = graph.correlation(plan.model.cov_)
     edges = graph.strong_edges(corr, **edges_kw)
-    left, right = st.columns([3, 2])
-    left.plotly_chart(graph.graph_figure(plan, corr, edges))
+    # Side by side while every name fits; stacked at full width for many sensors.
+    left, right = st.columns([3, 2]) if n <= graph.LABEL_ALL_N else (st.container(),) * 2
+    left.plotly_chart(graph.graph_figure(plan, corr, edges, label))
     right.plotly_chart(
         charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
     )
     st.caption(
-        "Stars are backed up. Node colour: the sensor's conditional variance given the "
-        "backed-up sensors, as a share of its target (1 = at the limit). Hover a node "
-        "for its variance, target, model error bound and the sensors it is rebuilt from."
+        "Stars are backed up; names show for up to 40 sensors (else hover). Node colour: "
+        "the sensor's conditional variance given the backed-up sensors, as a share of its "
+        "target (1 = at the limit). Hover a node for its variance, target, model error "
+        "bound and the sensors it is rebuilt from."
     )

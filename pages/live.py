@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from ui import live, panels, recovery, resources
+from ui import dashboard, live, panels, recovery, resources, shell
 
+shell.frame()
 st.title("Live pipeline")
 with panels.page_guard():
     data, plan = panels.page_plan()
@@ -42,12 +43,13 @@ with panels.page_guard():
         key="simulate_failure",
         disabled=manager.status().state not in ("running", "failed"),
     ):
-        report = live.recover_only() if failed else live.fail_and_recover()
+        dashboard.fail_and_recover(already_failed=failed)
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()
     live.split_note(data)
     live.status_panel(plan.parameters.delta)
+    dashboard.live_dashboard(plan.parameters.delta)
     report = live.last_report()
     if report is None:
         st.caption(

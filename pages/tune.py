@@ -4,8 +4,9 @@ import time
 
 import streamlit as st
 
-from ui import charts, panels, plans, resources, state, unit_eps, widgets
+from ui import charts, panels, plans, resources, shell, state, unit_eps, whatif, widgets
 
+shell.frame()
 st.title("Tune")
 with panels.page_guard():
     data = state.planning_data()
@@ -21,33 +22,27 @@ with panels.page_guard():
         unit_eps.mixed_units(data.history.sensors, state.params()) and unit_eps.per_unit_on()
     )
     params = widgets.parameter_widgets(n, rows, single_eps=single)
+    widgets.auto_backtest_toggle()
     if params is None:
         st.stop()
     params = unit_eps.unit_eps_widgets(data.history, params)
-    auto = widgets.auto_backtest_toggle()
-    cache = resources.plan_cache()
     t0 = time.perf_counter()
-    with st.spinner("Fitting the model and calibrating targets...", show_time=True):
-        preview = plans.preview_plan(data, params, cache)
-    st.caption(f"Re-planned in {1000 * (time.perf_counter() - t0):.0f} ms (model only).")
-    measured = plans.cached_measured_plan(data, params, cache)
-    panels.status_line(measured or preview)
-    panels.guarantee(measured or preview)
-    if measured is None and auto and panels.run_backtest(data, params) is not None:
-        st.rerun()
-    elif measured is None:
-        panels.backtest_button(data, params)
-    with st.spinner("Projecting the what-if curves...", show_time=True):
-        curves = plans.whatif_curves(data, preview, cache)
-    st.subheader("What if: backup fraction (model projections, not backtested)")
+    plan = panels.current_plan(data, params)
+    if not plan.measured:
+        st.caption(f"Re-planned in {1000 * (time.perf_counter() - t0):.0f} ms (model only).")
+    panels.status_line(plan)
+    panels.guarantee(plan)
+    curves = plans.whatif_curves(data, plan, resources.plan_cache())
+    measured = whatif.measured_points(data, params)
+    st.subheader("What if: backup fraction (model projection; diamonds: backtests)")
     c1, c2 = st.columns(2)
-    now = preview.backup_fraction
-    c1.plotly_chart(charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, now, "eps"))
+    by_eps = [(m.eps, m.backup_fraction) for m in measured]
+    now = curves.now  # the shown plan's own figure: marker = headline
+    c1.plotly_chart(
+        charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, now, "eps", by_eps)
+    )
     c2.plotly_chart(
         charts.whatif_chart(curves.delta, curves.fraction_by_delta, params.delta, now, "delta")
     )
-    st.caption(
-        f"Curves: {curves.method} selection re-run on the fitted model for each value "
-        f"({params.aggregate}, window {params.window}); the delta curve rescales the "
-        "variance targets as the model's formula does. Only a backtest measures a plan."
-    )
+    whatif.caption(curves, params)
+    whatif.measured_section(data, params, measured)

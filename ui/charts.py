@@ -9,6 +9,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.data import SensorHistory
+from ui.fleet import FleetSpec
+from ui.format import format_money, format_quantity
 
 BACKUP_COLOUR, REBUILT_COLOUR, ACCENT = "#d62728", "#1f77b4", "#2ca02c"
 MAX_POINTS = 4000
@@ -49,22 +51,50 @@ def preview_chart(history: SensorHistory, sensors: Sequence[str], limit: int = 1
     return _layout(fig, f"Readings ({shown} of {len(sensors)} chosen sensors)", 360, y="value")
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 tick values covering [lo, hi] on a log axis (at least the two ends' decades)."""
+    if not (lo > 0 and hi > 0):
+        return []
+    ticks = []
+    for power in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1):
+        for m in (1.0, 2.0, 5.0):
+            v = m * 10.0**power
+            if lo <= v * (1 + 1e-9) and v <= hi * (1 + 1e-9):
+                ticks.append(float(f"{v:.12g}"))
+    return ticks
+
+
 def whatif_chart(
-    x: Sequence[float], y: Sequence[float], current: float, now: float, label: str
+    x: Sequence[float],
+    y: Sequence[float],
+    current: float,
+    now: float,
+    label: str,
+    measured: Sequence[tuple[float, float]] = (),
 ) -> go.Figure:
     """Model projection of the backup fraction against one parameter (log x axis).
 
-    ``now`` is the current plan's backup fraction, marked at ``current``.
+    ``now`` is the shown plan's backup fraction (the headline's), marked at
+    ``current``; ``measured`` holds (x, backup fraction) pairs from backtests.
     """
     fig = go.Figure(
         go.Scatter(
             x=list(x),
             y=[100 * v for v in y],
             mode="lines+markers",
-            name="backup fraction (model projection)",
+            name="model projection",
             line={"shape": "hv", "color": REBUILT_COLOUR},
         )
     )
+    if measured:
+        fig.add_trace(
+            go.Scatter(
+                x=[m[0] for m in measured], y=[100 * m[1] for m in measured],
+                mode="markers+lines", name="backtest: mean over folds",
+                marker={"symbol": "diamond", "size": 10, "color": ACCENT},
+                line={"dash": "dot", "color": ACCENT},
+            )
+        )  # fmt: skip
     # A trace, not add_vline: shapes on a log axis take log10 coordinates.
     fig.add_trace(
         go.Scatter(
@@ -73,20 +103,44 @@ def whatif_chart(
             mode="lines+markers+text",
             line={"dash": "dash", "color": BACKUP_COLOUR},
             marker={"size": [0, 11, 0], "color": BACKUP_COLOUR},
-            text=["", f" now: {label} = {current:g}, {100 * now:.0f} %", ""],
-            textposition="middle right",
+            text=["", f" now: {label} = {current:g}, {100 * now:.1f} %", ""],
+            textposition="top right",
             name="current plan",
         )
     )
-    fig.update_xaxes(type="log")
+    ticks = log_ticks(min(x), max(x))
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(range=[0, 105])
-    return _layout(
-        fig,
-        f"Backup fraction vs {label} (model projection, not backtested)",
-        320,
-        x=label,
-        y="% of sensors backed up",
-    )
+    return _layout(fig, f"Backup fraction vs {label}", 320, x=label, y="% of sensors backed up")
+
+
+def measured_miss_chart(
+    points: Sequence[tuple[float, float, float]], current: float, delta: float
+) -> go.Figure:
+    """Backtest miss rates (worst sensor, its 95 % bound) against eps, delta as a line."""
+    xs = [p[0] for p in points]
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=xs, y=[100 * p[1] for p in points], mode="lines+markers",
+                name="worst sensor (measured)", marker={"color": BACKUP_COLOUR},
+            ),
+            go.Scatter(
+                x=xs, y=[100 * p[2] for p in points], mode="lines", name="95 % upper bound",
+                line={"dash": "dot", "color": BACKUP_COLOUR},
+            ),
+        ]
+    )  # fmt: skip
+    fig.add_hline(y=100 * delta, line_dash="dash", line_color=ACCENT,
+                  annotation_text=f"delta {100 * delta:g} %")  # fmt: skip
+    fig.add_trace(
+        go.Scatter(x=[current], y=[0], mode="markers", name="current eps",
+                   marker={"symbol": "triangle-up", "size": 12, "color": "#444"})
+    )  # fmt: skip
+    ticks = log_ticks(min(xs), max(xs)) if xs else []
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "Measured miss rate vs eps (backtest)", 320, x="eps", y="% of windows")
 
 
 def heatmap(
@@ -109,26 +163,33 @@ def heatmap(
     )
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(showticklabels=False)  # the rows name the sensors; columns match them
-    if len(names) <= 40:  # every label fits; beyond that plotly thins them out
-        fig.update_yaxes(tickmode="array", tickvals=names)
-    size = min(900, 260 + 14 * len(sensors))
-    return _layout(fig, "Correlation (★ = backed up)", size)
+    # Every row is named (plotly would thin them out): smaller type and a taller figure
+    # for many sensors, so 132 rows stay legible.
+    font = 10 if len(names) <= 40 else 8 if len(names) <= 80 else 7
+    fig.update_yaxes(tickmode="array", tickvals=names, tickfont={"size": font})
+    size = int(min(1400, 260 + (font + 3) * len(sensors)))
+    return _layout(fig, "Correlation, rows ordered by cluster (★ = backed up)", size)
 
 
-def savings_bars(rows: pd.DataFrame) -> go.Figure:
-    """Bytes per day persisted and cost per month: plan vs full vs none."""
-    fig = go.Figure()
-    fig.add_trace(
+def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
+    """Storage held (and its cost per month) for full checkpointing, the plan and no backup."""
+    names = ("full checkpointing", "plan (approx)", "no backup")
+    costs = [fleet.cost_per_month(f) for f in (1.0, backup_fraction, 0.0)]
+    stored = [fleet.stored_bytes(f) for f in (1.0, backup_fraction, 0.0)]
+    fig = go.Figure(
         go.Bar(
-            x=rows["strategy"],
-            y=rows["MB per day persisted"],
-            name="MB/day",
-            marker_color=[BACKUP_COLOUR, REBUILT_COLOUR, "#999999"],
-            text=[f"{v:.3g} MB" for v in rows["MB per day persisted"]],
+            x=list(names),
+            y=stored,
+            marker_color=[REBUILT_COLOUR, BACKUP_COLOUR, "#999999"],
+            text=[
+                f"{format_money(c)} ({format_quantity(b, 'B')})"
+                for c, b in zip(costs, stored, strict=True)
+            ],
             textposition="outside",
         )
     )
-    return _layout(fig, "Backup volume per day", 320, y="MB per day")
+    fig.update_yaxes(tickformat=".3s", ticksuffix="B", rangemode="tozero")
+    return _layout(fig, "Storage held at steady state ($ per month in the labels)", 320, y="bytes")
 
 
 def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:

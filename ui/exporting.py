@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
 from typing import Any
 
 from engine.data import SensorHistory
@@ -41,8 +44,17 @@ def backup_csv(history: SensorHistory, plan: BackupPlan) -> bytes:
     return frame.to_csv(index=False).encode()
 
 
+BACKUP_CSV = "lacuna_backup_sensors.csv"
+
+
 def recover_command(config_name: str) -> str:
+    """A shell command that rebuilds every sensor, run from the folder holding the two
+    downloads: this server's interpreter and checkout by absolute path, so it works
+    outside the repository too."""
+    root = Path(__file__).resolve().parent.parent
+    python = shlex.quote(sys.executable)
     return (
-        f"python -m engine recover --config {config_name} "
-        "--backup lacuna_backup_sensors.csv --out all_sensors.csv"
+        "# in the folder that holds the two downloads:\n"
+        f"PYTHONPATH={shlex.quote(str(root))} {python} -m engine recover "
+        f"--config {shlex.quote(config_name)} --backup {BACKUP_CSV} --out all_sensors.csv"
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from scipy.cluster.hierarchy import leaves_list, linkage
+from scipy.cluster.hierarchy import fcluster, leaves_list, linkage
 from scipy.spatial.distance import squareform
 
 from engine.planning import BackupPlan
@@ -46,6 +46,7 @@ def layout_positions(corr: np.ndarray) -> np.ndarray:
 
 
 GRAVITY = 1.0
+LABEL_ALL_N = 40  # names shown: every sensor up to this many, else backed-up ones up to it
 
 
 def spring_layout(
@@ -108,6 +109,76 @@ def cluster_order(corr: np.ndarray) -> list[int]:
     return [int(i) for i in leaves_list(linkage(squareform(dist, checks=False), "average"))]
 
 
+def clusters(corr: np.ndarray, max_clusters: int | None = None) -> np.ndarray:
+    """(n,) cluster label per sensor: average-linkage clusters of ``1 - |r|``.
+
+    At most ``max_clusters`` (default ``ceil(sqrt(n))``), cut where the tree joins
+    groups less correlated than |r| = 0.5, so unrelated quantities stay apart.
+    """
+    n = corr.shape[0]
+    if n < 3:
+        return np.zeros(n, dtype=int)
+    dist = np.clip(1.0 - np.abs(corr), 0.0, None)
+    np.fill_diagonal(dist, 0.0)
+    tree = linkage(squareform((dist + dist.T) / 2.0, checks=False), "average")
+    k = max_clusters or int(np.ceil(np.sqrt(n)))
+    by_distance = fcluster(tree, t=0.5, criterion="distance")
+    if by_distance.max() <= k:
+        return by_distance - 1
+    return fcluster(tree, t=k, criterion="maxclust") - 1
+
+
+def cluster_layout(corr: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(n, 2) positions: clusters on a grid, largest first; each cluster's sensors on a
+    circle (in cluster order), so communities read as separate groups, not one hairball."""
+    n = corr.shape[0]
+    order = cluster_order(corr)
+    rank = {int(i): r for r, i in enumerate(order)}
+    ids = sorted(set(labels.tolist()), key=lambda c: (-int((labels == c).sum()), c))
+    cols = int(np.ceil(np.sqrt(len(ids))))
+    sizes = [int((labels == c).sum()) for c in ids]
+    cell = 2.2 * _radius(max(sizes)) + 1.0
+    pos = np.zeros((n, 2))
+    for g, c in enumerate(ids):
+        members = sorted(np.flatnonzero(labels == c).tolist(), key=lambda i: rank[i])
+        centre = np.array([g % cols, -(g // cols)], dtype=float) * cell
+        pos[members] = centre + _disc(len(members))
+    return pos
+
+
+def cluster_names(
+    sensors: tuple[str, ...], labels: np.ndarray, pos: np.ndarray
+) -> list[tuple[str, tuple[float, float]]]:
+    """A caption above each cluster: its commonest name suffixes (quantities) and size."""
+    out = []
+    for c in sorted(set(labels.tolist())):
+        idx = np.flatnonzero(labels == c)
+        suffixes: dict[str, int] = {}
+        for i in idx:
+            q = sensors[i].rsplit("_", 1)[-1]
+            suffixes[q] = suffixes.get(q, 0) + 1
+        top = sorted(suffixes, key=lambda q: (-suffixes[q], q))
+        name = "/".join(top[:3]) + ("/..." if len(top) > 3 else "")
+        x, top_y = float(pos[idx, 0].mean()), float(pos[idx, 1].max())
+        out.append((f"{name} ({len(idx)})", (x, top_y + 0.3)))
+    return out
+
+
+def _radius(m: int) -> float:
+    return 0.0 if m == 1 else 0.5 * np.sqrt(m)
+
+
+def _disc(m: int) -> np.ndarray:
+    """(m, 2) points spread evenly over a disc (sunflower spiral); a ring up to 12."""
+    if m <= 12:
+        angles = 2 * np.pi * np.arange(m) / m
+        return _radius(m) * np.column_stack([np.cos(angles), np.sin(angles)])
+    k = np.arange(m) + 0.5
+    r = _radius(m) * np.sqrt(k / m)
+    theta = k * np.pi * (3.0 - np.sqrt(5.0))  # the golden angle
+    return np.column_stack([r * np.cos(theta), r * np.sin(theta)])
+
+
 def _hover(plan: BackupPlan) -> list[str]:
     bounds = error_bounds(plan)
     lines = []
@@ -125,8 +196,10 @@ def _hover(plan: BackupPlan) -> list[str]:
     return lines
 
 
-def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]) -> list:
-    """Two line traces: ordinary edges and |corr| >= 0.9 ones (drawn thicker)."""
+def _edge_traces(
+    pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]], label: str
+) -> list:
+    """Edges in two widths (|corr| below and at least 0.9); the legend names the mode."""
     traces = []
     for strong in (False, True):
         xs: list[float | None] = []
@@ -135,8 +208,10 @@ def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]
             if (abs(corr[i, j]) >= 0.9) == strong:
                 xs += [pos[i, 0], pos[j, 0], None]
                 ys += [pos[i, 1], pos[j, 1], None]
-        line = {"width": 2.2 if strong else 0.8, "color": "rgba(90,90,90,0.55)"}
-        name = "|corr| >= 0.9" if strong else "edge"
+        if not xs:
+            continue
+        line = {"width": 2.0 if strong else 0.7, "color": "rgba(90,90,90,0.45)"}
+        name = f"{label}, |corr| >= 0.9" if strong else f"{label}, |corr| < 0.9"
         traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line, name=name))
     return traces
 
@@ -144,11 +219,12 @@ def _edge_traces(pos: np.ndarray, corr: np.ndarray, edges: list[tuple[int, int]]
 def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool) -> go.Scatter:
     """Stars for backed-up sensors; circles coloured by var / target for the others."""
     ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
+    small = len(plan.sensors) > 60
     marker = (
-        {"size": 18, "color": BACKUP_COLOUR, "symbol": "star", "line": {"width": 1}}
+        {"size": 13 if small else 18, "color": BACKUP_COLOUR, "symbol": "star"}
         if backup
         else {
-            "size": 12,
+            "size": 8 if small else 12,
             "color": ratio[idx],
             "colorscale": "Blues",
             "cmin": 0,
@@ -158,13 +234,17 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
         }
     )
     hover = _hover(plan)
+    # Every name fits up to 40 sensors; beyond that only the backed-up ones are named
+    # (the rest on hover), offset so a label never covers its star.
+    n_backup = len(plan.backup_sensors)
+    labelled = len(plan.sensors) <= LABEL_ALL_N or (backup and n_backup <= LABEL_ALL_N)
     return go.Scatter(
         x=pos[idx, 0],
         y=pos[idx, 1],
-        mode="markers+text" if len(plan.sensors) <= 40 else "markers",
+        mode="markers+text" if labelled else "markers",
         text=[plan.sensors[i] for i in idx],
-        textposition="top center",
-        textfont={"size": 9},
+        textposition="bottom center" if backup else "top center",
+        textfont={"size": 9, "color": BACKUP_COLOUR if backup else "#333"},
         hovertext=[hover[i] for i in idx],
         hoverinfo="text",
         marker=marker,
@@ -172,14 +252,23 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
     )
 
 
-def graph_figure(plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]]) -> go.Figure:
-    """Nodes laid out by correlation, edge width by |r|, backed-up sensors highlighted."""
-    pos = spring_layout(corr, edges)
-    fig = go.Figure(_edge_traces(pos, corr, edges))
+def graph_figure(
+    plan: BackupPlan, corr: np.ndarray, edges: list[tuple[int, int]], edge_label: str
+) -> go.Figure:
+    """Sensors grouped by correlation cluster, edges by |r|, backed-up sensors as stars."""
+    labels = clusters(corr)
+    pos = cluster_layout(corr, labels)
+    fig = go.Figure(_edge_traces(pos, corr, edges, edge_label))
     backup = np.array([s in plan.backup_sensors for s in plan.sensors])
     for is_backup in (False, True):
         fig.add_trace(_node_trace(plan, pos, np.flatnonzero(backup == is_backup), is_backup))
+    for text, (x, y) in cluster_names(plan.sensors, labels, pos):
+        fig.add_annotation(x=x, y=y, text=text, showarrow=False, yanchor="bottom",
+                           font={"size": 11, "color": "#555"})  # fmt: skip
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, scaleanchor="x")
-    title = f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars)"
-    return _layout(fig, title, 620)
+    title = (
+        f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars), "
+        f"{labels.max() + 1} clusters"
+    )
+    return _layout(fig, title, 620 if len(plan.sensors) <= LABEL_ALL_N else 760)

@@ -242,8 +242,9 @@ def recover_only() -> RecoveryReport:
     return report
 
 
-def remember(report: RecoveryReport) -> None:
-    log = resources.pipeline_log()
+def remember(report: RecoveryReport, log: resources.PipelineLog | None = None) -> None:
+    """Keep the report per mode (``log`` given when called off the script thread)."""
+    log = log or resources.pipeline_log()
     with log.lock:
         log.reports[report.mode] = {
             "signature": log.started.get("signature"),
@@ -261,7 +262,8 @@ def last_report() -> RecoveryReport | None:
 
 def status_metrics(s: PipelineStatus, delta: float) -> None:
     c = st.columns(6)
-    c[0].metric("State", s.state, f"mode {s.mode or '-'}, run {s.run}", **QUIET)
+    run = f", run {s.run}" if s.run is not None else ""
+    c[0].metric("State", s.state, f"mode {s.mode or '-'}{run}", **QUIET)
     c[1].metric(
         "Micro-batches",
         s.batches,

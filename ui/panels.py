@@ -17,7 +17,8 @@ from streamlit.delta_generator import DeltaGenerator
 from engine.data.units import eps_summary
 from engine.errors import EngineError
 from engine.planning import BackupPlan, PlanParameters
-from ui import plans, resources, state
+from ui import background, plans, resources, state
+from ui.format import format_percent
 from ui.plans import PlanningData
 
 PREVIEW_LABEL = "preview, not yet backtested"
@@ -85,45 +86,83 @@ def live_line(plan: BackupPlan) -> None:
     )
 
 
-def run_backtest(data: PlanningData, params: PlanParameters) -> BackupPlan | None:
-    """``make_plan`` with its backtest under ``st.status``; None if it cannot be computed."""
-    folds = plans.max_folds()
-    with st.status(f"Backtesting the plan ({folds} folds at most)...", expanded=True) as box:
-        bar = st.progress(0.0, text="fitting the model and calibrating targets")
+def backtest_key(data: PlanningData, params: PlanParameters) -> tuple:
+    return ("backtest", data.key, params)
 
-        def progress(fraction: float, message: str) -> None:
-            bar.progress(min(1.0, max(0.0, fraction)), text=message)
 
-        try:
-            plan = plans.measure_plan(data, params, resources.plan_cache(), progress)
-        except EngineError as err:
-            box.update(label="Backtest could not be computed", state="error")
-            st.warning(f"The backtest could not be computed: {err}")
-            return None
-        label = f"Backtest done: {plan.backtest.n_folds if plan.backtest else 0} folds"
-        box.update(label=label, state="complete", expanded=False)
-    return plan
+def start_backtest(data: PlanningData, params: PlanParameters) -> None:
+    """Backtest ``params`` in a background job (cached when done); progress and Cancel
+    are shown by ``background.job_panel``."""
+    cache, key = resources.plan_cache(), backtest_key(data, params)
+    runner = background.runner()
+    job = runner.get(key)
+    lost = plans.cached_measured_plan(data, params, cache) is None
+    if job is not None and job.state == "done" and lost:
+        runner.forget(key)  # its plan fell out of the cache: measure again
+
+    def work(progress: background.Progress) -> BackupPlan:
+        progress(0.0, "fitting the model and calibrating targets")
+        return plans.measure_plan(data, params, cache, progress)
+
+    background.submit(key, "backtest", work)
 
 
 def current_plan(data: PlanningData, params: PlanParameters) -> BackupPlan:
-    """The measured plan for ``params`` (backtesting it now when automatic), else the preview."""
+    """The measured plan for ``params`` if one is cached, else the preview while a
+    backtest runs in the background (automatic) or waits for its button."""
     cache = resources.plan_cache()
     measured = plans.cached_measured_plan(data, params, cache)
     if measured is not None:
         return measured
-    if state.auto_backtest():
-        measured = run_backtest(data, params)
-        if measured is not None:
-            return measured
+    if params.method == "paper" and len(data.history.sensors) > PAPER_WARN_N:
+        slow_paper_preview(data, params)
     with st.spinner("Fitting the model and calibrating targets...", show_time=True):
         preview = plans.preview_plan(data, params, cache)
-    backtest_button(data, params)
+    backtest_controls(data, params)
     return preview
 
 
-def backtest_button(data: PlanningData, params: PlanParameters) -> None:
-    clicked = st.button("Run backtest", type="primary", key="run_backtest")
-    if clicked and run_backtest(data, params) is not None:
+PAPER_WARN_N = 40  # sensors; the seed's greedy took 80 s on 132
+_PAPER_OK = "_paper_confirmed"
+
+
+def slow_paper_preview(data: PlanningData, params: PlanParameters) -> None:
+    """Warn before the paper method on many sensors; then select in the background.
+
+    Stops the page until the preview is cached (the job panel reruns it)."""
+    cache = resources.plan_cache()
+    if plans.cached_preview(data, params, cache):
+        return
+    if st.session_state.get(_PAPER_OK) != data.key:
+        paper_warning(data)
+        st.stop()
+    key = ("paper-preview", data.key, params)
+    background.submit(key, "paper selection", lambda _: plans.preview_plan(data, params, cache))
+    background.job_panel(key, "Selecting with the paper method", cancellable=False)
+    st.stop()
+
+
+def backtest_controls(data: PlanningData, params: PlanParameters) -> None:
+    """Start the backtest (automatically or by button) and show its progress."""
+    key = backtest_key(data, params)
+    if background.runner().get(key) is None:
+        auto = state.auto_backtest()
+        if auto or st.button("Run backtest", type="primary", key="run_backtest"):
+            start_backtest(data, params)
+    folds = plans.max_folds()
+    background.job_panel(key, f"Backtesting the plan ({folds} folds at most)")
+
+
+def paper_warning(data: PlanningData) -> None:
+    """The seed's greedy solves a system per candidate: ask before running it on many sensors."""
+    n = len(data.history.sensors)
+    st.warning(
+        f"Method paper (the seed's literal greedy, a baseline) on {n} sensors can take "
+        "minutes: 80 s measured on 132 sensors, and every backtest fold runs it again. "
+        "greedy selects in milliseconds. The what-if curves always use greedy."
+    )
+    if st.button("Run the paper method anyway", key="confirm_paper"):
+        st.session_state[_PAPER_OK] = data.key
         st.rerun()
 
 
@@ -204,7 +243,7 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}, "
         f"{pct(bt.violation_rate_worst_sensor_when_rebuilt)} of the windows where it was "
         f"rebuilt) against the target delta = {p.delta:g}. The model alone claims "
-        f"{pct(plan.model_worst_probability, 2)}. The backtest's plans backed up "
+        f"{format_percent(plan.model_worst_probability, 2)}. The backtest's plans backed up "
         f"{pct(bt.backup_fraction_mean)} of the sensors on average; this plan backs up "
         f"{pct(plan.backup_fraction)}. The figures are for a plan re-learnt every {bt.step} "
         f"rows, as in the backtest: re-plan on that cadence (a plan kept longer was not "
@@ -223,7 +262,7 @@ def guarantee(plan: BackupPlan) -> None:
     )
     c[1].metric(
         "Model P(miss), worst",
-        pct(plan.model_worst_probability, 2),
+        format_percent(plan.model_worst_probability, 2),
         help="Model only, under the seed's assumptions (errors independent over time, "
         "model never stale). The backtest beside it is the measured figure.",
     )

@@ -93,19 +93,37 @@ def _structure(params: PlanParameters) -> tuple:
 
 
 def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -> BackupPlan:
-    """The plan for ``params`` without a backtest: instant after the first call."""
+    """The plan for ``params`` without a backtest: instant after the first call
+    (except the paper method on many sensors, whose selection alone takes minutes)."""
     key = ("base", data.key, _structure(params))
     base = cache.get(key)
     if base is None:
         fitted = make_plan(data.history, replace(params, method="greedy"), run_backtest_now=False)
         base = cache.put(key, fitted)
-    plan = retarget(base, eps=params.eps, method=params.method, eps_by_sensor=params.eps_by_sensor)
+    if params.method == "greedy":
+        plan = retarget(base, eps=params.eps, eps_by_sensor=params.eps_by_sensor)
+    else:
+        selected = ("preview", data.key, astuple(params))
+        plan = cache.get(selected) or cache.put(
+            selected,
+            retarget(
+                base, eps=params.eps, method=params.method, eps_by_sensor=params.eps_by_sensor
+            ),
+        )
     if plan.parameters.units == params.units:
         return plan
     # unit corrections change only the mixed-unit warning, not the plan
     fixed = replace(plan.parameters, units=params.units)
     warning = fixed.unit_warning(plan.sensors)
     return replace(plan, parameters=fixed, warnings=(warning,) if warning else ())
+
+
+def cached_preview(data: PlanningData, params: PlanParameters, cache: PlanCache) -> bool:
+    """Whether ``preview_plan`` would return at once (its slow part is cached)."""
+    if cache.get(("base", data.key, _structure(params))) is None:
+        return False
+    selected = cache.get(("preview", data.key, astuple(params)))
+    return params.method == "greedy" or selected is not None
 
 
 def _measured_key(data: PlanningData, params: PlanParameters) -> tuple:
@@ -143,22 +161,26 @@ DELTA_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.1
 
 @dataclass(frozen=True)
 class WhatIf:
-    """Model projections of the backup fraction (no backtest behind them)."""
+    """Model projections of the backup fraction (no backtest behind them).
+
+    ``now`` is the shown plan's own backup fraction at its eps and delta: the
+    marker, equal to the headline; the curves re-select with ``method``
+    (greedy: the paper method is too slow to sweep), starting from the shown
+    plan's targets, so they pass through ``now`` when the plan is greedy.
+    """
 
     eps: tuple[float, ...]
     fraction_by_eps: tuple[float, ...]
     delta: tuple[float, ...]
     fraction_by_delta: tuple[float, ...]
     method: str
+    now: float
 
 
-def whatif_curves(data: PlanningData, preview: BackupPlan, cache: PlanCache) -> WhatIf:
-    """Backup fraction against eps and against delta around ``preview`` (cached).
-
-    Exact selection can take seconds per point, so its curves use greedy.
-    """
-    base = preview if preview.parameters.method != "exact" else retarget(preview, method="greedy")
-    key = ("whatif", data.key, astuple(base.parameters))
+def whatif_curves(data: PlanningData, plan: BackupPlan, cache: PlanCache) -> WhatIf:
+    """Backup fraction against eps and against delta around the shown ``plan`` (cached)."""
+    base = plan if plan.parameters.method == "greedy" else retarget(plan, method="greedy")
+    key = ("whatif", data.key, astuple(plan.parameters), plan.measured)
     curves = cache.get(key)
     if curves is None:
         grid = eps_grid(base.parameters.eps)
@@ -168,6 +190,7 @@ def whatif_curves(data: PlanningData, preview: BackupPlan, cache: PlanCache) -> 
             delta=DELTA_GRID,
             fraction_by_delta=tuple(whatif_delta(base, DELTA_GRID)),
             method=base.parameters.method,
+            now=plan.backup_fraction,
         )
         cache.put(key, curves)
     return curves
@@ -239,3 +262,54 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+MEASURED_EPS_FACTORS: tuple[float, ...] = (0.5, 0.7, 1.0, 1.4, 2.0)
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """A backtest at one eps: the measured trade-off (greedy selection)."""
+
+    eps: float
+    backup_fraction: float  # mean over the backtest's folds
+    miss_worst: float  # worst sensor's violation rate
+    miss_worst_ucb95: float
+    miss_mean: float
+
+
+def _measured_whatif_key(data: PlanningData, params: PlanParameters) -> tuple:
+    return ("measured-whatif", data.key, astuple(params), max_folds())
+
+
+def cached_measured_whatif(
+    data: PlanningData, params: PlanParameters, cache: PlanCache
+) -> tuple[MeasuredPoint, ...] | None:
+    return cache.get(_measured_whatif_key(data, params))
+
+
+def measure_whatif(
+    data: PlanningData, params: PlanParameters, cache: PlanCache, progress: Progress
+) -> tuple[MeasuredPoint, ...]:
+    """Backtest the plan at eps x ``MEASURED_EPS_FACTORS`` (slow: run in the background).
+
+    The paper method never drives these: they use greedy (exact stays exact).
+    """
+    method = "greedy" if params.method == "paper" else params.method
+    points = []
+    k = len(MEASURED_EPS_FACTORS)
+    for i, factor in enumerate(MEASURED_EPS_FACTORS):
+        p = replace(params, eps=float(params.eps * factor), method=method)
+
+        def step(fraction: float, message: str, i: int = i, eps: float = p.eps) -> None:
+            progress((i + fraction) / k, f"eps {eps:.3g} ({i + 1} of {k}): {message}")
+
+        bt = measure_plan(data, p, cache, step).backtest
+        if bt is None or not bt.n_folds:
+            continue
+        point = MeasuredPoint(
+            p.eps, bt.backup_fraction_mean, bt.violation_rate_worst_sensor,
+            bt.violation_rate_worst_sensor_ucb95, bt.violation_rate_mean,
+        )  # fmt: skip
+        points.append(point)
+    return cache.put(_measured_whatif_key(data, params), tuple(points))

@@ -17,6 +17,7 @@ from engine.planning import BackupPlan
 from engine.stream.manager import PipelineManager
 from engine.stream.recovery import RecoveryReport
 from ui import charts, resources
+from ui.format import plural, span
 from ui.live import PENDING, plan_signature
 from ui.panels import QUIET, pct
 
@@ -159,9 +160,9 @@ def report_metrics(report: RecoveryReport) -> None:
         **QUIET,
     )
     served = ", ".join(f"version {k}: {n}" for k, n in report.rows_by_version.items())
+    lost = span(report.lost_rows[0], report.lost_rows[1], "reading")
     st.caption(
-        f"{report.note}. Spark {report.spark_version}; lost readings "
-        f"{report.lost_rows[0]}..{report.lost_rows[1]}"
+        f"{report.note}. Spark {report.spark_version}; lost: {lost}"
         + (f"; rows rebuilt per governing plan version: {served}." if served else ".")
     )
 
@@ -178,7 +179,8 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
     threshold = 1.0 if report.eps_by_sensor else report.eps  # per-sensor: in eps units
     left.plotly_chart(charts.error_histogram(rebuilt_errors(report), threshold))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
-    title = f"Violation rate per rebuilt sensor ({report.windows_recovered} recovered windows)"
+    windows = plural(report.windows_recovered, "recovered window")
+    title = f"Violation rate per rebuilt sensor ({windows})"
     right.plotly_chart(charts.violation_bars(rates, report.delta, title))
 
 
@@ -198,8 +200,9 @@ def recovery_section(
         report_charts(history, report)
     elif report.windows_pending:
         st.info(
-            f"{report.windows_pending} lost window(s) reach past the failure: the restarted "
-            "query finishes them from the rebuilt rows, and this report updates when it does."
+            f"{plural(report.windows_pending, 'lost window')} reach past the failure: the "
+            "restarted query finishes them from the rebuilt rows, and this report updates "
+            "when it does."
         )
     elif report.windows_lost == 0:
         st.info("No window was lost: the failure came between two committed batches.")

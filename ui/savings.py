@@ -1,102 +1,85 @@
-"""Savings figures and the plan vs full checkpointing vs no backup comparison."""
+"""Savings figures: the plan against full checkpointing and no backup, at fleet scale."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from engine.data.units import eps_summary
-from engine.planning import BackupPlan, Savings
-from ui.panels import QUIET, pct
+from engine.planning import BackupPlan
+from ui import resources
+from ui.fleet import PRICE_SOURCE, FleetSpec, fleet_table
+from ui.format import format_money, format_percent, format_quantity
+from ui.panels import QUIET
 
 TABLE_FORMAT = {
-    "model error bound": st.column_config.NumberColumn(format="%.3g"),
-    "model P(miss)": st.column_config.NumberColumn(format="%.2e"),
-    "backtest violation rate": st.column_config.NumberColumn(format="percent"),
-    "conditional variance": st.column_config.NumberColumn(format="%.3g"),
-    "variance target": st.column_config.NumberColumn(format="%.3g"),
+    "sensor": st.column_config.TextColumn(width="small"),
+    "status": st.column_config.TextColumn(width="small"),
+    "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="medium"),
+    "model error bound": st.column_config.TextColumn("error bound", width="small"),
+    "model P(miss)": st.column_config.TextColumn("P(miss)", width="small"),
+    "backtest violation rate": st.column_config.TextColumn("backtest miss", width="small"),
+    "conditional variance": st.column_config.TextColumn("variance", width="small"),
+    "variance target": st.column_config.TextColumn("target", width="small"),
 }
 
 
-def metrics(s: Savings, cost: dict[str, float]) -> None:
-    c = st.columns(4)
-    c[0].metric(
-        "Readings not persisted per day",
-        f"{s.readings_per_day_saved:,.0f}",
-        f"of {s.readings_per_day_full:,.0f}",
-        **QUIET,
-    )
-    c[1].metric(
-        "Bytes not persisted per day",
-        _bytes(s.bytes_per_day_saved),
-        f"{pct(s.fraction_saved, 0)} less",
-        **QUIET,
-    )
-    c[2].metric("Cost per month: plan", money(cost["plan"]))
-    c[3].metric(
-        "Cost per month: full backup",
-        money(cost["full"]),
-        f"{money(cost['full'] - cost['plan'])} saved",
-        **QUIET,
-    )
+def measured_bytes_per_reading() -> float | None:
+    """Bytes per backup row the live pipeline wrote (row format), if it wrote any."""
+    s = resources.pipeline_manager().status()
+    return s.backup_bytes / s.backup_rows if s.backup_rows else None
 
 
-def money(x: float) -> str:
-    """Dollars, positional even for tiny amounts (hourly sensors cost fractions of a cent)."""
-    if x >= 0.01 or x == 0:
-        return f"${x:,.2f}"
-    return "$" + np.format_float_positional(x, precision=3, unique=False, fractional=False)
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def comparison(plan: BackupPlan, s: Savings, price: float, days: float) -> pd.DataFrame:
-    """Plan vs full checkpointing vs no backup: volume, cost and what recovery gives."""
-    cost = s.cost_per_month(price, days)
-    bt = plan.backtest
-    p = plan.parameters
+def quality(plan: BackupPlan) -> str:
+    bt, p = plan.backtest, plan.parameters
     eps = (
         eps_summary(plan.sensors, plan.eps_per_sensor, p.units).replace("eps ", "eps (", 1) + ")"
         if p.eps_by_sensor
-        else f"eps = {p.eps:g}"
+        else f"eps {p.eps:g}"
     )
-    quality = (
-        f"every window within {eps} except "
-        f"{pct(bt.violation_rate_worst_sensor)} (worst sensor, measured)"
-        if plan.measured and bt is not None
-        else f"within {eps} by the model (not backtested)"
+    if plan.measured and bt is not None:
+        return f"{format_percent(bt.violation_rate_worst_sensor)} of windows miss {eps} (measured)"
+    return f"within {eps} by the model (not backtested)"
+
+
+def metrics(plan: BackupPlan, fleet: FleetSpec) -> None:
+    f = plan.backup_fraction
+    full, mine = fleet.cost_per_month(1.0), fleet.cost_per_month(f)
+    c = st.columns(4)
+    c[0].metric(
+        "Readings persisted per month",
+        format_quantity(fleet.readings_per_month(f)),
+        f"of {format_quantity(fleet.readings_per_month(1.0))} ({format_percent(f, 1)})",
+        **QUIET,
     )
-    return pd.DataFrame(
-        [
-            {
-                "strategy": "plan (approx)",
-                "sensors persisted": len(plan.backup_sensors),
-                "readings per day": s.readings_per_day_backup,
-                "MB per day persisted": s.bytes_per_day_backup / 1e6,
-                "$ per month": money(cost["plan"]),
-                "after a failure": quality,
-            },
-            {
-                "strategy": "full checkpointing",
-                "sensors persisted": len(plan.sensors),
-                "readings per day": s.readings_per_day_full,
-                "MB per day persisted": s.bytes_per_day_full / 1e6,
-                "$ per month": money(cost["full"]),
-                "after a failure": "exact",
-            },
-            {
-                "strategy": "no backup",
-                "sensors persisted": 0,
-                "readings per day": 0.0,
-                "MB per day persisted": 0.0,
-                "$ per month": money(cost["none"]),
-                "after a failure": "lost windows stay lost",
-            },
-        ]
+    c[1].metric(
+        "Storage held",
+        format_quantity(fleet.stored_bytes(f), "B"),
+        f"full: {format_quantity(fleet.stored_bytes(1.0), 'B')}",
+        **QUIET,
     )
+    c[2].metric("Cost per month: plan", format_money(mine))
+    c[3].metric(
+        "Cost per month: full backup", format_money(full), f"{format_money(full - mine)} saved",
+        **QUIET,
+    )  # fmt: skip
+    st.caption(
+        f"{fleet.sensors:,} sensors ({fleet.sensors_per_site:,} per site x {fleet.sites:,} "
+        f"sites) every {fleet.interval_s:g} s, {fleet.retention_days:g} days kept, "
+        f"{fleet.bytes_per_reading:g} B per reading. Price: {PRICE_SOURCE}."
+    )
+
+
+def comparison(plan: BackupPlan, fleet: FleetSpec):  # type: ignore[no-untyped-def]
+    return fleet_table(fleet, plan.backup_fraction, quality(plan))
+
+
+def display_table(rows: list[dict]) -> pd.DataFrame:  # type: ignore[type-arg]
+    """The per-sensor table as people read it: percentages and SI numbers, no exponents
+    (the column headers are shortened by ``TABLE_FORMAT``)."""
+    table = pd.DataFrame(rows)
+    table["model P(miss)"] = [format_percent(p, 2) for p in table["model P(miss)"]]
+    table["backtest violation rate"] = [format_percent(p) for p in table["backtest violation rate"]]
+    for name in ("model error bound", "conditional variance", "variance target"):
+        table[name] = [format_quantity(v) for v in table[name]]
+    return table

@@ -17,6 +17,7 @@ from engine.data import LoadOptions
 from engine.errors import EngineError
 from engine.planning import PlanParameters
 from ui import state
+from ui.fleet import DEFAULT_PRICE, PRICE_SOURCE, FleetSpec
 
 EXACT_MAX_N = 20
 DELTAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -110,10 +111,21 @@ def _seed_parameters(p: PlanParameters, n_sensors: int) -> None:
     _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
 
 
+def _window_changed() -> None:
+    """A tumbling window stays tumbling: its slide follows the new window."""
+    if state.params().slide is None:
+        st.session_state["w_slide"] = int(st.session_state["w_window"])
+
+
 def _window_widgets(left: DeltaGenerator, right: DeltaGenerator, n_rows: int) -> tuple[int, int]:
     """Window and slide in readings; the slide never exceeds the window."""
     window = left.number_input(
-        "Window (readings)", min_value=1, max_value=max(1, n_rows // 4), step=1, key="w_window"
+        "Window (readings)",
+        min_value=1,
+        max_value=max(1, n_rows // 4),
+        step=1,
+        key="w_window",
+        on_change=_window_changed,
     )
     if st.session_state["w_slide"] > window:  # before the slide widget exists in this run
         st.session_state["w_slide"] = int(window)
@@ -183,26 +195,37 @@ def auto_backtest_toggle() -> bool:
     return bool(value)
 
 
-def storage_price() -> tuple[float, float, float]:
-    """(price per GB-month, retention days, bytes per reading)."""
-    c1, c2, c3 = st.columns(3)
-    price = c1.number_input(
-        "Storage price ($ per GB-month)",
-        min_value=0.0,
-        value=0.023,
-        step=0.001,
-        format="%.3f",
-        key="w_price",
+def fleet_inputs(plan_sensors: int, interval_s: float, measured_bytes: float | None) -> FleetSpec:
+    """Fleet size, sampling, retention, price and bytes per reading -> ``FleetSpec``.
+
+    Defaults: this plan's sensors at one site, the data's sampling interval, 30 days,
+    the documented object-store price, the live pipeline's measured bytes per reading
+    when it has written any (else 16: an 8-byte time and an 8-byte value).
+    """
+    c = st.columns(3)
+    per_site = c[0].number_input(
+        "Sensors per site", min_value=1, value=int(plan_sensors), step=1, key="w_fleet_sensors"
     )
-    days = c2.number_input(
+    sites = c[1].number_input("Sites", min_value=1, value=1, step=1, key="w_fleet_sites")
+    interval = c[2].number_input(
+        "Sampling interval (s)", min_value=0.001, value=float(interval_s), key="w_fleet_interval"
+    )
+    c = st.columns(3)
+    days = c[0].number_input(
         "Retention (days of backup kept)", min_value=1, value=30, step=1, key="w_retention"
     )
-    size = c3.number_input(
+    price = c[1].number_input(
+        "Storage price ($ per GB-month)", min_value=0.0, value=DEFAULT_PRICE, step=0.001,
+        format="%.4f", key="w_price", help=PRICE_SOURCE,
+    )  # fmt: skip
+    size = c[2].number_input(
         "Bytes per stored reading",
         min_value=1.0,
-        value=16.0,
+        value=float(round(measured_bytes, 1)) if measured_bytes else 16.0,
         step=1.0,
         key="w_bytes",
-        help="8-byte timestamp + 8-byte value by default",
+        help="Measured by the live pipeline (its row format) when it has run; else 8-byte "
+        "timestamp + 8-byte value.",
     )
-    return float(price), float(days), float(size)
+    return FleetSpec(int(per_site), int(sites), float(interval), float(days), float(price),
+                     float(size))  # fmt: skip

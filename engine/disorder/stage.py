@@ -251,6 +251,18 @@ class DisorderStage:
         self._save()
         return self._frames(released, late)
 
+    def metrics(self) -> dict[str, float | None]:
+        """Buffer size ``K`` (s) and the watermark gap: arrival clock minus watermark (s).
+
+        The watermark is ``t_max - K``: windows ending before it are closed. None
+        before the first tuple.
+        """
+        buffer = self.processor.buffer
+        if buffer.t_max is None:
+            return {"k_s": None, "watermark_gap_s": None}
+        k = float(buffer.current_k())
+        return {"k_s": k, "watermark_gap_s": float(buffer.now - (buffer.t_max - k))}
+
     def pop_results(self) -> pd.DataFrame:
         """Result rows (provisional, correction, final) emitted since the last call."""
         rows, self.rows = self.rows, []

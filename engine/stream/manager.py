@@ -177,6 +177,8 @@ class PipelineManager:
                 self._feeder, self._pipeline = None, None
                 self._release()
                 raise
+            feeder = self._feeder
+            self.board.watch_feed(lambda: feeder.progress().readings)
             self._feeder.start()
             return self.status()
 
@@ -362,6 +364,7 @@ class PipelineManager:
             )
             self._failed_run, self._pipeline = pipeline.run, None
             self._carry = pipeline.pending  # a re-plan not in force yet survives the failure
+            self.board.mark("failure", f"run {pipeline.run} killed", rows=len(deleted))
             self.board.update(
                 state="failed",
                 buffered_rows=0,
@@ -387,6 +390,10 @@ class PipelineManager:
             seconds = self._clock() - t0
             self._recovery = _Recovery(
                 lost, seconds, outcome.rows_read, outcome.seed.next_window, outcome.rows_by_version
+            )
+            rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
+            self.board.mark(
+                "recovery", f"{cfg.mode}: {rows} rebuilt", seconds=seconds, rows=outcome.rows_read
             )
             # The restarted run must not fail again on its own.
             options = replace(cfg.options, fail_after_readings=None)

@@ -106,6 +106,8 @@ class LivePipeline:
         self._readings = 0
         self._inflight: int | None = None
         self._stage_start = stage.snapshot() if stage is not None else {}
+        self._kinds: dict[str, int] = {}  # the stage's result rows of this batch, by kind
+        self._alerts = 0
         self.run = -1
         self.query: Any = None
         self._listener: Any = None
@@ -178,6 +180,7 @@ class LivePipeline:
             self._version.spec.check_compatible(pending.spec)
             self._pending = pending
         self.store.log_plan(pending.detail, pending.spec.backup_sensors)
+        self.board.mark("replan", pending.detail)
 
     @property
     def pending(self) -> PendingPlan | None:
@@ -292,6 +295,7 @@ class LivePipeline:
         self._state, self._inflight = advance.state, None
         self._readings += len(pdf)
         self._report(pdf, advance, late, errors, backup, version)
+        self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
         self.board.add_profile(
             {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
         )
@@ -306,6 +310,7 @@ class LivePipeline:
         staged = pop()
         if not len(staged):
             return live
+        self._kinds = staged["kind"].value_counts().to_dict()
         staged = staged[list(live.columns)].copy()
         for name in ("window_start", "window_end"):
             staged[name] = _naive_utc(staged[name])
@@ -375,6 +380,7 @@ class LivePipeline:
         self._state = advance.state
         none = released.iloc[0:0]
         self._report(none, advance, late, errors, none, version)
+        self._record(END_OF_FEED, none, advance, late, none, None, None)
         return len(advance.closed)
 
     def _install_stored_version(self) -> None:
@@ -415,7 +421,46 @@ class LivePipeline:
         if self.monitor is not None:
             alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
             if alert is not None:
-                self.board.update(last_alert=str(getattr(alert, "reason", alert)))
+                reason = str(getattr(alert, "reason", alert))
+                self.board.update(last_alert=reason)
+                self.board.mark("alert", reason)
+                self._alerts += 1
+
+    def _record(
+        self,
+        batch_id: int,
+        pdf: pd.DataFrame,
+        advance: WindowAdvance,
+        late: pd.DataFrame,
+        backup: pd.DataFrame,
+        duration_ms: float | None,
+        store_ms: float | None,
+    ) -> None:
+        """The batch's point on the metrics history (and the stage's K, watermark, results)."""
+        kinds, self._kinds = self._kinds, {}
+        metrics = getattr(self.stage, "metrics", None)  # a stage may expose none
+        if metrics is not None:
+            self.board.update(**metrics())
+            self.board.add(
+                provisional_results=int(kinds.get("provisional", 0)),
+                corrected_results=int(kinds.get("correction", 0)),
+                final_results=int(kinds.get("final", 0)),
+            )
+        alerts, self._alerts = self._alerts, 0
+        self.board.record_batch(
+            batch_id,
+            input_rows=len(pdf),
+            duration_ms=duration_ms,
+            store_ms=store_ms,
+            backup_rows=len(backup),
+            backup_bytes=backup_bytes(backup),
+            windows=len(advance.closed),
+            alerts=alerts,
+            late=len(late),
+            provisional=int(kinds.get("provisional", 0)),
+            corrections=int(kinds.get("correction", 0)),
+            final=int(kinds.get("final", 0)),
+        )
 
     def _fault_hook(self, batch_id: int, point: str) -> Callable[[], None]:
         fault = self.fault
@@ -464,6 +509,13 @@ def _make_listener(pipeline: LivePipeline) -> Any:
                 processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
                 batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
             )
+            if "triggerExecution" in durations:  # Spark's figures replace our own estimate
+                pipeline.board.patch_batch(
+                    pipeline.run,
+                    int(p.batchId),
+                    duration_ms=float(durations["triggerExecution"]),
+                    rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                )
             pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
 
         def onQueryIdle(self, event: Any) -> None:

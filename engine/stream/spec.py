@@ -20,6 +20,7 @@ from engine.aggregates import check_window, get_aggregate
 from engine.errors import ConfigError, ParameterError, PipelineError
 from engine.model.linear import LinearMap, column_indices
 from engine.planning.monitor import check_eps
+from engine.stream.metrics import BatchPoint, MetricsHistory, PipelineEvent, worst_sensors
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import BackupPlan
@@ -322,6 +323,12 @@ class PipelineStatus:
     scheduled_replanning: bool = False  # False: the plan is kept past its horizon
     rows_under_plan: int = 0  # rows the stream has run since the version in force began
     plan_expired: bool = False  # the horizon passed without a re-plan
+    # With a disorder stage: buffer size K, arrival clock minus watermark, result rows.
+    k_s: float | None = None
+    watermark_gap_s: float | None = None
+    provisional_results: int = 0
+    corrected_results: int = 0
+    final_results: int = 0
     last_alert: str | None = None
     last_error: str | None = None
     feed: FeedProgress = field(default_factory=FeedProgress)
@@ -343,6 +350,64 @@ class StatusBoard:
         self._shadow_misses = 0
         self._per_sensor_windows: dict[str, int] = {}
         self._versions: dict[int, _Tally] = {}
+        self.history = MetricsHistory()
+        self._feed_probe: Callable[[], int] | None = None
+
+    def watch_feed(self, probe: Callable[[], int] | None) -> None:
+        """``probe()`` -> readings the feeder has landed so far (for the backlog)."""
+        self._feed_probe = probe
+
+    def record_batch(self, batch_id: int, **fields: Any) -> BatchPoint:
+        """Append the batch's point, after its counters were added to the status.
+
+        ``fields`` are ``BatchPoint`` fields (input_rows, backup_rows, ...). The
+        rate is the batch's rows over the time since the previous point, until
+        Spark's listener patches in its own (``patch_batch``).
+        """
+        now = self._now()
+        probe = self._feed_probe
+        landed = probe() if probe is not None else None
+        with self._lock:
+            s = self._status
+            worst = worst_sensors(s.shadow_violations, self._per_sensor_windows)
+        prev = self.history.last()
+        rate = None
+        if prev is not None:
+            gap = (now - datetime.fromisoformat(prev.at)).total_seconds()
+            rate = fields.get("input_rows", 0) / gap if gap > 0 else None
+        point = BatchPoint(
+            at=now.isoformat(),
+            run=-1 if s.run is None else s.run,
+            batch_id=batch_id,
+            rows_per_second=rate,
+            backlog=None if landed is None else max(0, landed - s.input_rows),
+            shadow_pooled=s.shadow_violation_rate,
+            shadow_worst=worst,
+            k_s=s.k_s,
+            watermark_gap_s=s.watermark_gap_s,
+            **fields,
+        )
+        self.history.append(point)
+        return point
+
+    def patch_batch(self, run: int, batch_id: int, **changes: Any) -> bool:
+        """Spark's own figures for a batch already recorded (duration, rates)."""
+        return self.history.patch(run, batch_id, **changes)
+
+    def mark(self, kind: str, text: str, **details: Any) -> PipelineEvent:
+        """Record an alert, re-plan, failure or recovery on the metrics time axis."""
+        last = self.history.last()
+        s = self.snapshot()
+        event = PipelineEvent(
+            at=self._now().isoformat(),
+            kind=kind,
+            text=text,
+            run=s.run,
+            batch_id=None if last is None else last.batch_id,
+            **details,
+        )
+        self.history.add_event(event)
+        return event
 
     def snapshot(self) -> PipelineStatus:
         with self._lock:

@@ -21,3 +21,17 @@ def texts(at: AppTest) -> str:
 
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
+
+
+def settle(at: AppTest, timeout: float = 300.0) -> AppTest:
+    """Let the page's background jobs (backtests, what-ifs, recovery) finish, then rerun it:
+    what the polling fragment does in a browser."""
+    from ui.jobs import get_runner
+
+    for _ in range(5):
+        runner = get_runner()
+        if not runner.running():
+            break
+        assert runner.wait_all(timeout), "a background job did not finish in time"
+        at.run()
+    return at

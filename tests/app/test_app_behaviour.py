@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from engine.export import recover_file, validate_config
-from tests.app.apphelpers import ROOT, metric, texts
+from tests.app.apphelpers import ROOT, metric, settle, texts
 from ui import exporting
 
 pytestmark = pytest.mark.app
@@ -16,16 +16,16 @@ BAD_CSV = b"timestamp,a,b\n2016-01-01 00:00,1.0,2.0\n2016-01-01 01:00,1.5,oops\n
 
 
 def test_changing_eps_changes_the_plan(app):  # type: ignore[no-untyped-def]
-    app.switch_page("pages/tune.py").run()
+    settle(app.switch_page("pages/tune.py").run())
     before = metric(app, "Backed up")
     assert "eps 0.5," in texts(app)
-    app.number_input(key="w_eps").set_value(2.0).run()
+    settle(app.number_input(key="w_eps").set_value(2.0).run())
     assert not app.exception and not app.error
     assert "eps 2," in texts(app)
     assert metric(app, "Backed up") != before
     assert app.session_state["params"].eps == 2.0
     # the new plan is the one every other page uses
-    app.switch_page("pages/plan.py").run()
+    settle(app.switch_page("pages/plan.py").run())
     assert metric(app, "Backed up") != before
 
 
@@ -37,7 +37,7 @@ def test_preview_says_plainly_that_it_is_not_backtested(app):  # type: ignore[no
     assert "preview, not yet backtested" in body
     assert metric(app, "Backtest rate, worst") == "not run"
     assert "model projection" in body
-    app.button(key="run_backtest").click().run()
+    settle(app.button(key="run_backtest").click().run())
     assert "Plan measured by a rolling-origin backtest" in texts(app)
     assert metric(app, "Backtest rate, worst") != "not run"
 

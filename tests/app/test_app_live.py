@@ -17,9 +17,10 @@ from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
 from engine.stream.recovery import RecoveryReport
-from engine.stream.spec import PipelineStatus
-from tests.app.apphelpers import SMALL, metric, texts
-from ui import live, recovery, resources
+from engine.stream.spec import PipelineStatus, StatusBoard
+from tests.app.apphelpers import SMALL, metric, settle, texts
+from ui import dashboard, live, recovery, resources
+from ui.jobs import get_runner
 
 pytestmark = pytest.mark.app
 TEMP = [
@@ -86,6 +87,7 @@ class FakeManager:
         )
         self._report, self._results = report, results
         self.calls: list[str] = []
+        self.board = StatusBoard()
 
     def status(self) -> PipelineStatus:
         return self._status
@@ -126,10 +128,15 @@ def test_running_pipeline_cannot_be_started_twice_and_refusals_are_one_line(app,
     manager = fake(FakeManager("running"))
     app.switch_page("pages/live.py").run()
     assert app.button(key="start_pipeline").disabled
-    app.button(key="simulate_failure").click().run()
-    assert manager.calls == ["simulate_failure"]
-    assert not app.exception
-    assert [e.value for e in app.error] == ["no pipeline is running (state: failed)"]
+    try:
+        settle(app.button(key="simulate_failure").click().run())
+        assert manager.calls == ["simulate_failure"]  # on the background recovery job
+        assert not app.exception
+        expected = "Recovery failed: no pipeline is running (state: failed)"
+        assert [e.value for e in app.error] == [expected]
+        assert metric(app, "State") == "running"  # the metrics stay on screen
+    finally:
+        get_runner().forget(dashboard.RECOVERY_JOB)
 
 
 def test_recovery_report_renders_its_charts(app, fake):  # type: ignore[no-untyped-def]

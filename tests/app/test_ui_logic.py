@@ -14,7 +14,7 @@ from engine.planning import PlanParameters, make_plan, retarget
 from tests.app.apphelpers import SMALL
 from ui import graph, plans, state, upload
 from ui.datasets import interval_text
-from ui.savings import money
+from ui.format import format_money
 
 pytestmark = pytest.mark.app
 
@@ -137,5 +137,5 @@ def test_nice_number(x: float, nice: float) -> None:
 
 def test_small_formatters() -> None:
     assert interval_text(3600) == "1 h" and interval_text(90) == "90 s"
-    assert money(12.345) == "$12.35" and money(2.65e-7) == "$0.000000265"
+    assert format_money(12.345) == "$12.35" and format_money(2.65e-7) == "< $0.01"
     assert upload.safe_name("C:\\x\\y.csv") == "y.csv"

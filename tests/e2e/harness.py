@@ -112,7 +112,7 @@ def launch_browser(playwright):  # type: ignore[no-untyped-def]
 
 def open_page(page, title: str) -> None:  # type: ignore[no-untyped-def]
     """Click a page in the sidebar navigation (keeps the session, unlike a new URL)."""
-    page.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
+    page.get_by_test_id("stSidebar").get_by_role("link", name=title).click()
     page.get_by_role("heading", level=1).first.wait_for()
 
 

@@ -47,6 +47,13 @@ def test_late_tuples_are_recorded_and_corrections_land_in_the_results(
         late = store.read_table("late")
         results = store.read_results()
     assert len(late) > 0, "the injected delays produced no late tuple"
+    points = pipeline.board.history.points()
+    status = pipeline.board.snapshot()
+    assert sum(p.late for p in points) == status.late_rows == len(late)
+    assert status.k_s is not None and all(p.k_s is not None for p in points)
+    assert sum(p.provisional for p in points) == status.provisional_results
+    assert status.provisional_results == (results["kind"] == "provisional").sum()
+    assert status.corrected_results == (results["kind"] == "correction").sum() > 0
     kinds = set(results["kind"])
     assert {"live", "provisional"} <= kinds
     assert "correction" in kinds, kinds

@@ -91,6 +91,13 @@ def test_live_windows_backup_and_shadow_equal_the_reference(
             if s not in backup_sensors
         }
         assert status.shadow_violations == misses and status.shadow_windows == len(expected)
+        points = pipeline.board.history.points()  # one dashboard point per micro-batch
+        assert [p.batch_id for p in points] == list(range(12))
+        assert sum(p.input_rows for p in points) == status.input_rows
+        assert sum(p.backup_rows for p in points) == status.backup_rows
+        assert sum(p.windows for p in points) == status.windows_emitted
+        assert points[-1].shadow_pooled == status.shadow_violation_rate
+        assert all(p.duration_ms is not None and p.duration_ms > 0 for p in points)
         assert store.read_table("plan_log")["reason"].str.contains("start").all()
 
 

@@ -1,0 +1,194 @@
+"""The live dashboard: the pipeline over time, its status level, backup and recovery history.
+
+Reads the metrics history the engine keeps on the status board
+(``engine.stream.metrics``); a fragment redraws it every ``POLL_SECONDS``, so
+series grow while the page is open and the panel stays visible during a
+recovery (the recovery runs as a background job, ``fail_and_recover``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from engine.stream.metrics import BatchPoint, PipelineEvent, summarise
+from engine.stream.spec import PipelineStatus
+from ui import background, live, resources, timeline
+from ui.format import format_quantity, plural
+
+POLL_SECONDS = 1.5
+RECOVERY_JOB = "live-recovery"
+BEHIND_BATCHES = 3.0  # backlog of more than this many batches' input: behind
+SLOW_TRIGGERS = 2.0  # median batch duration over this many trigger intervals: behind
+
+
+@dataclass(frozen=True)
+class Level:
+    """Flink-style status: ``OK``, ``behind``, ``failing`` or ``idle``, and why."""
+
+    name: str
+    reason: str
+
+
+def points_frame(points: Sequence[BatchPoint]) -> pd.DataFrame:
+    """One row per batch, a ``time`` column, and one ``worst: <sensor>`` column per sensor
+    that was among the worst few at any batch (its rate where it was, else empty)."""
+    rows = []
+    for p in points:
+        row = p.to_dict()
+        row["time"] = pd.Timestamp(p.at)
+        for sensor, rate in p.shadow_worst:
+            row[f"worst: {sensor}"] = rate
+        del row["shadow_worst"]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not len(frame):
+        return frame
+    # An empty row where a new run starts: lines break over the failure instead of
+    # drawing a straight line through the time the query was down.
+    starts = frame.index[frame["run"].ne(frame["run"].shift()) & (frame.index > 0)]
+    gaps = pd.DataFrame({"time": frame.loc[starts, "time"] - pd.Timedelta(milliseconds=1)})
+    frame = pd.concat([frame, gaps]).sort_values("time", kind="stable").reset_index(drop=True)
+    numeric = ("rows_per_second", "duration_ms", "backlog", "shadow_pooled", "k_s")
+    for name in (*numeric, "watermark_gap_s", "store_ms"):
+        frame[name] = pd.to_numeric(frame[name], errors="coerce")
+    return frame
+
+
+def events_frame(events: Sequence[PipelineEvent]) -> pd.DataFrame:
+    frame = pd.DataFrame([e.__dict__ for e in events])
+    if len(frame):
+        frame["time"] = pd.to_datetime(frame["at"])
+    return frame
+
+
+def status_level(s: PipelineStatus, points: Sequence[BatchPoint], trigger_s: float) -> Level:
+    """OK / behind / failing, like Flink's back-pressure view, from the last few batches."""
+    if s.state in ("failed", "error"):
+        return Level("failing", s.last_error or f"the query is {s.state}")
+    if s.state == "recovering":
+        return Level("behind", "recovering: rebuilding the lost windows from the backup")
+    if s.state != "running":
+        return Level("idle", f"the pipeline is {s.state}")
+    recent = [p for p in points[-5:] if p.batch_id >= 0]
+    backlog = max(0, s.feed.readings - s.input_rows)
+    per_batch = sorted(p.input_rows for p in recent)
+    typical = per_batch[len(per_batch) // 2] if per_batch else 0
+    if typical and backlog > BEHIND_BATCHES * typical:
+        return Level(
+            "behind",
+            f"{plural(backlog, 'reading')} waiting, more than {BEHIND_BATCHES:g} batches' input",
+        )
+    durations = sorted(p.duration_ms for p in recent if p.duration_ms is not None)
+    median = durations[len(durations) // 2] if durations else None
+    if trigger_s > 0 and median is not None and median > SLOW_TRIGGERS * 1000 * trigger_s:
+        return Level(
+            "behind",
+            f"batches take {median:,.0f} ms, more than {SLOW_TRIGGERS:g}x the "
+            f"{trigger_s:g} s trigger",
+        )
+    took = "" if median is None else f"; batches take {median:,.0f} ms"
+    return Level("OK", f"{plural(backlog, 'reading')} waiting{took}: keeping up with the feed")
+
+
+def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent]) -> pd.DataFrame:
+    """Flink-style history: count, min, avg and max of backups and recoveries."""
+    backups = [p for p in points if p.backup_rows > 0]
+    recoveries = [e for e in events if e.kind == "recovery"]
+    rows = {
+        "backup rows per batch": [p.backup_rows for p in backups],
+        "backup bytes per batch": [p.backup_bytes for p in backups],
+        "store commit (ms)": [p.store_ms for p in backups],
+        "batch duration (ms)": [p.duration_ms for p in points],
+        "recovery time (s)": [e.seconds for e in recoveries],
+        "recovery rows read": [e.rows for e in recoveries],
+    }
+    out = []
+    for name, values in rows.items():
+        stats = summarise(values)
+        unit = "B" if "bytes" in name else ""
+        out.append(
+            {"": name, "count": stats["count"]}
+            | {k: format_quantity(stats[k], unit) for k in ("min", "avg", "max")}
+        )
+    return pd.DataFrame(out)
+
+
+def recent_table(
+    points: Sequence[BatchPoint], events: Sequence[PipelineEvent], limit: int = 12
+) -> pd.DataFrame:
+    """The newest backups (batches that wrote rows) and every failure/recovery, newest first."""
+    rows = [
+        {"time": p.at[11:19], "what": f"backup, batch {p.batch_id} (run {p.run})",
+         "rows": p.backup_rows, "size": format_quantity(p.backup_bytes, "B"),
+         "took": format_quantity((p.store_ms or 0) / 1000, "s")}
+        for p in points if p.backup_rows > 0
+    ][-limit:]  # fmt: skip
+    rows += [
+        {"time": e.at[11:19], "what": f"{e.kind}: {e.text}",
+         "rows": e.rows, "size": "", "took": format_quantity(e.seconds, "s") if e.seconds else ""}
+        for e in events if e.kind in ("failure", "recovery")
+    ]  # fmt: skip
+    return pd.DataFrame(sorted(rows, key=lambda r: r["time"], reverse=True))
+
+
+LEVEL_STYLE = {"OK": st.success, "behind": st.warning, "failing": st.error, "idle": st.info}
+
+
+def _recovery_job() -> None:
+    job = background.runner().get(RECOVERY_JOB)
+    view = job.snapshot() if job is not None else None
+    if view is not None and view.state == "running":
+        st.progress(view.fraction, text=f"{view.message} ({view.seconds:.0f} s)")
+    elif view is not None and view.state == "failed":
+        st.error(f"Recovery failed: {view.error}")
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
+    """Status level, time series and the backup/recovery history (polls the manager)."""
+    manager = resources.pipeline_manager()
+    s = manager.status()
+    points, events = manager.board.history.points(), manager.board.history.events()
+    level = status_level(s, points, trigger_s)
+    LEVEL_STYLE[level.name](f"**{level.name}** — {level.reason}")
+    _recovery_job()
+    if not points:
+        st.caption("The dashboard fills in as micro-batches complete.")
+        return
+    frame, marks = points_frame(points), events_frame(events)
+    st.subheader(f"Over time ({plural(len(points), 'micro-batch', 'micro-batches')})")
+    st.plotly_chart(timeline.pipeline_timeline(frame, marks, delta, trigger_s), key="timeline")
+    if frame["k_s"].notna().any():
+        st.subheader("Out-of-order arrivals")
+        st.plotly_chart(timeline.disorder_timeline(frame, marks), key="disorder_timeline")
+    st.subheader("Backup and recovery history")
+    left, right = st.columns([2, 3])
+    left.dataframe(history_summary(points, events), hide_index=True)
+    right.dataframe(recent_table(points, events), hide_index=True, height=280)
+
+
+def fail_and_recover(already_failed: bool) -> None:
+    """Kill the query (unless it already failed) and recover, in a background job.
+
+    The dashboard stays on screen and shows the job's progress; the page reruns
+    when the state changes (``ui.live.status_panel``).
+    """
+    manager, log = resources.pipeline_manager(), resources.pipeline_log()
+    runner = background.runner()
+    if (job := runner.get(RECOVERY_JOB)) is not None and job.state != "running":
+        runner.forget(RECOVERY_JOB)
+
+    def work(progress: background.Progress) -> object:
+        if not already_failed:
+            progress(0.05, "simulating a failure: killing the query")
+            manager.simulate_failure()
+        progress(0.3, "recovering the lost windows from the backup (Spark batch job)")
+        report = manager.recover()
+        live.remember(report, log)
+        return report
+
+    runner.submit(RECOVERY_JOB, "recovery", work)

@@ -1,0 +1,70 @@
+"""Numbers for people: SI prefixes, percentages, plurals and ranges (no Streamlit).
+
+Tables and metrics use these instead of ``%g`` or ``%.2e``, so an operator
+never reads "8.03e-11" or "$0.00000265".
+"""
+
+from __future__ import annotations
+
+import math
+
+_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def format_quantity(x: float | int | None, unit: str = "", digits: int = 3) -> str:
+    """``x`` with an SI prefix and ``digits`` significant digits: 1234567 B -> "1.23 MB".
+
+    Values below 1 keep positional notation down to 0.001 (``0.0123``); smaller
+    ones are written as "< 0.001". None or NaN is "n/a".
+    """
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    sep = " " if unit else ""
+    if x == 0:
+        return f"0{sep}{unit}"
+    sign, a = ("-" if x < 0 else ""), abs(float(x))
+    for size, prefix in _PREFIXES:
+        if a >= size:
+            return f"{sign}{_sig(a / size, digits)} {prefix}{unit}".rstrip()
+    if a < 0.001:
+        return f"{sign}< 0.001{sep}{unit}"
+    return f"{sign}{_sig(a, digits)}{sep}{unit}"
+
+
+def _sig(a: float, digits: int) -> str:
+    """Positional, ``digits`` significant digits, trailing zeros dropped (999.96 -> "1000")."""
+    decimals = max(0, digits - 1 - math.floor(math.log10(a)))
+    text = f"{a:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def format_percent(p: float | None, digits: int = 1, floor: float = 1e-4) -> str:
+    """A probability as a percentage: 0.0425 -> "4.3 %"; below ``floor`` "< 0.01 %"."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    if 0 < p < floor:
+        return f"< {100 * floor:g} %"
+    return f"{100 * p:.{digits}f} %"
+
+
+def format_money(x: float) -> str:
+    """Dollars: "$1,234.50", "$0.42", "< $0.01" for amounts below a cent."""
+    if x == 0:
+        return "$0.00"
+    if 0 < abs(x) < 0.01:
+        return "< $0.01"
+    return f"${x:,.2f}"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``3 windows``, ``1 window`` (``many`` for irregular plurals)."""
+    return f"{n:,} {noun if n == 1 else (many or noun + 's')}"
+
+
+def span(first: int, last: int, noun: str = "reading") -> str:
+    """An inclusive range of numbered things: "none", "reading 7", "readings 7..9"."""
+    if last < first:
+        return f"no {noun}s"
+    if last == first:
+        return f"{noun} {first:,}"
+    return f"{noun}s {first:,}..{last:,} ({last - first + 1:,})"

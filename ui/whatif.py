@@ -1,0 +1,87 @@
+"""Tune page's what-if section: the model's curves and backtest-measured points beside them.
+
+Measured points are backtests at a few eps values, run as one background job
+(progress, Cancel) and cached, so an operator can pick a point on a measured
+trade-off curve instead of the model's projection alone.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine.planning import PlanParameters
+from ui import background, charts, plans, resources
+from ui.format import format_percent
+from ui.plans import MeasuredPoint, PlanningData, WhatIf
+
+
+def _key(data: PlanningData, params: PlanParameters) -> tuple:
+    return ("measured-whatif", data.key, params)
+
+
+def measured_points(data: PlanningData, params: PlanParameters) -> tuple[MeasuredPoint, ...]:
+    """The cached measured points for ``params`` (empty until measured)."""
+    return plans.cached_measured_whatif(data, params, resources.plan_cache()) or ()
+
+
+def caption(curves: WhatIf, params: PlanParameters) -> None:
+    note = (
+        "" if params.method == curves.method else
+        f" The curves re-select with {curves.method} (the {params.method} method is not swept);"
+        " the marker is the shown plan's own figure."
+    )  # fmt: skip
+    st.caption(
+        f"Lines: the model's projection ({curves.method} selection re-run from the shown plan's "
+        f"targets for each value; {params.aggregate}, window {params.window}); the delta curve "
+        "rescales the targets as the model's formula does. Diamonds: backtests (measured). "
+        f"The marker is the plan above: {format_percent(curves.now)} of sensors backed up.{note}"
+    )
+
+
+def _start(data: PlanningData, params: PlanParameters) -> None:
+    cache = resources.plan_cache()
+    background.submit(
+        _key(data, params),
+        "measured what-if",
+        lambda progress: plans.measure_whatif(data, params, cache, progress),
+    )
+
+
+def measured_table(points: tuple[MeasuredPoint, ...], current: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "eps": f"{m.eps:.3g}" + (" (now)" if abs(m.eps - current) < 1e-12 else ""),
+                "backed up (mean)": format_percent(m.backup_fraction),
+                "worst miss": format_percent(m.miss_worst),
+                "95 % bound": format_percent(m.miss_worst_ucb95),
+                "mean miss": format_percent(m.miss_mean),
+            }
+            for m in points
+        ]
+    )
+
+
+def measured_section(
+    data: PlanningData, params: PlanParameters, points: tuple[MeasuredPoint, ...]
+) -> None:
+    """Button, progress and results of the measured what-if backtests."""
+    factors = ", ".join(f"{f:g}" for f in plans.MEASURED_EPS_FACTORS)
+    st.subheader("Measured trade-off (backtests)")
+    if not points:
+        key = _key(data, params)
+        if background.runner().get(key) is None:
+            st.caption(
+                f"Backtest the plan at eps x {factors} ({plans.max_folds()} folds each, in the "
+                "background; the page stays usable)."
+            )
+            if st.button("Measure the trade-off", key="measure_whatif"):
+                _start(data, params)
+                st.rerun()
+        background.job_panel(key, "Measuring the trade-off")
+        return
+    left, right = st.columns(2)
+    series = [(m.eps, m.miss_worst, m.miss_worst_ucb95) for m in points]
+    left.plotly_chart(charts.measured_miss_chart(series, params.eps, params.delta))
+    right.dataframe(measured_table(points, params.eps), hide_index=True)
