@@ -94,7 +94,7 @@ FIRST_VISIT = {  # page -> (text it must show, plotly charts it must draw)
     "Plan & savings": ("Projected savings", 1),
     "Live pipeline": ("Start the pipeline", 0),
     "Disorder": ("MP-K-slack's", 4),
-    "Export": ("valid against backup config schema v1", 0),
+    "Export": ("valid against backup config schema v2", 0),
 }
 
 
@@ -152,7 +152,7 @@ def tune_and_look(page, shots_dir: Path) -> None:  # type: ignore[no-untyped-def
 def export_and_recover(page, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The downloaded config validates and ``python -m engine recover`` accepts it."""
     open_page(page, "Export")
-    page.get_by_text(re.compile("valid against backup config schema v1")).wait_for()
+    page.get_by_text(re.compile("valid against backup config schema v2")).wait_for()
     shoot(page, shots_dir, "7_export")
     config_path = download_config(page, tmp_path)
     config = json.loads(config_path.read_text())
