@@ -69,6 +69,8 @@ def check_file(path: Path) -> str:
     """``csv`` or ``parquet`` by suffix; a missing, empty or unsupported file raises."""
     if path.is_dir():
         raise DataError(f"{path}: is a directory, not a file")
+    if path.exists() and not path.is_file():
+        raise DataError(f"{path}: not a regular file (a device, pipe or socket)")
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     kind = SUFFIXES.get(path.suffix.lower())
@@ -107,6 +109,8 @@ def _read_header(path: Path) -> tuple[list[str], str]:
             line = handle.readline()
     except UnicodeDecodeError as err:
         raise DataError(f"{path.name}: not UTF-8 text ({err.reason})") from err
+    except OSError as err:  # permissions, I/O errors: the file, not its content
+        raise DataError(f"{path.name}: cannot read: {err.strerror or err}") from err
     if not line.strip():
         raise DataError(f"{path.name}: file is empty (no header line)")
     tsv = path.suffix.lower() == ".tsv"

@@ -201,6 +201,29 @@ def test_a_directory_is_called_a_directory(
     assert code == 2 and "is a directory" in err
 
 
+def test_a_device_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(capsys, "plan", "--data", "/dev/zero", *PLAN)
+    assert code == 2 and "not a regular file" in err
+
+
+def test_an_unreadable_file_is_one_line(
+    corpus: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Root reads anything, so the permission error is simulated where the header is read."""
+    import errno
+
+    real_open = Path.open
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "bom.csv":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    code, _, err = run_main(capsys, "plan", "--data", str(corpus["bom.csv"]), *PLAN)
+    assert code == 2 and err == "error: bom.csv: cannot read: Permission denied\n"
+
+
 def test_backtest_window_longer_than_the_file_exits_2(
     corpus: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
