@@ -45,7 +45,8 @@ def read_config_text(path: Path) -> str:
             )
         return path.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+        where = str(path) if len(str(path)) <= 80 else f"{str(path)[:40]}...{str(path)[-40:]}"
+        raise ConfigError(f"cannot read config {where}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path.name}: config is not UTF-8 text ({err.reason})") from err
 

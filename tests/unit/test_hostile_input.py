@@ -201,6 +201,14 @@ def test_a_directory_is_called_a_directory(
     assert code == 2 and "is a directory" in err
 
 
+def test_a_name_too_long_for_the_filesystem_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_main(capsys, "plan", "--data", "a" * 300 + ".csv", *PLAN)
+    assert code == 2 and err.count("\n") == 1 and "cannot open: File name too long" in err
+    assert len(err) < 200
+
+
 def test_a_device_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_main(capsys, "plan", "--data", "/dev/zero", *PLAN)
     assert code == 2 and "not a regular file" in err
