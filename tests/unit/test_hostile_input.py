@@ -357,3 +357,25 @@ def test_progress_on_a_terminal_rewrites_one_line(monkeypatch: pytest.MonkeyPatc
     for k in range(1, 101):
         report(k / 100, f"fold {k}/100")
     assert stream.getvalue().count("\r") == 100 and stream.getvalue().endswith("(100%)\n")
+
+
+@pytest.mark.parametrize(
+    "name", ["column_1e154.csv", "year_9999.csv", "list.parquet", "binary.csv", "site[1].csv"]
+)
+def test_corpus_in_a_real_process_prints_one_line(corpus: dict[str, Path], name: str) -> None:
+    """A real interpreter: warnings and tracebacks would reach stderr here."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "plan", "--data", str(corpus[name]), *PLAN],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    if name == "site[1].csv":
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
