@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,19 +61,31 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 
 def check_file(path: Path) -> str:
-    """``csv`` or ``parquet`` by suffix; a missing, empty or unsupported file raises."""
-    if path.is_dir():
+    """``csv`` or ``parquet`` by suffix; a missing, empty, unreadable or unsupported file raises."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as err:  # a name too long, a loop of links, a permission on the way
+        raise DataError(f"{shorten_path(path)}: cannot open: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
         raise DataError(f"{path}: is a directory, not a file")
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    if not stat.S_ISREG(info.st_mode):
+        raise DataError(f"{path}: not a regular file (a device, pipe or socket)")
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise DataError(
             f"{path.name}: unsupported file extension {path.suffix!r}; use {', '.join(SUFFIXES)}"
         )
-    if path.stat().st_size == 0:
+    if info.st_size == 0:
         raise DataError(f"{path.name}: file is empty")
     return kind
+
+
+def shorten_path(path: Path, limit: int = 80) -> str:
+    """``path`` as text, cut in the middle beyond ``limit`` characters."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 def check_names(source: str, names: list[str]) -> None:
@@ -101,6 +114,8 @@ def _read_header(path: Path) -> tuple[list[str], str]:
             line = handle.readline()
     except UnicodeDecodeError as err:
         raise DataError(f"{path.name}: not UTF-8 text ({err.reason})") from err
+    except OSError as err:  # permissions, I/O errors: the file, not its content
+        raise DataError(f"{path.name}: cannot read: {err.strerror or err}") from err
     if not line.strip():
         raise DataError(f"{path.name}: file is empty (no header line)")
     tsv = path.suffix.lower() == ".tsv"

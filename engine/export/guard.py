@@ -10,6 +10,8 @@ Limits (each refusal is one ``ConfigError`` line):
 - YAML aliases (``*name``) are refused: a 4.5 KB file of nested aliases
   expands to hundreds of millions of nodes (the "billion laughs"); a config
   never needs them.
+- keys: a key given twice in one object is refused (parsers keep the last
+  value silently).
 - values: only what JSON holds (objects with string keys, lists, strings,
   numbers, booleans, null); every number finite. NaN, Infinity and overflowing
   literals such as ``1e999`` are refused with the key's dotted path, e.g.
@@ -45,7 +47,8 @@ def read_config_text(path: Path) -> str:
             )
         return path.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+        where = str(path) if len(str(path)) <= 80 else f"{str(path)[:40]}...{str(path)[-40:]}"
+        raise ConfigError(f"cannot read config {where}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path.name}: config is not UTF-8 text ({err.reason})") from err
 
@@ -58,10 +61,20 @@ def parse_config_text(text: str, name: str, fmt: str) -> Any:
         depth = _json_depth(text)
         if depth > MAX_DEPTH:
             raise ConfigError(f"{name}: config is nested deeper than {MAX_DEPTH} levels")
-        return json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0]
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except (ValueError, yaml.YAMLError) as err:  # ValueError: JSON syntax, a 5,000-digit int
+        first = str(err).splitlines()[0].split("; use sys.set_int_max_str_digits")[0]
         raise ConfigError(f"{name}: not valid {fmt}: {first}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key given twice would silently keep only its last value."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"config key {key!r} appears twice in one object")
+        out[key] = value
+    return out
 
 
 def _load_yaml(text: str, name: str) -> Any:
@@ -105,6 +118,20 @@ class _GuardedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                continue  # check_plain_values names a key that is not a string
+            if key in seen:
+                raise ConfigError(
+                    f"config key {key!r} appears twice in one mapping "
+                    f"(line {key_node.start_mark.line + 1})"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def check_plain_values(data: Any) -> None:

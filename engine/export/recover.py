@@ -79,11 +79,13 @@ def recover_file(
         )
     ignored = tuple(s for s in history.sensors if s not in columns.values())
     lm = config.linear_map()
-    values = lm.apply(
+    backup = (
         history.select([str(columns[b]) for b in lm.backup]).values
         if lm.backup
         else np.zeros((len(history.times), 0))
     )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
+        values = lm.apply(backup)
     _check_finite(values, lm.sensors)
     csv = out.suffix.lower() == ".csv"
     frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) if csv else s for s in lm.sensors])

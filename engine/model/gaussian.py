@@ -67,9 +67,11 @@ class MomentStats:
         count = a.shape[0]
         if count == 0:
             return cls(0, np.zeros(a.shape[1]), np.zeros((a.shape[1], a.shape[1])))
-        mean = a.mean(axis=0)
-        centred = a - mean
-        return _finite(cls(count, mean, centred.T @ centred))
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finite
+            mean = a.mean(axis=0)
+            centred = a - mean
+            m2 = centred.T @ centred
+        return _finite(cls(count, mean, m2))
 
     @classmethod
     def from_sums(cls, count: int, s1: np.ndarray, s2: np.ndarray) -> MomentStats:

@@ -180,3 +180,33 @@ def test_yaml_values_json_cannot_hold_are_refused(config: dict[str, Any], tmp_pa
     (tmp_path / "dated.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"guarantee\.model\.when"):
         load_config(tmp_path / "dated.yaml")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_5000_digit_integer_is_one_line(config: dict[str, Any], tmp_path: Path, fmt: str) -> None:
+    bad = _set(config, ("parameters", "window"), 777)
+    text = json.dumps(bad) if fmt == "json" else yaml.safe_dump(bad)
+    (tmp_path / f"big.{fmt}").write_text(text.replace("777", "7" * 5_000))
+    with pytest.raises(ConfigError, match="digits"):
+        load_config(tmp_path / f"big.{fmt}")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_repeated_key_is_refused_not_silently_overwritten(
+    config: dict[str, Any], tmp_path: Path, fmt: str
+) -> None:
+    target, backup = _target_and_backup(config)
+    coefficient = config["reconstruction"][target]["coefficients"][backup]
+    if fmt == "json":
+        text = json.dumps(config)
+        entry = f'"{backup}": {json.dumps(coefficient)}'
+        text = text.replace(entry, f'{entry}, "{backup}": 123.0', 1)
+    else:
+        text = yaml.safe_dump(config)
+        entry = f"{backup}: {coefficient!r}\n"
+        assert entry in text
+        indent = text.split(entry, 1)[0].rsplit("\n", 1)[1]
+        text = text.replace(entry, f"{entry}{indent}{backup}: 123.0\n", 1)
+    (tmp_path / f"twice.{fmt}").write_text(text)
+    with pytest.raises(ConfigError, match=f"key {backup!r} appears twice"):
+        load_config(tmp_path / f"twice.{fmt}")

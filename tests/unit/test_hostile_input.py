@@ -201,6 +201,37 @@ def test_a_directory_is_called_a_directory(
     assert code == 2 and "is a directory" in err
 
 
+def test_a_name_too_long_for_the_filesystem_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_main(capsys, "plan", "--data", "a" * 300 + ".csv", *PLAN)
+    assert code == 2 and err.count("\n") == 1 and "cannot open: File name too long" in err
+    assert len(err) < 200
+
+
+def test_a_device_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(capsys, "plan", "--data", "/dev/zero", *PLAN)
+    assert code == 2 and "not a regular file" in err
+
+
+def test_an_unreadable_file_is_one_line(
+    corpus: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Root reads anything, so the permission error is simulated where the header is read."""
+    import errno
+
+    real_open = Path.open
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "bom.csv":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    code, _, err = run_main(capsys, "plan", "--data", str(corpus["bom.csv"]), *PLAN)
+    assert code == 2 and err == "error: bom.csv: cannot read: Permission denied\n"
+
+
 def test_backtest_window_longer_than_the_file_exits_2(
     corpus: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -326,3 +357,25 @@ def test_progress_on_a_terminal_rewrites_one_line(monkeypatch: pytest.MonkeyPatc
     for k in range(1, 101):
         report(k / 100, f"fold {k}/100")
     assert stream.getvalue().count("\r") == 100 and stream.getvalue().endswith("(100%)\n")
+
+
+@pytest.mark.parametrize(
+    "name", ["column_1e154.csv", "year_9999.csv", "list.parquet", "binary.csv", "site[1].csv"]
+)
+def test_corpus_in_a_real_process_prints_one_line(corpus: dict[str, Path], name: str) -> None:
+    """A real interpreter: warnings and tracebacks would reach stderr here."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "plan", "--data", str(corpus[name]), *PLAN],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    if name == "site[1].csv":
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
