@@ -79,7 +79,8 @@ class DirectoryLock:
             who = owner.describe() if owner else "another process"
             raise PipelineError(
                 f"pipeline directory {str(self.path.parent)!r} is in use by {who}; "
-                "stop that pipeline first or use another directory"
+                "end that process (an app keeps its directory until it exits) "
+                "or use another directory"
             ) from None
         previous = read_owner(self.path)
         if previous is not None and previous.host != socket.gethostname():
