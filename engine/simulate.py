@@ -29,8 +29,8 @@ def simulate_from_cli(
     history: SensorHistory, params: PlanParameters, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Plan on ``history``, replay it through Spark, fail at ``args.fail_at``, recover."""
-    from engine.stream.manager import run_simulation
     from engine.stream.session import SparkSettings
+    from engine.stream.simulation import run_simulation
     from engine.stream.spec import PipelinePaths, StreamSpec
 
     rows = params.history or default_history(history.values.shape[0], params.window)

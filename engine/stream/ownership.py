@@ -189,6 +189,35 @@ def delete_leftovers(paths: PipelinePaths) -> None:
         raise PipelineError(f"cannot clear {str(paths.root)!r}: {err}") from err
 
 
+def prepare_directory(paths: PipelinePaths, action: str, now: Callable[[], datetime]) -> int:
+    """Deal with an earlier run's files as ``action`` says; the first history row to feed.
+
+    Called with the directory lock held, so no live process owns these files.
+    """
+    found = find_leftovers(paths)
+    if not found.any:
+        return 0
+    if action == "refuse":
+        raise PipelineError(
+            f"{str(paths.root)!r} holds an earlier run that no process owns (store: "
+            f"{found.store}, checkpoint: {found.checkpoint}, {found.landed_files} landed "
+            "file(s)): resume it (leftovers='resume'), archive it (leftovers='archive') "
+            "or delete it (leftovers='delete')"
+        )
+    if action == "archive":
+        archive_leftovers(paths, now)
+        return 0
+    if action == "delete":
+        delete_leftovers(paths)
+        return 0
+    if not found.resumable:
+        raise PipelineError(
+            f"the earlier run in {str(paths.root)!r} has no checkpoint and store to resume "
+            f"(store: {found.store}, checkpoint: {found.checkpoint}); archive it instead"
+        )
+    return next_feed_row(paths.landing_dir)
+
+
 def next_feed_row(landing: Path) -> int:
     """The history row after the last one landed (0 if nothing landed).
 
