@@ -123,8 +123,9 @@ class Leftovers:
     """What an earlier run left in a pipeline directory."""
 
     store: bool
-    checkpoint: bool
+    checkpoint: bool  # a non-empty checkpoint directory
     landed_files: int
+    run_marker: bool = False  # the checkpoint names its run (``RUN_FILE``)
 
     @property
     def any(self) -> bool:
@@ -132,18 +133,17 @@ class Leftovers:
 
     @property
     def resumable(self) -> bool:
-        """A checkpoint with its run marker: the streaming query can continue it."""
-        return self.checkpoint and self.store
+        """A store and a checkpoint naming its run: the streaming query can continue it."""
+        return self.run_marker and self.store
 
 
 def find_leftovers(paths: PipelinePaths) -> Leftovers:
-    ck = paths.checkpoint_dir
+    ck, landing = paths.checkpoint_dir, paths.landing_dir
     return Leftovers(
         store=paths.store_file.exists(),
-        checkpoint=(ck / RUN_FILE).exists(),
-        landed_files=sum(1 for _ in paths.landing_dir.glob("*.parquet"))
-        if paths.landing_dir.is_dir()
-        else 0,
+        checkpoint=ck.is_dir() and any(ck.iterdir()),
+        landed_files=sum(1 for _ in landing.glob("*.parquet")) if landing.is_dir() else 0,
+        run_marker=(ck / RUN_FILE).exists(),
     )
 
 
