@@ -1,6 +1,8 @@
 # Lacuna operator app: Streamlit UI + local Spark (Java 17) on Debian bookworm.
 #   docker build -t lacuna .
-#   docker run --rm -p 127.0.0.1:8501:8501 -v lacuna-data:/home/lacuna/.lacuna lacuna
+#   docker run --rm --hostname lacuna -p 127.0.0.1:8501:8501 -v lacuna-data:/home/lacuna/.lacuna lacuna
+# A fixed --hostname lets a new container take over the pipeline lock a crashed one
+# left in the volume (a lock naming another host is never taken over).
 # The app has no authentication: publish the port on the host's loopback (as
 # above) and put an authenticating reverse proxy in front for remote users
 # (README, "Failure modes and security").

@@ -300,7 +300,8 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
             f"readings replayed" + (" (done)" if feed.done else ""),
         )
     if s.last_error:
-        (st.warning if s.state == "failed" else st.info)(s.last_error)
+        show = {"failed": st.warning, "error": st.error}.get(s.state, st.info)
+        show(s.last_error)
     if s.last_alert:
         st.warning(f"Live monitor: {s.last_alert}")
     plan_versions(s)

@@ -21,18 +21,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.errors import ParameterError, PipelineError
+from engine.errors import PipelineError
 from engine.planning.replan import ReplanningMonitor, calibration_state
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.ownership import (
     DirectoryLock,
-    archive_leftovers,
     check_action,
     check_same_run,
-    delete_leftovers,
-    find_leftovers,
-    next_feed_row,
+    prepare_directory,
     reconcile,
     record_run,
     run_identity,
@@ -188,7 +185,7 @@ class PipelineManager:
         self._owner = DirectoryLock(paths.root, self._now)
         self._owner.acquire()
         try:
-            first = _prepare_root(paths, action, self._now)
+            first = prepare_directory(paths, action, self._now)
             paths.ensure()
             self._store = BackupStore(paths.store_file, self._now)
             if action == "resume":
@@ -528,35 +525,6 @@ def _spark(settings: SparkSettings) -> Any:
     return get_spark(settings)
 
 
-def _prepare_root(paths: PipelinePaths, action: str, now: Callable[[], datetime]) -> int:
-    """Deal with an earlier run's files as ``action`` says; the first history row to feed.
-
-    Called with the directory lock held, so no live process owns these files.
-    """
-    found = find_leftovers(paths)
-    if not found.any:
-        return 0
-    if action == "refuse":
-        raise PipelineError(
-            f"{str(paths.root)!r} holds an earlier run that no process owns (store: "
-            f"{found.store}, checkpoint: {found.checkpoint}, {found.landed_files} landed "
-            "file(s)): resume it (leftovers='resume'), archive it (leftovers='archive') "
-            "or delete it (leftovers='delete')"
-        )
-    if action == "archive":
-        archive_leftovers(paths, now)
-        return 0
-    if action == "delete":
-        delete_leftovers(paths)
-        return 0
-    if not found.resumable:
-        raise PipelineError(
-            f"the earlier run in {str(paths.root)!r} has no checkpoint and store to resume "
-            f"(store: {found.store}, checkpoint: {found.checkpoint}); archive it instead"
-        )
-    return next_feed_row(paths.landing_dir)
-
-
 def default_rows_per_file(spec: StreamSpec) -> int:
     """Rows per landing file when not told: ``slide // 2 + 1``.
 
@@ -581,73 +549,8 @@ def get_manager(settings: SparkSettings | None = None) -> PipelineManager:
         return _DEFAULT
 
 
-def run_simulation(
-    history: HistoryLike,
-    spec: StreamSpec,
-    mode: str,
-    fail_at: float,
-    paths: PipelinePaths,
-    settings: SparkSettings | None = None,
-    *,
-    speed: float = 0.0,
-    rows_per_file: int | None = None,
-    options: PipelineOptions | None = None,
-    timeout: float = 900.0,
-    monitor_factory: Callable[[PipelineManager], Monitor] | None = None,
-) -> RecoveryReport:
-    """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
+def run_simulation(*args: Any, **kwargs: Any) -> RecoveryReport:
+    """Feed, fail, recover, finish: ``engine.stream.simulation.run_simulation``."""
+    from engine.stream.simulation import run_simulation as run
 
-    The failure strikes before ``failure_row`` (inside an open window): the feed
-    stops there, the query processes every row before it, then it is killed. So
-    the same arguments lose the same rows however batches are cut or the machine
-    is loaded. An earlier run's files in ``paths`` are archived, never deleted.
-    The report is taken after the restarted query has processed the whole feed.
-    ``monitor_factory`` builds the live monitor (e.g. scheduled re-planning).
-    """
-    if not 0.0 < fail_at < 1.0:
-        raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
-    check_mode(mode)
-    fail_row = failure_row(int(np.asarray(history.values).shape[0]), spec, fail_at)
-    base = options or PipelineOptions(trigger_seconds=0.0)
-    opts = replace(base, fail_after_readings=None, available_now=False)
-    manager = PipelineManager(settings)
-    monitor = monitor_factory(manager) if monitor_factory is not None else None
-    try:
-        manager.start(
-            history,
-            spec,
-            mode,
-            paths,
-            speed=speed,
-            rows_per_file=rows_per_file,
-            options=opts,
-            monitor=monitor,
-            leftovers="archive",
-            stop_row=fail_row,
-        )
-        manager.drain(timeout)
-        manager.simulate_failure(grace_seconds=0.5)
-        manager.recover()
-        manager.feed_rest()
-        manager.drain(timeout)
-        return manager.report()
-    finally:
-        manager.close()
-
-
-def failure_row(rows: int, spec: StreamSpec, fail_at: float) -> int:
-    """The row a simulated failure strikes before: mid-slide near ``fail_at * rows``.
-
-    Half a slide past a slide boundary, so a window always has some rows
-    processed and some not (unless window = slide = 1, where none can be open).
-    """
-    step = spec.slide
-    row = (int(fail_at * rows) // step) * step + max(1, step // 2)
-    if row >= rows:
-        row -= step
-    if row <= 0 or row >= rows:
-        raise ParameterError(
-            f"fail_at {fail_at!r} leaves no open window to fail inside {rows} rows "
-            f"(slide {step}); replay more rows"
-        )
-    return row
+    return run(*args, **kwargs)

@@ -79,7 +79,8 @@ class DirectoryLock:
             who = owner.describe() if owner else "another process"
             raise PipelineError(
                 f"pipeline directory {str(self.path.parent)!r} is in use by {who}; "
-                "stop that pipeline first or use another directory"
+                "end that process (an app keeps its directory until it exits) "
+                "or use another directory"
             ) from None
         previous = read_owner(self.path)
         if previous is not None and previous.host != socket.gethostname():
@@ -122,8 +123,9 @@ class Leftovers:
     """What an earlier run left in a pipeline directory."""
 
     store: bool
-    checkpoint: bool
+    checkpoint: bool  # a non-empty checkpoint directory
     landed_files: int
+    run_marker: bool = False  # the checkpoint names its run (``RUN_FILE``)
 
     @property
     def any(self) -> bool:
@@ -131,18 +133,17 @@ class Leftovers:
 
     @property
     def resumable(self) -> bool:
-        """A checkpoint with its run marker: the streaming query can continue it."""
-        return self.checkpoint and self.store
+        """A store and a checkpoint naming its run: the streaming query can continue it."""
+        return self.run_marker and self.store
 
 
 def find_leftovers(paths: PipelinePaths) -> Leftovers:
-    ck = paths.checkpoint_dir
+    ck, landing = paths.checkpoint_dir, paths.landing_dir
     return Leftovers(
         store=paths.store_file.exists(),
-        checkpoint=(ck / RUN_FILE).exists(),
-        landed_files=sum(1 for _ in paths.landing_dir.glob("*.parquet"))
-        if paths.landing_dir.is_dir()
-        else 0,
+        checkpoint=ck.is_dir() and any(ck.iterdir()),
+        landed_files=sum(1 for _ in landing.glob("*.parquet")) if landing.is_dir() else 0,
+        run_marker=(ck / RUN_FILE).exists(),
     )
 
 
@@ -186,6 +187,35 @@ def delete_leftovers(paths: PipelinePaths) -> None:
             shutil.rmtree(part) if part.is_dir() else part.unlink()
     except OSError as err:
         raise PipelineError(f"cannot clear {str(paths.root)!r}: {err}") from err
+
+
+def prepare_directory(paths: PipelinePaths, action: str, now: Callable[[], datetime]) -> int:
+    """Deal with an earlier run's files as ``action`` says; the first history row to feed.
+
+    Called with the directory lock held, so no live process owns these files.
+    """
+    found = find_leftovers(paths)
+    if not found.any:
+        return 0
+    if action == "refuse":
+        raise PipelineError(
+            f"{str(paths.root)!r} holds an earlier run that no process owns (store: "
+            f"{found.store}, checkpoint: {found.checkpoint}, {found.landed_files} landed "
+            "file(s)): resume it (leftovers='resume'), archive it (leftovers='archive') "
+            "or delete it (leftovers='delete')"
+        )
+    if action == "archive":
+        archive_leftovers(paths, now)
+        return 0
+    if action == "delete":
+        delete_leftovers(paths)
+        return 0
+    if not found.resumable:
+        raise PipelineError(
+            f"the earlier run in {str(paths.root)!r} has no checkpoint and store to resume "
+            f"(store: {found.store}, checkpoint: {found.checkpoint}); archive it instead"
+        )
+    return next_feed_row(paths.landing_dir)
 
 
 def next_feed_row(landing: Path) -> int:

@@ -36,8 +36,8 @@ def simulate_from_cli(
     The live monitor re-plans on alerts and, with ``--horizon ROWS``, every ROWS
     stream rows; the report lists the plan versions and the rows each served."""
     from engine.stream.live import replanning_monitor
-    from engine.stream.manager import run_simulation
     from engine.stream.session import SparkSettings
+    from engine.stream.simulation import run_simulation
     from engine.stream.spec import PipelinePaths, StreamSpec
 
     split = split_for_replay(len(history.times), args.rows)

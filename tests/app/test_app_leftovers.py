@@ -20,11 +20,12 @@ pytestmark = pytest.mark.app
 class StartRecorder:
     """Stands in for ``PipelineManager``: idle, and records how ``start`` was called."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: PipelineStatus | None = None) -> None:
         self.starts: list[dict[str, Any]] = []
+        self._status = status or PipelineStatus(state="idle")
 
     def status(self) -> PipelineStatus:
-        return PipelineStatus(state="idle")
+        return self._status
 
     def start(self, *args: Any, **kwargs: Any) -> PipelineStatus:
         self.starts.append(kwargs)
@@ -84,3 +85,14 @@ def test_archive_is_offered_and_cancel_starts_nothing(app, crashed):  # type: ig
     radio.set_value(next(o for o in radio.options if o.startswith("Archive"))).run()
     app.button(key="leftovers_go").click().run()
     assert [s["leftovers"] for s in manager.starts] == ["archive"]
+
+
+def test_a_dead_pipeline_shows_its_error_and_can_be_stopped(app, monkeypatch):  # type: ignore[no-untyped-def]
+    error = "the feeder failed: [Errno 2] No such file or directory: 'landing/.tmp'"
+    manager = StartRecorder(PipelineStatus(state="error", run=0, last_error=error))
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert [e.value for e in app.error] == [error]
+    assert app.button(key="start_pipeline").disabled
+    assert not app.button(key="stop_pipeline").disabled

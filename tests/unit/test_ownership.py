@@ -234,3 +234,19 @@ def test_a_run_is_resumed_only_with_its_own_sensors_windows_and_mode(tmp_path: P
     (paths.root / "lacuna_run_spec.json").unlink()
     with pytest.raises(PipelineError, match="cannot tell what the earlier run"):
         manager.start(make_history(40), make_spec(), "full", paths, leftovers="resume")
+
+
+def test_a_checkpoint_without_its_run_marker_is_a_leftover_but_not_resumable(
+    tmp_path: Path,
+) -> None:
+    paths = PipelinePaths(tmp_path)
+    (paths.checkpoint_dir / "commits").mkdir(parents=True)
+    (paths.checkpoint_dir / "metadata").write_text("{}")
+    found = find_leftovers(paths)
+    assert found.any and found.checkpoint and not found.resumable
+    manager = PipelineManager(now=now)
+    with pytest.raises(PipelineError, match="earlier run"):
+        manager.start(make_history(40), make_spec(), "full", paths)
+    with pytest.raises(PipelineError, match="no checkpoint and store to resume"):
+        manager.start(make_history(40), make_spec(), "full", paths, leftovers="resume")
+    assert (paths.checkpoint_dir / "metadata").exists()
