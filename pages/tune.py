@@ -39,7 +39,8 @@ with panels.page_guard():
     st.subheader("What if: backup fraction (model projections, not backtested)")
     c1, c2 = st.columns(2)
     now = preview.backup_fraction
-    c1.plotly_chart(charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, now, "eps"))
+    eps_x, eps_now, eps_label = plans.eps_axis(curves, params)
+    c1.plotly_chart(charts.whatif_chart(eps_x, curves.fraction_by_eps, eps_now, now, eps_label))
     c2.plotly_chart(
         charts.whatif_chart(curves.delta, curves.fraction_by_delta, params.delta, now, "delta")
     )
