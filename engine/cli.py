@@ -253,6 +253,7 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
     """The plan summary printed by ``plan``: no per-sensor coefficients."""
     keep = ("parameters", "sensors", "backup_sensors", "guarantee", "savings", "data_fingerprint")
     out = {k: config[k] for k in keep}
+    out["validity"] = config.get("validity")
     out["n_sensors"] = len(config["sensors"])
     out["n_backup"] = len(config["backup_sensors"])
     if "written_to" in config:

@@ -36,10 +36,12 @@ with panels.page_guard():
     measured = whatif.measured_points(data, params)
     st.subheader("What if: backup fraction (model projection; diamonds: backtests)")
     c1, c2 = st.columns(2)
-    by_eps = [(m.eps, m.backup_fraction) for m in measured]
+    scale = params.eps if params.eps_by_sensor else 1.0  # the axis is a factor then
+    by_eps = [(m.eps / scale, m.backup_fraction) for m in measured]
     now = curves.now  # the shown plan's own figure: marker = headline
+    eps_x, eps_now, eps_label = plans.eps_axis(curves, params)
     c1.plotly_chart(
-        charts.whatif_chart(curves.eps, curves.fraction_by_eps, params.eps, now, "eps", by_eps)
+        charts.whatif_chart(eps_x, curves.fraction_by_eps, eps_now, now, eps_label, by_eps)
     )
     c2.plotly_chart(
         charts.whatif_chart(curves.delta, curves.fraction_by_delta, params.delta, now, "delta")

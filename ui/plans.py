@@ -203,6 +203,17 @@ def scaled_eps(base: BackupPlan, eps: float) -> BackupPlan:
     return retarget(base, eps=eps, eps_by_sensor=per)
 
 
+def eps_axis(curves: WhatIf, params: PlanParameters) -> tuple[tuple[float, ...], float, str]:
+    """x values, current x and label of the eps what-if curve.
+
+    With one eps per unit group every group's eps moves by the same factor, so the
+    axis is that factor (1 = now), not one group's eps.
+    """
+    if not params.eps_by_sensor:
+        return curves.eps, params.eps, "eps"
+    return tuple(e / params.eps for e in curves.eps), 1.0, "eps factor (all unit groups)"
+
+
 def whatif_eps(base: BackupPlan, grid: Sequence[float]) -> list[float]:
     """Model projection: backup fraction at each eps (``retarget``, no backtest).
 

@@ -50,6 +50,7 @@ UNIT_TOKENS: dict[str, str] = {
     "ms": "m/s",
     "mps": "m/s",
     "mm": "mm",
+    "km": "km",
     "hz": "Hz",
     "db": "dB",
 }
@@ -76,6 +77,7 @@ QUANTITIES: dict[str, str] = {
     "pres": "hPa",
     "humi": "%",
     "humidity": "%",
+    "hum": "%",
     "rh": "%",
     "rain": "mm",
     "precipitation": "mm",

@@ -66,3 +66,21 @@ def test_export_states_schema_v2_validity_and_group_eps(app):  # type: ignore[no
     assert "schema v2" in shown and "valid until" in shown
     preview = next(c.value for c in app.code if '"eps_by_sensor"' in c.value)
     assert '"Dongsi_PM2.5": 20.0' in preview
+
+
+def test_whatif_eps_scales_every_groups_eps() -> None:
+    from engine.data import load_history
+    from engine.planning import PlanParameters, make_plan
+    from tests.app.apphelpers import SMALL
+    from ui.plans import WhatIf, eps_axis, scaled_eps, whatif_eps
+
+    history = load_history(SMALL)
+    per = tuple((s, 1.0 if s.endswith("_TEMP") else 20.0) for s in history.sensors)
+    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=per)
+    plan = make_plan(history, params, run_backtest_now=False)
+    doubled = scaled_eps(plan, 2.0)
+    assert doubled.eps_per_sensor.tolist() == (2 * plan.eps_per_sensor).tolist()
+    fractions = whatif_eps(plan, [0.1, 1.0, 10.0])
+    assert fractions[0] > fractions[1] > fractions[2]  # not flat: every group moves
+    curves = WhatIf((0.5, 1.0, 2.0), (1.0, 0.5, 0.2), (0.05,), (0.5,), "greedy")
+    assert eps_axis(curves, params) == ((0.5, 1.0, 2.0), 1.0, "eps factor (all unit groups)")

@@ -31,6 +31,8 @@ from engine.planning import PlanParameters
         ("S5_CO2_ppm", "ppm"),
         ("airport_wind_ms", "m/s"),
         ("Dongsi_RAIN", "mm"),
+        ("hum_r07", "%"),
+        ("airport_visibility_km", "km"),
         ("s07", "unknown:s"),
         ("Zone_1_Power_Consumption", "unknown:Consumption"),
         ("S6_PIR_motion_01", "unknown:motion"),

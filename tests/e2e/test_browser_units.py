@@ -1,0 +1,46 @@
+"""One eps per unit group in a real browser, on the mixed-unit sample (degC and ug/m3)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.harness import open_page, wait_idle
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (1024, 768)])
+def test_group_eps_on_all_sample_sensors(  # type: ignore[no-untyped-def]
+    browser, app_url, shots_dir, width, height
+):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(app_url)
+        page.get_by_text("Sensors to plan for").wait_for(timeout=60_000)
+        page.get_by_role("button", name="all", exact=True).click()
+        wait_idle(page)
+        open_page(page, "Tune")
+        box = page.get_by_role("spinbutton", name="eps for ug/m3 (12 sensors)")
+        box.wait_for(timeout=60_000)
+        assert page.get_by_role("spinbutton", name="eps for degC (24 sensors)").is_visible()
+        assert page.get_by_role("spinbutton", name="eps: set per unit below").is_disabled()
+        box.fill("20")
+        box.press("Enter")
+        page.get_by_text(re.compile(r"eps degC [0-9.]+, ug/m3 20, delta")).first.wait_for(
+            timeout=120_000
+        )
+        wait_idle(page, 120_000)
+        page.screenshot(path=str(shots_dir / f"tune_units_{width}.png"))
+        page.get_by_text("One eps per unit group").click()
+        page.get_by_text(re.compile("Mixed units: the sensors have 2 units")).wait_for(
+            timeout=120_000
+        )
+        assert page.get_by_role(
+            "spinbutton", name="eps: tolerance (unit of the aggregate)"
+        ).is_enabled()
+        wait_idle(page, 120_000)
+        page.screenshot(path=str(shots_dir / f"tune_one_eps_{width}.png"))
+    finally:
+        page.close()
