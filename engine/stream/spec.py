@@ -454,9 +454,6 @@ class StatusBoard:
             self._status = replace(
                 self._status,
                 shadow_by_version=by_version,
-            )
-            self._status = replace(
-                self._status,
                 shadow_windows=self._status.shadow_windows + len(errors),
                 shadow_violations=counts,
                 shadow_violation_rate=(

@@ -99,3 +99,27 @@ def test_each_row_is_rebuilt_with_the_version_that_governed_it() -> None:
     # Without the ranges the newest whole map would rebuild every row: not the reference.
     plain = reconstruct_frame(frame, maps, {"a": "b0", "c": "b1"}, outputs)
     assert plain["map"].tolist() == [0] * 20
+
+
+def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None:
+    """Reference: NumPy counts of errors above eps over each version's windows and all."""
+    from engine.stream.spec import StatusBoard
+
+    rng = np.random.default_rng(5)
+    errors = np.abs(rng.normal(0.0, 0.5, size=(30, 4)))
+    board = StatusBoard(lambda: T0)
+    board.record_shadow(errors[:12], SENSORS, ("b", "c"), 0.5, version=0)
+    board.record_shadow(errors[12:], SENSORS, ("c", "d"), 0.5, version=1)
+    status = board.snapshot()
+    miss = errors > 0.5
+    v0, v1 = miss[:12][:, [1, 2]], miss[12:][:, [2, 3]]
+    assert (
+        status.shadow_by_version[0]["misses"] == v0.sum()
+        and status.shadow_by_version[0]["pairs"] == v0.size
+    )
+    assert status.shadow_by_version[1]["worst_rate"] == pytest.approx(v1.mean(axis=0).max())
+    assert status.shadow_windows == 30  # overall: the second version reset nothing
+    assert status.shadow_violation_rate == pytest.approx(
+        (v0.sum() + v1.sum()) / (v0.size + v1.size)
+    )
+    assert status.shadow_violations["c"] == miss[:, 2].sum()
