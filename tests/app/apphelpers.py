@@ -24,14 +24,14 @@ def metric(at: AppTest, label: str) -> str:
 
 
 def settle(at: AppTest, timeout: float = 300.0) -> AppTest:
-    """Let the page's background jobs (backtests, what-ifs, recovery) finish, then rerun it:
-    what the polling fragment does in a browser."""
+    """Let the page's background jobs (backtests, what-ifs, recovery) finish and rerun
+    the page until no job is left running: what the polling fragment does in a browser."""
     from ui.jobs import get_runner
 
-    for _ in range(5):
-        runner = get_runner()
-        if not runner.running():
-            break
+    runner = get_runner()
+    for _ in range(6):
         assert runner.wait_all(timeout), "a background job did not finish in time"
         at.run()
+        if not runner.running():
+            break
     return at

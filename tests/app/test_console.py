@@ -17,7 +17,7 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
-from ui import dashboard, disorder, exporting, graph, resources, shell
+from ui import charts, dashboard, disorder, exporting, graph, panels, plans, resources, shell
 from ui.fleet import FleetSpec, fleet_table
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
@@ -273,3 +273,35 @@ def test_the_shown_recover_command_works_outside_the_repository(app, tmp_path): 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 720
     assert (tmp_path / "all_sensors.csv").exists()
+
+
+def test_a_tumbling_window_stays_tumbling_when_the_window_changes(app):  # type: ignore[no-untyped-def]
+    app.switch_page("pages/tune.py").run()
+    assert app.session_state["params"].slide is None
+    app.number_input(key="w_window").set_value(48).run()
+    assert app.number_input(key="w_slide").value == 48
+    assert app.session_state["params"].window == 48 and app.session_state["params"].slide is None
+    app.number_input(key="w_slide").set_value(12).run()  # now sliding: it stays sliding
+    app.number_input(key="w_window").set_value(36).run()
+    assert app.session_state["params"].slide == 12
+
+
+def test_paper_method_on_many_sensors_warns_first_and_never_drives_the_curves(app, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(panels, "PAPER_WARN_N", 4)  # the small sample has 6 sensors chosen
+    app.switch_page("pages/tune.py").run()
+    app.selectbox(key="w_method").set_value("paper").run()
+    assert any("paper" in w.value and "minutes" in w.value for w in app.warning)
+    assert not app.get("plotly_chart")  # nothing ran yet
+    settle(app.button(key="confirm_paper").click().run())
+    assert not app.exception and not app.error
+    assert "paper" in texts(app) and app.get("plotly_chart")
+    data, params = app.session_state["_planning_data"], app.session_state["params"]
+    plan = plans.preview_plan(data, params, resources.plan_cache())
+    curves = plans.whatif_curves(data, plan, resources.plan_cache())
+    assert plan.parameters.method == "paper" and curves.method == "greedy"
+    assert curves.now == plan.backup_fraction
+
+
+def test_log_axis_ticks_are_one_two_five() -> None:
+    assert charts.log_ticks(0.125, 8.0) == [0.2, 0.5, 1.0, 2.0, 5.0]
+    assert charts.log_ticks(0.001, 0.3) == [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
