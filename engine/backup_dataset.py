@@ -35,7 +35,12 @@ def local_path(uri: str | Path) -> Path:
     text = str(uri)
     parsed = urlparse(text)
     if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # "C:" is a drive, not a scheme
-        return Path(unquote(parsed.path) if parsed.scheme == "file" else text)
+        if parsed.scheme != "file":
+            return Path(text)
+        # Hadoop (so Spark) takes a file: URI's path literally ("a%20b" is a directory
+        # named so); a percent-encoded URI of an existing directory is decoded.
+        raw = Path(parsed.path)
+        return raw if raw.exists() else Path(unquote(parsed.path))
     raise DataError(
         f"recover reads local or mounted paths; copy or mount {text!r} first "
         f"(scheme {parsed.scheme!r})"
