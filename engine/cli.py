@@ -1,4 +1,4 @@
-"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder.
+"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder, run.
 
 JSON on stdout. Bad input or parameters: one line on stderr and exit code 2,
 never a traceback. Progress of long work goes to stderr: on a terminal one
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from engine.errors import EngineError, ParameterError
+from engine.stream.job import add_run_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.data.history import SensorHistory
@@ -78,8 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
     rec = sub.add_parser("recover", help="rebuild all sensors from a config and the backup")
     rec.add_argument("--config", required=True)
-    rec.add_argument("--backup", required=True, help="file with the backup sensors' columns")
+    rec.add_argument(
+        "--backup", required=True, help="file with the backup sensors' columns, or the job's backup"
+    )
     rec.add_argument("--out", required=True, help="CSV or Parquet to write all sensors to")
+    rec.add_argument("--from", dest="start", default=None, help="ISO time (inclusive, UTC)")
+    rec.add_argument("--to", dest="end", default=None, help="ISO time (exclusive, UTC)")
+    run = sub.add_parser("run", help="the production Spark job (backup, windows, shadow check)")
+    add_run_flags(run)
     sim = sub.add_parser("simulate", help="live Spark pipeline with one failure and recovery")
     _add_plan_flags(sim)
     sim.add_argument("--mode", default="approx", help="approx, full or none")
@@ -282,12 +289,21 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.export.recover import recover_file
+    from engine.export.recover import is_backup_dataset, recover_dataset, recover_file
 
-    result = recover_file(args.config, args.backup, args.out)
+    if args.start or args.end or is_backup_dataset(args.backup):
+        result: Any = recover_dataset(args.config, args.backup, args.out, args.start, args.end)
+    else:
+        result = recover_file(args.config, args.backup, args.out)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return result.to_dict()
+
+
+def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.stream.job import run_from_args
+
+    return run_from_args(args)
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -328,6 +344,7 @@ COMMANDS = {
     "recover": cmd_recover,
     "simulate": cmd_simulate,
     "disorder": cmd_disorder,
+    "run": cmd_run,
 }
 
 

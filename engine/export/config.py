@@ -26,6 +26,13 @@ import yaml
 from engine.data.units import sensor_units
 from engine.errors import ConfigError
 from engine.export.guard import check_plain_values, parse_config_text, read_config_text
+from engine.export.snippets import (
+    ProductionPaths,
+    checkpoint_minutes,
+    flink_config,
+    run_command,
+    spark_script,
+)
 from engine.model.linear import LinearMap
 from engine.planning.plan import BackupPlan
 
@@ -122,7 +129,9 @@ def plan_to_config(
         "guarantee": _guarantee(plan),
         "savings": plan.savings().to_dict(),
         "production": production_snippets(
-            plan.backup_sensors, p.effective_slide * plan.sampling_interval_s
+            plan.backup_sensors,
+            p.effective_slide * plan.sampling_interval_s,
+            sampling_interval_s=plan.sampling_interval_s,
         ),
         "validity": validity(plan),
     }
@@ -154,33 +163,26 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
 
 
 def production_snippets(
-    backup_sensors: tuple[str, ...], checkpoint_interval_s: float
+    backup_sensors: tuple[str, ...],
+    checkpoint_interval_s: float,
+    paths: ProductionPaths | None = None,
+    sampling_interval_s: float = 3600.0,
+    flink_minutes: int | None = None,
 ) -> dict[str, Any]:
-    """Ready-to-paste Spark filter and Flink checkpoint keys."""
-    names = ", ".join(repr(s) for s in backup_sensors)
-    spark = (
-        "from pyspark.sql import functions as F\n"
-        f"BACKUP_SENSORS = [{names}]\n"
-        "# persist only the readings Lacuna cannot rebuild\n"
-        'backup = readings.filter(F.col("sensor").isin(BACKUP_SENSORS))\n'
-        '(backup.writeStream.format("parquet")\n'
-        '    .option("path", "/var/lib/lacuna/backup")\n'
-        '    .option("checkpointLocation", "/var/lib/lacuna/backup/_checkpoint")\n'
-        "    .start())\n"
-    )
-    interval = max(1, round(checkpoint_interval_s))
-    flink = {
-        "execution.checkpointing.interval": f"{interval}s",
-        "execution.checkpointing.mode": "EXACTLY_ONCE",
-        "execution.checkpointing.dir": "file:///var/lib/lacuna/checkpoints",
-        "state.backend.type": "rocksdb",
-        "state.backend.incremental": True,
-        "lacuna.backup.sensors": list(backup_sensors),
-    }
+    """The run command, a runnable PySpark backup script and Flink 2.x checkpoint keys.
+
+    ``checkpoint_interval_s`` is the slide in seconds; the Flink interval is
+    derived from it in minutes (``engine.export.snippets.checkpoint_minutes``) unless
+    ``flink_minutes`` is given.
+    """
+    paths = paths or ProductionPaths()
+    minutes = checkpoint_minutes(checkpoint_interval_s, flink_minutes)
+    flink, flink_yaml = flink_config(tuple(backup_sensors), paths, minutes)
     return {
-        "spark_filter": spark,
+        "run_command": run_command(paths),
+        "spark_filter": spark_script(tuple(backup_sensors), paths, sampling_interval_s),
         "flink_config": flink,
-        "flink_config_yaml": yaml.safe_dump(flink),
+        "flink_config_yaml": flink_yaml,
     }
 
 

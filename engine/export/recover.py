@@ -66,9 +66,7 @@ def recover_file(
     (``engine.data.names``); Parquet keeps them exact.
     """
     config = load_config(config_path)
-    out = Path(out_path)
-    if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise DataError(f"{out.name}: output must end in .csv or .parquet")
+    out = _check_out(out_path)
     history = load_history(backup_path, LoadOptions(min_rows=2))
     columns = {s: _column_of(s, history.sensors) for s in config.backup_sensors}
     missing = [s for s, column in columns.items() if column is None]
@@ -87,16 +85,7 @@ def recover_file(
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         values = lm.apply(backup)
     _check_finite(values, lm.sensors)
-    csv = out.suffix.lower() == ".csv"
-    frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) if csv else s for s in lm.sensors])
-    frame.insert(0, "time", history.times)
-    try:
-        if csv:
-            frame.to_csv(out, index=False)
-        else:
-            frame.to_parquet(out, index=False)
-    except OSError as err:
-        raise DataError(f"cannot write {out}: {err.strerror or err}") from err
+    frame = _write(values, history.times, lm.sensors, out)
     return RecoverResult(
         rows=len(frame),
         sensors=len(lm.sensors),
@@ -137,3 +126,103 @@ def validity_warning(config: BackupConfig, first: np.datetime64, last: np.dateti
         f"the backup spans {span}, outside the plan's validity {v['fit_end']}..{v['valid_until']}; "
         "the plan's guarantee was measured only for that period, so re-plan on recent data"
     )
+
+
+@dataclass(frozen=True)
+class RangeRecoverResult:
+    """What ``recover_dataset`` did."""
+
+    rows: int
+    sensors: int
+    backup_sensors: int
+    rebuilt_sensors: int
+    backup_readings: int
+    incomplete_rows_dropped: int  # time steps lacking a backup sensor's reading
+    plan_versions: tuple[int, ...]
+    start: str | None
+    end: str | None
+    out: str
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def is_backup_dataset(backup: str | Path) -> bool:
+    """A directory (or ``file:`` URI of one) is the production job's Parquet backup dataset."""
+    from engine.export.backup_dataset import is_dataset
+
+    return is_dataset(backup)
+
+
+def recover_dataset(
+    config_path: str | Path,
+    backup: str | Path,
+    out_path: str | Path,
+    start: str | None = None,
+    end: str | None = None,
+) -> RangeRecoverResult:
+    """Rebuild every sensor over ``[start, end)`` from the job's backup dataset.
+
+    Reads only the partitions of the range (DuckDB, no Spark). Output is wide:
+    ``time`` and one column per sensor, one row per time step holding every
+    backup sensor.
+    """
+    from engine.export.backup_dataset import TimeRange, read_backup
+
+    config = load_config(config_path)
+    out = _check_out(out_path)
+    span = TimeRange.parse(start, end)
+    long = read_backup(backup, span)
+    lm = config.linear_map()
+    wide = long.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
+    missing = [s for s in lm.backup if s not in wide.columns]
+    if missing and len(long):
+        raise ConfigError(
+            f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
+            "named in the config"
+        )
+    wide = wide.reindex(columns=list(lm.backup))
+    complete = wide.dropna()
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
+        values = lm.apply(complete.to_numpy(dtype=float).reshape(len(complete), len(lm.backup)))
+    _check_finite(values, lm.sensors)
+    times = complete.index.to_numpy()
+    frame = _write(values, times, lm.sensors, out)
+    return RangeRecoverResult(
+        rows=len(frame),
+        sensors=len(lm.sensors),
+        backup_sensors=len(lm.backup),
+        rebuilt_sensors=len(lm.targets),
+        backup_readings=len(long),
+        incomplete_rows_dropped=len(wide) - len(complete),
+        plan_versions=tuple(sorted(int(v) for v in long["plan_version"].unique())),
+        start=None if span.start is None else span.start.isoformat(),
+        end=None if span.end is None else span.end.isoformat(),
+        out=str(out),
+        warnings=_warnings(config, np.asarray(times, dtype="datetime64[ns]")),
+    )
+
+
+def _check_out(out_path: str | Path) -> Path:
+    out = Path(out_path)
+    if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise DataError(f"{out.name}: output must end in .csv or .parquet")
+    return out
+
+
+def _write(
+    values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out: Path
+) -> pd.DataFrame:
+    """Write ``time`` + one column per sensor; CSV names are quoted against formulas."""
+    csv = out.suffix.lower() == ".csv"
+    frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) if csv else s for s in sensors])
+    frame.insert(0, "time", times)
+    try:
+        if csv:
+            frame.to_csv(out, index=False)
+        else:
+            frame.to_parquet(out, index=False)
+    except OSError as err:
+        raise DataError(f"cannot write {out}: {err.strerror or err}") from err
+    return frame

@@ -1,0 +1,183 @@
+"""Read the production job's backup (a Parquet dataset written by Spark) with DuckDB.
+
+No Spark needed. Exactly once: when the directory has Spark's file-sink log
+(``_spark_metadata``), only the files it committed are read, so part files of
+an attempt that failed before its commit are never counted. Without the log
+every ``*.parquet`` under the directory is read, skipping names that start with
+``_`` or ``.`` (as Spark and Hive do).
+
+The directory is taken exactly as named: the files are listed here, never
+through a glob, so ``[ ] * ?`` in a path are ordinary characters. A time range
+reads only the files of its ``date`` (and ``hour``) partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as pads
+
+from engine.errors import DataError
+
+META_DIR = "_spark_metadata"
+TIME = "CAST(event_time AS TIMESTAMP)"
+
+
+def local_path(uri: str | Path) -> Path:
+    """A local path from a plain path or a ``file:`` URI; other schemes are a ``DataError``."""
+    text = str(uri)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # "C:" is a drive, not a scheme
+        if parsed.scheme != "file":
+            return Path(text)
+        # Hadoop (so Spark) takes a file: URI's path literally ("a%20b" is a directory
+        # named so); a percent-encoded URI of an existing directory is decoded.
+        raw = Path(parsed.path)
+        return raw if raw.exists() else Path(unquote(parsed.path))
+    raise DataError(
+        f"recover reads local or mounted paths; copy or mount {text!r} first "
+        f"(scheme {parsed.scheme!r})"
+    )
+
+
+def is_dataset(uri: str | Path) -> bool:
+    return local_path(uri).is_dir()
+
+
+def committed_files(root: Path) -> list[Path]:
+    """The Parquet files of the dataset at ``root`` (see the module docstring)."""
+    meta = root / META_DIR
+    if meta.is_dir():
+        return _logged_files(root, meta)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(".parquet")]
+    return found
+
+
+def _logged_files(root: Path, meta: Path) -> list[Path]:
+    """Files added (and not deleted) by the batches of Spark's file-sink log."""
+    entries = {}
+    for f in meta.iterdir():
+        stem = f.name.removesuffix(".compact")
+        if stem.isdigit() and not f.name.startswith("."):
+            entries[int(stem)] = f
+    compacts = [b for b, f in entries.items() if f.name.endswith(".compact")]
+    first = max(compacts, default=0)
+    live: dict[str, Path] = {}
+    for batch in sorted(b for b in entries if b >= first):
+        for line in entries[batch].read_text().splitlines()[1:]:
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            path = _relocated(root, item["path"])
+            if item.get("action", "add") == "delete":
+                live.pop(str(path), None)
+            else:
+                live[str(path)] = path
+    return sorted(live.values())
+
+
+def _relocated(root: Path, uri: str) -> Path:
+    """The logged file under ``root``: keep its partition directories and name.
+
+    The log holds absolute URIs from when it was written; the dataset may since
+    have been copied or mounted elsewhere.
+    """
+    parts = Path(unquote(urlparse(uri).path)).parts
+    tail = [parts[-1]]
+    for part in reversed(parts[:-1]):
+        if "=" not in part:
+            break
+        tail.insert(0, part)
+    return root.joinpath(*tail)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """``[start, end)`` in UTC; ``None`` is open."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.start and self.end and self.end <= self.start:
+            raise DataError(f"--to must be after --from, got {self.start} and {self.end}")
+
+    @classmethod
+    def parse(cls, start: str | None, end: str | None) -> TimeRange:
+        return cls(_parse_time(start, "--from"), _parse_time(end, "--to"))
+
+    def keeps(self, partition: dict[str, str]) -> bool:
+        """Whether a file of this ``date``/``hour`` partition can hold readings in range."""
+        if "date" not in partition:
+            return True
+        lo = datetime.fromisoformat(partition["date"]).replace(tzinfo=UTC)
+        span = timedelta(days=1)
+        if "hour" in partition:
+            lo, span = lo + timedelta(hours=int(partition["hour"])), timedelta(hours=1)
+        return (self.end is None or lo < self.end) and (
+            self.start is None or lo + span > self.start
+        )
+
+
+def _parse_time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DataError(f"{flag} must be an ISO time like 2014-03-01T00:00, got {text!r}") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _partition_of(root: Path, file: Path) -> dict[str, str]:
+    rel = file.relative_to(root).parts[:-1]
+    return dict(p.split("=", 1) for p in rel if "=" in p)
+
+
+def read_backup(uri: str | Path, span: TimeRange | None = None) -> pd.DataFrame:
+    """Long backup rows ``event_time, sensor, value, plan_version`` in ``span``, time ordered.
+
+    ``event_time`` is a naive UTC timestamp.
+    """
+    root = local_path(uri)
+    if not root.is_dir():
+        raise DataError(f"backup dataset {str(root)!r} is not a directory")
+    span = span or TimeRange()
+    files = [f for f in committed_files(root) if span.keeps(_partition_of(root, f))]
+    if not files:
+        return pd.DataFrame(columns=["event_time", "sensor", "value", "plan_version"])
+    dataset = pads.dataset(
+        [str(f) for f in files], format="parquet", partitioning="hive", partition_base_dir=str(root)
+    )
+    where, args = _where(span)
+    con = duckdb.connect()
+    # Spark writes INT96 (read as naive UTC) or TIMESTAMP_MICROS (UTC-adjusted): in a
+    # UTC session both cast to the same naive UTC timestamp.
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("backup", dataset)
+    sql = (
+        f"SELECT {TIME} AS event_time, sensor, value, plan_version "
+        f"FROM backup {where} ORDER BY event_time, sensor"
+    )
+    return con.execute(sql, args).df()
+
+
+def _where(span: TimeRange) -> tuple[str, list[datetime]]:
+    clauses, args = [], []
+    if span.start is not None:
+        clauses.append(f"{TIME} >= ?")
+        args.append(span.start.replace(tzinfo=None))
+    if span.end is not None:
+        clauses.append(f"{TIME} < ?")
+        args.append(span.end.replace(tzinfo=None))
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args

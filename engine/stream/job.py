@@ -1,0 +1,256 @@
+"""The production job: ``python -m engine run`` or ``spark-submit engine/stream/job.py``.
+
+Two streaming queries over the landing directory (Parquet files with
+``event_time, sensor, value``; extra columns such as ``seq`` are ignored):
+
+* ``lacuna_backup``: the backup sensors' readings through Spark's Parquet
+  file sink into ``--backup`` (exactly once through its metadata log);
+* ``lacuna_windows``: event-time windows with a watermark, then per
+  micro-batch the shadow check (what recovery from the backup would give)
+  written as Parquet results and JSON-line metrics next to the backup.
+
+Both resume from ``--checkpoint``. SIGTERM stops the queries and exits 0.
+Metrics go to stderr as JSON lines; the final report to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from engine.errors import EngineError, ParameterError, PipelineError
+
+PROGRESS_KEYS = ("batchId", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What one run of the job needs besides the plan."""
+
+    source: str
+    backup: str
+    checkpoint: str
+    master: str | None = None
+    available_now: bool = False
+    watermark_s: float = 0.0
+    plan_version: int = 1
+    trigger_s: float = 1.0
+    max_files_per_trigger: int | None = None
+    shuffle_partitions: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("source", "backup", "checkpoint"):
+            if not str(getattr(self, name)).strip():
+                raise ParameterError(f"--{name} must not be empty, got {getattr(self, name)!r}")
+        if not self.watermark_s >= 0:
+            raise ParameterError(f"--watermark must be >= 0 seconds, got {self.watermark_s!r}")
+        if not self.trigger_s > 0:
+            raise ParameterError(f"--trigger must be > 0 seconds, got {self.trigger_s!r}")
+        if self.plan_version < 1:
+            raise ParameterError(f"--plan-version must be >= 1, got {self.plan_version!r}")
+        if self.max_files_per_trigger is not None and self.max_files_per_trigger < 1:
+            raise ParameterError(
+                f"--max-files-per-trigger must be >= 1, got {self.max_files_per_trigger!r}"
+            )
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What a run did (totals over this process's micro-batches)."""
+
+    stopped_by: str  # "available_now" (all landed files done) or "signal"
+    backup_batches: int
+    window_batches: int
+    input_rows: int
+    windows: int
+    rebuilt_pairs: int
+    misses: int
+    seconds: float
+    backup: str
+    results: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def log_json(record: dict[str, Any]) -> None:
+    print(json.dumps(record, default=str), file=sys.stderr, flush=True)
+
+
+def read_landing(spark: Any, settings: JobSettings) -> Any:
+    from engine.stream.transforms import READING_SCHEMA
+
+    reader = spark.readStream.schema(READING_SCHEMA)
+    if settings.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
+    return reader.parquet(settings.source)
+
+
+def run_job(
+    spark: Any,
+    config: Any,
+    settings: JobSettings,
+    stop: threading.Event,
+    log: Callable[[dict[str, Any]], None] = log_json,
+    now: Callable[[], float] = time.time,
+) -> JobReport:
+    """Run both queries until all landed files are done (``available_now``) or ``stop``.
+
+    ``config`` is an ``engine.export.BackupConfig``.
+    """
+    from engine.stream.sink import ShadowWriter, SinkPaths, start_backup_query, start_window_query
+    from engine.stream.transforms import WindowSpec, partition_columns
+
+    started = now()
+    # Parquet's standard UTC timestamps instead of Spark's legacy INT96: any reader agrees.
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    params = config.parameters
+    spec = WindowSpec.from_parameters(params, settings.watermark_s)
+    paths = SinkPaths(settings.backup, settings.checkpoint)
+    trigger = (settings.available_now, settings.trigger_s)
+    writer = ShadowWriter(
+        spark, config.linear_map(), spec, paths, settings.plan_version, log, now=now
+    )
+    readings = read_landing(spark, settings)
+    partitions = partition_columns(float(params["sampling_interval_s"]))
+    queries = [
+        start_backup_query(
+            readings, paths, config.backup_sensors, settings.plan_version, partitions, trigger
+        ),
+        start_window_query(readings, writer, paths, trigger),
+    ]
+    counts = _watch(queries, stop, log)
+    return JobReport(
+        stopped_by="signal" if stop.is_set() else "available_now",
+        backup_batches=counts["lacuna_backup"][0],
+        window_batches=counts["lacuna_windows"][0],
+        input_rows=counts["lacuna_windows"][1],
+        windows=writer.totals["windows"],
+        rebuilt_pairs=writer.totals["pairs"],
+        misses=writer.totals["misses"],
+        seconds=round(now() - started, 3),
+        backup=paths.backup,
+        results=paths.results,
+    )
+
+
+def _watch(
+    queries: list[Any], stop: threading.Event, log: Callable[[dict[str, Any]], None]
+) -> dict[str, list[int]]:
+    """Log each new progress; stop every query on ``stop``; raise if one failed."""
+    counts = {q.name: [0, 0] for q in queries}
+    seen: dict[str, int] = {}
+    try:
+        while any(q.isActive for q in queries) and not stop.is_set():
+            for q in queries:
+                q.awaitTermination(0.2)
+                _log_progress(q, seen, counts, log)
+    finally:
+        for q in queries:
+            q.stop()
+    for q in queries:
+        _log_progress(q, seen, counts, log)
+        err = q.exception()
+        if err is not None:
+            raise PipelineError(f"query {q.name} failed: {str(err).splitlines()[0]}")
+    return counts
+
+
+def _log_progress(
+    q: Any, seen: dict[str, int], counts: dict[str, list[int]], log: Callable[[dict], None]
+) -> None:
+    for progress in q.recentProgress:
+        batch = int(progress["batchId"])
+        if batch <= seen.get(q.name, -1):
+            continue
+        seen[q.name] = batch
+        counts[q.name][0] += 1
+        counts[q.name][1] += int(progress.get("numInputRows") or 0)
+        record = {k: progress.get(k) for k in PROGRESS_KEYS}
+        log({"event": "progress", "query": q.name, **record})
+
+
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """SIGTERM (and SIGINT) ask the job to stop its queries cleanly."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        log_json({"event": "signal", "signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="exported backup config (.json/.yaml)")
+    p.add_argument("--source", required=True, help="landing directory of Parquet readings")
+    p.add_argument("--backup", required=True, help="backup dataset URI (file://, hdfs://, s3a://)")
+    p.add_argument("--checkpoint", required=True, help="checkpoint URI (durable)")
+    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument("--available-now", action="store_true", help="process what landed, then stop")
+    p.add_argument("--watermark", type=float, default=0.0, help="allowed lateness, seconds")
+    p.add_argument("--plan-version", type=int, default=1)
+    p.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval, seconds")
+    p.add_argument("--max-files-per-trigger", type=int, default=None)
+
+
+def settings_from_args(args: argparse.Namespace) -> JobSettings:
+    return JobSettings(
+        source=args.source,
+        backup=args.backup,
+        checkpoint=args.checkpoint,
+        master=args.master,
+        available_now=args.available_now,
+        watermark_s=args.watermark,
+        plan_version=args.plan_version,
+        trigger_s=args.trigger,
+        max_files_per_trigger=args.max_files_per_trigger,
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the plan, build the session, run until done or SIGTERM."""
+    from engine.export import load_config
+    from engine.stream.session import SparkSettings, get_spark
+
+    settings = settings_from_args(args)
+    config = load_config(args.config)
+    spark = get_spark(
+        SparkSettings(
+            master=settings.master,
+            app_name="lacuna-job",
+            shuffle_partitions=settings.shuffle_partitions,
+        )
+    )
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    return run_job(spark, config, settings, stop).to_dict()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``spark-submit engine/stream/job.py --config ... --source ...``."""
+    parser = argparse.ArgumentParser(prog="lacuna-job", description=__doc__)
+    add_run_flags(parser)
+    args = parser.parse_args(argv)
+    try:
+        report = run_from_args(args)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

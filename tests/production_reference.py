@@ -1,0 +1,186 @@
+"""Shared by the production-job tests: a plan config, a landing directory, and a
+pure-Python reference of what the job must produce on the same data.
+
+The reference takes a different route from the job on purpose: it rebuilds every
+reading with the linear map and aggregates the rebuilt readings per window
+(plain loops over epoch-aligned windows), while the job aggregates first and
+combines aggregates (avg/sum) or runs ``applyInPandas`` (max/min).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.model import LinearMap
+from tests.helpers import fit_map
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data" / "beijing_aq_small.csv"
+SENSORS = (
+    "Aotizhongxin_TEMP",
+    "Changping_TEMP",
+    "Dongsi_TEMP",
+    "Aotizhongxin_PM2.5",
+    "Changping_PM2.5",
+    "Dongsi_PM2.5",
+)
+BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
+
+
+@dataclass(frozen=True)
+class Rows:
+    times: np.ndarray
+    values: np.ndarray
+    sensors: tuple[str, ...]
+
+
+def sample_rows(n_rows: int = 96) -> Rows:
+    from engine.data import load_history
+
+    full = load_history(SAMPLE)
+    return Rows(full.times[:n_rows], full.select(SENSORS).values[:n_rows], SENSORS)
+
+
+def write_config(
+    path: Path,
+    rows: Rows,
+    backup: tuple[str, ...] = BACKUP,
+    window: int = 8,
+    slide: int = 4,
+    aggregate: str = "avg",
+    eps: float = 1.0,
+) -> dict[str, Any]:
+    """A schema-v1 config whose map is a least-squares fit (valid for ``load_config``)."""
+    from engine.export import production_snippets, validate_config
+
+    lm = fit_map(rows.values, rows.sensors, backup)
+    config = {
+        "schema_version": 1,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "data_fingerprint": "sha256:" + "0" * 64,
+        "parameters": {
+            "eps": eps,
+            "delta": 0.05,
+            "window": window,
+            "slide": slide,
+            "aggregate": aggregate,
+            "sampling_interval_s": 3600.0,
+        },
+        "sensors": list(rows.sensors),
+        "backup_sensors": list(backup),
+        "reconstruction": {
+            t: {
+                "intercept": float(lm.intercept[i]),
+                "coefficients": {b: float(lm.coef[i, j]) for j, b in enumerate(backup)},
+                "conditional_variance": float(lm.conditional_variance[i]),
+            }
+            for i, t in enumerate(lm.targets)
+        },
+        "guarantee": {
+            "method": "greedy",
+            "calibration": {"method": "none", "reason": "test map: least squares"},
+            "history_rows": len(rows.times),
+            "model": {"worst_violation_probability": None, "note": "test", "repair": None},
+            "backtest": None,
+            "verdict": "not measured",
+            "backtest_note": "not run",
+        },
+        "savings": _savings(len(backup), len(rows.sensors)),
+        "production": production_snippets(backup, slide * 3600.0),
+    }
+    validate_config(config)
+    path.write_text(json.dumps(config))
+    return config
+
+
+def _savings(m: int, n: int) -> dict[str, float]:
+    full, kept = 24.0 * n, 24.0 * m
+    return {
+        "readings_per_day_full": full,
+        "readings_per_day_backup": kept,
+        "readings_per_day_saved": full - kept,
+        "bytes_per_reading": 16.0,
+        "bytes_per_day_full": 16 * full,
+        "bytes_per_day_backup": 16 * kept,
+        "bytes_per_day_saved": 16 * (full - kept),
+        "fraction_saved": 1 - m / n,
+    }
+
+
+def feed(
+    rows: Rows, landing: Path, rows_per_file: int = 12, start: int = 0, stop: int | None = None
+):
+    from engine.stream.feeder import Feeder, FeedOptions
+
+    options = FeedOptions(rows_per_file=rows_per_file, start_row=start, stop_row=stop)
+    return Feeder(rows, rows.sensors, landing, None, options).run()
+
+
+def long_readings(rows: Rows) -> pd.DataFrame:
+    t, n = rows.values.shape
+    return pd.DataFrame(
+        {
+            "event_time": np.repeat(rows.times, n),
+            "sensor": np.tile(np.asarray(rows.sensors, dtype=object), t),
+            "value": rows.values.reshape(-1),
+        }
+    )
+
+
+def reference_results(
+    rows: Rows,
+    lm: LinearMap,
+    window_s: float,
+    slide_s: float,
+    aggregate: str,
+    eps: float,
+    watermark_s: float = 0.0,
+) -> pd.DataFrame:
+    """Every (window, sensor) the job must emit, with true and rebuilt aggregates."""
+    rebuilt = lm.apply(rows.values[:, [rows.sensors.index(b) for b in lm.backup]])
+    seconds = rows.times.astype("datetime64[s]").astype(np.int64)
+    horizon = seconds.max() - watermark_s  # Spark emits a window once its end <= watermark
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(seconds):
+        k = math.floor(t / slide_s)
+        while k * slide_s > t - window_s:
+            members[int(k * slide_s)].append(i)
+            k -= 1
+    out = []
+    for start, idx in sorted(members.items()):
+        if start + window_s > horizon:
+            continue
+        for j, sensor in enumerate(rows.sensors):
+            true, rec = _agg(rows.values[idx, j], aggregate), _agg(rebuilt[idx, j], aggregate)
+            out.append((start, start + window_s, sensor, len(idx), true, rec))
+    frame = pd.DataFrame(out, columns=["start_s", "end_s", "sensor", "n", "value", "rebuilt"])
+    frame["error"] = frame["rebuilt"] - frame["value"]
+    frame["miss"] = frame["error"].abs() > eps
+    return frame
+
+
+def _agg(values: np.ndarray, aggregate: str) -> float:
+    return float({"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}[aggregate](values))
+
+
+def read_results(backup: Path) -> pd.DataFrame:
+    """The job's results, read back with DuckDB as an operator would."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    pattern = str(backup / "_lacuna" / "results" / "*" / "*.parquet")
+    frame = con.execute(
+        "SELECT epoch(window_start)::BIGINT AS start_s, epoch(window_end)::BIGINT AS end_s, "
+        "sensor, n, value, rebuilt, error, miss, backed_up, plan_version, batch_id "
+        f"FROM read_parquet('{pattern}', hive_partitioning = true) ORDER BY start_s, sensor"
+    ).df()
+    return frame
