@@ -49,6 +49,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -66,7 +67,7 @@ from engine.cli import main as cli_main
 from engine.data import load_history
 
 # ../shared/datasets beside the checkout (as the other benchmarks); a worktree one level deeper.
-DATASETS = next(
+DATASETS = Path(os.environ["LACUNA_DATASETS"]) if "LACUNA_DATASETS" in os.environ else next(
     (p / "shared" / "datasets" for p in Path(__file__).resolve().parents[2:4]
      if (p / "shared" / "datasets").is_dir()),
     Path(__file__).resolve().parents[2] / "shared" / "datasets",

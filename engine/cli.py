@@ -41,7 +41,15 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
     )
-    p.add_argument("--history", type=int, default=None, help="rows to learn from (default 336)")
+    p.add_argument(
+        "--history", type=int, default=None, help="rows to learn from (default: all, up to a cap)"
+    )
+    p.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="rows the plan is used before re-planning (default: whole windows of about a day)",
+    )
     p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
     p.add_argument("--layout", default="auto", help="auto, wide or long")
     p.add_argument("--time-column", default=None, help="name of the time column")
@@ -133,29 +141,38 @@ def _params(args: argparse.Namespace) -> PlanParameters:
         method=args.method,
         calibration=args.calibration,
         history=args.history,
+        horizon=args.horizon,
     )
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.calibration import BacktestSettings
     from engine.export import plan_to_config, write_config
-    from engine.plan import default_history, make_plan
+    from engine.plan import make_plan
 
     params = _params(args)  # validate parameters before reading the file
     history = _history(args)
-    rows = params.history or default_history(history.values.shape[0], params.window)
-    settings = BacktestSettings(history=rows, max_folds=args.max_folds)
     plan = make_plan(
         history,
         params,
-        backtest=settings,
+        backtest=BacktestSettings(max_folds=args.max_folds),
         run_backtest_now=not args.no_backtest,
         progress=_progress,
     )
+    _warn(plan.warnings)
     config = plan_to_config(plan)
     if args.out:
         config["written_to"] = str(write_config(config, args.out))
-    return summarise_config(config)
+    out = summarise_config(config)
+    out["horizon_rows"] = plan.horizon_rows
+    out["warnings"] = list(plan.warnings)
+    return out
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """One line on stderr, never a silent fallback."""
+    if warnings:
+        print("warning: " + "; ".join(warnings), file=sys.stderr)
 
 
 def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -170,15 +187,28 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import replace
+
     from engine.calibration import BacktestSettings, run_backtest
-    from engine.plan import default_history
+    from engine.plan import default_history, plan_backtest_settings, resolve_horizon
 
     params = _params(args)
     history = _history(args)
-    rows = params.history or default_history(history.values.shape[0], params.window)
-    settings = BacktestSettings(history=rows, step=args.step, max_folds=args.max_folds)
-    result = run_backtest(history.values, history.sensors, params.spec(), settings, _progress)
-    return {"parameters": params.to_dict(), **result.to_dict()}
+    x = history.values
+    horizon = resolve_horizon(params, x.shape[0], history.report.sampling_interval_s)
+    spec = replace(params.spec(), horizon=horizon)
+    rows = params.history or default_history(x.shape[0], params.window, x.shape[1], horizon)
+    given = BacktestSettings(step=args.step, max_folds=args.max_folds)
+    settings = plan_backtest_settings(x.shape[0], x.shape[1], spec, min(rows, x.shape[0]), given)
+    result = run_backtest(x, history.sensors, spec, settings, _progress)
+    if result.n_folds == 0:
+        _warn([f"backtest not run: {result.note}"])
+    return {
+        "parameters": params.to_dict(),
+        "horizon_rows": horizon,
+        "verdict": result.verdict(params.delta),
+        **result.to_dict(),
+    }
 
 
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
