@@ -4,11 +4,12 @@ JSON on stdout. Bad input or parameters: one line on stderr and exit code 2,
 never a traceback. Progress of long work goes to stderr: on a terminal one
 line rewritten in place, elsewhere (a log, a pipe) one line every 5 %.
 
-``plan`` and ``backtest`` run at most ``DEFAULT_MAX_FOLDS`` (500) backtest folds,
-evenly spaced and ending at the last, unless ``--max-folds N`` says otherwise
-(``--max-folds 0``: every fold). A 2-million-row file offers about a million
-folds, a quarter of an hour of work; 500 folds measure the guarantee on 500
-windows per sensor in seconds.
+``plan`` and ``backtest`` run at most ``DEFAULT_MAX_FOLDS`` backtest folds (the
+planner's ``DEFAULT_BACKTEST_FOLDS``), evenly spaced and ending at the last,
+unless ``--max-folds N`` says otherwise (``--max-folds 0``: every fold). Each
+fold keeps its plan for a whole horizon and scores every window in it, so the
+default measures thousands of windows per sensor; a 2-million-row file would
+otherwise offer tens of thousands of folds.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import PlanParameters
 
 EXIT_BAD_INPUT = 2
-DEFAULT_MAX_FOLDS = 500
+DEFAULT_MAX_FOLDS = 60  # = engine.planning.plan.DEFAULT_BACKTEST_FOLDS (a test checks)
+ALL_FOLDS = 10**9  # --max-folds 0
 PROGRESS_STEP = 0.05  # off a terminal: one progress line per 5 %
 
 
@@ -50,7 +52,15 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
     )
-    p.add_argument("--history", type=int, default=None, help="rows to learn from (default 336)")
+    p.add_argument(
+        "--history", type=int, default=None, help="rows to learn from (default: all, up to a cap)"
+    )
+    p.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="rows the plan is used before re-planning (default: whole windows of about a day)",
+    )
     p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
     p.add_argument(
         "--eps-by-unit",
@@ -138,19 +148,30 @@ class Progress:
             self._next = (int(fraction / PROGRESS_STEP + 1e-9) + 1) * PROGRESS_STEP
 
 
-def _fold_budget(args: argparse.Namespace, n_rows: int, history: int, step: int) -> int | None:
-    """Folds to run: ``--max-folds`` (0: all) or the default budget, said on stderr if it cuts."""
+def _max_folds(args: argparse.Namespace) -> int | None:
+    """``--max-folds``: None (the plan's default budget), N, or 0 for every fold."""
     if args.max_folds is not None and args.max_folds < 0:
         raise ParameterError(f"--max-folds must be >= 0, got {args.max_folds!r}")
-    budget = DEFAULT_MAX_FOLDS if args.max_folds is None else args.max_folds or None
-    available = len(range(history, n_rows - step + 1, max(step, 1)))
-    if args.max_folds is None and available > DEFAULT_MAX_FOLDS:
+    if args.max_folds == 0:
+        return ALL_FOLDS
+    return args.max_folds
+
+
+def _say_budget(
+    args: argparse.Namespace, n_rows: int, window: int, settings: Any, horizon: int
+) -> None:
+    """One stderr line when the default fold budget leaves folds out."""
+    from dataclasses import replace
+
+    from engine.planning.calibration import fold_origins
+
+    available = fold_origins(n_rows, window, replace(settings, max_folds=None), horizon).size
+    if args.max_folds is None and available > (settings.max_folds or available):
         print(
-            f"backtest: {DEFAULT_MAX_FOLDS} of {available:,} folds, evenly spaced "
+            f"backtest: {settings.max_folds} of {available:,} folds, evenly spaced "
             "(--max-folds N to change, 0 for all)",
             file=sys.stderr,
         )
-    return budget
 
 
 def _history(args: argparse.Namespace) -> SensorHistory:
@@ -194,6 +215,7 @@ def _params(args: argparse.Namespace) -> PlanParameters:
         method=args.method,
         calibration=args.calibration,
         history=args.history,
+        horizon=args.horizon,
     )
 
 
@@ -228,32 +250,36 @@ def _with_unit_eps(
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.export.config import plan_to_config, write_config
+    from engine.export import plan_to_config, write_config
     from engine.planning.calibration import BacktestSettings
-    from engine.planning.plan import default_history, make_plan
+    from engine.planning.plan import make_plan
 
     params = _params(args)  # validate parameters before reading the file
     if args.eps_by_unit:
         parse_eps_by_unit(args.eps_by_unit)
     history = _history(args)
     params = _with_unit_eps(params, history, args)
-    n_rows = history.values.shape[0]
-    rows = params.history or default_history(n_rows, params.window)
-    budget = None if args.no_backtest else _fold_budget(args, n_rows, rows, params.window)
-    settings = BacktestSettings(history=rows, max_folds=budget)
     plan = make_plan(
         history,
         params,
-        backtest=settings,
+        backtest=BacktestSettings(max_folds=_max_folds(args)),
         run_backtest_now=not args.no_backtest,
         progress=Progress(),
     )
-    for warning in plan.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    _warn(plan.warnings)
     config = plan_to_config(plan)
     if args.out:
         config["written_to"] = str(write_config(config, args.out))
-    return summarise_config(config)
+    out = summarise_config(config)
+    out["horizon_rows"] = plan.horizon_rows
+    out["warnings"] = list(plan.warnings)
+    return out
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """One line on stderr, never a silent fallback."""
+    if warnings:
+        print("warning: " + "; ".join(warnings), file=sys.stderr)
 
 
 def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -269,23 +295,40 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import replace
+
     from engine.planning.calibration import BacktestSettings, run_backtest
-    from engine.planning.plan import default_history, eps_units
+    from engine.planning.plan import (
+        default_history,
+        eps_units,
+        plan_backtest_settings,
+        resolve_horizon,
+    )
 
     params = _params(args)
     history = _history(args)
     params = _with_unit_eps(params, history, args)
-    if params.window > history.values.shape[0]:  # the same refusal as ``plan``
+    n_rows = history.values.shape[0]
+    if params.window > n_rows:  # the same refusal as ``plan``
         raise ParameterError(
-            f"window ({params.window} readings) is longer than the history "
-            f"({history.values.shape[0]} rows)"
+            f"window ({params.window} readings) is longer than the history ({n_rows} rows)"
         )
-    rows = params.history or default_history(history.values.shape[0], params.window)
-    budget = _fold_budget(args, history.values.shape[0], rows, args.step or params.window)
-    settings = BacktestSettings(history=rows, step=args.step, max_folds=budget)
-    x, spec = eps_units(history, params)  # per-sensor eps: backtest in eps units
+    horizon = resolve_horizon(params, n_rows, history.report.sampling_interval_s)
+    x, unit_spec = eps_units(history, params)  # per-sensor eps: backtest in eps units
+    spec = replace(unit_spec, horizon=horizon)
+    rows = params.history or default_history(n_rows, params.window, x.shape[1], horizon)
+    given = BacktestSettings(step=args.step, max_folds=_max_folds(args))
+    settings = plan_backtest_settings(n_rows, x.shape[1], spec, min(rows, n_rows), given)
+    _say_budget(args, n_rows, spec.window, settings, horizon)
     result = run_backtest(x, history.sensors, spec, settings, Progress())
-    return {"parameters": params.to_dict(), **result.to_dict()}
+    if result.n_folds == 0:
+        _warn([f"backtest not run: {result.note}"])
+    return {
+        "parameters": params.to_dict(),
+        "horizon_rows": horizon,
+        "verdict": result.verdict(params.delta),
+        **result.to_dict(),
+    }
 
 
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:

@@ -5,25 +5,19 @@ over time and that the model never goes stale. On real sensor data both are
 false (DESIGN.md section 3), so a model-only plan misses ``eps`` far more often
 than ``delta``. Two remedies live here:
 
-* **calibrated targets** (``calibration="backtest"``, the default). The history
-  is cut into contiguous blocks; for each block a model is fitted on the other
-  blocks (mergeable moment statistics make that cheap) and the block is
-  reconstructed out of sample. For every sensor we take the empirical
-  ``1 - delta * margin`` quantile ``q_i`` of its window-aggregate error and
-  compare it with the model's standard deviation ``sqrt(var_{i|O})``. The ratio
-  ``c_i = q_i / sqrt(var_{i|O})`` absorbs temporal correlation (for a smooth
-  sensor the window error does not shrink like ``1/sqrt(w)``), model misfit
-  and, for max/min, the slack of the seed's union bound. The target becomes
-  ``(eps / c_i)^2``: tighter where the seed was optimistic, looser where it
-  was conservative. A sensor in ``O`` is scored as if it were dropped
-  (reconstructed from ``O`` without it), so relaxing can remove it.
-  The quantile is *locally adaptive* (normalised conformal): reconstruction
-  errors come in bursts (a polluted week, a storm), so each held-out window's
-  error is divided by the difficulty just before it (``_local_scale``: recent
-  residual RMS plus its median), and the quantile of that score is scaled by
-  the difficulty at the end of the history, when the plan starts. Plans made
-  in a calm spell relax, plans made in a burst tighten; where the difficulty
-  says nothing the score is a near-constant multiple of the raw error.
+* **calibrated targets** (``calibration="backtest"``, the default), aimed at a
+  plan *kept for the horizon*. Forward-horizon conformal (``engine.planning.horizon``):
+  the most recent stretches of ``horizon`` rows are each scored by a model
+  fitted on every row before it, as the plan will be used. For every sensor we
+  take the split-conformal ``1 - delta * margin`` quantile ``q_i`` of its
+  window-aggregate error and compare it with the model's standard deviation
+  ``sqrt(var_{i|O})``. The ratio ``c_i = q_i / sqrt(var_{i|O})`` absorbs
+  temporal correlation, drift over the horizon, model misfit and, for max/min,
+  the slack of the seed's union bound. The target becomes ``(eps / c_i)^2``.
+  A sensor in ``O`` is scored as if it were dropped (reconstructed from ``O``
+  without it), so relaxing can remove it. Too few scored windows for the
+  quantile (or too little history to score one horizon) means a sensor's miss
+  rate cannot be measured: its target is 0 and it is backed up.
 * **the backtest**: fit on ``[t - H, t)``, plan, measure real window errors on
   ``[t, t + S)``; this is the figure an operator is shown, not the model's.
 """
@@ -32,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -40,10 +33,20 @@ import scipy.linalg
 
 from engine.aggregates import window_aggregates
 from engine.errors import ParameterError
-from engine.model.gaussian import GaussianModel, MomentStats
+from engine.model import GaussianModel
 from engine.planning.guarantee import variance_target
-from engine.planning.monitor import rate_upper_bound
-from engine.selection.greedy import Method, Selection, select_backups
+from engine.planning.horizon import (
+    HORIZON_MIN_WINDOWS,
+    MAX_SCORED_HORIZONS,
+    calibration_rows,
+    conformal_quantile,
+    first_fit_rows,
+    forward_models,
+    horizon_origins,
+)
+from engine.planning.verdict import BacktestResult as BacktestResult  # re-exported for readers
+from engine.planning.verdict import summarise_backtest
+from engine.selection import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")
 MAX_LOG_SCALE = 4.0  # the online correction moves a target by at most e^4 ~ 55x either way
@@ -64,7 +67,8 @@ class PlanningSpec:
     # Aim each sensor's miss rate at delta * margin: the rest of delta is headroom for
     # the sampling noise of the worst of n sensors and for drift the past did not show.
     margin: float = 0.7
-    blocks: int = 4
+    # Rows the plan is used before re-planning; None: HORIZON_MIN_WINDOWS windows.
+    horizon: int | None = None
     # Step of the online (adaptive conformal) update of log-targets per scored window.
     # A miss tightens a target by ~exp(-adapt_rate); a hit relaxes it by
     # exp(adapt_rate * delta * margin), so misses settle at delta * margin.
@@ -77,17 +81,29 @@ class PlanningSpec:
             )
         if not 0.0 < self.margin <= 1.0:
             raise ParameterError(f"margin must be in (0, 1], got {self.margin!r}")
-        if self.blocks < 2:
-            raise ParameterError(f"blocks must be >= 2, got {self.blocks!r}")
+        if self.horizon is not None and (
+            isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1
+        ):
+            raise ParameterError(f"horizon must be an integer >= 1 row, got {self.horizon!r}")
+
+    @property
+    def level(self) -> float:
+        """The quantile level calibration aims at: ``1 - delta * margin``."""
+        return 1.0 - self.delta * self.margin
+
+    @property
+    def horizon_rows(self) -> int:
+        """The horizon in rows, at least one window."""
+        return max(self.horizon or HORIZON_MIN_WINDOWS * self.window, self.window)
 
 
 @dataclass(frozen=True)
 class CalibrationInfo:
     """What calibration did, recorded in the plan and the exported config."""
 
-    method: str  # "backtest" (held-out blocks) or "none" (model only)
+    method: str  # "backtest" (forward horizons), "none" (model only) or "unmeasured"
     reason: str
-    blocks: int = 0
+    blocks: int = 0  # horizons scored
     iterations: int = 0
     windows_per_sensor: int = 0
     level: float = 0.0  # the quantile level used, 1 - delta * margin
@@ -126,32 +142,34 @@ def plan_on(
     """Fit a model on ``x`` (T, n) and choose the backup set, calibrated or not.
 
     ``scale`` (n,) multiplies the calibrated targets: the online correction learnt
-    from realised errors by ``run_backtest`` (or the live monitor).
+    from realised errors by ``run_backtest`` (or the live monitor). When
+    calibration is asked for but cannot measure the miss rate (too little
+    history for one scored horizon, or too few windows for the quantile), every
+    sensor is backed up and ``calibration.method`` is ``"unmeasured"``.
     """
     model = GaussianModel().fit(x, sensors)
     base = seed_targets(spec, x.shape[1])
     if spec.calibration == "none":
         info = CalibrationInfo("none", "model-only targets (the seed's bound), as requested")
         return FoldPlan(model, select_backups(model.cov_, base, spec.method), base, info)
-    blocks = _block_bounds(x.shape[0], spec)
-    if blocks is None:
+    horizon = spec.horizon_rows
+    first = first_fit_rows(x.shape[1], spec.window, horizon)
+    origins = horizon_origins(x.shape[0], first, horizon)[-MAX_SCORED_HORIZONS:]
+    level = spec.level
+    need = calibration_rows(x.shape[1], spec.window, horizon, level)
+    if x.shape[0] < need:
         reason = (
-            f"too little history to calibrate ({x.shape[0]} rows; need {spec.blocks} blocks "
-            f"of at least {2 * spec.window} rows): model-only targets used"
+            f"too little history to measure the miss rate: {x.shape[0]} rows, need {need} "
+            f"(a first fit and enough horizons of {horizon} rows for the {level:.3f} quantile "
+            f"of windows of {spec.window} readings): every sensor is backed up"
         )
-        info = CalibrationInfo("none", reason)
-        return FoldPlan(model, select_backups(model.cov_, base, spec.method), base, info)
+        zero = np.zeros(x.shape[1])
+        info = CalibrationInfo("unmeasured", reason, level=level)
+        return FoldPlan(model, select_backups(model.cov_, zero, spec.method), zero, info)
+    models = forward_models(x, origins, sensors)
     return _calibrate(
-        x, sensors, spec, model, blocks, np.ones(x.shape[1]) if scale is None else scale
+        x, sensors, spec, model, (origins, models), np.ones(x.shape[1]) if scale is None else scale
     )
-
-
-def _block_bounds(n_rows: int, spec: PlanningSpec) -> list[tuple[int, int]] | None:
-    size = n_rows // spec.blocks
-    if size < 2 * spec.window:
-        return None
-    edges = [i * size for i in range(spec.blocks)] + [n_rows]
-    return list(pairwise(edges))
 
 
 def _calibrate(
@@ -159,20 +177,16 @@ def _calibrate(
     sensors: tuple[str, ...],
     spec: PlanningSpec,
     model: GaussianModel,
-    blocks: list[tuple[int, int]],
+    forward: tuple[list[int], list[GaussianModel]],
     scale: np.ndarray,
 ) -> FoldPlan:
-    stats = [MomentStats.from_array(x[a:b]) for a, b in blocks]
-    held_out = [_complement_model(stats, i, sensors) for i in range(len(blocks))]
-    level = 1.0 - spec.delta * spec.margin
+    level = spec.level
     targets = seed_targets(spec, x.shape[1])
     selection = select_backups(model.cov_, targets * scale, spec.method)
     ratio = np.ones(x.shape[1])
     n_windows, iterations, seen = 0, 0, {selection.backup}
     for iterations in range(1, 9):
-        q, n_windows = _held_out_quantiles(
-            x, blocks, held_out, model, selection.backup, spec, level
-        )
+        q, n_windows = _forward_quantiles(x, forward, selection.backup, spec, level)
         sd = np.sqrt(_dropped_variance(model, selection.backup))
         ok = sd > 1e-12 * max(1.0, float(np.sqrt(np.mean(np.diag(model.cov_)))))
         ratio = np.where(ok, np.maximum(q, 1e-300) / np.where(ok, sd, 1.0), ratio)
@@ -188,27 +202,17 @@ def _calibrate(
     info = CalibrationInfo(
         method="backtest",
         reason=(
-            f"targets calibrated on {len(blocks)} held-out blocks so the "
-            f"{level:.3f} quantile of each sensor's window error, scaled to the "
-            f"latest {spec.window} readings' reconstruction difficulty, is within eps"
+            f"targets calibrated on the {len(forward[0])} most recent horizons of "
+            f"{spec.horizon_rows} rows, each scored by a model fitted on the rows before it, "
+            f"so the {level:.3f} quantile of each sensor's window error is within eps"
         ),
-        blocks=len(blocks),
+        blocks=len(forward[0]),
         iterations=iterations,
         windows_per_sensor=n_windows,
         level=level,
         ratio={s: float(r) for s, r in zip(sensors, ratio, strict=True)},
     )
     return FoldPlan(model, selection, targets * scale, info)
-
-
-def _complement_model(
-    stats: list[MomentStats], skip: int, sensors: tuple[str, ...]
-) -> GaussianModel:
-    rest = [s for i, s in enumerate(stats) if i != skip]
-    merged = rest[0]
-    for s in rest[1:]:
-        merged = merged.merge(s)
-    return GaussianModel().fit_stats(merged, sensors)
 
 
 def _dropped_variance(model: GaussianModel, backup: tuple[int, ...]) -> np.ndarray:
@@ -239,56 +243,25 @@ def _backup_precision(
     return inf, scipy.linalg.cho_solve(scipy.linalg.cho_factor(block), np.eye(len(inf)))
 
 
-def _held_out_quantiles(
+def _forward_quantiles(
     x: np.ndarray,
-    blocks: list[tuple[int, int]],
-    held_out: list[GaussianModel],
-    model: GaussianModel,
+    forward: tuple[list[int], list[GaussianModel]],
     backup: tuple[int, ...],
     spec: PlanningSpec,
     level: float,
 ) -> tuple[np.ndarray, int]:
-    """Per-sensor ``level`` quantile of out-of-block window errors, and windows used.
+    """(n,) conformal ``level`` quantile of forward-horizon window errors, and windows used.
 
-    The quantile is locally adaptive (normalised conformal): each window's error is
-    divided by the difficulty ``_local_scale`` measured on the readings just before
-    it, and the quantile of that score is multiplied back by the difficulty at the
-    end of ``x``, the one in force when the plan starts.
+    Each horizon ``[o, o + horizon)`` is reconstructed by the model fitted on ``x[:o]``
+    with the backup set ``backup``; windows slide by one reading inside it.
     """
+    horizon = spec.horizon_rows
     residuals = [
-        _window_residuals(x[a:b], m, backup, spec)
-        for (a, b), m in zip(blocks, held_out, strict=True)
+        _window_residuals(x[o : o + horizon], m, backup, spec)
+        for o, m in zip(*forward, strict=True)
     ]
     e = np.abs(np.vstack(residuals))
-    scale = _local_scale(x, model, backup, spec.window)
-    # Calibration slides by one reading, so block [a, b) has windows starting a .. b - w.
-    starts = np.concatenate([np.arange(a, b - spec.window + 1) for a, b in blocks])
-    keep = starts >= spec.window  # windows with a full look-back
-    score = e[keep] / scale[starts[keep]]
-    q = np.quantile(score, level, axis=0, method="higher") * scale[x.shape[0]]
-    return q, int(keep.sum())
-
-
-def _local_scale(
-    x: np.ndarray, model: GaussianModel, backup: tuple[int, ...], lookback: int
-) -> np.ndarray:
-    """(T + 1, n) difficulty of a window starting at row ``s`` (rows ``s >= lookback``).
-
-    The RMS of each sensor's per-reading reconstruction residual over the
-    ``lookback`` readings before ``s`` (known when a plan starting at ``s`` is made),
-    plus its median over ``x``. The added median keeps the scale away from 0 and
-    damps its noise: where local volatility says nothing, scores are a near-constant
-    multiple of the raw errors and the quantile is the unnormalised one.
-    A sensor whose median is 0 (always rebuilt exactly) gets scale 1.
-    """
-    r2 = (x - _recovered(x, model, backup)) ** 2
-    cum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(r2, axis=0)])
-    s = np.arange(lookback, x.shape[0] + 1)
-    rms = np.sqrt(np.maximum(cum[s] - cum[s - lookback], 0.0) / lookback)
-    med = np.median(rms, axis=0)
-    scale = np.ones((x.shape[0] + 1, x.shape[1]))
-    scale[lookback:] = np.where(med > 0, rms + med, 1.0)
-    return scale
+    return conformal_quantile(e, level), e.shape[0]
 
 
 def _window_residuals(
@@ -327,11 +300,17 @@ def _recovered(x: np.ndarray, model: GaussianModel, backup: tuple[int, ...]) -> 
 
 @dataclass(frozen=True)
 class BacktestSettings:
-    """Rolling origin: fit on ``history`` rows, test the next ``step`` rows."""
+    """Rolling origin: fit on the rows before ``t``, test the next ``step`` rows.
+
+    The first origin has ``history`` rows before it. With ``max_history`` the fit
+    grows with ``t`` (all earlier rows, at most ``max_history``), as a plan made
+    at ``t`` with the default history would; without it every fit has ``history``.
+    """
 
     history: int = 336
-    step: int | None = None  # None: one window
+    step: int | None = None  # None: the spec's horizon
     max_folds: int | None = None  # None: every fold; else evenly spaced, ending at the last
+    max_history: int | None = None
 
     def __post_init__(self) -> None:
         if self.history < 4:
@@ -340,75 +319,21 @@ class BacktestSettings:
             raise ParameterError(f"step must be >= 1 row, got {self.step!r}")
         if self.max_folds is not None and self.max_folds < 1:
             raise ParameterError(f"max_folds must be >= 1, got {self.max_folds!r}")
-
-
-@dataclass(frozen=True)
-class BacktestResult:
-    """Measured, not modelled: how often recovered window aggregates missed eps.
-
-    A sensor's violation rate is over *all* its windows in the test slices, as
-    the guarantee is stated (per window and per sensor; a backed-up sensor is
-    recovered exactly). The rate over only the windows where it was rebuilt is
-    reported beside it (``..._when_rebuilt``), as is the mean over (window,
-    rebuilt sensor) pairs.
-    """
-
-    n_folds: int
-    history: int
-    step: int
-    windows: int  # (window, rebuilt sensor) pairs scored
-    backup_fraction_mean: float
-    violation_rate_mean: float
-    violation_rate_worst_sensor: float
-    violation_rate_worst_sensor_ucb95: float
-    worst_sensor: str | None
-    violation_rate_worst_sensor_when_rebuilt: float
-    per_sensor: dict[str, tuple[int, int, int]]  # sensor -> (violations, rebuilt, all windows)
-    note: str = ""
-
-    def verdict(self, delta: float) -> str:
-        """One honest sentence: did the measured worst sensor stay within ``delta``?"""
-        if self.n_folds == 0:
-            return f"not measured: {self.note}"
-        worst, ucb = self.violation_rate_worst_sensor, self.violation_rate_worst_sensor_ucb95
-        where = f"{self.n_folds} folds, worst sensor {self.worst_sensor}"
-        if ucb <= delta:
-            return (
-                f"holds: worst sensor missed {worst:.1%} (95% bound {ucb:.1%}) "
-                f"<= delta {delta:.1%} over {where}"
+        if self.max_history is not None and self.max_history < self.history:
+            raise ParameterError(
+                f"max_history must be >= history ({self.history}), got {self.max_history!r}"
             )
-        if worst <= delta:
-            return (
-                f"holds on the measured folds ({worst:.1%} <= delta {delta:.1%}) but the 95% bound "
-                f"{ucb:.1%} exceeds delta: more history would confirm it ({where})"
-            )
-        return f"DOES NOT HOLD: worst sensor missed {worst:.1%} > delta {delta:.1%} over {where}"
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "n_folds": self.n_folds,
-            "history": self.history,
-            "step": self.step,
-            "windows_scored": self.windows,
-            "backup_fraction_mean": self.backup_fraction_mean,
-            "violation_rate_mean": self.violation_rate_mean,
-            "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
-            "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
-            "worst_sensor": self.worst_sensor,
-            "violation_rate_worst_sensor_when_rebuilt": (
-                self.violation_rate_worst_sensor_when_rebuilt
-            ),
-            "per_sensor": {
-                s: {"violations": v, "windows_rebuilt": r, "windows": w}
-                for s, (v, r, w) in self.per_sensor.items()
-            },
-            "note": self.note,
-        }
+    def fit_rows(self, t: int) -> int:
+        """Rows before origin ``t`` the fold's plan learns from."""
+        return min(t, self.max_history) if self.max_history else self.history
 
 
-def fold_origins(n_rows: int, window: int, settings: BacktestSettings) -> np.ndarray:
+def fold_origins(
+    n_rows: int, window: int, settings: BacktestSettings, horizon: int | None = None
+) -> np.ndarray:
     """Start rows ``t`` of the test slices: (F,) int."""
-    step = settings.step or window
+    step = settings.step or horizon or window
     if step < window:
         raise ParameterError(f"step ({step}) must be at least one window ({window})")
     origins = np.arange(settings.history, n_rows - step + 1, step)
@@ -428,33 +353,48 @@ def run_backtest(
 ) -> Any:
     """Rolling-origin evaluation of the planning procedure ``spec`` on ``x`` (T, n).
 
-    Returns the ``BacktestResult``; with ``return_scale`` also the online target
-    correction (n,) reached at the end, which the live plan starts from.
+    Each fold's plan is kept for ``step`` rows (default: the horizon) and every
+    window in them is scored. Returns the ``BacktestResult``; with
+    ``return_scale`` also the online target correction (n,) reached at the end,
+    which the live plan starts from.
     """
-    origins = fold_origins(x.shape[0], spec.window, settings)
-    step = settings.step or spec.window
+    origins = fold_origins(x.shape[0], spec.window, settings, spec.horizon_rows)
+    step = settings.step or spec.horizon_rows
     n = x.shape[1]
     viol, wins = np.zeros(n, dtype=int), np.zeros(n, dtype=int)
     fractions: list[float] = []
     log_scale, total = np.zeros(n), 0
-    target_rate = spec.delta * spec.margin
     for k, t in enumerate(origins):
-        fold = plan_on(x[t - settings.history : t], sensors, spec, np.exp(log_scale))
+        fold = plan_on(x[t - settings.fit_rows(int(t)) : t], sensors, spec, np.exp(log_scale))
         misses, rebuilt = _score_fold(x, int(t), step, fold, spec)
         viol += (misses & rebuilt).sum(axis=0)
         wins += np.where(rebuilt, misses.shape[0], 0)
         total += misses.shape[0]
         fractions.append(fold.selection.cost / n)
         if spec.calibration == "backtest":
-            # Adaptive conformal update: each miss tightens, each hit relaxes a little,
-            # so every sensor's long-run miss rate tracks delta * margin.
-            hits = (misses & rebuilt).sum(axis=0)
-            log_scale += spec.adapt_rate * (target_rate * misses.shape[0] - hits)
-            np.clip(log_scale, -MAX_LOG_SCALE, MAX_LOG_SCALE, out=log_scale)
+            track_quantile(log_scale, misses, rebuilt, spec)
         if progress is not None:
             progress((k + 1) / origins.size, f"backtest fold {k + 1}/{origins.size}")
-    result = _summarise(origins.size, settings.history, step, viol, wins, total, fractions, sensors)
+    result = summarise_backtest(
+        origins.size, settings.history, step, (viol, wins, total), fractions, sensors, spec.delta
+    )
     return (result, np.exp(log_scale)) if return_scale else result
+
+
+def track_quantile(
+    log_scale: np.ndarray, misses: np.ndarray, rebuilt: np.ndarray, spec: PlanningSpec
+) -> None:
+    """Online quantile tracking of each sensor's log-target, in place: (n,).
+
+    Each rebuilt window's miss tightens the target by ``exp(-adapt_rate)``, each hit
+    relaxes it by ``exp(adapt_rate * aim)``, so a sensor's long-run miss rate
+    settles at ``aim = delta * margin``. Windows of a backed-up sensor do not move it.
+    """
+    aim = spec.delta * spec.margin
+    scored = np.where(rebuilt, misses.shape[0], 0)
+    hits = (misses & rebuilt[None, :]).sum(axis=0)
+    log_scale += spec.adapt_rate * (aim * scored - hits)
+    np.clip(log_scale, -MAX_LOG_SCALE, MAX_LOG_SCALE, out=log_scale)
 
 
 def _score_fold(
@@ -462,10 +402,7 @@ def _score_fold(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(W, n) misses when rows ``[t, t + step)`` are lost, and the rebuilt mask (n,).
 
-    Misses are computed for every sensor, a backed-up one as if it had been
-    dropped; only rebuilt sensors' misses count, as violations and in the online
-    update (a backed-up sensor's target relaxes slowly until it is dropped, and
-    its misses then tighten it again).
+    Only rebuilt sensors' misses count, as violations and in the online update.
     """
     backup = fold.selection.backup
     test = x[t : t + step]
@@ -473,47 +410,3 @@ def _score_fold(
     rebuilt = np.ones(x.shape[1], dtype=bool)
     rebuilt[list(backup)] = False
     return np.abs(resid) > spec.eps, rebuilt
-
-
-def _summarise(
-    n_folds: int,
-    history: int,
-    step: int,
-    viol: np.ndarray,
-    rebuilt: np.ndarray,
-    total: int,
-    fractions: list[float],
-    sensors: tuple[str, ...],
-) -> BacktestResult:
-    per = {s: (int(v), int(r), total) for s, v, r in zip(sensors, viol, rebuilt, strict=True)}
-    scored = int(rebuilt.sum())
-    if n_folds == 0:
-        note = "no fold fits: the history is shorter than history + one step"
-    elif scored == 0:
-        note = "every sensor was backed up in every fold: nothing was reconstructed"
-    else:
-        note = ""
-    nan = float("nan")
-    if total == 0:
-        return BacktestResult(n_folds, history, step, 0, nan, nan, nan, nan, None, nan, per, note)
-    rates = viol / total
-    worst = int(np.argmax(rates))
-    cond = np.where(rebuilt > 0, viol / np.maximum(rebuilt, 1), 0.0)
-    return BacktestResult(
-        n_folds=n_folds,
-        history=history,
-        step=step,
-        windows=scored,
-        backup_fraction_mean=float(np.mean(fractions)),
-        violation_rate_mean=float(viol.sum() / scored) if scored else 0.0,
-        violation_rate_worst_sensor=float(rates[worst]),
-        # The worst sensor is picked after looking: a plain 95 % bound on it would
-        # be optimistic, so the bound holds for all n sensors at once (Bonferroni).
-        violation_rate_worst_sensor_ucb95=rate_upper_bound(
-            int(viol[worst]), total, 1.0 - 0.05 / len(sensors)
-        ),
-        worst_sensor=sensors[worst],
-        violation_rate_worst_sensor_when_rebuilt=float(cond.max()),
-        per_sensor=per,
-        note=note,
-    )

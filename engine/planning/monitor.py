@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
+from scipy.stats import beta, binomtest
 
 from engine.errors import ParameterError
 
@@ -153,3 +153,11 @@ class ViolationMonitor:
             f"{len(hits)} sensor(s) alerting under plan version {self.version}"
         )
         return MonitorAlert(tuple(hits), rates, hits, windows, reason)
+
+
+def binomial_p_value(violations: int, windows: int, delta: float) -> float:
+    """One-sided exact binomial p-value of ``violations`` misses in ``windows`` if the rate were
+    ``delta`` (``scipy.stats.binomtest``, alternative "greater"); 1.0 with no windows."""
+    if windows <= 0:
+        return 1.0
+    return float(binomtest(int(violations), int(windows), delta, alternative="greater").pvalue)

@@ -1,9 +1,11 @@
 """BackupPlan: parameters, model, selection, calibration and backtest, tied together.
 
-A plan is fitted on the most recent ``history`` rows (rolling re-learning), its
-targets calibrated on held-out blocks of those rows (unless told not to), and
-then *measured* by a rolling-origin backtest on the whole file. The backtest
-figures, not the model's probability, are what the operator is promised.
+A plan is fitted on the history (by default all of it, up to a cost cap), is
+meant to be used for ``horizon`` rows before re-planning, has its targets
+calibrated on forward horizons of that history (unless told not to), and is
+then *measured* by a rolling-origin backtest on the whole file that keeps each
+fold's plan for a horizon and scores every window in it. The backtest figures,
+not the model's probability, are what the operator is promised.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.planning.calibration import (
     BacktestResult,
     BacktestSettings,
     CalibrationInfo,
+    FoldPlan,
     PlanningSpec,
     Progress,
     plan_on,
@@ -30,9 +33,13 @@ from engine.planning.calibration import (
 )
 from engine.planning.eps_scale import select_in_eps_units
 from engine.planning.guarantee import check_parameters, window_violation_probability
+from engine.planning.horizon import calibration_rows, default_horizon
+from engine.planning.horizon import default_history as _default_history
 from engine.selection.greedy import METHODS, Method, Selection
 
-DEFAULT_HISTORY = 336  # rows; two weeks of hourly data, the backtest protocol's H
+# Backtest folds when the caller sets no cap: enough rebuilt windows to reject a
+# sensor at 2 x delta, and a default plan of 132 sensors x 35,000 rows within a minute.
+DEFAULT_BACKTEST_FOLDS = 60
 BYTES_PER_READING = 16.0  # 8-byte timestamp + 8-byte float; sensor ids are dictionary-coded
 
 
@@ -54,6 +61,9 @@ class PlanParameters:
     # The operator's sensor -> unit corrections; other sensors' units are guessed from
     # their names (``engine.data.units``). Only used to warn about mixed units under one eps.
     units: tuple[tuple[str, str], ...] = ()
+    horizon: int | None = (
+        None  # rows the plan is used before re-planning; None: ``default_horizon``
+    )
 
     def __post_init__(self) -> None:
         check_parameters(self.eps, self.delta, self.window, self.effective_slide, self.aggregate)
@@ -67,6 +77,10 @@ class PlanParameters:
             raise ParameterError(f"history must be an integer >= 4 rows, got {self.history!r}")
         object.__setattr__(self, "eps_by_sensor", check_eps_pairs(self.eps_by_sensor))
         object.__setattr__(self, "units", check_unit_pairs(self.units))
+        if self.horizon is not None and (
+            isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1
+        ):
+            raise ParameterError(f"horizon must be an integer >= 1 row, got {self.horizon!r}")
 
     @property
     def effective_slide(self) -> int:
@@ -101,19 +115,28 @@ class PlanParameters:
             aggregate=self.aggregate,
             method=self.method,
             calibration=self.calibration,
+            horizon=self.horizon,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def default_history(n_rows: int, window: int) -> int:
-    """Rows to learn from when not told: ``DEFAULT_HISTORY``, less on short files.
+def default_history(
+    n_rows: int, window: int, n_sensors: int = 1, horizon: int | None = None
+) -> int:
+    """Rows to learn from when not told: all of them, up to a cost cap.
 
-    Short files keep room for at least four backtest folds of one window each.
+    See ``engine.planning.horizon.default_history``: at most ``HISTORY_READINGS_CAP``
+    readings, never less than calibration needs for the window and horizon.
     """
-    room = n_rows - 4 * window
-    return int(max(min(DEFAULT_HISTORY, room), min(n_rows, 2 * window + 2)))
+    return _default_history(n_rows, n_sensors, window, horizon or 4 * window)
+
+
+def resolve_horizon(params: PlanParameters, n_rows: int, sampling_interval_s: float) -> int:
+    """The horizon in rows: the operator's, or ``default_horizon``; at least one window."""
+    rows = params.horizon or default_horizon(n_rows, params.window, sampling_interval_s)
+    return max(rows, params.window)
 
 
 @dataclass(frozen=True)
@@ -169,7 +192,8 @@ class BackupPlan:
     model: GaussianModel
     fit_start: np.datetime64 | None = None  # first and last time of the rows fitted on
     fit_end: np.datetime64 | None = None
-    warnings: tuple[str, ...] = ()  # one sentence each, for the CLI's stderr and the UI
+    warnings: tuple[str, ...] = ()  # why the plan is less than measured, one sentence each
+    horizon_rows: int = 0  # rows the plan is meant to be used for (resolved)
 
     @property
     def eps_per_sensor(self) -> np.ndarray:
@@ -227,7 +251,9 @@ def make_plan(
     ----------
     history : the sensor history, (T, n).
     params : the operator's request.
-    backtest : rolling-origin settings; defaults to ``history`` = the plan's and one window a step.
+    backtest : only its ``max_folds`` (default ``DEFAULT_BACKTEST_FOLDS``) and ``step``
+        (default: the horizon) are used; fold histories follow the plan's
+        (``plan_backtest_settings``).
     run_backtest_now : False skips the backtest: the plan is then unmeasured and,
         with calibration, lacks the online correction the backtest learns.
     progress : called with (fraction, message) during the backtest.
@@ -241,6 +267,30 @@ def make_plan(
             history, params, backtest=backtest, run_backtest_now=run_backtest_now, progress=progress
         )
     x, sensors = history.values, history.sensors
+    _check_sizes(x, sensors, params)
+    horizon = resolve_horizon(params, x.shape[0], history.report.sampling_interval_s)
+    rows = min(
+        params.history or default_history(x.shape[0], params.window, len(sensors), horizon),
+        x.shape[0],
+    )
+    if rows < len(sensors) + 2:
+        raise ParameterError(
+            f"the plan would learn {len(sensors)} sensors from {rows} history rows; "
+            f"need at least {len(sensors) + 2} (raise --history)"
+        )
+    spec = replace(params.spec(), horizon=horizon)
+    result, scale = None, None
+    if run_backtest_now:
+        settings = plan_backtest_settings(x.shape[0], len(sensors), spec, rows, backtest)
+        result, scale = run_backtest(x, sensors, spec, settings, progress, return_scale=True)
+    fold = plan_on(x[-rows:], sensors, spec, scale)
+    plan = assemble_plan(
+        history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
+    )
+    return replace(plan, horizon_rows=horizon, warnings=plan_warnings(fold, result, spec))
+
+
+def _check_sizes(x: np.ndarray, sensors: tuple[str, ...], params: PlanParameters) -> None:
     if x.shape[0] < len(sensors) + 2:
         raise ParameterError(
             f"need at least {len(sensors) + 2} rows for {len(sensors)} sensors, got {x.shape[0]}"
@@ -249,21 +299,35 @@ def make_plan(
         raise ParameterError(
             f"window ({params.window} readings) is longer than the history ({x.shape[0]} rows)"
         )
-    rows = min(params.history or default_history(x.shape[0], params.window), x.shape[0])
-    if rows < len(sensors) + 2:
-        raise ParameterError(
-            f"the plan would learn {len(sensors)} sensors from {rows} history rows; "
-            f"need at least {len(sensors) + 2} (raise --history)"
-        )
-    spec = params.spec()
-    result, scale = None, None
-    if run_backtest_now:
-        settings = backtest or BacktestSettings(history=rows)
-        result, scale = run_backtest(x, sensors, spec, settings, progress, return_scale=True)
-    fold = plan_on(x[-rows:], sensors, spec, scale)
-    return assemble_plan(
-        history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
+
+
+def plan_backtest_settings(
+    n_rows: int, n_sensors: int, spec: PlanningSpec, rows: int, given: BacktestSettings | None
+) -> BacktestSettings:
+    """Folds as the plan is made: first fold at the rows calibration needs, fits growing
+    to the plan's ``rows``, each plan kept for the horizon (or ``given.step``)."""
+    first = min(calibration_rows(n_sensors, spec.window, spec.horizon_rows, spec.level), rows)
+    first = max(first, 4)
+    return BacktestSettings(
+        history=first,
+        step=(given.step if given else None) or spec.horizon_rows,
+        max_folds=(given.max_folds if given else None) or DEFAULT_BACKTEST_FOLDS,
+        max_history=max(rows, first),
     )
+
+
+def plan_warnings(
+    fold: FoldPlan, result: BacktestResult | None, spec: PlanningSpec
+) -> tuple[str, ...]:
+    """Why a plan is less than measured: said once, never silently."""
+    out = []
+    if fold.calibration.method == "unmeasured":
+        out.append(f"calibration impossible, {fold.calibration.reason}")
+    if result is not None and result.n_folds == 0:
+        out.append(f"backtest not run: {result.note}")
+    elif result is not None and result.verdict(spec.delta).startswith("DOES NOT HOLD"):
+        out.append(f"backtest: {result.verdict(spec.delta)}")
+    return tuple(out)
 
 
 def _make_plan_in_eps_units(
@@ -343,9 +407,10 @@ def retarget(
     history_stub = _Provenance(
         plan.sampling_interval_s, plan.data_fingerprint, plan.fit_start, plan.fit_end
     )
-    return assemble_plan(
+    out = assemble_plan(
         history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
     )
+    return replace(out, horizon_rows=plan.horizon_rows, warnings=plan.warnings)
 
 
 @dataclass(frozen=True)

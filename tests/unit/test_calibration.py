@@ -6,13 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ParameterError
-from engine.planning import (
-    BacktestSettings,
-    PlanningSpec,
-    fold_origins,
-    plan_on,
-    run_backtest,
-)
+from engine.planning import BacktestSettings, PlanningSpec, fold_origins, plan_on, run_backtest
 
 
 def autocorrelated_sensors(rows: int, n: int, phi: float, seed: int) -> np.ndarray:
@@ -50,14 +44,17 @@ def _spec(calibration: str) -> PlanningSpec:
 
 def test_seed_violates_and_calibrated_holds_on_autocorrelated_data(smooth: np.ndarray) -> None:
     sensors = tuple(f"s{i}" for i in range(smooth.shape[1]))
-    settings = BacktestSettings(history=336, step=24)
+    # as a default plan is made: the fit grows with the origin, each plan kept a horizon
+    settings = BacktestSettings(history=336, step=96, max_folds=30, max_history=6000)
     seed = run_backtest(smooth, sensors, _spec("none"), settings)
     ours = run_backtest(smooth, sensors, _spec("backtest"), settings)
-    assert seed.n_folds == ours.n_folds > 100
+    assert seed.n_folds == ours.n_folds == 30
     # The seed promises delta = 5 % per sensor and misses it by a wide margin ...
-    assert seed.violation_rate_worst_sensor > 0.15
-    # ... the calibrated plan keeps every sensor at or below delta ...
-    assert ours.violation_rate_worst_sensor <= 0.05
+    assert seed.violation_rate_mean > 0.1
+    assert seed.verdict(0.05).startswith("DOES NOT HOLD")
+    # ... the calibrated plan, kept for the horizon, holds over rebuilt windows ...
+    assert ours.violation_rate_mean <= 0.05
+    assert ours.verdict(0.05).startswith("holds"), ours.verdict(0.05)
     # ... and still saves something (it is not "back up everything").
     assert ours.backup_fraction_mean < 0.9
 
@@ -66,19 +63,22 @@ def test_calibration_is_recorded_with_its_reason(smooth: np.ndarray) -> None:
     sensors = tuple(f"s{i}" for i in range(smooth.shape[1]))
     fold = plan_on(smooth[:336], sensors, _spec("backtest"))
     assert fold.calibration.method == "backtest"
-    assert "held-out" in fold.calibration.reason
-    assert fold.calibration.windows_per_sensor > 100
+    assert "horizons" in fold.calibration.reason
+    # default horizon 4 windows = 96 rows: first fit 96, horizons at 144 and 240
+    assert fold.calibration.blocks == 2
+    assert fold.calibration.windows_per_sensor == 2 * (96 - 24 + 1)
     seed = plan_on(smooth[:336], sensors, _spec("none"))
     assert seed.calibration.method == "none"
     # the calibrated targets are tighter than the seed's for smooth errors
     assert np.median(fold.targets) < np.median(seed.targets)
 
 
-def test_too_little_history_says_so_and_falls_back() -> None:
+def test_too_little_history_says_so_and_backs_up_everything() -> None:
     x = autocorrelated_sensors(rows=60, n=4, phi=0.5, seed=1)
     fold = plan_on(x, ("a", "b", "c", "d"), _spec("backtest"))
-    assert fold.calibration.method == "none"
+    assert fold.calibration.method == "unmeasured"
     assert "too little history" in fold.calibration.reason
+    assert fold.selection.backup == (0, 1, 2, 3)
 
 
 def test_backtest_counts_by_hand() -> None:
@@ -126,47 +126,3 @@ def test_verdict_says_whether_the_measured_guarantee_holds(smooth: np.ndarray) -
     assert seed.verdict(0.05).startswith("DOES NOT HOLD")
     empty = run_backtest(smooth[:300], sensors, _spec("none"), settings)
     assert empty.verdict(0.05).startswith("not measured")
-
-
-def test_local_scale_is_the_recent_residual_rms_plus_its_median() -> None:
-    from engine.model import GaussianModel
-    from engine.planning.calibration import _local_scale, _recovered
-
-    x = autocorrelated_sensors(rows=200, n=5, phi=0.5, seed=4)
-    model = GaussianModel().fit(x, tuple(f"s{i}" for i in range(5)))
-    backup, lookback = (0, 2), 24
-    scale = _local_scale(x, model, backup, lookback)
-    resid = x - _recovered(x, model, backup)
-    rms = np.array(
-        [np.sqrt(np.mean(resid[s - lookback : s] ** 2, axis=0)) for s in range(lookback, 201)]
-    )
-    assert scale.shape == (201, 5)
-    np.testing.assert_allclose(scale[lookback:], rms + np.median(rms, axis=0), rtol=1e-9)
-    assert np.all(scale[:lookback] == 1.0)
-    # A backed-up sensor is scored as if dropped: rebuilt from the others, not itself.
-    assert np.all(resid[:, 0] != 0.0)
-
-
-def test_calibration_tightens_when_the_latest_readings_are_turbulent() -> None:
-    """Locally adaptive calibration: the same history ending calm or turbulent.
-
-    Reconstruction errors here come in bursts (sensor noise four times larger
-    for a day at a time); a plan made just after a burst must be stricter than
-    one made after a calm day, because the difficulty persists.
-    """
-    rng = np.random.default_rng(5)
-    x = autocorrelated_sensors(rows=336, n=6, phi=0.9, seed=6)
-    noise = rng.normal(size=x.shape) * 0.3
-    burst = np.repeat(rng.random(14) < 0.3, 24)[:, None]  # whole days
-    burst[-24:] = False
-    calm = x + noise * np.where(burst, 4.0, 1.0)
-    turbulent = calm.copy()
-    turbulent[-24:] += noise[-24:] * 3.0
-    sensors = tuple(f"s{i}" for i in range(6))
-    spec = _spec("backtest")
-    after_calm = plan_on(calm, sensors, spec)
-    after_burst = plan_on(turbulent, sensors, spec)
-    assert after_burst.selection.cost >= after_calm.selection.cost
-    ratio_calm = np.median(list(after_calm.calibration.ratio.values()))
-    ratio_burst = np.median(list(after_burst.calibration.ratio.values()))
-    assert ratio_burst > 1.5 * ratio_calm

@@ -50,7 +50,9 @@ def test_plan_writes_a_valid_config_and_recover_rebuilds_every_sensor(tmp_path: 
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["config"] == str(out)
-    assert summary["guarantee"]["backtest"]["n_folds"] == 8
+    # one fold per default horizon (96 rows) from row 192 on 720 rows (see test_plan_export)
+    assert summary["guarantee"]["backtest"]["n_folds"] == 5
+    assert summary["horizon_rows"] == 96 and summary["warnings"] == []
     config = load_config(out)
     history = load_history(SMALL)
     frame = history.to_frame()[["time", *config.backup_sensors]]
@@ -97,7 +99,27 @@ def test_backtest_prints_the_contract_keys() -> None:
         "n_folds",
     ):
         assert key in result
-    assert result["n_folds"] == (720 - 240) // 24
+    # origins 192, 288, ..., 576: from the rows calibration needs, one horizon (96) a step
+    assert result["n_folds"] == len(range(192, 720 - 96 + 1, 96))
+    assert result["horizon_rows"] == 96 and result["step"] == 96
+    assert "binomial" in result["verdict_test"]
+
+
+def test_horizon_flag_sets_the_step_and_too_little_history_warns(tmp_path: Path) -> None:
+    args = ("--data", str(SMALL), "--sensors", "*_TEMP", "--eps", "1.0", "--delta", "0.05")
+    done = run_cli("backtest", *args, "--window", "24", "--horizon", "48", "--max-folds", "3")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["horizon_rows"] == 48 and result["step"] == 48 and result["n_folds"] == 3
+    # 100 rows cannot calibrate a 2-day horizon: one warning line, every sensor backed up
+    short = tmp_path / "short.csv"
+    short.write_text("".join(SMALL.read_text().splitlines(keepends=True)[:101]))
+    done = run_cli("plan", "--data", str(short), *args[2:], "--window", "24", "--horizon", "48")
+    assert done.returncode == 0, done.stderr
+    warnings = [ln for ln in done.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "too little history" in warnings[0]
+    summary = json.loads(done.stdout)
+    assert summary["n_backup"] == summary["n_sensors"]
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,11 @@ def plan(temps):
 
 
 def test_plan_is_measured_and_consistent(plan, temps) -> None:
-    assert plan.measured and plan.backtest.n_folds == 12
+    # Folds start where calibration can measure (a first fit of one horizon, 96 rows, plus
+    # one scored horizon) and keep each plan for the default horizon (4 windows = 96 rows):
+    # origins 192, 288, ..., 576 on 720 rows; the history=240 given is not used for folds.
+    assert plan.measured and plan.backtest.n_folds == 5
+    assert plan.horizon_rows == 96 and plan.warnings == ()
     assert set(plan.backup_sensors) <= set(temps.sensors)
     assert 0 < len(plan.backup_sensors) < len(temps.sensors)
     rebuilt = [temps.sensors.index(s) for s in plan.linear_map.targets]
@@ -70,7 +74,7 @@ def test_config_has_the_fixed_keys_and_round_trips(plan, tmp_path: Path) -> None
     config = plan_to_config(plan)
     assert set(config) == TOP_KEYS
     assert set(config["reconstruction"]) == set(plan.sensors) - set(plan.backup_sensors)
-    assert config["guarantee"]["backtest"]["n_folds"] == 12
+    assert config["guarantee"]["backtest"]["n_folds"] == 5
     c = BackupConfig.from_dict(config)
     assert BackupConfig.from_dict(c.to_dict()) == c
     for suffix in (".json", ".yaml"):

@@ -1,0 +1,106 @@
+"""Forward-horizon calibration: how a plan kept for ``horizon`` rows really errs.
+
+Why: a plan is fitted once and then used for the whole horizon before it is
+re-planned. Errors grow with the distance from the fit (drift, seasons,
+incidents), so a calibration that scores each held-out stretch with a model
+that saw the data around it (cross-validation) is optimistic. Here every
+scored stretch is scored as it will be used: the model is fitted on all rows
+*before* an origin ``o`` and scores every window of ``[o, o + horizon)``.
+
+Origins are ``T - j * horizon`` (j = 1, 2, ...) down to ``first_fit_rows``: the
+most recent horizons, as many as the history holds. The per-sensor quantile is
+split-conformal: with ``N`` scored windows the ``ceil((N + 1)(1 - a))``-th
+smallest error; when that rank exceeds ``N`` the quantile is infinite, the
+sensor's miss rate cannot be measured at level ``a``, and it is backed up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.errors import ParameterError
+from engine.model import GaussianModel, MomentStats
+
+HISTORY_READINGS_CAP = 3_000_000  # rows x sensors learnt from by default (cost, not accuracy)
+HORIZON_MIN_WINDOWS = 4  # a default horizon spans at least this many windows
+HORIZON_MAX_FRACTION = 4  # ... and at most 1/4 of the history
+SECONDS_PER_DAY = 86_400.0
+# Calibration scores at most the most recent 48 horizons (cost): every fit still uses
+# all rows before its origin, only the oldest horizons are not scored.
+MAX_SCORED_HORIZONS = 48
+
+
+def default_horizon(n_rows: int, window: int, sampling_interval_s: float) -> int:
+    """Rows a plan is used before re-planning when not told: about one day.
+
+    Whole windows covering one day of readings, at least ``HORIZON_MIN_WINDOWS``
+    windows, at most a quarter of the history (so calibration can score several
+    horizons), never less than one window. Derived from the data's sampling
+    interval and the window only.
+    """
+    per_day = SECONDS_PER_DAY / sampling_interval_s if sampling_interval_s > 0 else n_rows
+    windows = max(math.ceil(per_day / window), HORIZON_MIN_WINDOWS)
+    fraction_cap = (n_rows // HORIZON_MAX_FRACTION) // window
+    return int(window * max(1, min(windows, fraction_cap)))
+
+
+def first_fit_rows(n_sensors: int, window: int, horizon: int) -> int:
+    """Rows the earliest calibration model is fitted on: a horizon, and enough for a model."""
+    return max(horizon, n_sensors + 2, 2 * window)
+
+
+def calibration_rows(n_sensors: int, window: int, horizon: int, level: float = 0.965) -> int:
+    """Fewest history rows forward-horizon calibration needs.
+
+    A first fit (``first_fit_rows``) and enough scored horizons that the
+    split-conformal ``level`` quantile is finite: ``N >= level / (1 - level)``
+    windows sliding by one reading (``horizon - window + 1`` per horizon).
+    """
+    windows = math.ceil(level / (1.0 - level) - 1e-9)
+    per_horizon = max(horizon - window + 1, 1)
+    horizons = max(1, math.ceil(windows / per_horizon))
+    return first_fit_rows(n_sensors, window, horizon) + horizons * horizon
+
+
+def default_history(n_rows: int, n_sensors: int, window: int, horizon: int) -> int:
+    """Rows to learn from when not told: all of them, up to the cost cap.
+
+    The cap is ``HISTORY_READINGS_CAP`` readings (rows x sensors), never below
+    what calibration needs for the window and horizon (so a wide network keeps a
+    calibratable history), never above the file.
+    """
+    need = calibration_rows(n_sensors, window, horizon)
+    cap = max(HISTORY_READINGS_CAP // max(n_sensors, 1), need)
+    return int(min(n_rows, cap))
+
+
+def horizon_origins(n_rows: int, first_fit: int, horizon: int) -> list[int]:
+    """Ascending origins ``T - j * horizon >= first_fit``; empty when none fits."""
+    if horizon < 1:
+        raise ParameterError(f"horizon must be >= 1 row, got {horizon!r}")
+    return sorted(range(n_rows - horizon, first_fit - 1, -horizon))
+
+
+def forward_models(
+    x: np.ndarray, origins: list[int], sensors: tuple[str, ...]
+) -> list[GaussianModel]:
+    """For each origin ``o`` the model fitted on ``x[:o]`` (merged moment statistics)."""
+    models = []
+    stats, start = None, 0
+    for o in origins:
+        part = MomentStats.from_array(x[start:o])
+        stats = part if stats is None else stats.merge(part)
+        models.append(GaussianModel().fit_stats(stats, sensors))
+        start = o
+    return models
+
+
+def conformal_quantile(errors: np.ndarray, level: float) -> np.ndarray:
+    """(n,) split-conformal ``level`` quantile of ``errors`` (N, n); inf when N is too small."""
+    n_scores = errors.shape[0]
+    rank = math.ceil((n_scores + 1) * level)
+    if rank > n_scores or n_scores == 0:
+        return np.full(errors.shape[1], np.inf)
+    return np.partition(errors, rank - 1, axis=0)[rank - 1]

@@ -1,0 +1,151 @@
+"""Forward-horizon calibration: defaults, forward models, the conformal quantile, and the
+calibration's behaviour at its quantile level (tests that fail under mutations)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from engine.errors import ParameterError
+from engine.model import GaussianModel
+from engine.planning.calibration import PlanningSpec, _window_residuals, plan_on, track_quantile
+from engine.planning.horizon import (
+    HISTORY_READINGS_CAP,
+    calibration_rows,
+    conformal_quantile,
+    default_history,
+    default_horizon,
+    forward_models,
+    horizon_origins,
+)
+
+
+def test_default_horizon_is_about_a_day_of_whole_windows() -> None:
+    assert default_horizon(10_000, 24, 3600.0) == 96  # hourly: 1 window a day, at least 4
+    assert default_horizon(50_000, 6, 600.0) == 144  # 10-min, hourly windows: 24 windows
+    assert default_horizon(400, 6, 600.0) == 96  # capped at a quarter of the history
+    assert default_horizon(10, 24, 3600.0) == 24  # never below one window
+    assert default_horizon(14_980, 32, 1 / 128) == 3744  # 128 Hz: the quarter cap
+
+
+def test_default_history_is_all_rows_up_to_the_cost_cap() -> None:
+    assert default_history(35_000, 12, 24, 96) == 35_000
+    assert default_history(35_000, 132, 24, 96) == HISTORY_READINGS_CAP // 132
+    need = calibration_rows(5000, 24, 96)
+    assert default_history(10**6, 5000, 24, 96) == max(HISTORY_READINGS_CAP // 5000, need)
+
+
+def test_calibration_rows_cover_the_conformal_rank() -> None:
+    # level 0.965 needs 28 windows; a horizon of 24 rows and window 24 gives 1 per horizon
+    assert calibration_rows(3, 24, 24) == 48 + 28 * 24
+    assert calibration_rows(3, 24, 96) == 96 + 96
+
+
+def test_origins_are_the_most_recent_horizons() -> None:
+    assert horizon_origins(336, 96, 96) == [144, 240]
+    assert horizon_origins(100, 96, 96) == []
+    with pytest.raises(ParameterError):
+        horizon_origins(100, 10, 0)
+
+
+def test_forward_models_are_fitted_on_every_row_before_the_origin() -> None:
+    x = np.random.default_rng(0).normal(size=(300, 3))
+    models = forward_models(x, [100, 200], ("a", "b", "c"))
+    for o, m in zip([100, 200], models, strict=True):
+        ref = GaussianModel().fit(x[:o], ("a", "b", "c"))
+        np.testing.assert_allclose(m.cov_, ref.cov_, rtol=1e-10)
+        np.testing.assert_allclose(m.mean_, ref.mean_, rtol=1e-10)
+
+
+def test_conformal_quantile_is_the_finite_sample_rank() -> None:
+    e = np.random.default_rng(1).random((40, 2))
+    rank = math.ceil(41 * 0.9)
+    np.testing.assert_array_equal(conformal_quantile(e, 0.9), np.sort(e, axis=0)[rank - 1])
+    assert np.all(np.isinf(conformal_quantile(e[:10], 0.95)))  # 11 * 0.95 > 10
+
+
+def _pair(rows: int, seed: int) -> np.ndarray:
+    """Two sensors, b = a + N(0, 1): each rebuilt from the other with a N(0, ~1) error."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(scale=10.0, size=rows)
+    return np.column_stack([a, a + rng.normal(size=rows)])
+
+
+@pytest.mark.parametrize(("tail", "backed_up"), [(0.045, 2), (0.025, 1)])
+def test_a_sensor_missing_more_than_the_aim_is_backed_up(tail: float, backed_up: int) -> None:
+    """Aim = delta * margin = 3.5 %. An error whose true miss rate is 4.5 % (below delta,
+    above the aim) must be backed up; at 2.5 % it is rebuilt. Fails if the quantile
+    level were ``1 - delta`` instead of ``1 - delta * margin``."""
+    x = _pair(24_500, seed=2)
+    eps = float(norm.isf(tail / 2))  # P(|N(0, 1)| > eps) = tail
+    spec = PlanningSpec(
+        eps=eps, delta=0.05, window=1, slide=1, aggregate="avg", horizon=500, margin=0.7
+    )
+    fold = plan_on(x, ("a", "b"), spec)
+    assert fold.calibration.level == pytest.approx(0.965)
+    assert fold.selection.cost == backed_up
+
+
+def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
+    """After calibration every rebuilt sensor's forward-horizon quantile, re-measured
+    with the final backup set, is within eps. Fails if later passes could relax
+    (``np.maximum`` instead of ``np.minimum``)."""
+    rng = np.random.default_rng(7)
+    factor = np.cumsum(rng.normal(size=(3000, 1)), axis=0) * 0.2
+    x = factor * rng.uniform(0.5, 1.5, size=12) + rng.normal(size=(3000, 12)) * 0.3
+    spec = PlanningSpec(eps=0.2, delta=0.05, window=12, slide=12, aggregate="avg", horizon=240)
+    fold = plan_on(x, tuple(f"s{i}" for i in range(12)), spec)
+    assert fold.calibration.iterations >= 2  # the loop did re-select
+    from engine.planning.horizon import first_fit_rows
+
+    origins = horizon_origins(3000, first_fit_rows(12, 12, 240), 240)[-48:]
+    models = forward_models(x, origins, tuple(f"s{i}" for i in range(12)))
+    e = np.abs(
+        np.vstack(
+            [
+                _window_residuals(x[o : o + 240], m, fold.selection.backup, spec)
+                for o, m in zip(origins, models, strict=True)
+            ]
+        )
+    )
+    q = conformal_quantile(e, 0.965)
+    rebuilt = [i for i in range(12) if i not in fold.selection.backup]
+    assert rebuilt, "the case must rebuild something to test anything"
+    assert np.all(q[rebuilt] <= spec.eps * 1.05), q[rebuilt]
+
+
+def _spec_for_tracking(adapt_rate: float = 0.2) -> PlanningSpec:
+    return PlanningSpec(
+        eps=1.0, delta=0.05, window=1, slide=1, aggregate="avg", adapt_rate=adapt_rate
+    )
+
+
+def test_a_miss_tightens_and_a_hit_relaxes() -> None:
+    spec = _spec_for_tracking()
+    log_scale = np.zeros(3)
+    misses = np.array([[True, False, True]])
+    rebuilt = np.array([True, True, False])
+    track_quantile(log_scale, misses, rebuilt, spec)
+    assert log_scale[0] == pytest.approx(0.2 * (0.035 - 1.0))  # a miss tightens
+    assert log_scale[1] == pytest.approx(0.2 * 0.035)  # a hit relaxes, by aim / (1 - aim)
+    assert log_scale[2] == 0.0  # a backed-up sensor's windows do not move it
+
+
+def test_long_run_miss_rate_approaches_the_aim_on_a_stationary_stream() -> None:
+    """Seeded stationary stream: a target scale s gives errors N(0, s); the tracker's
+    long-run miss rate must settle at the aim 3.5 % (not 0, not 5 %, not 100 %)."""
+    rng = np.random.default_rng(11)
+    spec = _spec_for_tracking(adapt_rate=0.05)
+    log_scale = np.zeros(4)
+    misses_total = np.zeros(4)
+    steps = 40_000
+    for _ in range(steps):
+        err = rng.normal(size=4) * np.sqrt(np.exp(log_scale)) * 0.5
+        miss = (np.abs(err) > spec.eps)[None, :]
+        misses_total += miss[0]
+        track_quantile(log_scale, miss, np.ones(4, dtype=bool), spec)
+    rate = misses_total / steps
+    assert np.all(np.abs(rate - 0.035) < 0.004), rate

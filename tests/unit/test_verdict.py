@@ -1,0 +1,64 @@
+"""The backtest verdict: every branch, its binomial test and the Bonferroni correction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import beta, binomtest
+
+from engine.planning.monitor import binomial_p_value, rate_upper_bound
+from engine.planning.verdict import VERDICT_TEST, summarise_backtest
+
+SENSORS = ("a", "b", "c", "d", "e")
+
+
+def _result(viol: list[int], rebuilt: list[int], total: int = 400, folds: int = 10):
+    counts = (np.array(viol), np.array(rebuilt), total)
+    return summarise_backtest(folds, 336, 96, counts, [0.2] * folds, SENSORS[: len(viol)], 0.05)
+
+
+def test_binomial_p_value_is_scipy_binomtest() -> None:
+    for k, n in [(0, 10), (3, 40), (12, 100), (30, 400)]:
+        ref = binomtest(k, n, 0.05, alternative="greater").pvalue
+        assert binomial_p_value(k, n, 0.05) == pytest.approx(ref, rel=1e-12)
+    assert binomial_p_value(0, 0, 0.05) == 1.0
+
+
+def test_worst_sensor_bound_is_clopper_pearson_over_rebuilt_windows_bonferroni() -> None:
+    r = _result([2, 10, 0, 1, 3], [400, 200, 400, 50, 400])
+    assert r.worst_sensor == "b" and r.violation_rate_worst_sensor == pytest.approx(0.05)
+    ref = beta.ppf(1 - 0.05 / 5, 11, 190)  # 5 sensors rebuilt
+    assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(ref)
+    assert r.violation_rate_worst_sensor_ucb95 == rate_upper_bound(10, 200, 0.99)
+    assert r.violation_rate_worst_sensor_all_windows == pytest.approx(10 / 400)
+    assert r.violation_rate_mean == pytest.approx(16 / 1450)
+    assert r.to_dict()["verdict_test"] == VERDICT_TEST
+
+
+def test_verdict_not_measured_and_nothing_rebuilt() -> None:
+    assert _result([0, 0], [0, 0], total=0, folds=0).verdict(0.05).startswith("not measured")
+    trivial = _result([0, 0], [0, 0])
+    assert trivial.verdict(0.05).startswith("holds trivially")
+
+
+def test_verdict_pooled_above_delta_does_not_hold() -> None:
+    assert _result([30, 30], [400, 400]).verdict(0.05).startswith("DOES NOT HOLD: rebuilt")
+
+
+def test_verdict_one_sensor_rejected_after_bonferroni() -> None:
+    # pooled 34 / 2000 = 1.7 % is fine; sensor a's 30 / 400 has p ~ 0.0145 < 0.05 but
+    # > 0.05 / 5: consistent once corrected for five sensors. At 34 / 400 it is rejected.
+    consistent = _result([30, 1, 1, 1, 1], [400] * 5)
+    assert binomial_p_value(30, 400, 0.05) < 0.05
+    assert consistent.verdict(0.05).startswith("holds"), consistent.verdict(0.05)
+    rejected = _result([38, 1, 1, 1, 1], [400] * 5)
+    assert binomial_p_value(38, 400, 0.05) < 0.01
+    assert rejected.verdict(0.05).startswith("DOES NOT HOLD: 1 sensor")
+
+
+def test_verdict_holds_confirmed_or_not_yet() -> None:
+    confirmed = _result([2, 3], [2000, 2000], total=2000)
+    assert confirmed.verdict(0.05).startswith("holds: pooled")
+    assert "more folds" not in confirmed.verdict(0.05)
+    unconfirmed = _result([1, 0], [30, 30], total=30)
+    assert "more folds would confirm" in unconfirmed.verdict(0.05)
