@@ -107,12 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="replay the last ROWS rows (default: the second half); the plan learns from the rest",
     )
-    sim.add_argument(
-        "--horizon",
-        type=int,
-        default=None,
-        help="re-plan every ROWS stream rows inside the live run (default: only on alerts)",
-    )
     sim.add_argument("--workdir", default=None, help="landing/backup directory (default: temp)")
     sim.add_argument("--master", default=None, help="Spark master (default local[*])")
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")

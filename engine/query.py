@@ -21,10 +21,15 @@ def _is_real(x: object) -> bool:
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
+MAX_EPS = 1e100  # the loader's bound on readings (engine.data.range); variances square it
+
+
 def check_eps(eps: object, name: str = "eps") -> None:
-    """A tolerance is a finite number > 0."""
+    """A tolerance is a finite number > 0, at most ``MAX_EPS`` (its square must not overflow)."""
     if not _is_real(eps) or not math.isfinite(float(eps)) or float(eps) <= 0:  # type: ignore[arg-type]
         raise ParameterError(f"{name} must be a finite number > 0, got {eps!r}")
+    if float(eps) > MAX_EPS:  # type: ignore[arg-type]
+        raise ParameterError(f"{name} must be at most {MAX_EPS:g}, got {eps!r}")
 
 
 def check_delta(delta: object) -> None:

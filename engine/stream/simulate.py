@@ -33,8 +33,8 @@ def simulate_from_cli(
     """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
     ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
 
-    The live monitor re-plans on alerts and, with ``--horizon ROWS``, every ROWS
-    stream rows; the report lists the plan versions and the rows each served."""
+    The live monitor re-plans on alerts and every horizon (``--horizon ROWS``, else the
+    plan's own horizon) stream rows; the report lists the plan versions and the rows each served."""
     from engine.stream.live import replanning_monitor
     from engine.stream.session import SparkSettings
     from engine.stream.simulation import run_simulation
@@ -64,13 +64,13 @@ def simulate_from_cli(
                 history,
                 plan,
                 first_row=split.fit_rows,
-                every_rows=horizon,
+                every_rows=horizon or plan.horizon_rows or None,
             ),
         )
     out = report.to_dict()
     # Top level: every plan version of the run; the report keeps rows_by_version.
     out["plan_versions"] = out.pop("plan_versions")
-    out["horizon_rows"] = horizon
+    out["horizon_rows"] = horizon or plan.horizon_rows
     out["live_monitor"] = live_monitor(managers[0].status())
     out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
