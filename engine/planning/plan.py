@@ -287,7 +287,9 @@ def make_plan(
     plan = assemble_plan(
         history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
     )
-    return replace(plan, horizon_rows=horizon, warnings=plan_warnings(fold, result, spec))
+    return replace(
+        plan, horizon_rows=horizon, warnings=plan.warnings + plan_warnings(fold, result, spec)
+    )
 
 
 def _check_sizes(x: np.ndarray, sensors: tuple[str, ...], params: PlanParameters) -> None:
