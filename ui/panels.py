@@ -64,14 +64,16 @@ LIVE_STATES = ("running", "failed", "recovering")
 
 
 def live_plan(data: PlanningData) -> BackupPlan | None:
-    """The plan of record while a pipeline runs on ``data``: the newest plan its monitor
-    applied (the initial one, then each re-plan); None when no pipeline runs on it."""
+    """The plan of record while a pipeline runs on ``data``: the plan of the version in
+    force (a re-plan counts once it takes effect at a batch); None when no pipeline
+    runs on it."""
     log = resources.pipeline_log()
     if log.monitor is None or log.data_key != data.key:
         return None
-    if resources.pipeline_manager().status().state not in LIVE_STATES:
+    manager = resources.pipeline_manager()
+    if manager.status().state not in LIVE_STATES:
         return None
-    return log.monitor.plan
+    return log.monitor.plan_for(manager.spec_in_force().linear_map)
 
 
 def live_line(plan: BackupPlan) -> None:

@@ -135,8 +135,11 @@ def pipeline_inputs(
     """The data and plan the pipeline ran on (this session's may have changed since)."""
     log = resources.pipeline_log()
     if log.history is not None and log.plan is not None:
-        in_force = log.monitor.plan if log.monitor is not None else log.plan
-        return log.history, in_force
+        in_force = None
+        if log.monitor is not None:  # the plan of the version the stream runs with now
+            spec = resources.pipeline_manager().spec_in_force()
+            in_force = log.monitor.plan_for(spec.linear_map)
+        return log.history, in_force or log.plan
     if set(report.sensors) <= set(history.sensors):
         return history, plan
     return None

@@ -140,6 +140,7 @@ class ReplanningMonitor:
         )
         self.scale = np.ones(len(plan.sensors))
         self.changes: list[PlanChange] = []
+        self.plans: list[BackupPlan] = [plan]  # the first plan and every one applied since
         self._lock = threading.Lock()
         self._busy = False
         self._wait_for: int | None = None  # the version id the last applied plan gets
@@ -213,6 +214,13 @@ class ReplanningMonitor:
                 PlanChange(self.now(), kind, reason, new.backup_sensors, added, dropped)
             )
             self.plan, self._busy = new, False
+            self.plans.append(new)
+
+    def plan_for(self, linear_map: object) -> BackupPlan | None:
+        """The plan (first or applied) whose reconstruction map is ``linear_map``:
+        the plan behind a stream spec (``StreamSpec.from_plan`` keeps the map object)."""
+        with self._lock:
+            return next((p for p in reversed(self.plans) if p.linear_map is linear_map), None)
 
     def _reason(
         self,

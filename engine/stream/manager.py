@@ -501,6 +501,10 @@ class PipelineManager:
             raise PipelineError("the pipeline has not been started")
         return self._config
 
+    def spec_in_force(self) -> StreamSpec:
+        """The plan the stream runs with now (the version of the last batch)."""
+        return self._current_spec()
+
     def _current_spec(self) -> StreamSpec:
         """The plan in force: the running pipeline's, else the newest stored version's."""
         if self._pipeline is not None:

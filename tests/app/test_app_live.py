@@ -217,6 +217,7 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     from types import SimpleNamespace
 
     from engine.planning import PlanParameters, make_plan
+    from engine.stream.spec import StreamSpec
 
     app.switch_page("pages/plan.py").run()
     key = app.session_state["_planning_data"].key
@@ -230,7 +231,10 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     manager = fake(FakeManager("running"))
     manager._status = replace(manager._status, plan_version=2)
     log = resources.PipelineLog()
-    log.monitor, log.data_key = SimpleNamespace(plan=live_plan), key
+    manager.spec_in_force = lambda: StreamSpec.from_plan(live_plan)  # type: ignore[attr-defined]
+    plans = {id(live_plan.linear_map): live_plan}
+    log.monitor = SimpleNamespace(plan_for=lambda lm: plans.get(id(lm)))
+    log.data_key = key
     monkeypatch.setattr(resources, "pipeline_log", lambda: log)
     app.switch_page("pages/export.py").run()
     assert not app.exception

@@ -62,6 +62,26 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_text("recovered vs true window aggregates").first.wait_for()
 
 
+def plan_in_force(page) -> int:  # type: ignore[no-untyped-def]
+    """Wait for a scheduled re-plan, switch the schedule off, and read the plan of record
+    from the Live page's banner; returns how many sensors it backs up."""
+    deadline = time.monotonic() + 120
+    while int(metric_value(page, "Plan version")) < 1:
+        assert time.monotonic() < deadline, "no scheduled re-plan in 2 minutes"
+        page.wait_for_timeout(1000)
+    page.get_by_text("Re-plan on schedule").click()
+    page.get_by_test_id("stMetric").filter(has_text="Scheduled re-planning").get_by_text(
+        "off"
+    ).wait_for()
+    page.wait_for_timeout(4000)  # a re-plan computed before the switch lands at a batch
+    open_page(page, "Live pipeline")
+    banner = page.get_by_text(re.compile(r"Plan of record: the live pipeline's plan")).first
+    found = re.search(r"version (\d+), (\d+) of (\d+) sensors backed up", banner.inner_text())
+    assert found is not None, banner.inner_text()
+    assert int(metric_value(page, "Plan version")) == int(found.group(1))
+    return int(found.group(2))
+
+
 def second_session_sees_the_same_pipeline(browser, app_url: str) -> None:  # type: ignore[no-untyped-def]
     """Another browser session shows the shared pipeline and cannot start a second one."""
     other = browser.new_page(viewport={"width": 1400, "height": 1600})
@@ -149,15 +169,19 @@ def tune_and_look(page, shots_dir: Path) -> None:  # type: ignore[no-untyped-def
     shoot(page, shots_dir, "6_disorder")
 
 
-def export_and_recover(page, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The downloaded config validates and ``python -m engine recover`` accepts it."""
+def export_and_recover(page, shots_dir: Path, tmp_path: Path, backed: int) -> None:  # type: ignore[no-untyped-def]
+    """The downloaded config is the plan in force (``backed`` sensors backed up, as the
+    Live page's banner says), validates, and ``python -m engine recover`` accepts it."""
     open_page(page, "Export")
     page.get_by_text(re.compile("valid against backup config schema v2")).wait_for()
+    page.get_by_text(re.compile(rf"\d+ sensors, {backed} backed up, the rest")).wait_for()
+    page.get_by_text(re.compile("Plan of record: the live pipeline's plan")).first.wait_for()
     shoot(page, shots_dir, "7_export")
     config_path = download_config(page, tmp_path)
     config = json.loads(config_path.read_text())
     validate_config(config)
     assert config["parameters"]["eps"] == 2.0
+    assert len(config["backup_sensors"]) == backed
     args = [
         "--config",
         str(config_path),
@@ -188,8 +212,9 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     open_page(page, "Live pipeline")
     run_pipeline_and_fail(page)
     shoot(page, shots_dir, "5_live_recovered")
+    backed = plan_in_force(page)
     second_session_sees_the_same_pipeline(page.context.browser, app_url)
-    export_and_recover(page, shots_dir, tmp_path)
+    export_and_recover(page, shots_dir, tmp_path, backed)
     open_page(page, "Live pipeline")
     page.get_by_role("button", name="Stop").click()
     page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("stopped").wait_for()

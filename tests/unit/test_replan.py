@@ -173,3 +173,15 @@ def test_an_operator_can_re_plan_now(drift: SensorHistory, plan: BackupPlan) -> 
     ((new, kind, reason),) = applied
     assert kind == "manual" and "requested by the operator" in reason
     assert new.backup_sensors == fresh_plan(plan, drift.rows(700, 1100)).backup_sensors
+
+
+def test_the_plan_behind_a_stream_spec_is_found_by_its_map(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    from engine.stream.spec import StreamSpec
+
+    monitor, applied, _ = stream(drift, 600, 1000, plan, every_rows=200)
+    assert monitor.plans == [plan, *(new for new, _, _ in applied)]
+    for p in monitor.plans:
+        assert monitor.plan_for(StreamSpec.from_plan(p).linear_map) is p
+    assert monitor.plan_for(object()) is None
