@@ -107,27 +107,6 @@ def stop() -> None:
     resources.pipeline_manager().stop()
 
 
-def fail_and_recover() -> RecoveryReport:
-    """Kill the query, discard what was not backed up, rebuild the lost windows."""
-    manager = resources.pipeline_manager()
-    with st.status("Simulating a failure...", expanded=True) as box:
-        failed = manager.simulate_failure()
-        st.write(failed.last_error or "query killed")
-        box.update(label="Recovering the lost windows from the backup (Spark batch job)...")
-        report = manager.recover()
-        box.update(
-            label=f"Recovered in {report.recovery_seconds:.2f} s", state="complete", expanded=False
-        )
-    remember(report)
-    return report
-
-
-def recover_only() -> RecoveryReport:
-    report = resources.pipeline_manager().recover()
-    remember(report)
-    return report
-
-
 def remember(report: RecoveryReport, log: resources.PipelineLog | None = None) -> None:
     """Keep the report per mode (``log`` given when called off the script thread)."""
     log = log or resources.pipeline_log()
