@@ -126,7 +126,7 @@ def last_report() -> RecoveryReport | None:
 
 
 def status_metrics(s: PipelineStatus, delta: float) -> None:
-    c = st.columns(6)
+    c = st.columns(3) + st.columns(3)  # two rows: six metrics do not fit at 1024 px
     run = f", run {s.run}" if s.run is not None else ""
     c[0].metric("State", s.state, f"mode {s.mode or '-'}{run}", **QUIET)
     c[1].metric(
