@@ -306,3 +306,12 @@ def test_paper_method_on_many_sensors_warns_first_and_never_drives_the_curves(ap
 def test_log_axis_ticks_are_one_two_five() -> None:
     assert charts.log_ticks(0.125, 8.0) == [0.2, 0.5, 1.0, 2.0, 5.0]
     assert charts.log_ticks(0.001, 0.3) == [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+
+
+def test_the_runner_forgets_old_finished_jobs() -> None:
+    runner = JobRunner(keep=3)
+    for i in range(6):
+        runner.submit(i, "quick", lambda progress: None)
+        assert runner.wait_all(5)
+    kept = [i for i in range(6) if runner.get(i) is not None]
+    assert kept == [3, 4, 5]
