@@ -27,10 +27,8 @@ with panels.page_guard():
         edges_kw, label = {"threshold": t}, f"|corr| >= {t:g}"
     corr = graph.correlation(plan.model.cov_)
     edges = graph.strong_edges(corr, **edges_kw)
-    # Side by side while every name fits; stacked at full width for many sensors.
-    left, right = st.columns([3, 2]) if n <= graph.LABEL_ALL_N else (st.container(),) * 2
-    left.plotly_chart(graph.graph_figure(plan, corr, edges, label))
-    right.plotly_chart(
+    st.plotly_chart(graph.graph_figure(plan, corr, edges, label))
+    st.plotly_chart(
         charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
     )
     st.caption(

@@ -17,11 +17,13 @@ with panels.page_guard():
         column_config=savings.TABLE_FORMAT,
         height=min(36 * (len(table) + 1) + 2, 740),
     )
+    with st.expander("Model variances (conditional variance given the backup, and target)"):
+        st.dataframe(table[savings.VARIANCE_COLUMNS], hide_index=True)
     st.subheader("Projected savings at fleet scale")
     fleet = widgets.fleet_inputs(
         len(plan.sensors), plan.sampling_interval_s, savings.measured_bytes_per_reading()
     )
     savings.metrics(plan, fleet)
     compare = savings.comparison(plan, fleet)
-    st.dataframe(compare, hide_index=True)
+    st.dataframe(compare, hide_index=True, column_config=savings.FLEET_FORMAT)
     st.plotly_chart(charts.savings_bars(fleet, plan.backup_fraction))

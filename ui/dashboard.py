@@ -166,9 +166,9 @@ def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
         st.subheader("Out-of-order arrivals")
         st.plotly_chart(timeline.disorder_timeline(frame, marks), key="disorder_timeline")
     st.subheader("Backup and recovery history")
-    left, right = st.columns([2, 3])
-    left.dataframe(history_summary(points, events), hide_index=True)
-    right.dataframe(recent_table(points, events), hide_index=True, height=280)
+    st.dataframe(history_summary(points, events), hide_index=True)
+    st.caption("Newest backups (batches that wrote rows), failures and recoveries:")
+    st.dataframe(recent_table(points, events), hide_index=True, height=280)
 
 
 def fail_and_recover(already_failed: bool) -> None:

@@ -91,10 +91,14 @@ def keep_choices() -> None:
 
 
 TABLE_FORMAT = {
-    "avg latency (h)": st.column_config.NumberColumn(format="%.2f"),
-    "avg K (h)": st.column_config.NumberColumn(format="%.2f"),
-    "provisional accuracy": st.column_config.NumberColumn(format="percent"),
-    "final accuracy": st.column_config.NumberColumn(format="percent"),
+    "avg latency (h)": st.column_config.NumberColumn("latency (h)", format="%.2f", width="small"),
+    "avg K (h)": st.column_config.NumberColumn("K (h)", format="%.2f", width="small"),
+    "provisional accuracy": st.column_config.NumberColumn(
+        "provisional", format="percent", width="small"
+    ),
+    "final accuracy": st.column_config.NumberColumn("final", format="percent", width="small"),
+    "corrections": st.column_config.NumberColumn(width="small"),
+    "late tuples": st.column_config.NumberColumn("late", width="small"),
 }
 
 
@@ -185,7 +189,7 @@ def latency_chart(report: dict[str, Any]) -> go.Figure:
             marker_color=[COLOURS[n] for n in names],
         )
     )
-    return _layout(fig, "Average latency: window end to first result", 340, y="hours")
+    return _layout(fig, "Latency to first result", 340, y="hours (from window end)")
 
 
 def accuracy_chart(report: dict[str, Any], delta: float) -> go.Figure:
@@ -227,10 +231,14 @@ def cumulative_chart(report: dict[str, Any]) -> go.Figure:
         )  # fmt: skip
     fig.add_hline(y=100, line_dash="dot", line_color="#bbb", layer="below")
     fig.update_yaxes(range=[min(lowest, 99.0) - 0.5, 100.4])
-    flat = " (every method at 100 % throughout)" if lowest >= 100.0 else ""
+    if lowest >= 100.0:
+        fig.add_annotation(
+            x=0.5, y=0.3, xref="paper", yref="paper", showarrow=False,
+            text="every method at 100 % throughout", font={"color": "#555"},
+        )  # fmt: skip
     return _layout(
         fig,
-        f"Cumulative accuracy as corrections land{flat}",
+        "Cumulative accuracy",
         340,
         x="stream time (h)",
         y="% of results within eps",

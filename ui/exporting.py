@@ -55,6 +55,6 @@ def recover_command(config_name: str) -> str:
     python = shlex.quote(sys.executable)
     return (
         "# in the folder that holds the two downloads:\n"
-        f"PYTHONPATH={shlex.quote(str(root))} {python} -m engine recover "
-        f"--config {shlex.quote(config_name)} --backup {BACKUP_CSV} --out all_sensors.csv"
+        f"PYTHONPATH={shlex.quote(str(root))} \\\n  {python} -m engine recover \\\n"
+        f"  --config {shlex.quote(config_name)} --backup {BACKUP_CSV} --out all_sensors.csv"
     )

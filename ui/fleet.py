@@ -74,7 +74,6 @@ def fleet_table(spec: FleetSpec, backup_fraction: float, quality: str) -> pd.Dat
         ("plan (approx)", backup_fraction, quality),
         ("no backup", 0.0, "lost windows stay lost"),
     )
-    full = spec.cost_per_month(1.0)
     return pd.DataFrame(
         [
             {
@@ -83,7 +82,6 @@ def fleet_table(spec: FleetSpec, backup_fraction: float, quality: str) -> pd.Dat
                 "readings per month": format_quantity(spec.readings_per_month(f)),
                 "storage held": format_quantity(spec.stored_bytes(f), "B"),
                 "$ per month": format_money(spec.cost_per_month(f)),
-                "saved vs full": format_money(full - spec.cost_per_month(f)),
                 "after a failure": outcome,
             }
             for name, f, outcome in rows

@@ -164,13 +164,18 @@ def cluster_names(
     return out
 
 
+RING_MAX = 24  # a cluster this small sits on a ring (room for names); larger: a disc
+
+
 def _radius(m: int) -> float:
-    return 0.0 if m == 1 else 0.5 * np.sqrt(m)
+    if m == 1:
+        return 0.0
+    return max(0.5 * np.sqrt(m), 0.16 * m) if m <= RING_MAX else 0.5 * np.sqrt(m)
 
 
 def _disc(m: int) -> np.ndarray:
-    """(m, 2) points spread evenly over a disc (sunflower spiral); a ring up to 12."""
-    if m <= 12:
+    """(m, 2) points: on a ring up to ``RING_MAX``, else spread over a disc (sunflower)."""
+    if m <= RING_MAX:
         angles = 2 * np.pi * np.arange(m) / m
         return _radius(m) * np.column_stack([np.cos(angles), np.sin(angles)])
     k = np.arange(m) + 0.5

@@ -111,10 +111,11 @@ class Job:
 
 
 class JobRunner:
-    """Keyed jobs shared by every session; at most one live job per key."""
+    """Keyed jobs shared by every session; at most one live job per key. Only the
+    newest ``keep`` finished jobs are remembered (their results live in caches)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic, keep: int = 64) -> None:
+        self._clock, self.keep = clock, keep
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, Job] = {}
 
@@ -123,8 +124,15 @@ class JobRunner:
         with self._lock:
             job = self._jobs.get(key)
             if job is None:
+                self._prune()
                 job = self._jobs[key] = Job(key, label, work, self._clock).start()
             return job
+
+    def _prune(self) -> None:
+        """Forget the oldest finished jobs beyond ``keep`` (the dict keeps start order)."""
+        finished = [k for k, j in self._jobs.items() if j.state != "running"]
+        for k in finished[: max(0, len(finished) - self.keep + 1)]:
+            del self._jobs[k]
 
     def get(self, key: Hashable) -> Job | None:
         with self._lock:

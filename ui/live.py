@@ -221,27 +221,6 @@ def stop() -> None:
     resources.pipeline_manager().stop()
 
 
-def fail_and_recover() -> RecoveryReport:
-    """Kill the query, discard what was not backed up, rebuild the lost windows."""
-    manager = resources.pipeline_manager()
-    with st.status("Simulating a failure...", expanded=True) as box:
-        failed = manager.simulate_failure()
-        st.write(failed.last_error or "query killed")
-        box.update(label="Recovering the lost windows from the backup (Spark batch job)...")
-        report = manager.recover()
-        box.update(
-            label=f"Recovered in {report.recovery_seconds:.2f} s", state="complete", expanded=False
-        )
-    remember(report)
-    return report
-
-
-def recover_only() -> RecoveryReport:
-    report = resources.pipeline_manager().recover()
-    remember(report)
-    return report
-
-
 def remember(report: RecoveryReport, log: resources.PipelineLog | None = None) -> None:
     """Keep the report per mode (``log`` given when called off the script thread)."""
     log = log or resources.pipeline_log()
@@ -261,7 +240,7 @@ def last_report() -> RecoveryReport | None:
 
 
 def status_metrics(s: PipelineStatus, delta: float) -> None:
-    c = st.columns(6)
+    c = st.columns(3) + st.columns(3)  # two rows: six metrics do not fit at 1024 px
     run = f", run {s.run}" if s.run is not None else ""
     c[0].metric("State", s.state, f"mode {s.mode or '-'}{run}", **QUIET)
     c[1].metric(

@@ -13,14 +13,19 @@ from ui.format import format_money, format_percent, format_quantity
 from ui.panels import QUIET
 
 TABLE_FORMAT = {
-    "sensor": st.column_config.TextColumn(width="small"),
+    "sensor": st.column_config.TextColumn(width="medium"),
     "status": st.column_config.TextColumn(width="small"),
     "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="medium"),
     "model error bound": st.column_config.TextColumn("error bound", width="small"),
     "model P(miss)": st.column_config.TextColumn("P(miss)", width="small"),
     "backtest violation rate": st.column_config.TextColumn("backtest miss", width="small"),
-    "conditional variance": st.column_config.TextColumn("variance", width="small"),
-    "variance target": st.column_config.TextColumn("target", width="small"),
+    "conditional variance": None,  # in the expander below the table: the page stays narrow
+    "variance target": None,
+}
+VARIANCE_COLUMNS = ["sensor", "conditional variance", "variance target"]
+FLEET_FORMAT = {
+    name: st.column_config.TextColumn(width="small")
+    for name in ("sensors persisted", "readings per month", "storage held", "$ per month")
 }
 
 

@@ -184,7 +184,8 @@ def test_plan_page_numbers_agree_with_the_plan_and_fleet_inputs(app):  # type: i
     app.number_input(key="w_fleet_sites").set_value(500).run()
     assert not app.exception and not app.error
     backed = metric(app, "Backed up")
-    table = app.dataframe[1].value.set_index("strategy")
+    fleet = next(d.value for d in app.dataframe if "strategy" in d.value.columns)
+    table = fleet.set_index("strategy")
     assert table.loc["plan (approx)", "sensors persisted"].startswith(backed_fraction(backed))
     assert "500 sites" in texts(app)
 
@@ -305,3 +306,12 @@ def test_paper_method_on_many_sensors_warns_first_and_never_drives_the_curves(ap
 def test_log_axis_ticks_are_one_two_five() -> None:
     assert charts.log_ticks(0.125, 8.0) == [0.2, 0.5, 1.0, 2.0, 5.0]
     assert charts.log_ticks(0.001, 0.3) == [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+
+
+def test_the_runner_forgets_old_finished_jobs() -> None:
+    runner = JobRunner(keep=3)
+    for i in range(6):
+        runner.submit(i, "quick", lambda progress: None)
+        assert runner.wait_all(5)
+    kept = [i for i in range(6) if runner.get(i) is not None]
+    assert kept == [3, 4, 5]

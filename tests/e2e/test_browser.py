@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.export import validate_config
-from tests.e2e.harness import ROOT, open_page, wait_idle
+from tests.e2e.harness import ROOT, open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
@@ -43,6 +43,12 @@ def change_eps(page, value: str) -> None:  # type: ignore[no-untyped-def]
     page.get_by_text(re.compile(rf"eps {re.escape(value)}, delta")).first.wait_for(timeout=60_000)
 
 
+def dashboard_batches(page) -> int:  # type: ignore[no-untyped-def]
+    heading = page.get_by_text(re.compile(r"Over time \(\d+ micro-batch")).first
+    heading.wait_for(timeout=SLOW)
+    return int(re.search(r"\((\d+) ", heading.inner_text()).group(1))
+
+
 def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_role("button", name="Start").click()
     page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("running").wait_for(
@@ -52,7 +58,17 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     while int(metric_value(page, "Micro-batches").replace(",", "")) < 2:
         assert time.monotonic() < deadline, "the pipeline processed no batch in 2 minutes"
         page.wait_for_timeout(1000)
+    # The dashboard's series grow while the page is open (the fragment polls).
+    first = dashboard_batches(page)
+    deadline = time.monotonic() + 120
+    while dashboard_batches(page) <= first:
+        assert time.monotonic() < deadline, "the dashboard did not grow in 2 minutes"
+        page.wait_for_timeout(1000)
+    assert page.get_by_text("Backup and recovery history").count() == 1
+    page.get_by_text(re.compile(r"^(OK|behind) — ")).first.wait_for()
     page.get_by_role("button", name="Simulate failure").click()
+    # The metrics stay on screen while the recovery job runs (no spinner instead of them).
+    assert page.get_by_test_id("stMetric").filter(has_text="Micro-batches").count() == 1
     page.get_by_text("Recovery report (mode approx)").wait_for(timeout=SLOW)
     page.get_by_text("Windows lost").first.wait_for()
     deadline = time.monotonic() + 120
@@ -201,6 +217,65 @@ def export_and_recover(page, shots_dir: Path, tmp_path: Path, backed: int) -> No
     assert cli.returncode == 0, cli.stderr
     result = json.loads(cli.stdout)
     assert result["sensors"] == len(config["sensors"]) and result["rows"] == 720
+
+
+def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
+    """Start the measured what-ifs and press Cancel; False if they finished first."""
+    page.get_by_role("button", name="Measure the trade-off").click()
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    cancel = page.get_by_role("button", name="Cancel")
+    try:
+        cancel.click(timeout=15_000)
+    except PlaywrightTimeout:  # the job ended (its button left) before the click landed
+        return False
+    page.get_by_text(re.compile(r"Measuring the trade-off cancelled")).wait_for()
+    return True
+
+
+def test_a_long_run_can_be_cancelled(browser, app_url, shots_dir):  # type: ignore[no-untyped-def]
+    """Measured what-ifs run in the background with progress and a Cancel that works.
+
+    The job can beat the click on a fast machine; each retry uses a new eps, so a new job.
+    """
+    page = browser.new_page(viewport={"width": 1440, "height": 2400})
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(f"{app_url}/tune")
+        page.get_by_text("Plan measured by a rolling-origin backtest").first.wait_for()
+        cancelled = False
+        for eps in ("0.7", "1.3", "3"):
+            change_eps(page, eps)
+            page.get_by_text("Plan measured by a rolling-origin backtest").first.wait_for()
+            if try_to_cancel(page):
+                cancelled = True
+                break
+        assert cancelled, "every measured what-if finished before Cancel could be pressed"
+        assert page.get_by_role("button", name="Run it again").count() == 1
+        shoot(page, shots_dir, "cancelled")
+    finally:
+        page.close()
+
+
+def test_a_deep_link_gives_the_same_app(browser, tmp_path):  # type: ignore[no-untyped-def]
+    """/live opened first on a fresh server: titled navigation and wide layout, no file list."""
+    with running_app(tmp_path, {"LACUNA_MAX_FOLDS": "3"}) as url:
+        page = browser.new_page(viewport={"width": 1024, "height": 768})
+        page.set_default_timeout(90_000)
+        try:
+            page.goto(f"{url}/live")
+            page.get_by_role("heading", name="Live pipeline", level=1).wait_for()
+            sidebar = page.get_by_test_id("stSidebar")
+            titles = ["Data", "Tune", "Graph", "Plan & savings", "Live pipeline", "Export"]
+            for title in titles:
+                assert sidebar.get_by_role("link", name=title).count() == 1, title
+            assert page.get_by_test_id("stSidebarNav").count() == 0  # Streamlit's file list
+            assert sidebar.get_by_role("link", name="app").count() == 0
+            sidebar.get_by_role("link", name="Tune").click()
+            page.wait_for_url("**/tune")
+            page.get_by_role("heading", name="Tune", level=1).wait_for()
+        finally:
+            page.close()
 
 
 def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
