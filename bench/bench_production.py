@@ -263,11 +263,15 @@ def run_clusters(rows: Rows, config: Any, args: argparse.Namespace, root: Path,
     if not args.cluster:
         return {"skipped": "run with --cluster 1,2"}
     from engine.stream.session import SparkSettings, get_spark
-    from tests.cluster.standalone import StandaloneCluster
+    from tests.cluster.standalone import ClusterError, StandaloneCluster
 
-    out = {}
+    out: dict[str, Any] = {}
     for workers in (int(w) for w in args.cluster.split(",")):
-        cluster = StandaloneCluster(root / f"cluster{workers}", workers=workers).start()
+        try:
+            cluster = StandaloneCluster(root / f"cluster{workers}", workers=workers).start()
+        except ClusterError as err:
+            out[f"{workers}_workers"] = {"error": str(err).splitlines()[0]}
+            continue
         try:
             spark = get_spark(SparkSettings(master=cluster.url, shuffle_partitions=2))
             kinds = ("lacuna", "plain_full")
