@@ -57,11 +57,15 @@ def write_config(
     slide: int = 4,
     aggregate: str = "avg",
     eps: float = 1.0,
+    lm: LinearMap | None = None,
+    sampling_interval_s: float = 3600.0,
 ) -> dict[str, Any]:
-    """A schema-v1 config whose map is a least-squares fit (valid for ``load_config``)."""
+    """A schema-v1 config (valid for ``load_config``); the map is a least-squares fit
+    unless ``lm`` is given."""
     from engine.export import production_snippets, validate_config
 
-    lm = fit_map(rows.values, rows.sensors, backup)
+    lm = lm or fit_map(rows.values, rows.sensors, backup)
+    backup = lm.backup
     config = {
         "schema_version": 1,
         "created_at": "2026-01-01T00:00:00+00:00",
@@ -72,7 +76,7 @@ def write_config(
             "window": window,
             "slide": slide,
             "aggregate": aggregate,
-            "sampling_interval_s": 3600.0,
+            "sampling_interval_s": sampling_interval_s,
         },
         "sensors": list(rows.sensors),
         "backup_sensors": list(backup),
@@ -94,7 +98,7 @@ def write_config(
             "backtest_note": "not run",
         },
         "savings": _savings(len(backup), len(rows.sensors)),
-        "production": production_snippets(backup, slide * 3600.0),
+        "production": production_snippets(backup, slide * sampling_interval_s),
     }
     validate_config(config)
     path.write_text(json.dumps(config))
