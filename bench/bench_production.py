@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import print_json  # noqa: E402
-from engine.data import load_history  # noqa: E402
-from engine.export import load_config  # noqa: E402
-from engine.guarantee import variance_target  # noqa: E402
-from engine.model import GaussianModel  # noqa: E402
-from engine.selection import select_backups  # noqa: E402
+from engine.data.history import load_history  # noqa: E402
+from engine.export.config import load_config  # noqa: E402
+from engine.model.gaussian import GaussianModel  # noqa: E402
+from engine.planning.guarantee import variance_target  # noqa: E402
+from engine.selection.greedy import select_backups  # noqa: E402
 from engine.stream.job import JobSettings, run_job  # noqa: E402
 from tests.production_reference import Rows, reference_results, write_config  # noqa: E402
 
@@ -153,7 +153,7 @@ def run_lacuna(spark: Any, config: Any, landing: Path, out: Path) -> dict:
     t0 = time.perf_counter()
     report = run_job(spark, config, settings, threading.Event(), log=lambda _r: None)
     seconds = time.perf_counter() - t0
-    from engine.backup_dataset import read_backup
+    from engine.export.backup_dataset import read_backup
 
     return {
         "seconds": seconds,

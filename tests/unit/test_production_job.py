@@ -8,7 +8,7 @@ import pytest
 
 from engine.cli import main
 from engine.errors import ParameterError
-from engine.reconstruct import LinearMap
+from engine.model import LinearMap
 from engine.stream.job import JobSettings
 from engine.stream.sink import SinkPaths, join_uri
 from engine.stream.transforms import WindowSpec, make_window_shadow, partition_columns
