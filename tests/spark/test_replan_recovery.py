@@ -5,6 +5,7 @@ pure-Python rebuild with each row's governing plan version."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from engine.stream.versions import PlanVersion, read_versions
 pytestmark = pytest.mark.spark
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
-FIRST, LAST = 1000, 1500  # replayed file rows; the regime changes at row 1200
+FIRST, LAST = 1000, 1500  # replayed file rows
+BREAK = 1200  # the regime changes here (see ``drift``)
 WINDOW, EVERY = 10, 150
 LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
 OPTIONS = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0)
@@ -35,7 +37,13 @@ CHECK_RUN = 99  # run id of the test's own whole-range rebuild
 
 @pytest.fixture(scope="module")
 def drift() -> SensorHistory:
-    return load_history(DRIFT)
+    """The drift sample with its sensors' columns reversed from row ``BREAK`` on: a
+    regime no plan fitted before it can rebuild, so the live monitor must alert (a
+    calibrated plan rides out the sample's own, milder change without alerting)."""
+    history = load_history(DRIFT)
+    values = history.values.copy()
+    values[BREAK:] = values[BREAK:, ::-1]
+    return replace(history, values=values)
 
 
 @pytest.fixture(scope="module")
