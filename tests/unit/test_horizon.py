@@ -101,7 +101,7 @@ def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
     assert fold.calibration.iterations >= 2  # the loop did re-select
     from engine.horizon import first_fit_rows
 
-    origins = horizon_origins(3000, first_fit_rows(12, 12, 240), 240)[-48:]
+    origins = horizon_origins(3000, first_fit_rows(12, 12, 240), 240)[-16:]
     models = forward_models(x, origins, tuple(f"s{i}" for i in range(12)))
     e = np.abs(
         np.vstack(
