@@ -252,6 +252,8 @@ def _forward_quantiles(
 ) -> tuple[np.ndarray, int]:
     """(n,) conformal ``level`` quantile of forward-horizon window errors, and windows used.
 
+    The larger of the pooled quantile and each horizon's own (where finite).
+
     Each horizon ``[o, o + horizon)`` is reconstructed by the model fitted on ``x[:o]``
     with the backup set ``backup``; windows slide by one reading inside it.
     """
@@ -261,7 +263,14 @@ def _forward_quantiles(
         for o, m in zip(*forward, strict=True)
     ]
     e = np.abs(np.vstack(residuals))
-    return conformal_quantile(e, level), e.shape[0]
+    q = conformal_quantile(e, level)
+    # Drift and bursts: a sensor must meet the level in every scored horizon that has
+    # enough windows for the quantile, not only on average (on the benchmark's choose
+    # half: Beijing TEMP worst sensor 14.3 % -> 3.6 % of rebuilt windows, savings 64 -> 61 %).
+    for r in residuals:
+        qh = conformal_quantile(np.abs(r), level)
+        q = np.where(np.isfinite(qh), np.maximum(q, qh), q)
+    return q, e.shape[0]
 
 
 def _window_residuals(
