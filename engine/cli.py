@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from engine.errors import EngineError, ParameterError
+from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
 from engine.stream.job import add_run_flags
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import PlanParameters
 
 EXIT_BAD_INPUT = 2
-DEFAULT_MAX_FOLDS = 60  # = engine.planning.plan.DEFAULT_BACKTEST_FOLDS (a test checks)
 ALL_FOLDS = 10**9  # --max-folds 0
 PROGRESS_STEP = 0.05  # off a terminal: one progress line per 5 %
 
