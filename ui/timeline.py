@@ -72,7 +72,8 @@ def pipeline_timeline(
     _line(fig, x, frame["duration_ms"], "batch duration", 2, line={"color": "#444"})
     if trigger_s > 0:
         fig.add_hline(y=1000 * trigger_s, line={"dash": "dash", "color": "#999"}, row=2, col=1)
-    _line(fig, x, frame["backlog"], "backlog", 3, line={"color": "#ff7f0e"}, fill="tozeroy")
+    # No area fill: plotly fills across the gap a failure leaves.
+    _line(fig, x, frame["backlog"], "backlog", 3, line={"color": "#ff7f0e"})
     fig.add_trace(
         go.Bar(x=x, y=frame["backup_rows"], name="backup rows", marker_color=BACKUP_COLOUR),
         row=4, col=1,

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from engine.errors import ParameterError
@@ -124,6 +125,38 @@ class MetricsHistory:
     def last(self) -> BatchPoint | None:
         with self._lock:
             return self._points[-1] if self._points else None
+
+
+def make_point(
+    now: datetime,
+    previous: BatchPoint | None,
+    batch_id: int,
+    landed: int | None,
+    worst: tuple[tuple[str, float], ...],
+    status: dict[str, Any],
+    fields: dict[str, Any],
+) -> BatchPoint:
+    """A batch's point from the status after its counters were added.
+
+    The rate is the batch's rows over the time since ``previous`` (until Spark's
+    listener patches its own); the backlog is ``landed`` minus the rows processed.
+    """
+    rate = None
+    if previous is not None:
+        gap = (now - datetime.fromisoformat(previous.at)).total_seconds()
+        rate = fields.get("input_rows", 0) / gap if gap > 0 else None
+    return BatchPoint(
+        at=now.isoformat(),
+        run=-1 if status["run"] is None else status["run"],
+        batch_id=batch_id,
+        rows_per_second=rate,
+        backlog=None if landed is None else max(0, landed - status["input_rows"]),
+        shadow_pooled=status["shadow_violation_rate"],
+        shadow_worst=worst,
+        k_s=status["k_s"],
+        watermark_gap_s=status["watermark_gap_s"],
+        **fields,
+    )
 
 
 def worst_sensors(

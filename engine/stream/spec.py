@@ -20,7 +20,13 @@ from engine.aggregates import check_window, get_aggregate
 from engine.errors import ConfigError, ParameterError, PipelineError
 from engine.model.linear import LinearMap, column_indices
 from engine.planning.monitor import check_eps
-from engine.stream.metrics import BatchPoint, MetricsHistory, PipelineEvent, worst_sensors
+from engine.stream.metrics import (
+    BatchPoint,
+    MetricsHistory,
+    PipelineEvent,
+    make_point,
+    worst_sensors,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import BackupPlan
@@ -364,28 +370,13 @@ class StatusBoard:
         rate is the batch's rows over the time since the previous point, until
         Spark's listener patches in its own (``patch_batch``).
         """
-        now = self._now()
         probe = self._feed_probe
         landed = probe() if probe is not None else None
         with self._lock:
             s = self._status
             worst = worst_sensors(s.shadow_violations, self._per_sensor_windows)
-        prev = self.history.last()
-        rate = None
-        if prev is not None:
-            gap = (now - datetime.fromisoformat(prev.at)).total_seconds()
-            rate = fields.get("input_rows", 0) / gap if gap > 0 else None
-        point = BatchPoint(
-            at=now.isoformat(),
-            run=-1 if s.run is None else s.run,
-            batch_id=batch_id,
-            rows_per_second=rate,
-            backlog=None if landed is None else max(0, landed - s.input_rows),
-            shadow_pooled=s.shadow_violation_rate,
-            shadow_worst=worst,
-            k_s=s.k_s,
-            watermark_gap_s=s.watermark_gap_s,
-            **fields,
+        point = make_point(
+            self._now(), self.history.last(), batch_id, landed, worst, s.to_dict(), fields
         )
         self.history.append(point)
         return point
