@@ -6,12 +6,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from engine.stream.pipeline import RUN_FILE
-from engine.stream.spec import PipelineStatus
+from engine.stream.spec import PipelineStatus, StatusBoard
 from ui import live, resources
 
 pytestmark = pytest.mark.app
@@ -23,6 +24,7 @@ class StartRecorder:
     def __init__(self, status: PipelineStatus | None = None) -> None:
         self.starts: list[dict[str, Any]] = []
         self._status = status or PipelineStatus(state="idle")
+        self.board = StatusBoard()  # the dashboard reads its (empty) metrics history
 
     def status(self) -> PipelineStatus:
         return self._status
@@ -49,7 +51,8 @@ def crashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[StartRecorder, Pa
     (root / "store.duckdb").write_bytes(b"backup rows")
     manager = StartRecorder()
     monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
-    monkeypatch.setattr(live, "replanning_monitor", lambda *a: None)
+    # start() sets the monitor's schedule switch: a stand-in that holds it
+    monkeypatch.setattr(live, "replanning_monitor", lambda *a, **kw: SimpleNamespace())
     yield manager, root
     shutil.rmtree(root)
 
