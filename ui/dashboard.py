@@ -154,7 +154,10 @@ def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
     s = manager.status()
     points, events = manager.board.history.points(), manager.board.history.events()
     level = status_level(s, points, trigger_s)
-    LEVEL_STYLE[level.name](f"**{level.name}** — {level.reason}")
+    if not (level.name == "failing" and s.last_error):
+        # a failing query's error is already on the status panel above, as an error (or a
+        # warning for a simulated failure): not said twice
+        LEVEL_STYLE[level.name](f"**{level.name}** — {level.reason}")
     _recovery_job()
     if not points:
         st.caption("The dashboard fills in as micro-batches complete.")

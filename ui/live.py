@@ -127,9 +127,9 @@ def start(
 
 
 def horizon_rows(plan: BackupPlan) -> int:
-    """Rows a plan is valid for: the parameters' horizon, else the backtest's re-plan step
-    (the cadence the backtest measured), else one window."""
-    horizon = getattr(plan.parameters, "horizon", None)
+    """Rows a plan is valid for: the plan's resolved horizon (what its config's validity
+    states), else the parameters' horizon, else the backtest's re-plan step, else one window."""
+    horizon = getattr(plan, "horizon_rows", 0) or getattr(plan.parameters, "horizon", None)
     if horizon:
         return int(horizon)
     return int(plan.backtest.step) if plan.backtest is not None else int(plan.parameters.window)

@@ -412,7 +412,11 @@ def retarget(
     out = assemble_plan(
         history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
     )
-    return replace(out, horizon_rows=plan.horizon_rows, warnings=plan.warnings)
+    # The plan's other warnings still hold; its mixed-unit one is for its own eps, so the
+    # new eps says its own (none once each unit group has its eps).
+    stale = plan.parameters.unit_warning(plan.sensors)
+    kept = tuple(w for w in plan.warnings if w != stale)
+    return replace(out, horizon_rows=plan.horizon_rows, warnings=out.warnings + kept)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.data import SensorHistory
 from engine.errors import EngineError, ParameterError
-from engine.planning.calibration import plan_on
+from engine.planning.calibration import CalibrationInfo, FoldPlan, plan_on
 from engine.planning.eps_scale import fold_in_units
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan, eps_units
@@ -256,14 +256,39 @@ class ReplanningMonitor:
 
 def fresh_plan(plan: BackupPlan, history: SensorHistory) -> BackupPlan:
     """A new calibrated plan on ``history`` with ``plan``'s parameters (may shrink the set)."""
-    params: PlanParameters = plan.parameters
     _check_rows(plan, history)
-    fold = plan_on(history.values, history.sensors, params.spec())
+    fold = _plan_like(plan, history, None)
     calibration = replace(fold.calibration, reason=fold.calibration.reason + "; scheduled re-plan")
-    return assemble_plan(
-        history, params, fold.model, fold.selection, fold.targets, calibration, None,
+    return _assemble_like(plan, history, fold, fold.selection, calibration)
+
+
+def _plan_like(plan: BackupPlan, history: SensorHistory, scale: np.ndarray | None) -> FoldPlan:
+    """``plan_on`` with ``plan``'s parameters, in eps units when it has per-sensor eps (the
+    fold converted back to the sensors' units, as ``make_plan`` does).
+
+    Calibration uses the parameters' horizon (default: a few windows), not the resolved
+    one: a day-long horizon would need more rows than the stream keeps for re-plans."""
+    params: PlanParameters = plan.parameters
+    x, spec = eps_units(history, params)
+    fold = plan_on(x, history.sensors, spec, scale)
+    if params.eps_by_sensor:
+        fold = fold_in_units(fold, params.eps_vector(history.sensors))
+    return fold
+
+
+def _assemble_like(
+    plan: BackupPlan,
+    history: SensorHistory,
+    fold: FoldPlan,
+    selection: Selection,
+    calibration: CalibrationInfo,
+) -> BackupPlan:
+    """The re-planned ``BackupPlan``, keeping ``plan``'s horizon."""
+    new = assemble_plan(
+        history, plan.parameters, fold.model, selection, fold.targets, calibration, None,
         len(history.times),
     )  # fmt: skip
+    return replace(new, horizon_rows=plan.horizon_rows)
 
 
 def _check_rows(plan: BackupPlan, history: SensorHistory) -> None:
@@ -277,10 +302,7 @@ def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> B
     """Re-learn on ``history`` with targets times ``scale``; keep every old backup sensor."""
     params: PlanParameters = plan.parameters
     _check_rows(plan, history)
-    x, spec = eps_units(history, params)  # per-sensor eps: plan in eps units
-    fold = plan_on(x, history.sensors, spec, scale)
-    if params.eps_by_sensor:
-        fold = fold_in_units(fold, params.eps_vector(history.sensors))
+    fold = _plan_like(plan, history, scale)  # per-sensor eps: plan in eps units
     keep = {plan.sensors.index(s) for s in plan.backup_sensors}
     backup = tuple(sorted(keep | set(fold.selection.backup)))
     variance = fold.model.conditional_variance(list(backup))
@@ -292,6 +314,4 @@ def widen_plan(plan: BackupPlan, history: SensorHistory, scale: np.ndarray) -> B
         feasible=bool(np.all(variance <= fold.targets * (1 + 1e-9) + 1e-12)),
     )
     calibration = replace(fold.calibration, reason=fold.calibration.reason + "; alert re-plan")
-    return assemble_plan(
-        history, params, fold.model, selection, fold.targets, calibration, None, len(history.times)
-    )
+    return _assemble_like(plan, history, fold, selection, calibration)

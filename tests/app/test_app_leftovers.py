@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from engine.planning import ReplanningMonitor
 from engine.stream.pipeline import RUN_FILE
-from engine.stream.spec import PipelineStatus
+from engine.stream.spec import PipelineStatus, StatusBoard
 from ui import live, resources
 
 pytestmark = pytest.mark.app
@@ -23,6 +24,7 @@ class StartRecorder:
     def __init__(self, status: PipelineStatus | None = None) -> None:
         self.starts: list[dict[str, Any]] = []
         self._status = status or PipelineStatus(state="idle")
+        self.board = StatusBoard()  # the dashboard reads its (empty) metrics history
 
     def status(self) -> PipelineStatus:
         return self._status
@@ -40,6 +42,10 @@ class StartRecorder:
         raise PipelineError("no recovery has run yet")
 
 
+def _no_apply(*args: Any) -> None:
+    raise AssertionError("the stand-in pipeline never re-plans")
+
+
 @pytest.fixture
 def crashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[StartRecorder, Path]]:
     """A crashed run's files in the app's pipeline directory, and a recording manager."""
@@ -49,7 +55,15 @@ def crashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[StartRecorder, Pa
     (root / "store.duckdb").write_bytes(b"backup rows")
     manager = StartRecorder()
     monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
-    monkeypatch.setattr(live, "replanning_monitor", lambda *a: None)
+    # start() sets the monitor's schedule switch and logs the monitor: a real one, never run,
+    # in a log private to this test (the app's log is shared by every AppTest in the process)
+    monkeypatch.setattr(
+        live,
+        "replanning_monitor",
+        lambda manager, history, plan, **kw: ReplanningMonitor(plan, lambda: history, _no_apply),
+    )
+    log = resources.PipelineLog()
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
     yield manager, root
     shutil.rmtree(root)
 

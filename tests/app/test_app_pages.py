@@ -49,8 +49,7 @@ def test_first_visit_loads_the_sample_and_plans_for_temperature(app):  # type: i
 def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no-untyped-def]
     settle(app.switch_page("pages/plan.py").run())
     body = texts(app)
-    # each fold keeps its plan for the default horizon (4 windows of 24 rows):
-    # see engine.planning.horizon
+    # each fold's plan is kept for the horizon: hourly data, window 24 -> 4 windows, 96 rows
     assert "Plan measured by a rolling-origin backtest (3 folds, re-learnt every 96 rows" in body
     assert "re-plan on that cadence" in body
     assert metric(app, "Backtest rate, worst").endswith("%")

@@ -82,5 +82,5 @@ def test_whatif_eps_scales_every_groups_eps() -> None:
     assert doubled.eps_per_sensor.tolist() == (2 * plan.eps_per_sensor).tolist()
     fractions = whatif_eps(plan, [0.1, 1.0, 10.0])
     assert fractions[0] > fractions[1] > fractions[2]  # not flat: every group moves
-    curves = WhatIf((0.5, 1.0, 2.0), (1.0, 0.5, 0.2), (0.05,), (0.5,), "greedy")
+    curves = WhatIf((0.5, 1.0, 2.0), (1.0, 0.5, 0.2), (0.05,), (0.5,), "greedy", now=0.5)
     assert eps_axis(curves, params) == ((0.5, 1.0, 2.0), 1.0, "eps factor (all unit groups)")

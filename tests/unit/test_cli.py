@@ -166,7 +166,11 @@ def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "needle"),
-    [(["--horizon", "0"], "--horizon"), (["--rows", "100000"], "rows to replay")],
+    [
+        # the plan's --horizon serves simulate too: PlanParameters names the value
+        (["--horizon", "0"], "horizon must be an integer >= 1 row, got 0"),
+        (["--rows", "100000"], "rows to replay"),
+    ],
 )
 def test_simulate_refuses_a_bad_horizon_or_replay_before_spark_starts(
     flags: list[str], needle: str

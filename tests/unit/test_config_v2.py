@@ -4,6 +4,7 @@ sensor's eps and unit; v1 configs still load; recover warns outside the validity
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +52,14 @@ def test_validity_is_the_fit_period_plus_the_horizon(plan, mixed) -> None:
     v = plan_to_config(plan)["validity"]
     assert parse_utc(v["fit_start"]) == mixed.times[-300]
     assert parse_utc(v["fit_end"]) == mixed.times[-1]
-    assert v["horizon_rows"] == 24  # no horizon yet: the backtest's step, one window
-    assert v["horizon_seconds"] == 24 * 3600.0
-    assert parse_utc(v["valid_until"]) - mixed.times[-1] == np.timedelta64(24, "h")
+    # the plan's resolved horizon: about one day of whole windows, at least 4 windows
+    # (hourly readings, window 24: 4 windows = 96 rows), the rows the backtest stepped by
+    assert v["horizon_rows"] == plan.horizon_rows == plan.backtest.step == 96
+    assert v["horizon_seconds"] == 96 * 3600.0
+    assert parse_utc(v["valid_until"]) - mixed.times[-1] == np.timedelta64(96, "h")
+    # the export reads the plan's horizon, not the window or a constant
+    shorter = plan_to_config(replace(plan, horizon_rows=30))["validity"]
+    assert parse_utc(shorter["valid_until"]) - mixed.times[-1] == np.timedelta64(30, "h")
     assert v["fit_end"].endswith("Z")
 
 
@@ -118,8 +124,12 @@ def test_recover_warns_once_outside_the_validity(plan, mixed, tmp_path: Path, ca
     # the 24 hours after fit_end: inside the validity, no warning
     inside = _backup_file(mixed, plan, slice(-24, None), pd.Timedelta(hours=24), tmp_path / "a.csv")
     assert _recover(config, inside, out, capsys) == (0, [])
-    # two days later: one warning line naming the spans, exit 0, output written
-    late = _backup_file(mixed, plan, slice(-24, None), pd.Timedelta(hours=48), tmp_path / "b.csv")
+    # two days after the horizon (96 h) ends: one warning line naming the spans, exit 0,
+    # output written
+    assert plan.horizon_rows == 96
+    late = _backup_file(
+        mixed, plan, slice(-24, None), pd.Timedelta(hours=96 + 48), tmp_path / "b.csv"
+    )
     code, lines = _recover(config, late, out, capsys)
     assert code == 0 and len(lines) == 1 and out.exists()
     assert lines[0].startswith("warning: the backup spans ")

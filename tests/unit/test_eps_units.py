@@ -73,10 +73,15 @@ def test_plan_with_eps_vector_is_the_plan_on_scaled_data(mixed) -> None:
 
 
 def test_equal_per_sensor_eps_reproduce_the_single_eps_plan(mixed) -> None:
+    # eps = 0.5, a power of two: dividing by it is exact in floating point, so the plan in
+    # eps units sees exactly the scaled readings. (With 0.7 the rounding of the division
+    # decides ties between the near-duplicate TEMP sensors in some backtest folds.)
     temps = mixed.select([s for s in mixed.sensors if s.endswith("_TEMP")])
-    single = make_plan(temps, PlanParameters(eps=0.7, delta=0.05, window=24), backtest=SETTINGS)
-    vec = PlanParameters(eps=5.0, delta=0.05, window=24, eps_by_sensor=_eps(temps, 0.7, 0.7))
+    single = make_plan(temps, PlanParameters(eps=0.5, delta=0.05, window=24), backtest=SETTINGS)
+    vec = PlanParameters(eps=5.0, delta=0.05, window=24, eps_by_sensor=_eps(temps, 0.5, 0.5))
     per = make_plan(temps, vec, backtest=SETTINGS)
+    ignored = make_plan(temps, replace(vec, eps_by_sensor=()), backtest=SETTINGS)
+    assert ignored.backup_sensors != single.backup_sensors  # the per-sensor eps matter here
     assert per.backup_sensors == single.backup_sensors
     assert per.backtest.per_sensor == single.backtest.per_sensor
     # equal up to rounding (near-duplicate sensors make a few targets ill-conditioned)
@@ -97,11 +102,14 @@ def test_backtest_counts_each_sensor_against_its_own_eps(mixed) -> None:
     from engine.planning import fold_origins, plan_on
 
     viol = np.zeros(len(e), dtype=int)
-    for t in fold_origins(x.shape[0], 24, SETTINGS):
+    # each fold's plan is kept for the horizon (4 windows here) and all its windows scored
+    step = spec.horizon_rows
+    assert step == 96 and got.step == step
+    for t in fold_origins(x.shape[0], 24, SETTINGS, step):
         fold = plan_on(x[t - 240 : t], mixed.sensors, spec)
         model = GaussianModel().fit(mixed.values[t - 240 : t], mixed.sensors)
         lm = model.linear_map(list(fold.selection.backup))
-        test = mixed.values[t : t + 24]
+        test = mixed.values[t : t + step]
         err = window_errors(test, lm.apply(test[:, list(fold.selection.backup)]), 24, 24, "avg")
         rebuilt = ~np.isin(np.arange(len(e)), fold.selection.backup)
         viol += ((err > e) & rebuilt).sum(axis=0)
@@ -170,7 +178,11 @@ def test_live_replan_keeps_per_sensor_eps_and_counts_against_it(mixed) -> None:
     plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
     applied: list = []
     live = ReplanningMonitor(
-        plan, lambda: mixed.rows(400, 720), lambda p, r: applied.append(p), min_windows=5
+        plan,
+        lambda: mixed.rows(400, 720),
+        lambda p, kind, reason: applied.append(p),
+        min_windows=5,
+        run=lambda job: job(),  # the re-plan in this thread, so ``applied`` is filled below
     )
     assert live.monitor.eps.tolist() == plan.eps_per_sensor.tolist()
     wider = widen_plan(plan, mixed.rows(400, 720), np.full(len(mixed.sensors), 0.25))
@@ -185,3 +197,22 @@ def test_live_replan_keeps_per_sensor_eps_and_counts_against_it(mixed) -> None:
     assert alert is not None and alert.sensors
     assert all(s.endswith("_TEMP") for s in alert.sensors)
     assert applied and applied[0].eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
+
+
+def test_scheduled_replan_plans_in_eps_units(mixed) -> None:
+    from engine.planning.replan import fresh_plan
+
+    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
+    recent = mixed.rows(400, 720)
+    fresh = fresh_plan(plan, recent)
+    # the same plan make_plan gives on those rows (in eps units), not one with eps=1 for all
+    # (the re-plan calibrates over the parameters' horizon, 4 windows when none is given)
+    want = make_plan(recent, replace(params, horizon=96), run_backtest_now=False)
+    assert fresh.backup_sensors == want.backup_sensors
+    np.testing.assert_allclose(fresh.targets, want.targets, rtol=1e-9)
+    assert fresh.eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
+    assert fresh.horizon_rows == plan.horizon_rows > 0
+    single = replace(params, horizon=96, eps_by_sensor=())
+    one_eps = make_plan(recent, single, run_backtest_now=False)
+    assert fresh.backup_sensors != one_eps.backup_sensors
