@@ -122,6 +122,7 @@ class ReplanningMonitor:
         every_rows: int | None = None,
         rows_seen: Callable[[], int] | None = None,
         run: Callable[[Callable[[], None]], None] = run_in_thread,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         if not 0.0 < tighten < 1.0:
             raise ParameterError(f"tighten must be in (0, 1), got {tighten!r}")
@@ -132,7 +133,7 @@ class ReplanningMonitor:
         self.plan, self.recent, self.apply, self.now = plan, recent, apply, now
         self.tighten, self.min_scale, self.every_rows = tighten, min_scale, every_rows
         self.rows_seen = rows_seen or (lambda: 0)
-        self.run = run
+        self.run, self.on_failure = run, on_failure
         self.scheduled = every_rows is not None  # the operator's switch
         p = plan.parameters
         self.monitor = ViolationMonitor(
@@ -198,14 +199,20 @@ class ReplanningMonitor:
                 new = fresh_plan(old, history)
             reason = self._reason(kind, alert, history, old, new)
             self.apply(new, kind, reason)
-        except (EngineError, np.linalg.LinAlgError, ValueError) as err:
-            # Never take the stream down over a re-plan: log it and keep the plan in force.
+        except Exception as err:  # reported below (status and plan log), never silent
+            # Never take the stream down over a re-plan: log it, say it in the status
+            # (a worker that died quietly would stop all re-planning unseen) and keep
+            # the plan in force. Anything but the expected failures names its type.
+            expected = isinstance(err, EngineError | np.linalg.LinAlgError | ValueError)
+            text = str(err) if expected else f"{type(err).__name__}: {err}"
             why = alert.reason if alert is not None else f"{kind} re-plan"
-            change = PlanChange(self.now(), kind, f"{why}; re-plan failed: {err}",
+            change = PlanChange(self.now(), kind, f"{why}; re-plan failed: {text}",
                                 old.backup_sensors, (), (), applied=False)  # fmt: skip
             with self._lock:
                 self.changes.append(change)
                 self._busy, self._wait_for = False, None
+            if self.on_failure is not None:
+                self.on_failure(f"{kind} re-plan failed, the plan in force is kept: {text}")
             return
         added = tuple(s for s in new.backup_sensors if s not in old.backup_sensors)
         dropped = tuple(s for s in old.backup_sensors if s not in new.backup_sensors)

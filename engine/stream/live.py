@@ -61,8 +61,14 @@ def replanning_monitor(
                 on_error(f"re-plan not applied: {err}")
             raise
 
+    def failed(message: str) -> None:  # the status shows it at the next poll
+        manager.board.update(last_error=message)
+        if on_error is not None:
+            on_error(message)
+
     monitor = ReplanningMonitor(
-        plan, recent, apply, every_rows=every_rows, rows_seen=rows_seen, run=run
-    )
+        plan, recent, apply, every_rows=every_rows, rows_seen=rows_seen, run=run,
+        on_failure=failed,
+    )  # fmt: skip
     holder["monitor"] = monitor
     return monitor

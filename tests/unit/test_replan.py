@@ -185,3 +185,32 @@ def test_the_plan_behind_a_stream_spec_is_found_by_its_map(
     for p in monitor.plans:
         assert monitor.plan_for(StreamSpec.from_plan(p).linear_map) is p
     assert monitor.plan_for(object()) is None
+
+
+def test_an_unexpected_re_plan_crash_is_reported_and_re_planning_goes_on(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """A worker that dies on a bug must not stop re-planning silently (issue 13, item 3)."""
+    failures: list[str] = []
+    calls = {"n": 0}
+
+    def recent() -> SensorHistory:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TypeError("a bug in the re-plan")
+        return drift.rows(700, 1100)
+
+    applied: list[str] = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=recent,
+        apply=lambda new, kind, reason: applied.append(kind),
+        run=lambda job: job(),
+        on_failure=failures.append,
+    )
+    assert monitor.request()  # the first re-plan crashes ...
+    assert failures == [
+        "manual re-plan failed, the plan in force is kept: TypeError: a bug in the re-plan"
+    ]
+    assert monitor.changes[-1].applied is False and monitor.plan is plan
+    assert monitor.request() and applied == ["manual"]  # ... and the next one runs
