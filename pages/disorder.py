@@ -38,10 +38,10 @@ with panels.page_guard():
     if report is None:
         st.stop()
     st.caption(
-        f"{report['n_tuples']:,} readings, {100 * report['late_ratio']:.1f} % out of "
-        f"order, max delay {report['max_delay_s'] / 3600:.1f} h; quality target eps "
+        f"{report.stream['n_tuples']:,.0f} readings, {100 * report.stream['late_ratio']:.1f} % "
+        f"out of order, max delay {report.stream['max_delay_s'] / 3600:.1f} h; quality target eps "
         f"{params.eps:g}, delta {params.delta:g}, window {params.window} "
-        f"({params.aggregate}); target coverage lambda = {report['lambda_thr']:.2f}."
+        f"({params.aggregate}); target coverage lambda = {report.lambda_thr:.2f}."
     )
     st.dataframe(disorder.summary(report), hide_index=True, column_config=disorder.TABLE_FORMAT)
     st.info("\n\n".join(disorder.verdict(report, params.delta)))

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.disorder import run_disorder_experiment
+from engine.disorder import DisorderReport, MethodReport, run_disorder_experiment
 from ui import background, resources
 from ui.charts import ACCENT, BACKUP_COLOUR, REBUILT_COLOUR, _layout
 from ui.format import format_percent, plural
@@ -43,8 +41,8 @@ def run(
     window: int,
     aggregate: str,
     seed: int,
-) -> dict[str, Any] | None:
-    """The experiment's report as a dict (cached per inputs), or None while it runs in a
+) -> DisorderReport | None:
+    """The experiment's typed report (cached per inputs), or None while it runs in a
     background job (about 1 s per 10k readings; the job panel reruns the page)."""
     key = ("disorder", history.fingerprint(), delays, eps, delta, window, aggregate, seed)
     cache = resources.plan_cache()
@@ -52,12 +50,12 @@ def run(
     if report is not None:
         return report
 
-    def work(progress: background.Progress) -> dict[str, Any]:
+    def work(progress: background.Progress) -> DisorderReport:
         progress(0.1, f"replaying {history.values.size:,} readings with four buffers")
         out = run_disorder_experiment(
             history, delays, eps_thr=eps, delta=delta, window=window, aggregate=aggregate,
             rng=np.random.default_rng(seed),
-        ).to_dict()  # fmt: skip
+        )  # fmt: skip
         return cache.put(key, out)
 
     job = background.runner().get(key)
@@ -105,37 +103,36 @@ TABLE_FORMAT = {
 SIMPLER = ("no_buffer", "fixed_watermark")
 
 
-def verdict(report: dict[str, Any], delta: float) -> list[str]:
+def verdict(report: DisorderReport, delta: float) -> list[str]:
     """Plain sentences: ours against every baseline, and whether a simpler one is as good."""
-    target = 1 - delta
-    ours, mp = report["ours"], report["mp_kslack"]
-    ratio = ours["avg_latency_s"] / mp["avg_latency_s"] if mp["avg_latency_s"] else float("nan")
+    target, by = 1 - delta, report.methods
+    ours, mp = by["ours"], by["mp_kslack"]
+    ratio = ours.avg_latency_s / mp.avg_latency_s if mp.avg_latency_s else float("nan")
     lines = [
-        f"Ours: provisional accuracy {format_percent(ours['provisional_accuracy'])} (target "
-        f"{format_percent(target, 0)}) at {_hours(ours['avg_latency_s'])} average latency, "
+        f"Ours: provisional accuracy {format_percent(ours.provisional_accuracy)} (target "
+        f"{format_percent(target, 0)}) at {_hours(ours.avg_latency_s)} average latency, "
         f"{100 * ratio:.0f} % of MP-K-slack's; final results "
-        f"{format_percent(ours['final_accuracy'], 0)} within eps after "
-        f"{plural(ours['corrections'], 'correction')}."
+        f"{format_percent(ours.final_accuracy, 0)} within eps after "
+        f"{plural(ours.corrections, 'correction')}."
     ]
     good = [
         m for m in SIMPLER
-        if report[m]["provisional_accuracy"] >= target
-        and report[m]["avg_latency_s"] <= ours["avg_latency_s"]
+        if by[m].provisional_accuracy >= target and by[m].avg_latency_s <= ours.avg_latency_s
     ]  # fmt: skip
     for m in good:
-        r = report[m]
+        r = by[m]
         lines.append(
             f"A simpler buffer is as good here: {METHODS[m]} meets the target "
-            f"({format_percent(r['provisional_accuracy'])}) at {_hours(r['avg_latency_s'])} "
+            f"({format_percent(r.provisional_accuracy)}) at {_hours(r.avg_latency_s)} "
             f"latency, no more than ours. For these delays and this tolerance, adaptive K "
             "buys nothing."
         )
-    missed = [m for m in SIMPLER if report[m]["provisional_accuracy"] < target]
+    missed = [m for m in SIMPLER if by[m].provisional_accuracy < target]
     if missed:
         lines.append(
             "Below the target: "
             + ", ".join(
-                f"{METHODS[m]} {format_percent(report[m]['provisional_accuracy'])}" for m in missed
+                f"{METHODS[m]} {format_percent(by[m].provisional_accuracy)}" for m in missed
             )
             + "."
         )
@@ -146,28 +143,28 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 36 else f"{seconds:.0f} s"
 
 
-def summary(report: dict[str, Any]) -> pd.DataFrame:
+def summary(report: DisorderReport) -> pd.DataFrame:
     rows = []
     for name, label in METHODS.items():
-        m = report[name]
+        m: MethodReport = report.methods[name]
         rows.append(
             {
                 "method": label,
-                "avg latency (h)": m["avg_latency_s"] / 3600,
-                "avg K (h)": m["avg_k_s"] / 3600,
-                "provisional accuracy": m["provisional_accuracy"],
-                "final accuracy": m["final_accuracy"],
-                "corrections": m["corrections"],
-                "late tuples": m["late_tuples"],
+                "avg latency (h)": m.avg_latency_s / 3600,
+                "avg K (h)": m.avg_k_s / 3600,
+                "provisional accuracy": m.provisional_accuracy,
+                "final accuracy": m.final_accuracy,
+                "corrections": m.corrections,
+                "late tuples": m.late_tuples,
             }
         )
     return pd.DataFrame(rows)
 
 
-def k_chart(report: dict[str, Any]) -> go.Figure:
+def k_chart(report: DisorderReport) -> go.Figure:
     fig = go.Figure()
     for name in ("ours", "mp_kslack"):
-        pts = np.asarray(report[name]["k_over_time"], dtype=float).reshape(-1, 2)
+        pts = np.asarray(report.methods[name].k_over_time, dtype=float).reshape(-1, 2)
         fig.add_trace(
             go.Scatter(
                 x=pts[:, 0] / 3600,
@@ -180,24 +177,24 @@ def k_chart(report: dict[str, Any]) -> go.Figure:
     return _layout(fig, "Buffer size K over time", 340, x="stream time (h)", y="K (h)")
 
 
-def latency_chart(report: dict[str, Any]) -> go.Figure:
+def latency_chart(report: DisorderReport) -> go.Figure:
     names = list(METHODS)
     fig = go.Figure(
         go.Bar(
             x=[METHODS[n] for n in names],
-            y=[report[n]["avg_latency_s"] / 3600 for n in names],
+            y=[report.methods[n].avg_latency_s / 3600 for n in names],
             marker_color=[COLOURS[n] for n in names],
         )
     )
     return _layout(fig, "Latency to first result", 340, y="hours (from window end)")
 
 
-def accuracy_chart(report: dict[str, Any], delta: float) -> go.Figure:
+def accuracy_chart(report: DisorderReport, delta: float) -> go.Figure:
     names = list(METHODS)
     fig = go.Figure(
         go.Bar(
             x=[METHODS[n] for n in names],
-            y=[100 * report[n]["provisional_accuracy"] for n in names],
+            y=[100 * report.methods[n].provisional_accuracy for n in names],
             marker_color=[COLOURS[n] for n in names],
         )
     )
@@ -214,13 +211,13 @@ def accuracy_chart(report: dict[str, Any], delta: float) -> go.Figure:
 DASHES = {"ours": "solid", "mp_kslack": "dash", "fixed_watermark": "dot", "no_buffer": "dashdot"}
 
 
-def cumulative_chart(report: dict[str, Any]) -> go.Figure:
+def cumulative_chart(report: DisorderReport) -> go.Figure:
     """Share of results within eps as corrections land; methods that overlap stay visible
     through their dashes, and a flat 100 % is said in the title."""
     fig = go.Figure()
     lowest = 100.0
     for name in METHODS:
-        pts = np.asarray(report[name]["cumulative_accuracy"], dtype=float).reshape(-1, 2)
+        pts = np.asarray(report.methods[name].cumulative_accuracy, dtype=float).reshape(-1, 2)
         if len(pts):
             lowest = min(lowest, float(100 * pts[:, 1].min()))
         fig.add_trace(

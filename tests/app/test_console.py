@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from engine.disorder import DisorderReport, MethodReport
 from engine.errors import Cancelled, ParameterError
 from engine.stream.metrics import BatchPoint
 from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
@@ -242,14 +243,19 @@ def test_disorder_page_keeps_its_preset_and_says_when_a_simpler_buffer_is_as_goo
 
 
 def test_verdict_names_every_simpler_buffer_that_is_as_good() -> None:
-    def method(acc: float, latency: float) -> dict:  # type: ignore[type-arg]
-        return {"provisional_accuracy": acc, "final_accuracy": 1.0, "avg_latency_s": latency,
-                "corrections": 3}  # fmt: skip
+    def method(acc: float, latency: float) -> MethodReport:
+        return MethodReport(
+            avg_latency_s=latency, avg_k_s=0.0, max_k_s=0.0, provisional_accuracy=acc,
+            final_accuracy=1.0, final_exact=1.0, corrections=3, batch_runs=1, reopened_final=0,
+            late_tuples=0, late_ratio=0.0, mean_coverage=1.0, k_over_time=[],
+            cumulative_accuracy=[], alpha_over_time=[],
+        )  # fmt: skip
 
-    report = {
+    methods = {
         "ours": method(0.97, 3600.0), "mp_kslack": method(0.99, 7200.0),
         "fixed_watermark": method(0.90, 1800.0), "no_buffer": method(0.99, 10.0),
     }  # fmt: skip
+    report = DisorderReport(parameters={}, stream={}, lambda_thr=0.5, methods=methods)
     lines = disorder.verdict(report, 0.05)
     assert "50 % of MP-K-slack's" in lines[0] and "3 corrections" in lines[0]
     assert any("no buffer meets the target" in line for line in lines)
