@@ -28,9 +28,10 @@ from engine.planning import (
     retarget,
     variance_target,
 )
+from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
 
 MAX_FOLDS_ENV = "LACUNA_MAX_FOLDS"
-DEFAULT_MAX_FOLDS = 30
+DEFAULT_MAX_FOLDS = DEFAULT_BACKTEST_FOLDS  # as the CLI: one budget for both
 Progress = Callable[[float, str], None]
 
 
@@ -70,7 +71,7 @@ class PlanningData:
 
 
 def max_folds() -> int:
-    """Backtest folds (evenly spaced) the UI runs: ``LACUNA_MAX_FOLDS``, default 30."""
+    """Backtest folds (evenly spaced) the UI runs: ``LACUNA_MAX_FOLDS``, else the planner's."""
     raw = os.environ.get(MAX_FOLDS_ENV, "")
     return int(raw) if raw.strip().isdigit() and int(raw) > 0 else DEFAULT_MAX_FOLDS
 

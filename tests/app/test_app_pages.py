@@ -50,7 +50,8 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
     settle(app.switch_page("pages/plan.py").run())
     body = texts(app)
     # each fold's plan is kept for the horizon: hourly data, window 24 -> 4 windows, 96 rows
-    assert "Plan measured by a rolling-origin backtest (3 folds, re-learnt every 96 rows" in body
+    lead = "Plan measured by a rolling-origin backtest (3 folds, each plan kept for its horizon"
+    assert f"{lead} of 96 rows" in body
     assert "re-plan on that cadence" in body
     assert metric(app, "Backtest rate, worst").endswith("%")
     assert metric(app, "Model P(miss), worst").endswith("%")
