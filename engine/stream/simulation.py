@@ -71,9 +71,25 @@ def run_simulation(
         manager.recover()
         manager.feed_rest()
         manager.drain(timeout)
-        return manager.report()
-    finally:
+        report = manager.report()
+    except BaseException as err:
+        _close_keeping(manager, err)
+        raise
+    manager.close()
+    return report
+
+
+def _close_keeping(manager: PipelineManager, err: BaseException) -> None:
+    """Close after ``err`` without letting a second failure replace it.
+
+    After Ctrl-C or SIGTERM the py4j gateway may itself be interrupted, so closing
+    can raise too; the operator must still see the interrupt (exit 130), with the
+    closing failure attached as a note, not a traceback of the cleanup instead.
+    """
+    try:
         manager.close()
+    except Exception as close_err:  # attached to ``err``, which is re-raised
+        err.add_note(f"closing the pipeline also failed: {type(close_err).__name__}: {close_err}")
 
 
 def failure_row(rows: int, spec: StreamSpec, fail_at: float) -> int:

@@ -6,9 +6,19 @@ import re
 
 import pytest
 
-from tests.e2e.harness import open_page, wait_idle
+from tests.e2e.harness import open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A server of its own: the app restores the last session's data set and parameters
+    (kept under LACUNA_HOME), so after the journey in test_browser.py a shared server
+    would open on that data, not on the mixed-unit sample this test is about."""
+    home = tmp_path_factory.mktemp("lacuna_home_units")
+    with running_app(home, {"LACUNA_MAX_FOLDS": "6"}) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (1024, 768)])
