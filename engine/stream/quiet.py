@@ -27,9 +27,18 @@ class ExpectedPy4jNoise(logging.Filter):
         if "py4j" not in record.pathname:
             return True
         err = record.exc_info[1] if record.exc_info else None
-        if isinstance(err, SimulatedFailure | KeyboardInterrupt):
-            return False
+        if any(isinstance(e, SimulatedFailure | KeyboardInterrupt) for e in _chain(err)):
+            return False  # also a socket error raised while handling the interrupt
         return FAILURE_MARK not in record.getMessage()
+
+
+def _chain(err: BaseException | None) -> list[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling (cycle-safe)."""
+    seen: list[BaseException] = []
+    while err is not None and all(err is not s for s in seen):
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
 
 
 _FILTER = ExpectedPy4jNoise()

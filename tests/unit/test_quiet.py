@@ -46,3 +46,22 @@ def test_the_filter_is_installed_once_on_py4j_and_root(caplog: pytest.LogCapture
     for name in ("py4j.clientserver", "py4j.java_gateway", ""):
         found = [f for f in logging.getLogger(name).filters if isinstance(f, ExpectedPy4jNoise)]
         assert len(found) == 1
+
+
+def test_a_socket_error_raised_while_handling_the_interrupt_is_dropped_too() -> None:
+    """py4j logs the socket error of its shutdown, raised while handling our SIGTERM."""
+    try:
+        try:
+            raise KeyboardInterrupt("signal 15")
+        except KeyboardInterrupt:
+            raise OSError("Bad file descriptor") from None
+    except OSError as err:
+        # ``from None`` hides the context from tracebacks but keeps ``__context__``
+        assert record(PY4J, err) is False
+    try:
+        try:
+            raise ValueError("a real problem")
+        except ValueError:
+            raise OSError("Bad file descriptor")  # noqa: B904 - a chain without an interrupt
+    except OSError as err:
+        assert record(PY4J, err) is True
