@@ -24,6 +24,7 @@ import pandas as pd
 from engine.errors import PipelineError
 from engine.planning.replan import ReplanningMonitor, calibration_state
 from engine.store import BackupStore
+from engine.stream.failure import discard_lost_state
 from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.ownership import (
     DirectoryLock,
@@ -34,7 +35,7 @@ from engine.stream.ownership import (
     record_run,
     run_identity,
 )
-from engine.stream.pipeline import LivePipeline, discard_lost_state
+from engine.stream.pipeline import LivePipeline
 from engine.stream.recovery import (
     LostRange,
     RecoveryReport,

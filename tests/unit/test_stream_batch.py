@@ -394,7 +394,8 @@ class FakeBatch:
 
 def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: Path) -> None:
     from engine.store import BackupStore
-    from engine.stream.pipeline import Fault, LivePipeline, SimulatedFailure
+    from engine.stream.pipeline import LivePipeline
+    from engine.stream.spec import Fault, SimulatedFailure
 
     h = make_history(16)
     spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)
