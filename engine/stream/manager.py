@@ -48,13 +48,12 @@ from engine.stream.spec import (
     Monitor,
     PipelineOptions,
     PipelinePaths,
-    PipelineStatus,
     Stage,
-    StatusBoard,
     StreamSpec,
     align_history,
     check_mode,
 )
+from engine.stream.status import PipelineStatus, StatusBoard
 from engine.stream.versions import PendingPlan, PlanVersion, read_versions
 from engine.stream.views import ManagerViews
 

@@ -47,10 +47,10 @@ from engine.stream.spec import (
     PipelinePaths,
     SimulatedFailure,
     Stage,
-    StatusBoard,
     StreamSpec,
     check_mode,
 )
+from engine.stream.status import StatusBoard
 from engine.stream.switching import PlanSwitching, _last_time
 from engine.stream.versions import PendingPlan, PlanVersion
 

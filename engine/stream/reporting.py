@@ -12,7 +12,8 @@ import pandas as pd
 
 from engine.store import backup_bytes
 from engine.stream.batch import WindowAdvance
-from engine.stream.spec import Monitor, Stage, StatusBoard
+from engine.stream.spec import Monitor, Stage
+from engine.stream.status import StatusBoard
 from engine.stream.versions import PlanVersion
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from engine.store import BackupStore
-from engine.stream.spec import StatusBoard, StreamSpec
+from engine.stream.spec import StreamSpec
+from engine.stream.status import StatusBoard
 from engine.stream.versions import PendingPlan, PlanVersion
 
 

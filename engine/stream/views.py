@@ -21,7 +21,8 @@ from engine.stream.feeder import Feeder
 from engine.stream.pipeline import LivePipeline
 from engine.stream.recovery import RecoveryReport, score_recovery
 from engine.stream.run_config import RunConfig, _Recovery
-from engine.stream.spec import PipelineStatus, StatusBoard, StreamSpec
+from engine.stream.spec import StreamSpec
+from engine.stream.status import PipelineStatus, StatusBoard
 from engine.stream.versions import PlanVersion, read_versions
 
 

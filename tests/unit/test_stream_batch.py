@@ -30,13 +30,8 @@ from engine.stream.batch import (
     shadow_errors,
 )
 from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.spec import (
-    PipelineOptions,
-    PipelinePaths,
-    StatusBoard,
-    StreamSpec,
-    align_history,
-)
+from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
+from engine.stream.status import StatusBoard
 from tests.helpers import fit_map
 
 SENSORS = ("a", "b", "c", "d")

@@ -103,7 +103,7 @@ def test_each_row_is_rebuilt_with_the_version_that_governed_it() -> None:
 
 def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None:
     """Reference: NumPy counts of errors above eps over each version's windows and all."""
-    from engine.stream.spec import StatusBoard
+    from engine.stream.status import StatusBoard
 
     rng = np.random.default_rng(5)
     errors = np.abs(rng.normal(0.0, 0.5, size=(30, 4)))
