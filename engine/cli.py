@@ -27,7 +27,7 @@ from engine.stream.job import add_run_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.data.history import SensorHistory
-    from engine.planning.plan import PlanParameters
+    from engine.planning import PlanParameters
 
 EXIT_BAD_INPUT = 2
 ALL_FOLDS = 10**9  # --max-folds 0
@@ -198,7 +198,7 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
 
 
 def _params(args: argparse.Namespace) -> PlanParameters:
-    from engine.planning.plan import PlanParameters
+    from engine.planning import PlanParameters
 
     return PlanParameters(
         eps=args.eps,
@@ -291,13 +291,10 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
+    from engine.planning import default_history
     from engine.planning.calibration import BacktestSettings, run_backtest
-    from engine.planning.plan import (
-        default_history,
-        eps_units,
-        plan_backtest_settings,
-        resolve_horizon,
-    )
+    from engine.planning.parameters import resolve_horizon
+    from engine.planning.plan import eps_units, plan_backtest_settings
 
     params = _params(args)
     history = _history(args)

@@ -11,8 +11,15 @@ import pytest
 from engine.aggregates import violation_rates
 from engine.data import load_history
 from engine.model import GaussianModel
-from engine.planning import BacktestSettings, ViolationMonitor, run_backtest
-from engine.planning.plan import PlanParameters, eps_units, make_plan, retarget
+from engine.planning import (
+    BacktestSettings,
+    PlanParameters,
+    ViolationMonitor,
+    make_plan,
+    retarget,
+    run_backtest,
+)
+from engine.planning.plan import eps_units
 from engine.stream.spec import StreamSpec
 from engine.stream.status import StatusBoard
 
