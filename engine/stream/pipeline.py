@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import PipelineError
-from engine.store import BackupStore, BatchWrite
+from engine.store import BackupStore
+from engine.store_records import BatchWrite
 from engine.stream.batch import (
     LATE_COLUMNS,
     WindowAdvance,

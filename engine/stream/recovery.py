@@ -26,7 +26,8 @@ import pandas as pd
 from engine.aggregates import violation_rates, window_aggregates
 from engine.errors import ParameterError
 from engine.model.linear import LinearMap
-from engine.store import RECOVERY_BATCH, BackupStore, BatchWrite
+from engine.store import RECOVERY_BATCH, BackupStore
+from engine.store_records import BatchWrite
 from engine.stream.batch import (
     ClosedWindows,
     WindowParams,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.store import backup_bytes
+from engine.store_records import backup_bytes
 from engine.stream.batch import WindowAdvance
 from engine.stream.spec import Monitor, Stage
 from engine.stream.status import StatusBoard

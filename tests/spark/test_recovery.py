@@ -13,7 +13,8 @@ import pytest
 
 from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.store import BackupStore, BatchWrite
+from engine.store import BackupStore
+from engine.store_records import BatchWrite
 from engine.stream.manager import PipelineManager, run_simulation
 from engine.stream.recovery import LostRange, RecoveryReport, recover_lost_range
 from engine.stream.session import SparkSettings

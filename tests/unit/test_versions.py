@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from engine.errors import ParameterError
-from engine.store import BackupStore, BatchWrite
+from engine.store import BackupStore
+from engine.store_records import BatchWrite
 from engine.stream.batch import reconstruct_frame
 from engine.stream.spec import StreamSpec
 from engine.stream.versions import (
