@@ -28,15 +28,8 @@ from engine.errors import ParameterError
 from engine.model.linear import LinearMap
 from engine.store import RECOVERY_BATCH, BackupStore
 from engine.store_records import BatchWrite
-from engine.stream.batch import (
-    ClosedWindows,
-    WindowParams,
-    WindowState,
-    aggregate_windows_frame,
-    reconstruct_frame,
-    results_frame,
-    seed_state,
-)
+from engine.stream.batch import ClosedWindows, WindowParams, WindowState, results_frame
+from engine.stream.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
 from engine.stream.spec import StreamSpec, check_mode
 from engine.stream.versions import PlanVersion
 

@@ -22,14 +22,12 @@ from engine.stream.batch import (
     WindowParams,
     WindowState,
     advance_windows,
-    aggregate_windows_frame,
-    reconstruct_frame,
     results_frame,
-    seed_state,
     select_backup_rows,
     shadow_errors,
 )
 from engine.stream.feeder import Feeder, FeedOptions
+from engine.stream.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
 from engine.stream.status import StatusBoard
 from tests.helpers import fit_map

@@ -14,7 +14,7 @@ import pytest
 from engine.errors import ParameterError
 from engine.store import BackupStore
 from engine.store_records import BatchWrite
-from engine.stream.batch import reconstruct_frame
+from engine.stream.rebuild import reconstruct_frame
 from engine.stream.spec import StreamSpec
 from engine.stream.versions import (
     PendingPlan,
