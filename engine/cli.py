@@ -157,7 +157,7 @@ def _say_budget(
     """One stderr line when the default fold budget leaves folds out."""
     from dataclasses import replace
 
-    from engine.planning.calibration import fold_origins
+    from engine.planning import fold_origins
 
     available = fold_origins(n_rows, window, replace(settings, max_folds=None), horizon).size
     if args.max_folds is None and available > (settings.max_folds or available):
@@ -245,7 +245,7 @@ def _with_unit_eps(
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export import plan_to_config, write_config
-    from engine.planning.calibration import BacktestSettings
+    from engine.planning import BacktestSettings
     from engine.planning.plan import make_plan
 
     params = _params(args)  # validate parameters before reading the file
@@ -291,8 +291,7 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
-    from engine.planning import default_history
-    from engine.planning.calibration import BacktestSettings, run_backtest
+    from engine.planning import BacktestSettings, default_history, run_backtest
     from engine.planning.parameters import resolve_horizon
     from engine.planning.plan import eps_units, plan_backtest_settings
 

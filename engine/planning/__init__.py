@@ -1,7 +1,8 @@
 """Planning: from an operator's tolerance to a measured backup plan, and keeping it honest.
 
 ``guarantee``: (eps, delta, window, aggregate) -> the seed's variance targets;
-``calibration``: calibrated targets and the rolling-origin backtest;
+``calibration``: calibrated targets (``plan_on``);
+``backtest``: the rolling-origin backtest (``run_backtest``);
 ``parameters``: ``PlanParameters``, the operator's request, and its default history and horizon;
 ``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest);
 ``savings``: ``Savings``, the backup volume and cost a plan saves;
@@ -9,16 +10,14 @@
 ``replan``: re-planning when the live monitor alerts.
 """
 
+from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
 from engine.planning.calibration import (
     CALIBRATIONS,
     BacktestResult,
-    BacktestSettings,
     CalibrationInfo,
     PlanningSpec,
     Progress,
-    fold_origins,
     plan_on,
-    run_backtest,
 )
 from engine.planning.guarantee import (
     check_parameters,

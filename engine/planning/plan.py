@@ -19,15 +19,14 @@ from engine.data import SensorHistory
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
+from engine.planning.backtest import BacktestSettings, run_backtest
 from engine.planning.calibration import (
     BacktestResult,
-    BacktestSettings,
     CalibrationInfo,
     FoldPlan,
     PlanningSpec,
     Progress,
     plan_on,
-    run_backtest,
 )
 from engine.planning.eps_scale import select_in_eps_units
 from engine.planning.guarantee import window_violation_probability
