@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.disorder.buffer import Item, LateItem, parse_item, parse_late_item
 from engine.disorder.config import DisorderConfig
+from engine.disorder.items import Item, LateItem, parse_item, parse_late_item
 from engine.disorder.ledger import DisorderProcessor, ResultRow, parse_row
 from engine.errors import PipelineError
 
