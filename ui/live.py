@@ -22,7 +22,7 @@ from engine.errors import PipelineError
 from engine.planning import BackupPlan, PlanParameters
 from engine.stream.live import replanning_monitor
 from engine.stream.ownership import find_leftovers
-from engine.stream.recovery import RecoveryReport
+from engine.stream.recovery_report import RecoveryReport
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.split import ReplaySplit, split_for_replay
 from engine.stream.status import PipelineStatus

@@ -36,11 +36,8 @@ from engine.stream.ownership import (
     run_identity,
 )
 from engine.stream.pipeline import LivePipeline
-from engine.stream.recovery import (
-    RecoveryReport,
-    find_lost_range,
-    recover_lost_range,
-)
+from engine.stream.recovery import find_lost_range, recover_lost_range
+from engine.stream.recovery_report import RecoveryReport
 from engine.stream.run_config import RunConfig, _calibration, _Recovery, default_rows_per_file
 from engine.stream.session import SparkSettings, get_spark
 from engine.stream.spec import (

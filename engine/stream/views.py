@@ -19,7 +19,7 @@ from engine.planning.replan import ReplanningMonitor
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder
 from engine.stream.pipeline import LivePipeline
-from engine.stream.recovery import RecoveryReport, score_recovery
+from engine.stream.recovery_report import RecoveryReport, score_recovery
 from engine.stream.run_config import RunConfig, _Recovery
 from engine.stream.spec import StreamSpec
 from engine.stream.status import PipelineStatus, StatusBoard

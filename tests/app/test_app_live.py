@@ -16,7 +16,7 @@ import pytest
 from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
-from engine.stream.recovery import RecoveryReport
+from engine.stream.recovery_report import RecoveryReport
 from engine.stream.status import PipelineStatus, StatusBoard
 from tests.app.apphelpers import SMALL, metric, settle, texts
 from ui import dashboard, live, recovery, resources
