@@ -62,8 +62,8 @@ import numpy as np
 from scipy.stats import binomtest
 
 import engine  # noqa: F401  (sets single-threaded BLAS before numpy loads)
-from engine.cli import build_parser
 from engine.cli import main as cli_main
+from engine.cli_parser import build_parser
 from engine.data import load_history
 
 # ../shared/datasets beside the checkout (as the other benchmarks); a worktree one level deeper.

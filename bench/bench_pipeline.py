@@ -43,7 +43,8 @@ from engine.selection.greedy import select_backups  # noqa: E402
 from engine.store import BackupStore  # noqa: E402
 from engine.stream.feeder import Feeder, FeedOptions  # noqa: E402
 from engine.stream.pipeline import LivePipeline  # noqa: E402
-from engine.stream.recovery import LostRange, recover_lost_range, score_recovery  # noqa: E402
+from engine.stream.recovery import LostRange, recover_lost_range  # noqa: E402
+from engine.stream.recovery_report import score_recovery  # noqa: E402
 from engine.stream.session import SparkSettings, get_spark  # noqa: E402
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec  # noqa: E402
 

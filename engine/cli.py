@@ -1,15 +1,7 @@
-"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder, run.
+"""``python -m engine <command>``: the commands and ``main`` (one line on stderr, exit 2).
 
-JSON on stdout. Bad input or parameters: one line on stderr and exit code 2,
-never a traceback. Progress of long work goes to stderr: on a terminal one
-line rewritten in place, elsewhere (a log, a pipe) one line every 5 %.
-
-``plan`` and ``backtest`` run at most ``DEFAULT_MAX_FOLDS`` backtest folds (the
-planner's ``DEFAULT_BACKTEST_FOLDS``), evenly spaced and ending at the last,
-unless ``--max-folds N`` says otherwise (``--max-folds 0``: every fold). Each
-fold keeps its plan for a whole horizon and scores every window in it, so the
-default measures thousands of windows per sensor; a 2-million-row file would
-otherwise offer tens of thousands of folds.
+The parser, its flags and the help text (this CLI's description) are
+``engine.cli_parser``.
 """
 
 from __future__ import annotations
@@ -19,107 +11,18 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from engine.cli_parser import build_parser
 from engine.errors import EngineError, ParameterError
-from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
-from engine.stream.job import add_run_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.data.history import SensorHistory
-    from engine.planning.plan import PlanParameters
+    from engine.planning import PlanParameters
 
 EXIT_BAD_INPUT = 2
 ALL_FOLDS = 10**9  # --max-folds 0
 PROGRESS_STEP = 0.05  # off a terminal: one progress line per 5 %
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line, like every other bad input."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ParameterError(f"{self.prog}: {message}")
-
-
-def _add_plan_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="CSV or Parquet sensor history")
-    p.add_argument("--eps", type=float, required=True, help="tolerance, in the aggregate's unit")
-    p.add_argument("--delta", type=float, required=True, help="allowed miss rate, in (0, 1)")
-    p.add_argument("--window", type=int, required=True, help="window length, in readings")
-    p.add_argument("--slide", type=int, default=None, help="slide in readings (default: window)")
-    p.add_argument("--agg", default="avg", help="avg, sum, max or min")
-    p.add_argument("--method", default="greedy", help="greedy (default), paper or exact")
-    p.add_argument(
-        "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
-    )
-    p.add_argument(
-        "--history", type=int, default=None, help="rows to learn from (default: all, up to a cap)"
-    )
-    p.add_argument(
-        "--horizon",
-        type=int,
-        default=None,
-        help="rows the plan is used before re-planning (default: whole windows of about a day)",
-    )
-    p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
-    p.add_argument(
-        "--eps-by-unit",
-        default=None,
-        help="one eps per unit group, e.g. 'degC=1,ug/m3=20,hPa=0.5'; units are guessed from "
-        "the sensor names (_TEMP, _degC, _PM2.5, _hPa, ...); other sensors use --eps",
-    )
-    p.add_argument("--layout", default="auto", help="auto, wide or long")
-    p.add_argument("--time-column", default=None, help="name of the time column")
-
-
-FOLDS_HELP = f"cap the backtest folds, evenly spaced (default {DEFAULT_MAX_FOLDS}; 0: all)"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m engine", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    plan = sub.add_parser("plan", help="choose the backup set and write the backup config")
-    _add_plan_flags(plan)
-    plan.add_argument("--out", default=None, help="write the backup config (.json or .yaml)")
-    plan.add_argument("--no-backtest", action="store_true", help="skip the backtest (unmeasured)")
-    plan.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
-    bt = sub.add_parser("backtest", help="rolling-origin backtest of the planning procedure")
-    _add_plan_flags(bt)
-    bt.add_argument("--step", type=int, default=None, help="rows per test slice (default: window)")
-    bt.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
-    rec = sub.add_parser("recover", help="rebuild all sensors from a config and the backup")
-    rec.add_argument("--config", required=True)
-    rec.add_argument(
-        "--backup", required=True, help="file with the backup sensors' columns, or the job's backup"
-    )
-    rec.add_argument("--out", required=True, help="CSV or Parquet to write all sensors to")
-    rec.add_argument("--from", dest="start", default=None, help="ISO time (inclusive, UTC)")
-    rec.add_argument("--to", dest="end", default=None, help="ISO time (exclusive, UTC)")
-    run = sub.add_parser("run", help="the production Spark job (backup, windows, shadow check)")
-    add_run_flags(run)
-    sim = sub.add_parser("simulate", help="live Spark pipeline with one failure and recovery")
-    _add_plan_flags(sim)
-    sim.add_argument("--mode", default="approx", help="approx, full or none")
-    sim.add_argument("--fail-at", type=float, default=0.5, help="fraction of the feed")
-    sim.add_argument(
-        "--rows",
-        type=int,
-        default=None,
-        help="replay the last ROWS rows (default: the second half); the plan learns from the rest",
-    )
-    sim.add_argument("--workdir", default=None, help="landing/backup directory (default: temp)")
-    sim.add_argument("--master", default=None, help="Spark master (default local[*])")
-    dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")
-    dis.add_argument("--data", required=True)
-    dis.add_argument("--delays", required=True, help="exp:MEAN, pareto:SHAPE,SCALE or file:PATH")
-    dis.add_argument("--eps-thr", type=float, required=True)
-    dis.add_argument("--delta", type=float, required=True)
-    dis.add_argument("--window", type=int, required=True)
-    dis.add_argument("--agg", default="avg")
-    dis.add_argument("--sensors", default=None)
-    dis.add_argument("--rows", type=int, default=None, help="replay only the first ROWS rows")
-    dis.add_argument("--seed", type=int, default=0)
-    return parser
 
 
 class Progress:
@@ -157,7 +60,7 @@ def _say_budget(
     """One stderr line when the default fold budget leaves folds out."""
     from dataclasses import replace
 
-    from engine.planning.calibration import fold_origins
+    from engine.planning import fold_origins
 
     available = fold_origins(n_rows, window, replace(settings, max_folds=None), horizon).size
     if args.max_folds is None and available > (settings.max_folds or available):
@@ -198,7 +101,7 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
 
 
 def _params(args: argparse.Namespace) -> PlanParameters:
-    from engine.planning.plan import PlanParameters
+    from engine.planning import PlanParameters
 
     return PlanParameters(
         eps=args.eps,
@@ -245,7 +148,7 @@ def _with_unit_eps(
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export import plan_to_config, write_config
-    from engine.planning.calibration import BacktestSettings
+    from engine.planning import BacktestSettings
     from engine.planning.plan import make_plan
 
     params = _params(args)  # validate parameters before reading the file
@@ -291,13 +194,9 @@ def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
 def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
-    from engine.planning.calibration import BacktestSettings, run_backtest
-    from engine.planning.plan import (
-        default_history,
-        eps_units,
-        plan_backtest_settings,
-        resolve_horizon,
-    )
+    from engine.planning import BacktestSettings, default_history, run_backtest
+    from engine.planning.parameters import resolve_horizon
+    from engine.planning.plan import eps_units, plan_backtest_settings
 
     params = _params(args)
     history = _history(args)

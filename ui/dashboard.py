@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.stream.metrics import BatchPoint, PipelineEvent, summarise
-from engine.stream.spec import PipelineStatus
+from engine.stream.status import PipelineStatus
 from ui import background, live, resources, timeline
 from ui.format import format_quantity, plural
 

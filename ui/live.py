@@ -22,9 +22,10 @@ from engine.errors import PipelineError
 from engine.planning import BackupPlan, PlanParameters
 from engine.stream.live import replanning_monitor
 from engine.stream.ownership import find_leftovers
-from engine.stream.recovery import RecoveryReport
-from engine.stream.spec import PipelineOptions, PipelinePaths, PipelineStatus, StreamSpec
+from engine.stream.recovery_report import RecoveryReport
+from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.split import ReplaySplit, split_for_replay
+from engine.stream.status import PipelineStatus
 from engine.stream.versions import changes
 from ui import plans, resources
 from ui.panels import QUIET, pct

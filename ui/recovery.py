@@ -15,7 +15,7 @@ from engine.aggregates import window_aggregates
 from engine.data import SensorHistory
 from engine.planning import BackupPlan
 from engine.stream.manager import PipelineManager
-from engine.stream.recovery import RecoveryReport
+from engine.stream.recovery_report import RecoveryReport
 from ui import charts, resources
 from ui.format import plural, span
 from ui.live import PENDING, plan_signature

@@ -1,9 +1,10 @@
 """Sensor history: a CSV/Parquet file (wide or long) read with DuckDB into a ``SensorHistory``.
 
-``options`` says how to read, ``reader`` decodes the file, ``history`` sorts,
-fills and describes the readings.
+``options`` says how to read, ``files`` opens the file into DuckDB, ``reader``
+decodes it, ``history`` sorts, fills and describes the readings.
 """
 
+from engine.data.files import NULL_STRINGS, SUFFIXES
 from engine.data.history import (
     EDGE_FILL_FRACTION,
     GAP_FACTOR,
@@ -20,7 +21,7 @@ from engine.data.options import (
     LoadOptions,
     MissingPolicy,
 )
-from engine.data.reader import NULL_STRINGS, SENSOR_NAMES, SUFFIXES, TIME_NAMES, VALUE_NAMES
+from engine.data.reader import SENSOR_NAMES, TIME_NAMES, VALUE_NAMES
 
 __all__ = [
     "DEFAULT_OPTIONS", "EDGE_FILL_FRACTION", "GAP_FACTOR", "NULL_STRINGS", "SENSOR_NAMES",

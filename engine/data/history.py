@@ -19,20 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.data.files import check_file, check_names, connect, read_csv, read_parquet
 from engine.data.names import resolve_sensors
 from engine.data.options import DEFAULT_OPTIONS, LoadOptions
 from engine.data.range import check_range
-from engine.data.reader import (
-    Decoded,
-    check_file,
-    check_names,
-    connect,
-    decode,
-    format_ns,
-    read_csv,
-    read_parquet,
-    shorten,
-)
+from engine.data.reader import Decoded, decode, format_ns, shorten
 from engine.errors import DataError, ParameterError
 
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled

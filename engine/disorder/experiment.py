@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from engine.aggregates import get_aggregate
-from engine.disorder.buffer import LateItem
 from engine.disorder.config import DisorderConfig
 from engine.disorder.delays import DelayModel, parse_delays
+from engine.disorder.items import LateItem
 from engine.disorder.ledger import DisorderProcessor, ResultRow
 from engine.errors import ParameterError
 

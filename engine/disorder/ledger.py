@@ -29,8 +29,9 @@ import math
 from typing import Any, NamedTuple
 
 from engine.aggregates import get_aggregate
-from engine.disorder.buffer import Item, KSlackBuffer, LateItem, Zone, parse_item, parse_late_item
+from engine.disorder.buffer import KSlackBuffer, Zone
 from engine.disorder.config import DisorderConfig
+from engine.disorder.items import Item, LateItem, parse_item, parse_late_item
 
 
 class ResultRow(NamedTuple):

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.disorder.buffer import Item, LateItem, parse_item, parse_late_item
 from engine.disorder.config import DisorderConfig
+from engine.disorder.items import Item, LateItem, parse_item, parse_late_item
 from engine.disorder.ledger import DisorderProcessor, ResultRow, parse_row
 from engine.errors import PipelineError
 
@@ -119,7 +119,8 @@ def record_to_store(
     Returns the run number. (The live pipeline writes the stage's frames with
     its own batches; this is for offline replays such as the experiment.)
     """
-    from engine.store import BackupStore, BatchWrite
+    from engine.store import BackupStore
+    from engine.store_records import BatchWrite
 
     with BackupStore(store_path) as store:
         run = store.next_run()

@@ -1,22 +1,23 @@
 """Planning: from an operator's tolerance to a measured backup plan, and keeping it honest.
 
 ``guarantee``: (eps, delta, window, aggregate) -> the seed's variance targets;
-``calibration``: calibrated targets and the rolling-origin backtest;
-``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest, savings);
+``calibration``: calibrated targets (``plan_on``);
+``backtest``: the rolling-origin backtest (``run_backtest``);
+``parameters``: ``PlanParameters``, the operator's request, and its default history and horizon;
+``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest);
+``savings``: ``Savings``, the backup volume and cost a plan saves;
 ``monitor``: the live violation tally and its confidence bounds;
 ``replan``: re-planning when the live monitor alerts.
 """
 
+from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
 from engine.planning.calibration import (
     CALIBRATIONS,
     BacktestResult,
-    BacktestSettings,
     CalibrationInfo,
     PlanningSpec,
     Progress,
-    fold_origins,
     plan_on,
-    run_backtest,
 )
 from engine.planning.guarantee import (
     check_parameters,
@@ -30,16 +31,10 @@ from engine.planning.monitor import (
     rate_lower_bound,
     rate_upper_bound,
 )
-from engine.planning.plan import (
-    BYTES_PER_READING,
-    BackupPlan,
-    PlanParameters,
-    Savings,
-    default_history,
-    make_plan,
-    retarget,
-)
+from engine.planning.parameters import PlanParameters, default_history
+from engine.planning.plan import BackupPlan, make_plan, retarget
 from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
+from engine.planning.savings import BYTES_PER_READING, Savings
 
 __all__ = [
     "BYTES_PER_READING", "CALIBRATIONS", "BacktestResult", "BacktestSettings", "BackupPlan",

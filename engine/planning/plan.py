@@ -10,166 +10,34 @@ not the model's probability, are what the operator is promised.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from engine.data import SensorHistory
-from engine.data.units import check_eps_pairs, check_unit_pairs, mixed_unit_warning
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
+from engine.planning.backtest import BacktestSettings, run_backtest
 from engine.planning.calibration import (
-    CALIBRATIONS,
     BacktestResult,
-    BacktestSettings,
     CalibrationInfo,
     FoldPlan,
     PlanningSpec,
     Progress,
     plan_on,
-    run_backtest,
 )
 from engine.planning.eps_scale import select_in_eps_units
-from engine.planning.guarantee import check_parameters, window_violation_probability
-from engine.planning.horizon import calibration_rows, default_horizon
-from engine.planning.horizon import default_history as _default_history
-from engine.selection.greedy import METHODS, Method, Selection
+from engine.planning.guarantee import window_violation_probability
+from engine.planning.horizon import calibration_rows
+from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
+from engine.planning.savings import BYTES_PER_READING, Savings
+from engine.selection.greedy import Method, Selection
 
 # Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and
 # a default plan of 132 sensors x 35,000 rows in ~10 s of CPU (Beijing, bench protocol).
 DEFAULT_BACKTEST_FOLDS = 40
-BYTES_PER_READING = 16.0  # 8-byte timestamp + 8-byte float; sensor ids are dictionary-coded
-
-
-@dataclass(frozen=True)
-class PlanParameters:
-    """The operator's request. ``slide=None`` means tumbling (slide = window)."""
-
-    eps: float
-    delta: float
-    window: int
-    slide: int | None = None
-    aggregate: str = "avg"
-    method: Method = "greedy"
-    calibration: str = "backtest"
-    history: int | None = None  # rows to learn from; None: ``default_history``
-    # Per-sensor tolerances (sensor -> eps, in that sensor's unit); a sensor not named
-    # here uses ``eps``. Empty: one eps for every sensor.
-    eps_by_sensor: tuple[tuple[str, float], ...] = ()
-    # The operator's sensor -> unit corrections; other sensors' units are guessed from
-    # their names (``engine.data.units``). Only used to warn about mixed units under one eps.
-    units: tuple[tuple[str, str], ...] = ()
-    horizon: int | None = (
-        None  # rows the plan is used before re-planning; None: ``default_horizon``
-    )
-
-    def __post_init__(self) -> None:
-        check_parameters(self.eps, self.delta, self.window, self.effective_slide, self.aggregate)
-        if self.method not in METHODS:
-            raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.calibration not in CALIBRATIONS:
-            raise ParameterError(
-                f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}"
-            )
-        if self.history is not None and (not isinstance(self.history, int) or self.history < 4):
-            raise ParameterError(f"history must be an integer >= 4 rows, got {self.history!r}")
-        object.__setattr__(self, "eps_by_sensor", check_eps_pairs(self.eps_by_sensor))
-        object.__setattr__(self, "units", check_unit_pairs(self.units))
-        if self.horizon is not None and (
-            isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1
-        ):
-            raise ParameterError(f"horizon must be an integer >= 1 row, got {self.horizon!r}")
-
-    @property
-    def effective_slide(self) -> int:
-        return self.window if self.slide is None else self.slide
-
-    def eps_vector(self, sensors: tuple[str, ...]) -> np.ndarray:
-        """Each sensor's eps, (n,) in ``sensors`` order; ``eps`` unless overridden.
-
-        An override naming a sensor outside ``sensors`` is a ``ParameterError``.
-        """
-        given = dict(self.eps_by_sensor)
-        unknown = [s for s in given if s not in sensors]
-        if unknown:
-            raise ParameterError(
-                "eps_by_sensor names sensor(s) not planned for: "
-                f"{', '.join(map(repr, unknown[:5]))}"
-            )
-        return np.array([given.get(s, self.eps) for s in sensors], dtype=float)
-
-    def unit_warning(self, sensors: tuple[str, ...]) -> str | None:
-        """The mixed-unit warning for the sensors sharing the single ``eps``, if any."""
-        overridden = {s for s, _ in self.eps_by_sensor}
-        shared = [s for s in sensors if s not in overridden]
-        return mixed_unit_warning(shared, self.units)
-
-    def spec(self) -> PlanningSpec:
-        return PlanningSpec(
-            eps=self.eps,
-            delta=self.delta,
-            window=self.window,
-            slide=self.effective_slide,
-            aggregate=self.aggregate,
-            method=self.method,
-            calibration=self.calibration,
-            horizon=self.horizon,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def default_history(
-    n_rows: int, window: int, n_sensors: int = 1, horizon: int | None = None
-) -> int:
-    """Rows to learn from when not told: all of them, up to a cost cap.
-
-    See ``engine.planning.horizon.default_history``: at most ``HISTORY_READINGS_CAP``
-    readings, never less than calibration needs for the window and horizon.
-    """
-    return _default_history(n_rows, n_sensors, window, horizon or 4 * window)
-
-
-def resolve_horizon(params: PlanParameters, n_rows: int, sampling_interval_s: float) -> int:
-    """The horizon in rows: the operator's, or ``default_horizon``; at least one window."""
-    rows = params.horizon or default_horizon(n_rows, params.window, sampling_interval_s)
-    return max(rows, params.window)
-
-
-@dataclass(frozen=True)
-class Savings:
-    """Projected backup volume, per day, at the file's sampling interval."""
-
-    readings_per_day_full: float
-    readings_per_day_backup: float
-    readings_per_day_saved: float
-    bytes_per_reading: float
-    bytes_per_day_full: float
-    bytes_per_day_backup: float
-    bytes_per_day_saved: float
-    fraction_saved: float
-
-    def cost_per_month(
-        self, price_per_gb_month: float, retention_days: float = 30.0
-    ) -> dict[str, float]:
-        """Storage cost of keeping ``retention_days`` of backup, full against planned."""
-        if price_per_gb_month < 0 or retention_days <= 0:
-            raise ParameterError(
-                "price and retention must be positive, "
-                f"got {price_per_gb_month!r}, {retention_days!r}"
-            )
-        gb = retention_days / 1e9
-        return {
-            "full": self.bytes_per_day_full * gb * price_per_gb_month,
-            "plan": self.bytes_per_day_backup * gb * price_per_gb_month,
-            "none": 0.0,
-        }
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, eq=False)

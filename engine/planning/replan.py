@@ -37,7 +37,8 @@ from engine.errors import EngineError, ParameterError
 from engine.planning.calibration import CalibrationInfo, FoldPlan, plan_on
 from engine.planning.eps_scale import fold_in_units
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
-from engine.planning.plan import BackupPlan, PlanParameters, assemble_plan, eps_units
+from engine.planning.parameters import PlanParameters
+from engine.planning.plan import BackupPlan, assemble_plan, eps_units
 from engine.selection import Selection
 
 Apply = Callable[[BackupPlan, str, str], None]  # (plan, kind, reason)

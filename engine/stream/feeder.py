@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import ParameterError, PipelineError
-from engine.stream.spec import FeedProgress, HistoryLike, align_history
+from engine.stream.spec import HistoryLike, align_history
+from engine.stream.status import FeedProgress
 
 FEED_SCHEMA = pa.schema(
     [

@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from engine.errors import PipelineError
-from engine.store import BackupStore, BatchWrite, backup_bytes
+from engine.store import BackupStore
+from engine.store_records import BatchWrite
 from engine.stream.batch import (
     LATE_COLUMNS,
     WindowAdvance,
@@ -38,7 +36,9 @@ from engine.stream.batch import (
     select_backup_rows,
     shadow_errors,
 )
-from engine.stream.feeder import spark_committed_batches
+from engine.stream.failure import _first_line
+from engine.stream.listener import _make_listener
+from engine.stream.reporting import BatchReporting
 from engine.stream.source import LandingDirSource, StreamSource
 from engine.stream.spec import (
     FAILURE_MARK,
@@ -48,13 +48,14 @@ from engine.stream.spec import (
     PipelinePaths,
     SimulatedFailure,
     Stage,
-    StatusBoard,
     StreamSpec,
     check_mode,
 )
+from engine.stream.status import StatusBoard
+from engine.stream.switching import PlanSwitching, _last_time
 from engine.stream.versions import PendingPlan, PlanVersion
 
-__all__ = ["Fault", "LivePipeline", "SimulatedFailure", "consumed_files", "discard_lost_state"]
+__all__ = ["END_OF_FEED", "RUN_FILE", "LivePipeline"]
 
 RUN_FILE = "lacuna_run.json"
 
@@ -62,7 +63,7 @@ RUN_FILE = "lacuna_run.json"
 END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
 
 
-class LivePipeline:
+class LivePipeline(PlanSwitching, BatchReporting):
     """One streaming query over ``paths.landing`` writing to ``store``.
 
     A checkpoint directory that already holds a run resumes it (Spark replays
@@ -157,68 +158,6 @@ class LivePipeline:
         self.store.write_version(self._version.record())  # idempotent: a restart keeps it
         self.board.update(plan_version=self._version.id)
         return run
-
-    def set_spec(
-        self,
-        spec: StreamSpec,
-        reason: str,
-        *,
-        kind: str = "manual",
-        calibration: dict[str, Any] | None = None,
-    ) -> None:
-        """Queue a new plan; it becomes a plan version at the next micro-batch.
-
-        ``kind`` is the version's reason (initial, scheduled, alert, manual),
-        ``reason`` the sentence logged with it. A newer queued plan replaces an
-        older one that has not taken effect yet.
-        """
-        self.queue(PendingPlan(spec, kind, reason, self.store.now(), calibration or {}))
-
-    def queue(self, pending: PendingPlan) -> None:
-        """Queue ``pending`` (e.g. one a failed run had not installed yet)."""
-        with self._spec_lock:
-            self._version.spec.check_compatible(pending.spec)
-            self._pending = pending
-        self.store.log_plan(pending.detail, pending.spec.backup_sensors)
-        self.board.mark("replan", pending.detail)
-
-    @property
-    def pending(self) -> PendingPlan | None:
-        """A queued plan that has not taken effect yet."""
-        with self._spec_lock:
-            return self._pending
-
-    @property
-    def spec(self) -> StreamSpec:
-        with self._spec_lock:
-            return self._version.spec
-
-    @property
-    def version(self) -> PlanVersion:
-        """The plan version in force (the last batch's)."""
-        with self._spec_lock:
-            return self._version
-
-    def _batch_version(self, pdf: pd.DataFrame) -> PlanVersion:
-        """The version this batch runs under: a queued plan takes effect here."""
-        with self._spec_lock:
-            pending, current = self._pending, self._version
-        if pending is None:
-            return current
-        new = current.following(pending, self.store.horizon() + 1)
-        first_time = _first_time(pdf)
-        return replace(new, first_time=first_time) if first_time is not None else new
-
-    def _install(self, version: PlanVersion) -> None:
-        """After the batch that started ``version`` committed: it is the plan in force."""
-        with self._spec_lock:
-            if version.id <= self._version.id:
-                return
-            if self._pending is not None and self._pending.spec is version.spec:
-                self._pending = None
-            self._version = version
-        self.board.add(plan_changes=1)
-        self.board.update(plan_version=version.id)
 
     @property
     def state(self) -> WindowState:
@@ -383,85 +322,6 @@ class LivePipeline:
         self._record(END_OF_FEED, none, advance, late, none, None, None)
         return len(advance.closed)
 
-    def _install_stored_version(self) -> None:
-        """A replayed batch already committed a queued plan's version: take it as in force."""
-        with self._spec_lock:
-            pending, current = self._pending, self._version
-        if pending is None:
-            return
-        stored = [r for r in self.store.read_versions() if r.id == current.id + 1]
-        if stored:
-            self._install(current.following(pending, stored[0].first_seq))
-
-    def _report(
-        self,
-        pdf: pd.DataFrame,
-        advance: WindowAdvance,
-        late: pd.DataFrame,
-        errors: np.ndarray | None,
-        backup: pd.DataFrame,
-        version: PlanVersion,
-    ) -> None:
-        spec = version.spec
-        self.board.add(
-            batches=1,
-            input_rows=len(pdf),
-            backup_rows=len(backup),
-            backup_bytes=backup_bytes(backup),
-            windows_emitted=len(advance.closed),
-            late_rows=len(late),
-            duplicate_readings=advance.duplicates,
-            stale_readings=advance.stale,
-        )
-        self.board.update(buffered_rows=advance.state.buffered_rows)
-        if errors is None:
-            return
-        targets = spec.linear_map.targets
-        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
-        if self.monitor is not None:
-            alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
-            if alert is not None:
-                reason = str(getattr(alert, "reason", alert))
-                self.board.update(last_alert=reason)
-                self.board.mark("alert", reason)
-                self._alerts += 1
-
-    def _record(
-        self,
-        batch_id: int,
-        pdf: pd.DataFrame,
-        advance: WindowAdvance,
-        late: pd.DataFrame,
-        backup: pd.DataFrame,
-        duration_ms: float | None,
-        store_ms: float | None,
-    ) -> None:
-        """The batch's point on the metrics history (and the stage's K, watermark, results)."""
-        kinds, self._kinds = self._kinds, {}
-        metrics = getattr(self.stage, "metrics", None)  # a stage may expose none
-        if metrics is not None:
-            self.board.update(**metrics())
-            self.board.add(
-                provisional_results=int(kinds.get("provisional", 0)),
-                corrected_results=int(kinds.get("correction", 0)),
-                final_results=int(kinds.get("final", 0)),
-            )
-        alerts, self._alerts = self._alerts, 0
-        self.board.record_batch(
-            batch_id,
-            input_rows=len(pdf),
-            duration_ms=duration_ms,
-            store_ms=store_ms,
-            backup_rows=len(backup),
-            backup_bytes=backup_bytes(backup),
-            windows=len(advance.closed),
-            alerts=alerts,
-            late=len(late),
-            provisional=int(kinds.get("provisional", 0)),
-            corrections=int(kinds.get("correction", 0)),
-            final=int(kinds.get("final", 0)),
-        )
-
     def _fault_hook(self, batch_id: int, point: str) -> Callable[[], None]:
         fault = self.fault
 
@@ -489,109 +349,6 @@ class LivePipeline:
         if self.stage is not None and stage is not None:
             self.stage.restore(stage)
         return state
-
-
-def _make_listener(pipeline: LivePipeline) -> Any:
-    """A StreamingQueryListener feeding the pipeline's status board."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class _Listener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            p = event.progress
-            if pipeline.query is None or str(p.id) != str(pipeline.query.id):
-                return
-            durations = dict(p.durationMs or {})
-            pipeline.board.update(
-                input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
-                processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
-                batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
-            )
-            if "triggerExecution" in durations:  # Spark's figures replace our own estimate
-                pipeline.board.patch_batch(
-                    pipeline.run,
-                    int(p.batchId),
-                    duration_ms=float(durations["triggerExecution"]),
-                    rows_per_second=float(p.processedRowsPerSecond or 0.0),
-                )
-            pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            if pipeline.query is None or str(event.id) != str(pipeline.query.id):
-                return
-            if event.exception:
-                failed = FAILURE_MARK in str(event.exception)
-                pipeline.board.update(
-                    state="failed" if failed else "error",
-                    last_error=_first_line(event.exception),
-                )
-
-    return _Listener()
-
-
-def _first_line(err: object) -> str:
-    text = str(err).strip()
-    for line in text.splitlines():
-        if FAILURE_MARK in line:
-            return line.strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-# -- failure: what a crash destroys ------------------------------------------
-
-
-def finished_batches(checkpoint: Path, store: BackupStore, run: int) -> set[int]:
-    """Batches of ``run`` that finished: in Spark's commit log or committed to the store."""
-    return spark_committed_batches(checkpoint) | set(store.committed_batches(run))
-
-
-def consumed_files(checkpoint: Path, store: BackupStore, run: int) -> list[Path]:
-    """Landing files whose batch finished (the landing-directory source's view)."""
-    source = LandingDirSource(checkpoint)  # the directory is not needed to read the log
-    return source.consumed_files(checkpoint, finished_batches(checkpoint, store, run))
-
-
-def discard_lost_state(
-    paths: PipelinePaths, store: BackupStore, run: int, source: StreamSource | None = None
-) -> list[Path]:
-    """What a crash destroys: the consumed input, the checkpoint, the window state.
-
-    The source destroys the input the failed run had consumed (for the landing
-    directory, its files: their readings now exist only in the backup); then the
-    checkpoint directory and the run's state snapshot go. Input not consumed yet
-    stays: the restarted query reads it. Returns what the source destroyed.
-    """
-    ck = paths.checkpoint_dir
-    source = source or LandingDirSource(paths.landing_dir)
-    files = source.destroy_consumed(ck, finished_batches(ck, store, run))
-    try:
-        shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
-    except OSError as err:
-        raise PipelineError(
-            f"cannot discard the failed run's files under {str(ck)!r}: {err}"
-        ) from err
-    store.delete_state(run)
-    return files
-
-
-def _first_time(pdf: pd.DataFrame) -> datetime | None:
-    return _edge_time(pdf, "min")
-
-
-def _last_time(pdf: pd.DataFrame) -> datetime | None:
-    return _edge_time(pdf, "max")
-
-
-def _edge_time(pdf: pd.DataFrame, how: str) -> datetime | None:
-    if not len(pdf):
-        return None
-    t = pd.to_datetime(pdf["event_time"], utc=True).agg(how)
-    return None if pd.isna(t) else t.to_pydatetime()
 
 
 def _like(late: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:

@@ -20,8 +20,7 @@ from typing import Any
 
 from engine.data import SensorHistory
 from engine.errors import ParameterError
-from engine.planning.calibration import BacktestSettings
-from engine.planning.plan import PlanParameters, default_history, make_plan
+from engine.planning import BacktestSettings, PlanParameters, default_history, make_plan
 from engine.stream.split import split_for_replay
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute

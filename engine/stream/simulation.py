@@ -10,7 +10,7 @@ import numpy as np
 
 from engine.errors import ParameterError
 from engine.stream.manager import PipelineManager
-from engine.stream.recovery import RecoveryReport
+from engine.stream.recovery_report import RecoveryReport
 from engine.stream.session import SparkSettings
 from engine.stream.spec import (
     HistoryLike,

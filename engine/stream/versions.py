@@ -22,7 +22,8 @@ import numpy as np
 
 from engine.errors import ConfigError, ParameterError
 from engine.model.linear import LinearMap
-from engine.store import BackupStore, VersionRecord
+from engine.store import BackupStore
+from engine.store_records import VersionRecord
 from engine.stream.spec import StreamSpec
 
 REASONS: tuple[str, ...] = ("initial", "scheduled", "alert", "manual")

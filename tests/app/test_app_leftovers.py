@@ -12,7 +12,7 @@ import pytest
 
 from engine.planning import ReplanningMonitor
 from engine.stream.pipeline import RUN_FILE
-from engine.stream.spec import PipelineStatus, StatusBoard
+from engine.stream.status import PipelineStatus, StatusBoard
 from ui import live, resources
 
 pytestmark = pytest.mark.app

@@ -16,8 +16,8 @@ import pytest
 from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
-from engine.stream.recovery import RecoveryReport
-from engine.stream.spec import PipelineStatus, StatusBoard
+from engine.stream.recovery_report import RecoveryReport
+from engine.stream.status import PipelineStatus, StatusBoard
 from tests.app.apphelpers import SMALL, metric, settle, texts
 from ui import dashboard, live, recovery, resources
 from ui.jobs import get_runner

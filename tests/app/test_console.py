@@ -15,7 +15,7 @@ import pytest
 from engine.disorder import DisorderReport, MethodReport
 from engine.errors import Cancelled, ParameterError
 from engine.stream.metrics import BatchPoint
-from engine.stream.spec import FeedProgress, PipelineStatus, StatusBoard
+from engine.stream.status import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
 from ui import charts, dashboard, disorder, exporting, graph, panels, plans, resources, shell

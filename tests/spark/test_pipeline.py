@@ -12,9 +12,10 @@ import pytest
 
 from engine.aggregates import window_aggregates, window_errors
 from engine.store import BackupStore
+from engine.stream.failure import consumed_files
 from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.pipeline import Fault, LivePipeline, consumed_files
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.stream.pipeline import LivePipeline
+from engine.stream.spec import Fault, PipelineOptions, PipelinePaths, StreamSpec
 
 pytestmark = pytest.mark.spark
 

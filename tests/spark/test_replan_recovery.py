@@ -18,8 +18,9 @@ from engine.data import SensorHistory, load_history
 from engine.planning import BackupPlan, PlanParameters, make_plan
 from engine.store import BackupStore
 from engine.stream.live import replanning_monitor
-from engine.stream.manager import PipelineManager, RunConfig
+from engine.stream.manager import PipelineManager
 from engine.stream.recovery import LostRange, recover_lost_range
+from engine.stream.run_config import RunConfig
 from engine.stream.session import SparkSettings
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.versions import PlanVersion, read_versions

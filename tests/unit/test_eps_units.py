@@ -11,9 +11,17 @@ import pytest
 from engine.aggregates import violation_rates
 from engine.data import load_history
 from engine.model import GaussianModel
-from engine.planning import BacktestSettings, ViolationMonitor, run_backtest
-from engine.planning.plan import PlanParameters, eps_units, make_plan, retarget
-from engine.stream.spec import StatusBoard, StreamSpec
+from engine.planning import (
+    BacktestSettings,
+    PlanParameters,
+    ViolationMonitor,
+    make_plan,
+    retarget,
+    run_backtest,
+)
+from engine.planning.plan import eps_units
+from engine.stream.spec import StreamSpec
+from engine.stream.status import StatusBoard
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 SETTINGS = BacktestSettings(history=240, max_folds=8)

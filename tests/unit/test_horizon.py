@@ -11,7 +11,8 @@ from scipy.stats import norm
 
 from engine.errors import ParameterError
 from engine.model import GaussianModel
-from engine.planning.calibration import PlanningSpec, _window_residuals, plan_on, track_quantile
+from engine.planning.backtest import track_quantile
+from engine.planning.calibration import PlanningSpec, _window_residuals, plan_on
 from engine.planning.horizon import (
     HISTORY_READINGS_CAP,
     calibration_rows,

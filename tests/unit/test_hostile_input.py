@@ -328,7 +328,7 @@ def two_million(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_backtest_on_two_million_rows_keeps_to_the_default_budget(
     two_million: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from engine.cli import DEFAULT_MAX_FOLDS
+    from engine.cli_parser import DEFAULT_MAX_FOLDS
 
     # A horizon of 10 rows: the folds step by the horizon, so the file offers ~200,000 folds,
     # far more than the budget. (The default horizon, a day of 1 s readings, offers only 23.)

@@ -173,7 +173,8 @@ def killed_store(paths: PipelinePaths, batches: int) -> Path:
         f"""
         import os, signal
         import pandas as pd
-        from engine.store import BackupStore, BatchWrite
+        from engine.store import BackupStore
+        from engine.store_records import BatchWrite
         store = BackupStore({str(paths.store_file)!r})
         store._con.execute("CHECKPOINT")
         for b in range({batches}):

@@ -10,13 +10,8 @@ import pandas as pd
 import pytest
 
 from engine.errors import EngineError, StoreError
-from engine.store import (
-    BACKUP_ROW_FIXED_BYTES,
-    RECOVERY_BATCH,
-    BackupStore,
-    BatchWrite,
-    backup_bytes,
-)
+from engine.store import RECOVERY_BATCH, BackupStore
+from engine.store_records import BACKUP_ROW_FIXED_BYTES, BatchWrite, backup_bytes
 
 
 def backup_rows(seqs: range, sensors: tuple[str, ...] = ("a", "bb")) -> pd.DataFrame:

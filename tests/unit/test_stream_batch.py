@@ -22,21 +22,14 @@ from engine.stream.batch import (
     WindowParams,
     WindowState,
     advance_windows,
-    aggregate_windows_frame,
-    reconstruct_frame,
     results_frame,
-    seed_state,
     select_backup_rows,
     shadow_errors,
 )
 from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.spec import (
-    PipelineOptions,
-    PipelinePaths,
-    StatusBoard,
-    StreamSpec,
-    align_history,
-)
+from engine.stream.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
+from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
+from engine.stream.status import StatusBoard
 from tests.helpers import fit_map
 
 SENSORS = ("a", "b", "c", "d")
@@ -394,7 +387,8 @@ class FakeBatch:
 
 def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: Path) -> None:
     from engine.store import BackupStore
-    from engine.stream.pipeline import Fault, LivePipeline, SimulatedFailure
+    from engine.stream.pipeline import LivePipeline
+    from engine.stream.spec import Fault, SimulatedFailure
 
     h = make_history(16)
     spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)

@@ -17,7 +17,7 @@ from engine.stream.metrics import (
     summarise,
     worst_sensors,
 )
-from engine.stream.spec import StatusBoard
+from engine.stream.status import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

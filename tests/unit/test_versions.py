@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from engine.errors import ParameterError
-from engine.store import BackupStore, BatchWrite
-from engine.stream.batch import reconstruct_frame
+from engine.store import BackupStore
+from engine.store_records import BatchWrite
+from engine.stream.rebuild import reconstruct_frame
 from engine.stream.spec import StreamSpec
 from engine.stream.versions import (
     PendingPlan,
@@ -103,7 +104,7 @@ def test_each_row_is_rebuilt_with_the_version_that_governed_it() -> None:
 
 def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None:
     """Reference: NumPy counts of errors above eps over each version's windows and all."""
-    from engine.stream.spec import StatusBoard
+    from engine.stream.status import StatusBoard
 
     rng = np.random.default_rng(5)
     errors = np.abs(rng.normal(0.0, 0.5, size=(30, 4)))

@@ -1,0 +1,149 @@
+"""Open a history file into DuckDB: the table ``raw`` as read, checked before parsing.
+
+``check_file`` refuses a missing, empty, unreadable or unsupported file by
+name; ``read_csv`` reads the time candidates as text and everything else as
+DOUBLE (falling back to text so the first bad value can be named), and
+``read_parquet`` reads a Parquet file. ``engine.data.reader`` decodes ``raw``.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import stat
+from pathlib import Path
+
+import duckdb
+
+from engine.data.options import LoadOptions
+from engine.data.reader import TIME_NAMES
+from engine.errors import DataError
+
+__all__ = [
+    "NULL_STRINGS",
+    "SUFFIXES",
+    "check_file",
+    "check_names",
+    "connect",
+    "exact_path",
+    "read_csv",
+    "read_parquet",
+    "shorten_path",
+]
+
+NULL_STRINGS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null", "None"]
+SUFFIXES = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """In-memory DuckDB, UTC session (naive times are UTC), no progress bar on stdout."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false; SET TimeZone = 'UTC'")
+    return con
+
+
+def check_file(path: Path) -> str:
+    """``csv`` or ``parquet`` by suffix; a missing, empty, unreadable or unsupported file raises."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as err:  # a name too long, a loop of links, a permission on the way
+        raise DataError(f"{shorten_path(path)}: cannot open: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise DataError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise DataError(f"{path}: not a regular file (a device, pipe or socket)")
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(
+            f"{path.name}: unsupported file extension {path.suffix!r}; use {', '.join(SUFFIXES)}"
+        )
+    if info.st_size == 0:
+        raise DataError(f"{path.name}: file is empty")
+    return kind
+
+
+def shorten_path(path: Path, limit: int = 80) -> str:
+    """``path`` as text, cut in the middle beyond ``limit`` characters."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
+def check_names(source: str, names: list[str]) -> None:
+    """Reject no columns or a duplicate column name, naming it and its position."""
+    if not names:
+        raise DataError(f"{source}: no columns")
+    seen: set[str] = set()
+    for position, name in enumerate(names, start=1):
+        if name in seen:
+            raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
+        seen.add(name)
+
+
+def exact_path(path: Path) -> str:
+    """``path`` for DuckDB's readers, which expand ``*``, ``?`` and ``[...]`` as globs.
+
+    Each glob character is put in a one-character class (``[[]``, ``[*]``), so the
+    pattern matches exactly the file named and nothing beside it.
+    """
+    return re.sub(r"([\[\]*?])", r"[\1]", str(path))
+
+
+def _read_header(path: Path) -> tuple[list[str], str]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            line = handle.readline()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path.name}: not UTF-8 text ({err.reason})") from err
+    except OSError as err:  # permissions, I/O errors: the file, not its content
+        raise DataError(f"{path.name}: cannot read: {err.strerror or err}") from err
+    if not line.strip():
+        raise DataError(f"{path.name}: file is empty (no header line)")
+    tsv = path.suffix.lower() == ".tsv"
+    delim = "\t" if tsv else max([",", "\t", ";", "|"], key=line.count)
+    names = next(csv.reader([line], delimiter=delim))
+    return [n.strip() or f"column{i + 1}" for i, n in enumerate(names)], delim
+
+
+def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> None:
+    """Create the table ``raw`` from a CSV (sensors as DOUBLE, falling back to text)."""
+    names, delim = _read_header(path)
+    check_names(path.name, names)
+    query = (
+        "CREATE TABLE raw AS SELECT * FROM read_csv(?, header = true, auto_detect = false, "
+        "delim = ?, columns = ?, nullstr = ?)"
+    )
+    if len(names) != 3 and options.layout != "long":
+        text = {names[0], options.time_column} | {n for n in names if n.lower() in TIME_NAMES}
+        types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
+        try:
+            con.execute(query, [exact_path(path), delim, types, NULL_STRINGS])
+            return
+        except duckdb.Error:
+            pass  # re-read as text below, which names the offending column and row
+    try:
+        con.execute(query, [exact_path(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
+    except duckdb.Error as err:
+        raise DataError(f"{path.name}: cannot read CSV: {_duckdb_message(err)}") from err
+
+
+def read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Create the table ``raw`` from a Parquet file."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path.name}: not a readable Parquet file ({err})") from err
+    check_names(path.name, names)
+    try:
+        con.execute("CREATE TABLE raw AS SELECT * FROM read_parquet(?)", [exact_path(path)])
+    except duckdb.Error as err:
+        raise DataError(f"{path.name}: cannot read Parquet: {_duckdb_message(err)}") from err
+
+
+def _duckdb_message(err: duckdb.Error) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    head = lines[0].split("Error: ", 1)[-1] if lines else type(err).__name__
+    return "; ".join([head] + [ln for ln in lines[1:] if ln.startswith("Expected")])

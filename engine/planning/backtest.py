@@ -1,0 +1,142 @@
+"""The rolling-origin backtest: the figure an operator is shown, not the model's.
+
+Fit on the rows before origin ``t``, plan with ``plan_on``, keep the plan for
+``step`` rows (default: the horizon) and score every window in them as if
+those rows were lost. With ``calibration="backtest"`` the folds also learn the
+online target correction (``track_quantile``) the live plan starts from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ParameterError
+from engine.planning.calibration import (
+    FoldPlan,
+    PlanningSpec,
+    Progress,
+    _window_residuals,
+    plan_on,
+)
+from engine.planning.verdict import summarise_backtest
+
+__all__ = ["MAX_LOG_SCALE", "BacktestSettings", "fold_origins", "run_backtest", "track_quantile"]
+
+MAX_LOG_SCALE = 4.0  # the online correction moves a target by at most e^4 ~ 55x either way
+
+
+@dataclass(frozen=True)
+class BacktestSettings:
+    """Rolling origin: fit on the rows before ``t``, test the next ``step`` rows.
+
+    The first origin has ``history`` rows before it. With ``max_history`` the fit
+    grows with ``t`` (all earlier rows, at most ``max_history``), as a plan made
+    at ``t`` with the default history would; without it every fit has ``history``.
+    """
+
+    history: int = 336
+    step: int | None = None  # None: the spec's horizon
+    max_folds: int | None = None  # None: every fold; else evenly spaced, ending at the last
+    max_history: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.history < 4:
+            raise ParameterError(f"history must be >= 4 rows, got {self.history!r}")
+        if self.step is not None and self.step < 1:
+            raise ParameterError(f"step must be >= 1 row, got {self.step!r}")
+        if self.max_folds is not None and self.max_folds < 1:
+            raise ParameterError(f"max_folds must be >= 1, got {self.max_folds!r}")
+        if self.max_history is not None and self.max_history < self.history:
+            raise ParameterError(
+                f"max_history must be >= history ({self.history}), got {self.max_history!r}"
+            )
+
+    def fit_rows(self, t: int) -> int:
+        """Rows before origin ``t`` the fold's plan learns from."""
+        return min(t, self.max_history) if self.max_history else self.history
+
+
+def fold_origins(
+    n_rows: int, window: int, settings: BacktestSettings, horizon: int | None = None
+) -> np.ndarray:
+    """Start rows ``t`` of the test slices: (F,) int."""
+    step = settings.step or horizon or window
+    if step < window:
+        raise ParameterError(f"step ({step}) must be at least one window ({window})")
+    origins = np.arange(settings.history, n_rows - step + 1, step)
+    if settings.max_folds is not None and origins.size > settings.max_folds:
+        pick = np.linspace(0, origins.size - 1, settings.max_folds).round().astype(int)
+        origins = origins[np.unique(pick)]
+    return origins
+
+
+def run_backtest(
+    x: np.ndarray,
+    sensors: tuple[str, ...],
+    spec: PlanningSpec,
+    settings: BacktestSettings,
+    progress: Progress | None = None,
+    return_scale: bool = False,
+) -> Any:
+    """Rolling-origin evaluation of the planning procedure ``spec`` on ``x`` (T, n).
+
+    Each fold's plan is kept for ``step`` rows (default: the horizon) and every
+    window in them is scored. Returns the ``BacktestResult``; with
+    ``return_scale`` also the online target correction (n,) reached at the end,
+    which the live plan starts from.
+    """
+    origins = fold_origins(x.shape[0], spec.window, settings, spec.horizon_rows)
+    step = settings.step or spec.horizon_rows
+    n = x.shape[1]
+    viol, wins = np.zeros(n, dtype=int), np.zeros(n, dtype=int)
+    fractions: list[float] = []
+    log_scale, total = np.zeros(n), 0
+    for k, t in enumerate(origins):
+        fold = plan_on(x[t - settings.fit_rows(int(t)) : t], sensors, spec, np.exp(log_scale))
+        misses, rebuilt = _score_fold(x, int(t), step, fold, spec)
+        viol += (misses & rebuilt).sum(axis=0)
+        wins += np.where(rebuilt, misses.shape[0], 0)
+        total += misses.shape[0]
+        fractions.append(fold.selection.cost / n)
+        if spec.calibration == "backtest":
+            track_quantile(log_scale, misses, rebuilt, spec)
+        if progress is not None:
+            progress((k + 1) / origins.size, f"backtest fold {k + 1}/{origins.size}")
+    result = summarise_backtest(
+        origins.size, settings.history, step, (viol, wins, total), fractions, sensors, spec.delta
+    )
+    return (result, np.exp(log_scale)) if return_scale else result
+
+
+def track_quantile(
+    log_scale: np.ndarray, misses: np.ndarray, rebuilt: np.ndarray, spec: PlanningSpec
+) -> None:
+    """Online quantile tracking of each sensor's log-target, in place: (n,).
+
+    Each rebuilt window's miss tightens the target by ``exp(-adapt_rate)``, each hit
+    relaxes it by ``exp(adapt_rate * aim)``, so a sensor's long-run miss rate
+    settles at ``aim = delta * margin``. Windows of a backed-up sensor do not move it.
+    """
+    aim = spec.delta * spec.margin
+    scored = np.where(rebuilt, misses.shape[0], 0)
+    hits = (misses & rebuilt[None, :]).sum(axis=0)
+    log_scale += spec.adapt_rate * (aim * scored - hits)
+    np.clip(log_scale, -MAX_LOG_SCALE, MAX_LOG_SCALE, out=log_scale)
+
+
+def _score_fold(
+    x: np.ndarray, t: int, step: int, fold: FoldPlan, spec: PlanningSpec
+) -> tuple[np.ndarray, np.ndarray]:
+    """(W, n) misses when rows ``[t, t + step)`` are lost, and the rebuilt mask (n,).
+
+    Only rebuilt sensors' misses count, as violations and in the online update.
+    """
+    backup = fold.selection.backup
+    test = x[t : t + step]
+    resid = _window_residuals(test, fold.model, backup, spec, spec.slide)
+    rebuilt = np.ones(x.shape[1], dtype=bool)
+    rebuilt[list(backup)] = False
+    return np.abs(resid) > spec.eps, rebuilt
