@@ -366,10 +366,3 @@ def get_manager(settings: SparkSettings | None = None) -> PipelineManager:
         if _DEFAULT is None:
             _DEFAULT = PipelineManager(settings)
         return _DEFAULT
-
-
-def run_simulation(*args: Any, **kwargs: Any) -> RecoveryReport:
-    """Feed, fail, recover, finish: ``engine.stream.simulation.run_simulation``."""
-    from engine.stream.simulation import run_simulation as run
-
-    return run(*args, **kwargs)

@@ -18,8 +18,9 @@ import pytest
 from engine.aggregates import window_aggregates
 from engine.errors import PipelineError
 from engine.store import BackupStore
-from engine.stream.manager import PipelineManager, run_simulation
+from engine.stream.manager import PipelineManager
 from engine.stream.session import SparkSettings
+from engine.stream.simulation import run_simulation
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 
 pytestmark = pytest.mark.spark

@@ -15,10 +15,11 @@ from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
 from engine.store import BackupStore
 from engine.store_records import BatchWrite
-from engine.stream.manager import PipelineManager, run_simulation
+from engine.stream.manager import PipelineManager
 from engine.stream.recovery import LostRange, recover_lost_range
 from engine.stream.recovery_report import RecoveryReport
 from engine.stream.session import SparkSettings
+from engine.stream.simulation import run_simulation
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.versions import PlanVersion
 

@@ -12,8 +12,8 @@ import pytest
 
 from engine.aggregates import window_errors
 from engine.store import BackupStore
-from engine.stream.manager import run_simulation
 from engine.stream.session import SparkSettings
+from engine.stream.simulation import run_simulation
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from tests.spark.test_pipeline import ONCE, feed, run_once
 

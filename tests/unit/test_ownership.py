@@ -22,7 +22,7 @@ import pytest
 
 from engine.errors import ParameterError, PipelineError
 from engine.store import BackupStore
-from engine.stream.manager import PipelineManager, run_simulation
+from engine.stream.manager import PipelineManager
 from engine.stream.ownership import (
     LOCK_NAME,
     DirectoryLock,
@@ -33,6 +33,7 @@ from engine.stream.ownership import (
     run_identity,
 )
 from engine.stream.pipeline import RUN_FILE
+from engine.stream.simulation import run_simulation
 from engine.stream.spec import PipelinePaths, StreamSpec
 from tests.helpers import fit_map
 from tests.unit.test_stream_batch import SENSORS, make_history
