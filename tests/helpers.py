@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from engine.model import LinearMap
@@ -21,3 +23,17 @@ def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...
     sol, *_ = np.linalg.lstsq(design, values[:, t_idx], rcond=None)
     resid = values[:, t_idx] - design @ sol
     return LinearMap(sensors, backup, targets, sol[0], sol[1:].T, resid.var(axis=0))
+
+
+# The small sample's six sensors and a two-sensor backup set, shared by the Spark
+# fixtures and the production job's reference.
+SMALL_SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "beijing_aq_small.csv"
+SMALL_SENSORS = (
+    "Aotizhongxin_TEMP",
+    "Changping_TEMP",
+    "Dongsi_TEMP",
+    "Aotizhongxin_PM2.5",
+    "Changping_PM2.5",
+    "Dongsi_PM2.5",
+)
+SMALL_BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")

@@ -20,19 +20,10 @@ import numpy as np
 import pandas as pd
 
 from engine.model import LinearMap
-from tests.helpers import fit_map
+from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "sample_data" / "beijing_aq_small.csv"
-SENSORS = (
-    "Aotizhongxin_TEMP",
-    "Changping_TEMP",
-    "Dongsi_TEMP",
-    "Aotizhongxin_PM2.5",
-    "Changping_PM2.5",
-    "Dongsi_PM2.5",
-)
-BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
+SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
 
 
 @dataclass(frozen=True)

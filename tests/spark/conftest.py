@@ -16,19 +16,10 @@ import numpy as np
 import pytest
 
 from engine.stream.spec import StreamSpec
-from tests.helpers import fit_map
+from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "sample_data" / "beijing_aq_small.csv"
-SENSORS = (
-    "Aotizhongxin_TEMP",
-    "Changping_TEMP",
-    "Dongsi_TEMP",
-    "Aotizhongxin_PM2.5",
-    "Changping_PM2.5",
-    "Dongsi_PM2.5",
-)
-BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
+SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
 
 
 @pytest.fixture(scope="session")
