@@ -1,19 +1,19 @@
-"""The operator's window query, validated in one place.
+"""The operator's window query (eps, delta, window, slide, aggregate), validated in one place.
 
 ``eps`` (in the aggregate's unit), ``delta``, ``window`` and ``slide`` (in
 readings) and the aggregate travel together through planning, the live
-pipeline and the disorder stage; every type that carries them checks them
-with ``check_window_query`` so a bad value gets the same message everywhere.
+pipeline and the disorder stage. ``PlanParameters`` checks them here (through
+``engine.planning.guarantee.check_parameters``); the stream spec and the
+disorder config still carry their own checks.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from engine.aggregates import Aggregate, check_window, get_aggregate
+from engine.aggregates import check_window, get_aggregate
 from engine.errors import ParameterError
 
 
@@ -46,29 +46,3 @@ def check_window_query(
     check_delta(delta)
     check_window(window, window if slide is None else slide)
     get_aggregate(aggregate)
-
-
-@dataclass(frozen=True)
-class WindowQuery:
-    """What is asked of every recovered window aggregate: within ``eps`` w.p. ``1 - delta``."""
-
-    eps: float
-    delta: float
-    window: int
-    slide: int | None = None  # None: tumbling (slide = window)
-    aggregate: str = "avg"
-
-    def __post_init__(self) -> None:
-        check_window_query(self.eps, self.delta, self.window, self.slide, self.aggregate)
-
-    @property
-    def effective_slide(self) -> int:
-        return self.window if self.slide is None else self.slide
-
-    @property
-    def tumbling(self) -> bool:
-        return self.effective_slide == self.window
-
-    @property
-    def agg(self) -> Aggregate:
-        return get_aggregate(self.aggregate)

@@ -22,7 +22,6 @@ import pandas as pd
 from engine.model import LinearMap
 from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
 
 

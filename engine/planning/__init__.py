@@ -13,7 +13,6 @@
 from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
 from engine.planning.calibration import (
     CALIBRATIONS,
-    BacktestResult,
     CalibrationInfo,
     PlanningSpec,
     Progress,
@@ -35,6 +34,7 @@ from engine.planning.parameters import PlanParameters, default_history
 from engine.planning.plan import BackupPlan, make_plan, retarget
 from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
 from engine.planning.savings import BYTES_PER_READING, Savings
+from engine.planning.verdict import BacktestResult
 
 __all__ = [
     "BYTES_PER_READING", "CALIBRATIONS", "BacktestResult", "BacktestSettings", "BackupPlan",

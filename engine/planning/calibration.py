@@ -44,7 +44,6 @@ from engine.planning.horizon import (
     forward_models,
     horizon_origins,
 )
-from engine.planning.verdict import BacktestResult as BacktestResult  # re-exported for readers
 from engine.selection import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")

@@ -21,7 +21,6 @@ from engine.model import GaussianModel
 from engine.model.linear import LinearMap
 from engine.planning.backtest import BacktestSettings, run_backtest
 from engine.planning.calibration import (
-    BacktestResult,
     CalibrationInfo,
     FoldPlan,
     PlanningSpec,
@@ -33,6 +32,7 @@ from engine.planning.guarantee import window_violation_probability
 from engine.planning.horizon import calibration_rows
 from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
 from engine.planning.savings import BYTES_PER_READING, Savings
+from engine.planning.verdict import BacktestResult
 from engine.selection.greedy import Method, Selection
 
 # Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,6 @@ import pytest
 from engine.stream.spec import StreamSpec
 from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
-ROOT = Path(__file__).resolve().parents[2]
 SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
 
 
