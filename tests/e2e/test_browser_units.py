@@ -36,6 +36,9 @@ def test_group_eps_on_all_sample_sensors(  # type: ignore[no-untyped-def]
         box.wait_for(timeout=60_000)
         assert page.get_by_role("spinbutton", name="eps for degC (24 sensors)").is_visible()
         assert page.get_by_role("spinbutton", name="eps: set per unit below").is_disabled()
+        # Type only once the page's script run has finished: a value typed while the run
+        # still renders the widgets can be replaced by that run's own output.
+        wait_idle(page, 120_000)
         box.fill("20")
         box.press("Enter")
         page.get_by_text(re.compile(r"eps degC [0-9.]+, ug/m3 20, delta")).first.wait_for(
