@@ -41,6 +41,17 @@ Fixed before any run (not tuned):
   constant of the method may be chosen on the "choose" half (Beijing, Tetouan,
   room occupancy); the other data sets (five cities, appliances, gas turbine,
   EEG) are reported separately as held out.
+* **fresh**: the held-out half has been seen (its failures are published), so
+  a change to the method is judged on a third half, fixed before it was run
+  and committed before any change was measured: the Intel lab motes (a data set
+  not used before) and variables or aggregates not used before of the other
+  sets (turbine temperatures avg, five cities' humidity max and dew point avg,
+  Tetouan zones avg, Beijing NO2 sum and dew point min, appliances indoor
+  humidity avg). Same rules for H, S, window and eps; 30-min data (Intel) has
+  a 2-hour window (4); ug/m3 NO2 as PM (20 a reading). The Intel subset is a
+  short recording (240 rows: S = 21, H = 63), too short to calibrate all 50
+  motes (a first fit needs n + 2 rows), so its cases take motes r01-r10
+  (fixed by that arithmetic, not by a run).
 """
 
 from __future__ import annotations
@@ -87,7 +98,7 @@ class Case:
     window: int
     eps: float
     week_rows: int | None  # readings per week; None: a short recording (S = rows // 11)
-    half: str  # "choose" or "held-out"
+    half: str  # "choose", "held-out" or "fresh"
 
 
 HOURLY, TEN_MIN = 168, 1008
@@ -109,6 +120,22 @@ CASES = [
          "held-out"),
     Case("turbine_mbar_max", "gas_turbine", ("*_mbar",), "max", 24, 1.0, HOURLY, "held-out"),
     Case("eeg_avg", "eeg_eye_state", ("*_uV",), "avg", 32, 5.0, None, "held-out"),
+    # Fresh cases, fixed (and committed) before any of them was run, after the method's
+    # constants had been looked at on both halves above; see the module docstring.
+    Case("intel_temp_avg", "intel_lab_subset", ("temp_r0[1-9]", "temp_r10"), "avg", 4, 1.0,
+         None, "fresh"),
+    Case("intel_hum_max", "intel_lab_subset", ("hum_r0[1-9]", "hum_r10"), "max", 4, 3.0, None,
+         "fresh"),
+    Case("turbine_degC_avg", "gas_turbine", ("*_degC",), "avg", 24, 1.0, HOURLY, "fresh"),
+    Case("cities_HUMI_max", "pm25_five_cities", ("*_HUMI",), "max", 24, 3.0, HOURLY, "fresh"),
+    Case("cities_DEWP_avg", "pm25_five_cities", ("*_DEWP",), "avg", 24, 1.0, HOURLY, "fresh"),
+    Case("tetuan_power_avg", "tetuan_power", ("Zone_*",), "avg", 6, 1000.0, TEN_MIN, "fresh"),
+    Case("beijing_NO2_sum", "beijing_multisite_aq", ("*_NO2",), "sum", 24, 480.0, HOURLY,
+         "fresh"),
+    Case("beijing_DEWP_min", "beijing_multisite_aq", ("*_DEWP",), "min", 24, 1.0, HOURLY,
+         "fresh"),
+    Case("appliances_RH_avg", "appliances_energy", ("RH[1-5]_*_pct", "RH[7-9]_*_pct"), "avg", 6,
+         3.0, TEN_MIN, "fresh"),
 ]  # fmt: skip
 
 
@@ -236,7 +263,7 @@ HAS_HORIZON = _has_horizon()
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for half in ("choose", "held-out", "all"):
+    for half in ("choose", "held-out", "fresh", "all"):
         rs = [r for r in results if half in ("all", r["half"])]
         out[half] = {
             m: {
