@@ -44,7 +44,7 @@ Fixed before any run (not tuned):
 * **fresh**: the held-out half has been seen (its failures are published), so
   a change to the method is judged on a third half, fixed before it was run
   and committed before any change was measured: the Intel lab motes (a data set
-  not used before) and variables or aggregates not used before of the other
+  not in this benchmark before) and variables or aggregates not used before of the other
   sets (turbine temperatures avg, five cities' humidity max and dew point avg,
   Tetouan zones avg, Beijing NO2 sum and dew point min, appliances indoor
   humidity avg). Same rules for H, S, window and eps; 30-min data (Intel) has
