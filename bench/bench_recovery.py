@@ -19,7 +19,8 @@ the production job (``run_job``, ``availableNow``, a week per micro-batch)
 writes Lacuna's backup; a plain Spark file sink writes the full backup (every
 sensor, same long layout, same ``date`` partitions, same micro-batches).
 
-Then, Spark stopped (``bench/recovery_core.py``), for a lost range of one day, one week and four weeks:
+Then, Spark stopped (``bench/recovery_core.py``), for a lost range of one day, one week,
+four weeks and twelve weeks:
 
 * ``lacuna``: ``engine.export.recover.recover_dataset``, what ``python -m
   engine recover --backup DIR --from T1 --to T2`` runs: DuckDB reads the
@@ -70,7 +71,7 @@ DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
 LANDING_SCHEMA = pa.schema(
     [("event_time", pa.timestamp("us", tz="UTC")), ("sensor", pa.string()), ("value", pa.float64())]
 )
-RANGES = {"1_day": 1, "1_week": 7, "4_weeks": 28}
+RANGES = {"1_day": 1, "1_week": 7, "4_weeks": 28, "12_weeks": 84}
 
 
 # ---------------------------------------------------------------- data
@@ -232,11 +233,15 @@ def time_case(name: str, stream: Rows, args: argparse.Namespace, root: Path) -> 
     config = load_config(case / "plan.json")
     first_midnight = pd.Timestamp(stream.times[0]).ceil("D").tz_localize("UTC").to_pydatetime()
     t1 = first_midnight + timedelta(days=args.offset_days)
-    out = {}
+    last = pd.Timestamp(stream.times[-1]).tz_localize("UTC").to_pydatetime()
+    out: dict[str, Any] = {}
     for label, days in RANGES.items():
+        t2 = t1 + timedelta(days=days)
+        if t2 > last:
+            out[label] = {"skipped": f"the stream ends at {last.isoformat()}, before {t2}"}
+            continue
         work = case / f"recover_{label}"
         work.mkdir()
-        t2 = t1 + timedelta(days=days)
         out[label] = compare_range(
             case / "plan.json", config, case / "backup", case / "full", t1, t2, args.repeats, work
         )
@@ -246,12 +251,12 @@ def time_case(name: str, stream: Rows, args: argparse.Namespace, root: Path) -> 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--train-rows", type=int, default=24 * 167, help="hours to fit the plan on")
-    p.add_argument("--weeks", type=int, default=12, help="weeks of stream (the backup's span)")
+    p.add_argument("--weeks", type=int, default=16, help="weeks of stream (the backup's span)")
     p.add_argument("--blocks", type=int, default=8, help="networks of the synthetic case")
     p.add_argument("--window", type=int, default=24)
     p.add_argument("--eps", type=float, default=0.25, help="in standard deviations")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--offset-days", type=int, default=28, help="lost range starts after")
+    p.add_argument("--offset-days", type=int, default=14, help="lost range starts after")
     args = p.parse_args()
     from engine.stream.session import SparkSettings, get_spark
 
