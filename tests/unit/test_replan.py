@@ -214,3 +214,68 @@ def test_an_unexpected_re_plan_crash_is_reported_and_re_planning_goes_on(
     ]
     assert monitor.changes[-1].applied is False and monitor.plan is plan
     assert monitor.request() and applied == ["manual"]  # ... and the next one runs
+
+
+def test_an_installed_re_plan_starts_a_fresh_tally_and_alert_state(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """After an alert re-plan is installed (version 1), the monitor judges the new plan
+    on its own windows: version 1's tally starts at zero while the overall one goes on,
+    so the old plan's misses neither alert nor start a second re-plan. Fails if the
+    version is not passed on or the alert reads the overall tally (no reset)."""
+    applied: list[str] = []
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(800, 1100),
+        apply=lambda new, kind, reason: applied.append(kind),
+        run=lambda job: job(),
+    )
+    target = plan.linear_map.targets[0]
+    bad = np.zeros((20, len(plan.sensors)))
+    bad[:, plan.sensors.index(target)] = 10.0
+    assert monitor.observe(bad, plan.linear_map.targets, version=0) is not None
+    assert applied == ["alert"]
+    # Still under version 0 while the new plan waits for its batch: it alerts, no re-plan.
+    assert monitor.observe(bad, plan.linear_map.targets, version=0) is not None
+    assert applied == ["alert"]
+    new_targets = monitor.plan.linear_map.targets
+    good = np.zeros((20, len(plan.sensors)))
+    for _ in range(5):
+        assert monitor.observe(good, new_targets, version=1) is None
+    assert applied == ["alert"]
+    tally = monitor.monitor
+    assert tally.version == 1 and tally.versions() == [0, 1]
+    assert all(tally.rates(1)[s] == (0, 100) for s in new_targets)
+    assert tally.rates(0)[target] == (40, 40)
+    assert tally.rates()[target] == (40, 40 + (100 if target in new_targets else 0))
+
+
+def test_a_scheduled_re_plan_forgets_the_alerts_tightening(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """An alert halves the alerting sensor's target scale; the next scheduled re-plan is
+    fresh, so it resets every scale to 1 and a later alert starts again from 0.5. Fails
+    if the scale survived the fresh plan: alerts would ratchet the targets down for good."""
+    applied: list[str] = []
+    rows = {"seen": 0}
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(800, 1100),
+        apply=lambda new, kind, reason: applied.append(kind),
+        every_rows=100,
+        rows_seen=lambda: rows["seen"],
+        run=lambda job: job(),
+    )
+    target = plan.linear_map.targets[0]
+    i = plan.sensors.index(target)
+    bad = np.zeros((20, len(plan.sensors)))
+    bad[:, i] = 10.0
+    monitor.observe(bad, plan.linear_map.targets, version=0)
+    assert applied == ["alert"] and monitor.scale[i] == 0.5
+    rows["seen"] = 200  # the horizon has passed under version 1, which meets eps
+    good = np.zeros((20, len(plan.sensors)))
+    assert monitor.observe(good, monitor.plan.linear_map.targets, version=1) is None
+    assert applied == ["alert", "scheduled"]
+    np.testing.assert_array_equal(monitor.scale, np.ones(len(plan.sensors)))
+    assert monitor.observe(bad, [target], version=2) is not None
+    assert applied == ["alert", "scheduled", "alert"] and monitor.scale[i] == 0.5

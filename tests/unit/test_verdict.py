@@ -29,6 +29,9 @@ def test_worst_sensor_bound_is_clopper_pearson_over_rebuilt_windows_bonferroni()
     assert r.worst_sensor == "b" and r.violation_rate_worst_sensor == pytest.approx(0.05)
     ref = beta.ppf(1 - 0.05 / 5, 11, 190)  # 5 sensors rebuilt
     assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(ref)
+    # The same bound from scipy's exact (two-sided) interval at 1 - 2 * 0.05 / 5.
+    exact = binomtest(10, 200).proportion_ci(confidence_level=1 - 2 * 0.05 / 5, method="exact")
+    assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(exact.high, rel=1e-9)
     assert r.violation_rate_worst_sensor_ucb95 == rate_upper_bound(10, 200, 0.99)
     assert r.violation_rate_worst_sensor_all_windows == pytest.approx(10 / 400)
     assert r.violation_rate_mean == pytest.approx(16 / 1450)

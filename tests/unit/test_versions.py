@@ -124,3 +124,33 @@ def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None
         (v0.sum() + v1.sum()) / (v0.size + v1.size)
     )
     assert status.shadow_violations["c"] == miss[:, 2].sum()
+
+
+def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> None:
+    """The pipeline hands the monitor and the board the batch's plan version, so a
+    re-plan starts a fresh per-version tally (and alert state) in both. Fails if the
+    version is dropped: every batch would count under version 0, and the old plan's
+    misses would keep the new one alerting. Reference: NumPy counts of errors above eps."""
+    from types import SimpleNamespace
+
+    from engine.planning import ViolationMonitor
+    from engine.stream.reporting import BatchReporting
+    from engine.stream.status import StatusBoard
+
+    s = spec(("a",), values())
+    reporting = BatchReporting()
+    reporting.board = StatusBoard(lambda: T0)
+    reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
+    reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
+    advance = SimpleNamespace(
+        closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
+    )
+    errors = np.abs(np.random.default_rng(6).normal(0.0, 0.5, size=(12, 4)))
+    empty = pd.DataFrame()
+    version = PlanVersion(3, "alert", "re-planned", s, T0, 40)
+    reporting._report(empty, advance, empty, errors, empty, version)
+    misses = (errors > 0.5)[:, 1:]  # b, c and d are rebuilt from a
+    assert reporting.monitor.versions() == [3]
+    assert reporting.monitor.rates(3)["c"] == (int(misses[:, 1].sum()), 12)
+    assert list(reporting.board.snapshot().shadow_by_version) == [3]
+    assert reporting.board.snapshot().shadow_by_version[3]["misses"] == misses.sum()
