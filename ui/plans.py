@@ -252,13 +252,18 @@ def error_bounds(plan: BackupPlan) -> np.ndarray:
 
 
 def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
-    """One row per sensor: status, sources, model bound and measured violation rate."""
+    """One row per sensor: status, sources, model bound and measured miss rate.
+
+    The measured rate is over the backtest windows in which the sensor was
+    rebuilt (issue 10: a backed-up window is no evidence for the model), with
+    its counts; ``None`` where the backtest never rebuilt it.
+    """
     bounds = error_bounds(plan)
     per = plan.backtest.per_sensor if plan.measured and plan.backtest else {}
     rows = []
     for i, s in enumerate(plan.sensors):
         backed = s in plan.backup_sensors
-        v, _rebuilt, windows = per.get(s, (0, 0, 0))
+        v, rebuilt, _windows = per.get(s, (0, 0, 0))
         rows.append(
             {
                 "sensor": s,
@@ -268,7 +273,8 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
                 else ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3)),
                 "model error bound": 0.0 if backed else float(bounds[i]),
                 "model P(miss)": float(plan.model_violation_probability[i]),
-                "backtest violation rate": (v / windows) if windows else None,
+                "backtest miss rate (rebuilt windows)": (v / rebuilt) if rebuilt else None,
+                "backtest misses / rebuilt windows": f"{v} / {rebuilt}" if per else "",
                 "conditional variance": float(plan.conditional_variance[i]),
                 "variance target": float(plan.targets[i]),
             }

@@ -12,7 +12,7 @@ from engine.data import LoadOptions, load_history
 from engine.errors import DataError
 from engine.planning import PlanParameters, make_plan, retarget
 from tests.app.apphelpers import SMALL
-from ui import graph, plans, state, upload
+from ui import graph, plans, savings, state, upload
 from ui.datasets import interval_text
 from ui.format import format_money
 
@@ -139,3 +139,21 @@ def test_small_formatters() -> None:
     assert interval_text(3600) == "1 h" and interval_text(90) == "90 s"
     assert format_money(12.345) == "$12.35" and format_money(2.65e-7) == "< $0.01"
     assert upload.safe_name("C:\\x\\y.csv") == "y.csv"
+
+
+def test_backup_table_rates_count_only_rebuilt_windows(data):  # type: ignore[no-untyped-def]
+    """Issue 10: a sensor's headline rate is misses over the windows where it was rebuilt."""
+    plan = make_plan(data.history, PlanParameters(eps=1.0, delta=0.05, window=24))
+    assert plan.measured and plan.backtest is not None
+    rows = {r["sensor"]: r for r in plans.backup_table(plan)}
+    per = plan.backtest.per_sensor
+    # the sample backs some sensors up in some folds: rebuilt < all windows tells the rates apart
+    assert any(0 < r < w and m > 0 for m, r, w in per.values())
+    for s, (misses, rebuilt, _windows) in per.items():
+        rate = rows[s]["backtest miss rate (rebuilt windows)"]
+        assert rate == (misses / rebuilt if rebuilt else None)
+        assert rows[s]["backtest misses / rebuilt windows"] == f"{misses} / {rebuilt}"
+    table = savings.display_table(list(rows.values()))
+    never = [s for s, (_, r, _) in plan.backtest.per_sensor.items() if r == 0]
+    shown = dict(zip(table["sensor"], table["backtest miss rate (rebuilt windows)"], strict=True))
+    assert all(shown[s] == "never rebuilt" for s in never)
