@@ -21,7 +21,8 @@ with panels.page_guard():
     single = not (
         unit_eps.mixed_units(data.history.sensors, state.params()) and unit_eps.per_unit_on()
     )
-    params = widgets.parameter_widgets(n, rows, single_eps=single)
+    interval = data.history.report.sampling_interval_s
+    params = widgets.parameter_widgets(n, rows, single_eps=single, sampling_interval_s=interval)
     widgets.auto_backtest_toggle()
     if params is None:
         st.stop()

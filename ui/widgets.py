@@ -16,6 +16,7 @@ from engine.aggregates import AGGREGATE_NAMES
 from engine.data import LoadOptions
 from engine.errors import EngineError
 from engine.planning import PlanParameters
+from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from ui import state
 from ui.fleet import DEFAULT_PRICE, PRICE_SOURCE, FleetSpec
 
@@ -98,7 +99,7 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
 
 
 def _forget_parameter_widgets() -> None:
-    for key in ("w_eps", "w_delta", "w_window", "w_slide", "w_agg", "w_method"):
+    for key in ("w_eps", "w_delta", "w_window", "w_slide", "w_agg", "w_method", "w_horizon"):
         st.session_state.pop(key, None)
 
 
@@ -109,6 +110,7 @@ def _seed_parameters(p: PlanParameters, n_sensors: int) -> None:
     _seed("w_slide", int(p.effective_slide))
     _seed("w_agg", p.aggregate)
     _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
+    _seed("w_horizon", int(p.horizon or 0))
 
 
 def _window_changed() -> None:
@@ -139,10 +141,33 @@ def _window_widgets(left: DeltaGenerator, right: DeltaGenerator, n_rows: int) ->
     return int(window), int(slide)
 
 
+HORIZON_HELP = (
+    "Rows this plan will be used before it is re-planned. Calibration aims at the miss "
+    "rate of a plan kept this long, the backtest keeps each fold's plan this long and "
+    "scores every window in it, and the exported config's valid_until follows from it. "
+    "0 uses the default: whole windows covering about a day of readings, at least "
+    f"{HORIZON_MIN_WINDOWS} windows, at most a quarter of the history."
+)
+
+
+def _horizon_widget(col: DeltaGenerator, n_rows: int, window: int, interval_s: float) -> int | None:
+    """The plan's horizon in rows; None (the input's 0) for the derived default."""
+    default = default_horizon(n_rows, window, interval_s)
+    rows = col.number_input(
+        f"Horizon (rows the plan is used; 0: default, {default:,})",
+        min_value=0,
+        max_value=max(1, n_rows),
+        step=1,
+        key="w_horizon",
+        help=HORIZON_HELP,
+    )
+    return int(rows) or None
+
+
 def parameter_widgets(
-    n_sensors: int, n_rows: int, single_eps: bool = True
+    n_sensors: int, n_rows: int, single_eps: bool = True, sampling_interval_s: float = 0.0
 ) -> PlanParameters | None:
-    """eps, delta, window, slide, aggregate and method -> ``PlanParameters``.
+    """eps, delta, window, slide, aggregate, method and horizon -> ``PlanParameters``.
 
     ``single_eps=False``: eps is set per unit group (``ui.unit_eps``), so the single
     eps input is shown disabled. Returns None (after an ``st.error`` naming the
@@ -167,6 +192,7 @@ def parameter_widgets(
     if st.session_state["w_method"] not in methods:
         st.session_state["w_method"] = "greedy"
     method = c6.selectbox("Method", methods, key="w_method", help=METHOD_HELP)
+    horizon = _horizon_widget(st.columns(3)[0], n_rows, window, sampling_interval_s)
     try:
         new = replace(
             p,
@@ -176,6 +202,7 @@ def parameter_widgets(
             slide=None if slide == window else slide,
             aggregate=agg,
             method=method,
+            horizon=horizon,
         )
     except EngineError as err:
         st.error(str(err))

@@ -96,3 +96,18 @@ class _Backup:
 
 def _plan_from_config(config):  # type: ignore[no-untyped-def]
     return _Backup(config["backup_sensors"])
+
+
+def test_horizon_is_set_on_tune_and_reaches_the_plan_and_export(app):  # type: ignore[no-untyped-def]
+    """Issue 10 item 1: the horizon is an operator's parameter in the UI, not only on the CLI."""
+    settle(app.switch_page("pages/tune.py").run())
+    horizon = app.number_input(key="w_horizon")
+    assert horizon.value == 0
+    default = int(horizon.label.rsplit("default, ", 1)[1].rstrip(")").replace(",", ""))
+    assert default != 144 and f"kept for its horizon of {default} rows" in texts(app)
+    settle(horizon.set_value(144).run())
+    assert not app.exception and not app.error
+    assert app.session_state["params"].horizon == 144
+    assert "kept for its horizon of 144 rows" in texts(app)
+    settle(app.switch_page("pages/export.py").run())
+    assert "(horizon 144 rows)" in texts(app)
