@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as pads
 
 from engine.errors import DataError
@@ -149,13 +150,30 @@ def read_backup(uri: str | Path, span: TimeRange | None = None) -> pd.DataFrame:
 
     ``event_time`` is a naive UTC timestamp.
     """
+    found = _query(uri, span, "ORDER BY event_time, sensor")
+    if found is None:
+        return pd.DataFrame(columns=["event_time", "sensor", "value", "plan_version"])
+    return found.df()
+
+
+def read_backup_arrow(uri: str | Path, span: TimeRange | None = None) -> pa.Table | None:
+    """The rows of ``read_backup`` as Arrow, in no order; None when no file is in ``span``.
+
+    For a caller that widens the rows itself: at 1,056 sensors and 12 weeks the
+    sort and the pandas strings took 0.45 s of ``read_backup``'s 0.65 s.
+    """
+    found = _query(uri, span, "")
+    return None if found is None else found.to_arrow_table()
+
+
+def _query(uri: str | Path, span: TimeRange | None, order: str) -> duckdb.DuckDBPyConnection | None:
     root = local_path(uri)
     if not root.is_dir():
         raise DataError(f"backup dataset {str(root)!r} is not a directory")
     span = span or TimeRange()
     files = [f for f in committed_files(root) if span.keeps(_partition_of(root, f))]
     if not files:
-        return pd.DataFrame(columns=["event_time", "sensor", "value", "plan_version"])
+        return None
     dataset = pads.dataset(
         [str(f) for f in files], format="parquet", partitioning="hive", partition_base_dir=str(root)
     )
@@ -165,11 +183,8 @@ def read_backup(uri: str | Path, span: TimeRange | None = None) -> pd.DataFrame:
     # UTC session both cast to the same naive UTC timestamp.
     con.execute("SET TimeZone = 'UTC'")
     con.register("backup", dataset)
-    sql = (
-        f"SELECT {TIME} AS event_time, sensor, value, plan_version "
-        f"FROM backup {where} ORDER BY event_time, sensor"
-    )
-    return con.execute(sql, args).df()
+    sql = f"SELECT {TIME} AS event_time, sensor, value, plan_version FROM backup {where} {order}"
+    return con.execute(sql, args)
 
 
 def _where(span: TimeRange) -> tuple[str, list[datetime]]:

@@ -9,6 +9,7 @@ Top-level keys are fixed because other tools read them; v2 adds one, ``validity`
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -26,6 +27,7 @@ import yaml
 from engine.data.units import sensor_units
 from engine.errors import ConfigError
 from engine.export.guard import check_plain_values, parse_config_text, read_config_text
+from engine.export.reconstruction import coefficient_matrix, schema_problem
 from engine.export.snippets import (
     ProductionPaths,
     checkpoint_minutes,
@@ -48,6 +50,20 @@ MODEL_NOTE = (
 @cache
 def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
     return json.loads(SCHEMA_PATHS[version].read_text())
+
+
+@cache
+def _top_validator(version: int) -> Any:
+    """The schema with ``reconstruction`` only required to be an object.
+
+    ``engine.export.reconstruction.schema_problem`` checks that section's
+    contents (the bulk of a large config) much faster than ``jsonschema``.
+    """
+    schema = copy.deepcopy(load_schema(version))
+    schema["properties"]["reconstruction"] = {"type": "object"}
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def iso_utc(t: np.datetime64) -> str:
@@ -230,6 +246,12 @@ class BackupConfig:
         validate_config(data)
         return cls(json.loads(json.dumps(data)))
 
+    @classmethod
+    def _from_parsed(cls, data: Any) -> BackupConfig:
+        """``from_dict`` without its defensive copy, for data just parsed that nobody else holds."""
+        validate_config(data)
+        return cls(data)
+
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self.data))
 
@@ -264,16 +286,16 @@ class BackupConfig:
     def linear_map(self) -> LinearMap:
         """Rebuild the reconstruction map from the config alone."""
         backup = self.backup_sensors
-        rec = self.data["reconstruction"]
-        targets = tuple(s for s in self.sensors if s not in backup)
-        coef = np.array([[rec[t]["coefficients"].get(b, 0.0) for b in backup] for t in targets])
+        kept = set(backup)
+        targets = tuple(s for s in self.sensors if s not in kept)
+        intercept, coef, variance = coefficient_matrix(self.data["reconstruction"], targets, backup)
         return LinearMap(
             sensors=self.sensors,
             backup=backup,
             targets=targets,
-            intercept=np.array([rec[t]["intercept"] for t in targets], dtype=float),
-            coef=coef.reshape(len(targets), len(backup)),
-            conditional_variance=np.array([rec[t]["conditional_variance"] for t in targets]),
+            intercept=intercept,
+            coef=coef,
+            conditional_variance=variance,
         )
 
 
@@ -287,16 +309,13 @@ def validate_config(data: Any) -> None:
         raise ConfigError(
             f"schema_version must be one of {', '.join(map(str, SCHEMA_PATHS))}, got {version!r}"
         )
-    try:
-        jsonschema.validate(data, load_schema(int(version)))
-    except jsonschema.ValidationError as err:
-        where = "/".join(str(p) for p in err.absolute_path) or "top level"
-        raise ConfigError(f"config invalid at {where}: {err.message}") from None
+    _check_schema(data, int(version))
     sensors, backup = data["sensors"], data["backup_sensors"]
-    unknown = [s for s in backup if s not in sensors]
+    known, kept = set(sensors), set(backup)  # sets: a 1,000-sensor plan has 150,000 coefficients
+    unknown = [s for s in backup if s not in known]
     if unknown:
         raise ConfigError(f"backup_sensors not in sensors: {', '.join(unknown[:5])}")
-    expected = {s for s in sensors if s not in backup}
+    expected = {s for s in sensors if s not in kept}
     got = set(data["reconstruction"])
     if got != expected:
         missing, extra = sorted(expected - got), sorted(got - expected)
@@ -305,11 +324,36 @@ def validate_config(data: Any) -> None:
             f"missing {missing[:5]}, unexpected {extra[:5]}"
         )
     for target, entry in data["reconstruction"].items():
-        bad = [b for b in entry["coefficients"] if b not in backup]
+        if entry["coefficients"].keys() <= kept:
+            continue
+        bad = [b for b in entry["coefficients"] if b not in kept]
         if bad:
             raise ConfigError(f"reconstruction of {target} uses non-backup sensor(s) {bad[:5]}")
     if version >= 2:
         _validate_v2(data)
+
+
+def _check_schema(data: dict[str, Any], version: int) -> None:
+    """``jsonschema.validate(data, load_schema(version))``, the same verdict and error, fast.
+
+    The fixed top of the document goes through ``jsonschema``; the
+    ``reconstruction`` section through ``schema_problem``. When either finds a
+    problem, the full ``jsonschema`` validation runs to word the error as it
+    always has (it picks the most relevant of several); should it pass where
+    the fast check did not, the fast check's finding is the error, so a
+    disagreement can only ever refuse.
+    """
+    top_ok = _top_validator(version).is_valid(data)
+    found = schema_problem(data["reconstruction"]) if top_ok else None
+    if top_ok and found is None:
+        return
+    try:
+        jsonschema.validate(data, load_schema(version))
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "top level"
+        raise ConfigError(f"config invalid at {where}: {err.message}") from None
+    path, reason = found or ((), "the schema refuses it")
+    raise ConfigError(f"config invalid at {'/'.join(('reconstruction', *path))}: {reason}")
 
 
 def _validate_v2(data: dict[str, Any]) -> None:
@@ -336,4 +380,4 @@ def load_config(path: str | Path) -> BackupConfig:
     src = Path(path)
     text = read_config_text(src)
     fmt = "yaml" if src.suffix.lower() in (".yaml", ".yml") else "json"
-    return BackupConfig.from_dict(parse_config_text(text, src.name, fmt))
+    return BackupConfig._from_parsed(parse_config_text(text, src.name, fmt))

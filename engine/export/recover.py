@@ -10,11 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engine.data.history import LoadOptions, load_history
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
 from engine.export.config import BackupConfig, iso_utc, load_config, parse_utc
+from engine.export.wide import rebuild, widen
 
 
 def _column_of(sensor: str, columns: tuple[str, ...]) -> str | None:
@@ -85,9 +88,9 @@ def recover_file(
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         values = lm.apply(backup)
     _check_finite(values, lm.sensors)
-    frame = _write(values, history.times, lm.sensors, out)
+    rows = _write(values, history.times, lm.sensors, out)
     return RecoverResult(
-        rows=len(frame),
+        rows=rows,
         sensors=len(lm.sensors),
         backup_sensors=len(lm.backup),
         rebuilt_sensors=len(lm.targets),
@@ -168,40 +171,47 @@ def recover_dataset(
     ``time`` and one column per sensor, one row per time step holding every
     backup sensor.
     """
-    from engine.export.backup_dataset import TimeRange, read_backup
+    from engine.export.backup_dataset import TimeRange, read_backup_arrow
 
     config = load_config(config_path)
     out = _check_out(out_path)
     span = TimeRange.parse(start, end)
-    long = read_backup(backup, span)
+    long = read_backup_arrow(backup, span)
+    readings = 0 if long is None else long.num_rows
     lm = config.linear_map()
-    wide = long.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
-    missing = [s for s in lm.backup if s not in wide.columns]
-    if missing and len(long):
+    times, wide = widen(long, lm.backup)
+    seen = ~np.isnan(wide).all(axis=0)
+    missing = [s for s, found in zip(lm.backup, seen, strict=True) if not found]
+    if missing and readings:
         raise ConfigError(
             f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
             "named in the config"
         )
-    wide = wide.reindex(columns=list(lm.backup))
-    complete = wide.dropna()
+    complete = ~np.isnan(wide).any(axis=1)
+    times = times[complete]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        values = lm.apply(complete.to_numpy(dtype=float).reshape(len(complete), len(lm.backup)))
+        values = rebuild(lm, wide[complete])
     _check_finite(values, lm.sensors)
-    times = complete.index.to_numpy()
-    frame = _write(values, times, lm.sensors, out)
+    rows = _write(values, times, lm.sensors, out)
     return RangeRecoverResult(
-        rows=len(frame),
+        rows=rows,
         sensors=len(lm.sensors),
         backup_sensors=len(lm.backup),
         rebuilt_sensors=len(lm.targets),
-        backup_readings=len(long),
-        incomplete_rows_dropped=len(wide) - len(complete),
-        plan_versions=tuple(sorted(int(v) for v in long["plan_version"].unique())),
+        backup_readings=readings,
+        incomplete_rows_dropped=len(complete) - rows,
+        plan_versions=_plan_versions(long),
         start=None if span.start is None else span.start.isoformat(),
         end=None if span.end is None else span.end.isoformat(),
         out=str(out),
         warnings=_warnings(config, np.asarray(times, dtype="datetime64[ns]")),
     )
+
+
+def _plan_versions(long: pa.Table | None) -> tuple[int, ...]:
+    if long is None:
+        return ()
+    return tuple(sorted(int(v) for v in long["plan_version"].unique().to_pylist()))
 
 
 def _check_out(out_path: str | Path) -> Path:
@@ -211,18 +221,33 @@ def _check_out(out_path: str | Path) -> Path:
     return out
 
 
-def _write(
-    values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out: Path
-) -> pd.DataFrame:
-    """Write ``time`` + one column per sensor; CSV names are quoted against formulas."""
-    csv = out.suffix.lower() == ".csv"
-    frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) if csv else s for s in sensors])
-    frame.insert(0, "time", times)
+def _write(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out: Path) -> int:
+    """Write ``time`` + one column per sensor (``values`` (T, n)); the rows written.
+
+    CSV names are quoted against formulas. Parquet goes straight through
+    pyarrow: pandas' ``to_parquet`` spent 0.15 s on 1,056 columns converting
+    them one by one.
+    """
     try:
-        if csv:
+        if out.suffix.lower() == ".csv":
+            frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) for s in sensors])
+            frame.insert(0, "time", times)
             frame.to_csv(out, index=False)
         else:
-            frame.to_parquet(out, index=False)
+            _write_parquet(_table(values, times, sensors), out)
     except OSError as err:
         raise DataError(f"cannot write {out}: {err.strerror or err}") from err
-    return frame
+    return len(times)
+
+
+def _table(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> pa.Table:
+    """``time`` + one float64 column per sensor, as ``DataFrame.to_parquet`` would lay them out."""
+    columns = np.asfortranarray(values, dtype=float)  # each column contiguous: no copy per column
+    arrays = [pa.array(times), *(pa.array(columns[:, j]) for j in range(len(sensors)))]
+    return pa.Table.from_arrays(arrays, names=["time", *sensors])
+
+
+def _write_parquet(table: pa.Table, out: Path) -> None:
+    # Dictionary encoding only for ``time``: rebuilt readings are (almost) all
+    # distinct, so pyarrow's default tries a dictionary per column and gives up.
+    pq.write_table(table, out, use_dictionary=["time"])

@@ -7,6 +7,7 @@ RecursionError, a MemoryError, or a recovered file full of NaN.
 from __future__ import annotations
 
 import json
+import re
 import time
 import tracemalloc
 from pathlib import Path
@@ -16,10 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.cli import main
 from engine.errors import ConfigError
 from engine.export import BackupConfig, load_config
+from engine.export.guard import _json_depth, _json_depth_reference, check_plain_values
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +214,49 @@ def test_a_repeated_key_is_refused_not_silently_overwritten(
     (tmp_path / f"twice.{fmt}").write_text(text)
     with pytest.raises(ConfigError, match=f"key {backup!r} appears twice"):
         load_config(tmp_path / f"twice.{fmt}")
+
+
+# --- the fast paths of the guard agree with the slow ones ----------------------------------
+
+JSON_TEXTS = st.recursive(
+    st.none() | st.floats(allow_nan=False) | st.text(alphabet='[]{}"\\ab', max_size=6),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3),
+    max_leaves=12,
+).map(json.dumps)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_TEXTS)
+def test_vectorised_json_depth_equals_the_regex_scan(text: str) -> None:
+    """Brackets, quotes and backslash runs inside strings: the same depth as the regex."""
+    assert _json_depth(text) == _json_depth_reference(text)
+
+
+@pytest.mark.parametrize("before", ['"\\""', '"\\\\"', '"\\\\\\"]]]]"', '"]]]]"'])
+def test_deep_nesting_after_escaped_quotes_is_still_refused(tmp_path: Path, before: str) -> None:
+    """A string that ends in (escaped) quotes or hides closing brackets cannot mask depth."""
+    text = "[" + before + "," + "[" * 100 + "]" * 100 + "]"
+    assert json.loads(text)  # valid JSON: only the depth guard may refuse it
+    (tmp_path / "deep.json").write_text(text)
+    with pytest.raises(ConfigError, match="nested deeper than"):
+        load_config(tmp_path / "deep.json")
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ({"a": 1.0, "b": float("nan")}, "x.b"),
+        ([1.0, 2, "s", None, float("-inf")], "x.4"),
+        ({"a": 1.0, "b": {"c": float("inf")}}, "x.b.c"),
+        ({"a": 1.0, "b": np.float64("nan")}, "x.b"),  # a float subclass takes the slow walk
+    ],
+)
+def test_non_finite_numbers_among_many_plain_ones_are_named(value: Any, where: str) -> None:
+    with pytest.raises(ConfigError, match=f"at {re.escape(where)} is not a finite number"):
+        check_plain_values({"x": value, "y": dict.fromkeys(map(str, range(1_000)), 0.5)})
+
+
+def test_a_key_that_is_not_a_string_is_named_among_plain_values() -> None:
+    with pytest.raises(ConfigError, match="config key 3 at x is not a string"):
+        check_plain_values({"x": {"a": 1.0, 3: 2.0}})

@@ -1,0 +1,130 @@
+"""Recovery's numpy pivot and rebuild against the pandas and ``LinearMap.apply`` references,
+and ``recover_dataset`` end to end against the pipeline it replaced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.export.backup_dataset import TimeRange, read_backup
+from engine.export.config import load_config
+from engine.export.recover import recover_dataset
+from engine.export.wide import rebuild, widen
+from tests.production_reference import long_readings, sample_rows, write_config
+from tests.unit.test_bench_recovery import write_dataset
+
+WANTED = ("a", "b", "c")
+
+
+def pivot_reference(long: pd.DataFrame, sensors: tuple[str, ...]) -> pd.DataFrame:
+    """What ``recover_dataset`` did before: pandas' pivot, reindexed to ``sensors``."""
+    wide = long.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
+    return wide.reindex(columns=list(sensors))
+
+
+def _table(long: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(long, preserve_index=False)
+
+
+READINGS = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # hour
+        st.sampled_from(["a", "b", "c", "d", None]),  # d: a sensor not wanted
+        st.one_of(st.floats(-1e6, 1e6), st.just(float("nan"))),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(READINGS)
+def test_widen_equals_pandas_pivot(readings: list[tuple[int, str | None, float]]) -> None:
+    """Duplicates (last non-NaN kept), NaN readings, unwanted and null sensors."""
+    long = pd.DataFrame(readings, columns=["hour", "sensor", "value"])
+    long.insert(
+        0, "event_time", pd.Timestamp("2024-01-01") + pd.to_timedelta(long.pop("hour"), "h")
+    )
+    long["event_time"] = long["event_time"].astype("datetime64[us]")
+    times, wide = widen(_table(long), WANTED)
+    expected = pivot_reference(long, WANTED)
+    np.testing.assert_array_equal(times, expected.index.to_numpy())
+    np.testing.assert_array_equal(wide, expected.to_numpy(dtype=float).reshape(wide.shape))
+
+
+def test_widen_of_nothing_is_empty() -> None:
+    columns = {"event_time": pd.Series([], dtype="datetime64[us]")}
+    columns |= {"sensor": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)}
+    none = pd.DataFrame(columns)
+    for long in (None, _table(none)):
+        times, wide = widen(long, WANTED)
+        assert times.shape == (0,) and wide.shape == (0, 3)
+
+
+def test_rebuild_equals_apply(tmp_path: Path) -> None:
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    lm = load_config(tmp_path / "plan.json").linear_map()
+    x = rows.values[:, [rows.sensors.index(s) for s in lm.backup]]
+    got, expected = rebuild(lm, x), lm.apply(x)
+    assert got.shape == expected.shape and got.flags.f_contiguous
+    backup = [lm.sensors.index(s) for s in lm.backup]
+    np.testing.assert_array_equal(got[:, backup], expected[:, backup])  # copies, exactly
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)  # the product, transposed
+
+
+def old_recover(config_path: Path, backup: Path, out: Path, span: TimeRange) -> pd.DataFrame:
+    """``recover_dataset`` before the numpy path: read_backup, pandas pivot, apply, to_parquet."""
+    lm = load_config(config_path).linear_map()
+    complete = pivot_reference(read_backup(backup, span), lm.backup).dropna()
+    frame = pd.DataFrame(lm.apply(complete.to_numpy(dtype=float)), columns=list(lm.sensors))
+    frame.insert(0, "time", complete.index.to_numpy())
+    frame.to_parquet(out, index=False)
+    return frame
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[Path, Path, pd.Timestamp]:
+    """A 4-day backup dataset with a gap, a NaN reading and a reading written twice.
+
+    The repeated reading has the same value: which of two different values for one
+    (time, sensor) is kept depends on the order rows are read in, which neither
+    ``read_backup`` (ties of its sort) nor ``read_backup_arrow`` fixes.
+    """
+    rows = sample_rows(96)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    long = long_readings(rows)
+    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    long.loc[5, "value"] = np.nan  # that time step becomes incomplete
+    long = long.drop(index=40)  # and so does this one
+    long = pd.concat([long, long.iloc[[60]]], ignore_index=True)
+    write_dataset(long, tmp_path / "backup")
+    return tmp_path / "plan.json", tmp_path / "backup", pd.Timestamp(rows.times[0])
+
+
+@pytest.mark.parametrize("days", [(0, 1), (0, 4), (1, 3)])
+def test_recover_dataset_equals_the_pandas_pipeline(dataset, tmp_path: Path, days) -> None:
+    config_path, backup, first = dataset
+    t1, t2 = (first.floor("D") + pd.Timedelta(days=d) for d in days)
+    span = TimeRange.parse(t1.isoformat(), t2.isoformat())
+    expected = old_recover(config_path, backup, tmp_path / "old.parquet", span)
+    result = recover_dataset(config_path, backup, tmp_path / "new.parquet", t1.isoformat(),
+                             t2.isoformat())  # fmt: skip
+    got = pd.read_parquet(tmp_path / "new.parquet")
+    assert result.rows == len(expected) == len(got)
+    assert list(got.columns) == list(expected.columns)
+    assert got["time"].equals(pd.read_parquet(tmp_path / "old.parquet")["time"])
+    np.testing.assert_allclose(got.iloc[:, 1:].to_numpy(), expected.iloc[:, 1:].to_numpy(),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    old_schema = pq.read_schema(tmp_path / "old.parquet").remove_metadata()
+    assert pq.read_schema(tmp_path / "new.parquet").equals(old_schema)
+    if days == (0, 4):
+        assert result.incomplete_rows_dropped == 2 and result.plan_versions == (1,)
