@@ -43,6 +43,7 @@ from engine.planning.horizon import (
     first_fit_rows,
     forward_models,
     horizon_origins,
+    prediction_bound,
 )
 from engine.selection import Method, Selection, select_backups
 
@@ -266,6 +267,13 @@ def _forward_quantiles(
     # 16 noisy quantiles) over-tightened long histories; the latest one is what drifts.
     last = conformal_quantile(np.abs(residuals[-1]), level)
     q = np.where(np.isfinite(last), np.maximum(q, last), q)
+    # Thin evidence: sliding windows overlap, so N scores hold only about
+    # N / window independent ones, and a rank read off them can be the largest of a
+    # few. A Gaussian prediction bound from the disjoint windows' count widens
+    # there (benchmark: fixed Beijing NO2 sum on the fresh half, no verdict lost,
+    # savings -1.6 points on the choose half).
+    disjoint = sum(r.shape[0] // spec.window + 1 for r in residuals)
+    q = np.maximum(q, prediction_bound(e, disjoint, level))
     return q, e.shape[0]
 
 
