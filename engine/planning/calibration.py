@@ -13,7 +13,10 @@ than ``delta``. Two remedies live here:
   window-aggregate error and compare it with the model's standard deviation
   ``sqrt(var_{i|O})``. The ratio ``c_i = q_i / sqrt(var_{i|O})`` absorbs
   temporal correlation, drift over the horizon, model misfit and, for max/min,
-  the slack of the seed's union bound. The target becomes ``(eps / c_i)^2``.
+  the slack of the seed's union bound. ``q_i`` is also at least the quantile
+  of the most recent horizon alone (drift) and a Gaussian prediction bound from
+  the count of disjoint windows scored (``horizon.prediction_bound``: sliding
+  windows overlap, so thin evidence widens it). The target becomes ``(eps / c_i)^2``.
   A sensor in ``O`` is scored as if it were dropped (reconstructed from ``O``
   without it), so relaxing can remove it. Too few scored windows for the
   quantile (or too little history to score one horizon) means a sensor's miss
