@@ -38,6 +38,8 @@ protocol (our method, 8 folds) on the cases of the given halves. Variants
   sensors (drift the history shows, as a distribution).
 * ``trend=T``: back up a sensor whose latest horizon's RMS error is over T times
   the earlier horizons' mean.
+* ``needfold``: a plan whose backtest could not run one fold (history too short)
+  backs up every sensor instead of trusting an unmeasured calibration.
 * ``pid=C``: conformal PID control (P: the product's tracking; I: a saturating
   integral with ``C_sat`` = C) of the online correction learnt in the backtest.
 
@@ -71,6 +73,7 @@ import bench.bench_honesty as B
 import engine.planning.backtest as BT
 import engine.planning.calibration as C
 import engine.planning.parameters as P
+import engine.planning.plan as PL
 from engine.model import GaussianModel
 from engine.planning.horizon import (
     MAX_SCORED_HORIZONS,
@@ -138,11 +141,31 @@ def patch(opts: dict[str, str]) -> None:
         scale = np.minimum(scale, 1.0) if "tighten" in opts else scale
         return _CALIBRATE(x, sensors, spec, model, forward, scale)
 
+    if "needfold" in opts:
+        patch_need_fold()
     if "pid" in opts:
         BT.track_quantile = pid_tracker(float(opts["pid"] or 1.0))  # type: ignore[assignment]
     P.PlanParameters.spec = spec  # type: ignore[method-assign]
     C._forward_quantiles = quantiles
     C._calibrate = calibrate
+
+
+def patch_need_fold() -> None:
+    """A plan whose backtest could not run a single fold backs up every sensor."""
+    folds = [1]
+
+    def backtest(*args: Any, **kw: Any) -> Any:
+        out = BT.run_backtest(*args, **kw)
+        folds[0] = (out[0] if isinstance(out, tuple) else out).n_folds
+        return out
+
+    def plan(x: Any, sensors: Any, spec: Any, scale: Any = None) -> Any:
+        if folds[0] == 0 and spec.calibration == "backtest":
+            scale = np.zeros(x.shape[1])
+        return C.plan_on(x, sensors, spec, scale)
+
+    PL.run_backtest = backtest
+    PL.plan_on = plan
 
 
 def pid_tracker(c_sat: float) -> Any:
