@@ -15,12 +15,33 @@ protocol (our method, 8 folds) on the cases of the given halves. Variants
 * ``adapt=R``: the online correction's step learnt in the backtest (0: none).
 * ``tighten``: the online correction may tighten targets, never relax them.
 * ``nodrift``: no latest-horizon drift check (pooled quantile only).
+* ``nopb``: no Gaussian prediction bound from the disjoint windows' count (the
+  method before issue 10's second round; ``student=disjoint`` measured it).
 * ``pi=A``: also bound each sensor by a one-sided ``1 - A`` Student prediction
   bound for the next horizon's quantile from the scored horizons' own quantiles
   (a guard against a horizon worse than the past ones).
 * ``neff``: a quantile is measured only if the scored horizons hold enough
   NON-overlapping windows (sliding windows of w readings carry about 1/w of an
   independent sample each); else the sensor is backed up.
+
+* ``pac=G``: a training-conditional (PAC) conformal quantile: the smallest order
+  statistic that covers the level with probability ``1 - G / n`` (the worst of n
+  sensors) given ``n_eff`` effectively independent scores (disjoint windows,
+  shrunk by their lag-1 autocorrelation); infinite (backed up) when none does.
+* ``student`` / ``student=disjoint``: also bound each sensor by a Gaussian
+  prediction bound on the next window error, ``rms * t_level(m - 1) * sqrt(1 + 1/m)``
+  with m = ``n_eff`` (autocorrelation-shrunk) or the disjoint windows' count.
+* ``tinfl``: widen the conformal quantile by that bound's small-sample factor
+  ``t_level(n_eff - 1) sqrt(1 + 1/n_eff) / z_level`` instead.
+* ``ratio=all|last``: the quantile of the errors (every horizon's or the latest's)
+  times the change of error scale between consecutive horizons, pooled over
+  sensors (drift the history shows, as a distribution).
+* ``trend=T``: back up a sensor whose latest horizon's RMS error is over T times
+  the earlier horizons' mean.
+* ``needfold``: a plan whose backtest could not run one fold (history too short)
+  backs up every sensor instead of trusting an unmeasured calibration.
+* ``pid=C``: conformal PID control (P: the product's tracking; I: a saturating
+  integral with ``C_sat`` = C) of the online correction learnt in the backtest.
 
 ``oracle`` prints two bounds per case instead: the fewest backups with which the
 pooled miss rate over the NEXT S rows is <= delta (hindsight: no method can do
@@ -45,11 +66,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binom, norm
 from scipy.stats import t as student
 
 import bench.bench_honesty as B
+import engine.planning.backtest as BT
 import engine.planning.calibration as C
 import engine.planning.parameters as P
+import engine.planning.plan as PL
 from engine.model import GaussianModel
 from engine.planning.horizon import (
     MAX_SCORED_HORIZONS,
@@ -57,11 +81,13 @@ from engine.planning.horizon import (
     first_fit_rows,
     forward_models,
     horizon_origins,
+    prediction_bound,
 )
 
 _SPEC = P.PlanParameters.spec
 _QUANTILES = C._forward_quantiles
 _CALIBRATE = C._calibrate
+B_TRACK = BT.track_quantile
 
 
 def patch(opts: dict[str, str]) -> None:
@@ -94,15 +120,164 @@ def patch(opts: dict[str, str]) -> None:
         neff = sum(r.shape[0] // spec.window + 1 for r in res)
         if "neff" in opts and math.ceil((neff + 1) * level) > neff:
             q = np.full_like(q, np.inf)
+        if "pac" in opts:
+            q = np.maximum(q, pac_quantile(e, effective_count(res, spec.window), level, opts))
+        if "nopb" not in opts:  # the product's prediction bound (disjoint windows)
+            q = np.maximum(q, prediction_bound(e, neff, level))
+        if "student" in opts:
+            n_eff = effective_count(res, spec.window, opts["student"] != "disjoint")
+            q = np.maximum(q, student_bound(e, n_eff, level))
+        if "tinfl" in opts:
+            q = q * small_sample_inflation(effective_count(res, spec.window), level)
+        if "ratio" in opts and len(res) >= 2:
+            q = np.maximum(q, ratio_quantile(res, e, level, opts["ratio"]))
+        if "trend" in opts and len(res) >= 2:
+            rms = np.array([np.sqrt(np.mean(r**2, axis=0)) for r in res])
+            rising = rms[-1] > float(opts["trend"]) * rms[:-1].mean(axis=0)
+            q = np.where(rising, np.inf, q)
         return q, e.shape[0]
 
     def calibrate(x: Any, sensors: Any, spec: Any, model: Any, forward: Any, scale: Any) -> Any:
         scale = np.minimum(scale, 1.0) if "tighten" in opts else scale
         return _CALIBRATE(x, sensors, spec, model, forward, scale)
 
+    if "needfold" in opts:
+        patch_need_fold()
+    if "pid" in opts:
+        BT.track_quantile = pid_tracker(float(opts["pid"] or 1.0))  # type: ignore[assignment]
     P.PlanParameters.spec = spec  # type: ignore[method-assign]
     C._forward_quantiles = quantiles
     C._calibrate = calibrate
+
+
+def patch_need_fold() -> None:
+    """A plan whose backtest could not run a single fold backs up every sensor."""
+    folds = [1]
+
+    def backtest(*args: Any, **kw: Any) -> Any:
+        out = BT.run_backtest(*args, **kw)
+        folds[0] = (out[0] if isinstance(out, tuple) else out).n_folds
+        return out
+
+    def plan(x: Any, sensors: Any, spec: Any, scale: Any = None) -> Any:
+        if folds[0] == 0 and spec.calibration == "backtest":
+            scale = np.zeros(x.shape[1])
+        return C.plan_on(x, sensors, spec, scale)
+
+    PL.run_backtest = backtest
+    PL.plan_on = plan
+
+
+def pid_tracker(c_sat: float) -> Any:
+    """Conformal PID control (Angelopoulos et al. 2023) of the log-targets.
+
+    The P part is the product's quantile tracking step; the I part a saturating
+    integral of each sensor's (misses - aim * windows), ``K_I tan(E log t / (t C_sat))``
+    with ``K_I`` the adapt rate, added on top of the P state.
+    """
+    state: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def track(log_scale: Any, misses: Any, rebuilt: Any, spec: Any) -> None:
+        if id(log_scale) not in state or state[id(log_scale)][0] is not log_scale:
+            zero = np.zeros_like(log_scale)  # a new backtest: keep the array so ids stay unique
+            state[id(log_scale)] = (log_scale, log_scale.copy(), zero, zero.copy())
+        _, p_state, excess, count = state[id(log_scale)]
+        log_scale[:] = p_state
+        B_TRACK(log_scale, misses, rebuilt, spec)
+        p_state[:] = log_scale
+        scored = np.where(rebuilt, misses.shape[0], 0)
+        count += scored
+        excess += (misses & rebuilt[None, :]).sum(axis=0) - spec.delta * spec.margin * scored
+        t = np.maximum(count, 2.0)
+        log_scale -= spec.adapt_rate * np.tan(np.clip(excess * np.log(t) / (t * c_sat), -1.5, 1.5))
+        np.clip(log_scale, -BT.MAX_LOG_SCALE, BT.MAX_LOG_SCALE, out=log_scale)
+
+    return track
+
+
+def effective_count(res: list[np.ndarray], window: int, autocorr: bool = True) -> np.ndarray:
+    """(n,) effectively independent window errors in the scored horizons.
+
+    Sliding windows overlap, so each horizon holds ``W // window + 1`` disjoint
+    windows; the lag-1 autocorrelation of those disjoint windows' signed errors
+    (pooled over horizons, each centred) shrinks the count by ``(1 - r) / (1 + r)``.
+    """
+    m = sum(r.shape[0] // window + 1 for r in res)
+    if not autocorr:
+        return np.full(res[0].shape[1], float(m))
+    num = den = 0.0
+    for r in res:
+        d = r[::window] - r[::window].mean(axis=0)
+        num = num + (d[1:] * d[:-1]).sum(axis=0)
+        den = den + (d**2).sum(axis=0)
+    rho = np.clip(num / np.maximum(den, 1e-300), 0.0, 0.95)
+    return np.maximum(m * (1 - rho) / (1 + rho), 1.0)
+
+
+def pac_quantile(e: np.ndarray, n_eff: np.ndarray, level: float, opts: dict[str, str]) -> Any:
+    """(n,) training-conditional conformal quantile from ``n_eff`` independent scores.
+
+    The k-th smallest of m iid scores covers ``level`` with probability
+    ``P(Binom(m, level) <= k - 1)``; take the smallest k with that >= 1 - gamma / n
+    (the worst of n sensors), read at level k / m from all (overlapping) scores;
+    infinite (backed up) when even k = m is not enough.
+    """
+    n = e.shape[1]
+    gamma = float(opts["pac"]) / n
+    out = np.full(n, np.inf)
+    for j in range(n):
+        m = int(n_eff[j])
+        k = int(binom.ppf(1 - gamma, m, level)) + 1
+        if k <= m:
+            out[j] = np.quantile(e[:, j], k / m, method="higher")
+    return out
+
+
+def student_bound(e: np.ndarray, n_eff: np.ndarray, level: float) -> Any:
+    """(n,) Gaussian prediction bound on the next window error from ``n_eff`` scores.
+
+    ``rms * t_{level}(n_eff - 1) * sqrt(1 + 1 / n_eff)``: thin evidence widens it.
+    """
+    rms = np.sqrt(np.mean(e**2, axis=0))
+    nu = np.maximum(n_eff - 1, 1e-9)
+    t = np.where(n_eff >= 2, student.ppf(0.5 + level / 2, nu), np.inf)
+    return rms * t * np.sqrt(1 + 1 / n_eff)
+
+
+def small_sample_inflation(n_eff: np.ndarray, level: float) -> Any:
+    """(n,) factor >= 1 by which a quantile from ``n_eff`` independent scores is widened.
+
+    For Gaussian errors of unknown scale the ``level`` prediction bound from m
+    samples is ``t_{m-1} * sqrt(1 + 1/m)`` standard deviations against ``z`` for a
+    known scale; the ratio goes to 1 with plenty of evidence and is infinite below 2.
+    """
+    p = 0.5 + level / 2
+    t = student.ppf(p, np.maximum(n_eff - 1, 1e-9))
+    return np.where(n_eff >= 2, t * np.sqrt(1 + 1 / n_eff) / norm.ppf(p), np.inf)
+
+
+def ratio_quantile(res: list[np.ndarray], e: np.ndarray, level: float, how: str) -> Any:
+    """(n,) ``level`` quantile of the errors times the next horizon's scale change.
+
+    Drift the history shows: the ratios of consecutive horizons' RMS errors, pooled
+    over every sensor and pair of horizons (a sensor alone has one or two), form
+    the distribution of how a horizon's error scale changes; a sensor's next error
+    is one of its scored errors times a ratio drawn from it. ``how``: "all"
+    (errors of every horizon) or "last" (the latest horizon's errors).
+    """
+    rms = np.array([np.sqrt(np.mean(r**2, axis=0)) for r in res])
+    ok = (rms[1:] > 0) & (rms[:-1] > 0)
+    lr = np.log(rms[1:][ok] / rms[:-1][ok])
+    if lr.size == 0:
+        return np.zeros(e.shape[1])
+    ratios = np.exp(np.quantile(lr, (np.arange(64) + 0.5) / 64))
+    base = np.abs(res[-1]) if how == "last" else e
+    out = np.empty(e.shape[1])
+    for j in range(e.shape[1]):
+        prod = np.outer(base[:, j], ratios).ravel()
+        rank = min(math.ceil((prod.size + 1) * level), prod.size)
+        out[j] = np.partition(prod, rank - 1)[rank - 1]
+    return out
 
 
 def cases(halves: list[str]) -> Any:

@@ -13,7 +13,10 @@ than ``delta``. Two remedies live here:
   window-aggregate error and compare it with the model's standard deviation
   ``sqrt(var_{i|O})``. The ratio ``c_i = q_i / sqrt(var_{i|O})`` absorbs
   temporal correlation, drift over the horizon, model misfit and, for max/min,
-  the slack of the seed's union bound. The target becomes ``(eps / c_i)^2``.
+  the slack of the seed's union bound. ``q_i`` is also at least the quantile
+  of the most recent horizon alone (drift) and a Gaussian prediction bound from
+  the count of disjoint windows scored (``horizon.prediction_bound``: sliding
+  windows overlap, so thin evidence widens it). The target becomes ``(eps / c_i)^2``.
   A sensor in ``O`` is scored as if it were dropped (reconstructed from ``O``
   without it), so relaxing can remove it. Too few scored windows for the
   quantile (or too little history to score one horizon) means a sensor's miss
@@ -43,6 +46,7 @@ from engine.planning.horizon import (
     first_fit_rows,
     forward_models,
     horizon_origins,
+    prediction_bound,
 )
 from engine.selection import Method, Selection, select_backups
 
@@ -266,6 +270,13 @@ def _forward_quantiles(
     # 16 noisy quantiles) over-tightened long histories; the latest one is what drifts.
     last = conformal_quantile(np.abs(residuals[-1]), level)
     q = np.where(np.isfinite(last), np.maximum(q, last), q)
+    # Thin evidence: sliding windows overlap, so N scores hold only about
+    # N / window independent ones, and a rank read off them can be the largest of a
+    # few. A Gaussian prediction bound from the disjoint windows' count widens
+    # there (benchmark: fixed Beijing NO2 sum on the fresh half, no verdict lost,
+    # savings -1.6 points on the choose half).
+    disjoint = sum(r.shape[0] // spec.window + 1 for r in residuals)
+    q = np.maximum(q, prediction_bound(e, disjoint, level))
     return q, e.shape[0]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import t as student
 
 from engine.errors import ParameterError
 from engine.model import GaussianModel, MomentStats
@@ -108,3 +109,19 @@ def conformal_quantile(errors: np.ndarray, level: float) -> np.ndarray:
     if rank > n_scores or n_scores == 0:
         return np.full(errors.shape[1], np.inf)
     return np.partition(errors, rank - 1, axis=0)[rank - 1]
+
+
+def prediction_bound(errors: np.ndarray, independent: int, level: float) -> np.ndarray:
+    """(n,) Gaussian ``level`` prediction bound on the next |error| from ``errors`` (N, n).
+
+    ``rms * t_{p}(m - 1) * sqrt(1 + 1 / m)`` with ``p = (1 + level) / 2`` (two-sided)
+    and ``m = independent`` the number of effectively independent errors among the
+    N (sliding windows overlap, so m is about the disjoint windows' count). For a
+    zero-mean Gaussian error of unknown scale it is the exact bound; with thin
+    evidence (small m) it widens, and below m = 2 it is infinite (backed up).
+    """
+    if independent < 2 or errors.shape[0] == 0:
+        return np.full(errors.shape[1], np.inf)
+    rms = np.sqrt(np.mean(np.square(errors), axis=0))
+    m = float(independent)
+    return rms * float(student.ppf(0.5 + level / 2, m - 1) * np.sqrt(1 + 1 / m))

@@ -4,10 +4,12 @@ calibration's behaviour at its quantile level (tests that fail under mutations).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.stats import norm
+from scipy.stats import t as student
 
 from engine.errors import ParameterError
 from engine.model import GaussianModel
@@ -19,8 +21,10 @@ from engine.planning.horizon import (
     conformal_quantile,
     default_history,
     default_horizon,
+    first_fit_rows,
     forward_models,
     horizon_origins,
+    prediction_bound,
 )
 
 
@@ -100,7 +104,6 @@ def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
     spec = PlanningSpec(eps=0.2, delta=0.05, window=12, slide=12, aggregate="avg", horizon=240)
     fold = plan_on(x, tuple(f"s{i}" for i in range(12)), spec)
     assert fold.calibration.iterations >= 2  # the loop did re-select
-    from engine.planning.horizon import first_fit_rows
 
     origins = horizon_origins(3000, first_fit_rows(12, 12, 240), 240)[-16:]
     models = forward_models(x, origins, tuple(f"s{i}" for i in range(12)))
@@ -108,10 +111,15 @@ def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
         np.abs(_window_residuals(x[o : o + 240], m, fold.selection.backup, spec))
         for o, m in zip(origins, models, strict=True)
     ]
-    # pooled over the horizons, and the most recent horizon on its own (the drift check)
+    # pooled over the horizons, the most recent horizon on its own (the drift check), and
+    # the prediction bound from the disjoint windows' count
+    disjoint = sum(r.shape[0] // 12 + 1 for r in residuals)
     q = np.maximum(
-        conformal_quantile(np.vstack(residuals), 0.965),
-        conformal_quantile(residuals[-1], 0.965),
+        np.maximum(
+            conformal_quantile(np.vstack(residuals), 0.965),
+            conformal_quantile(residuals[-1], 0.965),
+        ),
+        prediction_bound(np.vstack(residuals), disjoint, 0.965),
     )
     rebuilt = [i for i in range(12) if i not in fold.selection.backup]
     assert rebuilt, "the case must rebuild something to test anything"
@@ -167,3 +175,39 @@ def test_a_sensor_that_drifts_in_one_horizon_is_backed_up() -> None:
     assert fold.selection.cost == 2
     calm = plan_on(np.column_stack([a, a + rng.normal(size=6000)]), ("a", "b"), spec)
     assert calm.selection.cost == 1  # without the drift one of the pair is rebuilt
+
+
+def test_prediction_bound_is_the_student_bound_and_widens_with_thin_evidence() -> None:
+    e = np.random.default_rng(5).normal(size=(400, 3)) * np.array([1.0, 2.0, 0.5])
+    rms = np.sqrt(np.mean(e**2, axis=0))
+    m = 10
+    expected = rms * student.ppf(0.9825, m - 1) * math.sqrt(1 + 1 / m)
+    np.testing.assert_allclose(prediction_bound(e, m, 0.965), expected)
+    # plenty of evidence: the Gaussian quantile of |N(0, rms^2)|; thin: wider; m < 2: inf
+    np.testing.assert_allclose(prediction_bound(e, 10**7, 0.965), rms * norm.ppf(0.9825), 1e-5)
+    assert np.all(prediction_bound(e, 4, 0.965) > prediction_bound(e, 40, 0.965))
+    assert np.all(np.isinf(prediction_bound(e, 1, 0.965)))
+
+
+def test_a_quantile_read_off_few_disjoint_windows_does_not_rebuild() -> None:
+    """Window 24, horizons of 48 rows, the least history calibration accepts: two scored
+    horizons hold 50 sliding windows but only 4 disjoint ones, and the conformal rank is
+    their largest. With eps between that rank and the prediction bound from 4
+    independent windows, the pair is backed up; fails if the bound is dropped (the
+    conformal quantile alone would rebuild one of them)."""
+    spec = PlanningSpec(eps=1.0, delta=0.05, window=24, slide=24, aggregate="avg", horizon=48)
+    rows = calibration_rows(2, 24, 48)
+    x = _pair(rows, seed=9)
+    origins = horizon_origins(rows, first_fit_rows(2, 24, 48), 48)
+    assert len(origins) == 2
+    models = forward_models(x, origins, ("a", "b"))
+    e = np.vstack(
+        [
+            np.abs(_window_residuals(x[o : o + 48], m, (0,), spec))
+            for o, m in zip(origins, models, strict=True)
+        ]
+    )
+    conformal, bound = conformal_quantile(e, 0.965)[1], prediction_bound(e, 4, 0.965)[1]
+    assert bound > 1.5 * conformal  # thin evidence: the bound is much wider
+    spec = replace(spec, eps=float(np.sqrt(conformal * bound)))
+    assert plan_on(x, ("a", "b"), spec).selection.cost == 2
