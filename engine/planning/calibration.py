@@ -137,6 +137,13 @@ def seed_targets(spec: PlanningSpec, n: int) -> np.ndarray:
     return np.full(n, t)
 
 
+def back_up_everything(model: GaussianModel, spec: PlanningSpec, reason: str) -> FoldPlan:
+    """The safe plan when a miss rate cannot be measured: every target 0, all backed up."""
+    zero = np.zeros(len(model.sensors_))
+    info = CalibrationInfo("unmeasured", reason, level=spec.level)
+    return FoldPlan(model, select_backups(model.cov_, zero, spec.method), zero, info)
+
+
 def plan_on(
     x: np.ndarray, sensors: tuple[str, ...], spec: PlanningSpec, scale: np.ndarray | None = None
 ) -> FoldPlan:
@@ -164,9 +171,7 @@ def plan_on(
             f"(a first fit and enough horizons of {horizon} rows for the {level:.3f} quantile "
             f"of windows of {spec.window} readings): every sensor is backed up"
         )
-        zero = np.zeros(x.shape[1])
-        info = CalibrationInfo("unmeasured", reason, level=level)
-        return FoldPlan(model, select_backups(model.cov_, zero, spec.method), zero, info)
+        return back_up_everything(model, spec, reason)
     models = forward_models(x, origins, sensors)
     return _calibrate(
         x, sensors, spec, model, (origins, models), np.ones(x.shape[1]) if scale is None else scale

@@ -137,3 +137,20 @@ def test_parameters_validate_themselves(kwargs: dict, word: str) -> None:
     base = {"eps": 1.0, "delta": 0.05, "window": 24}
     with pytest.raises(ParameterError, match=word):
         PlanParameters(**{**base, **kwargs})
+
+
+def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> None:
+    """Issue 10: the guarantee shown is backed by a measurement of the plan over its
+    horizon. 250 rows let calibration score a horizon (192 rows needed) but hold no
+    backtest fold (192 + 96): the calibrated plan would rebuild sensors on its own word."""
+    short = temps.rows(0, 250)
+    params = PlanParameters(eps=1.0, delta=0.05, window=24, horizon=96)
+    plan = make_plan(short, params)
+    assert plan.backtest is not None and plan.backtest.n_folds == 0
+    assert set(plan.backup_sensors) == set(temps.sensors)
+    assert plan.calibration.method == "unmeasured"
+    assert any("one backtest fold needs 288" in w for w in plan.warnings)
+    # the same history without the backtest (the UI's instant preview) is calibrated
+    preview = make_plan(short, params, run_backtest_now=False)
+    assert preview.calibration.method == "backtest"
+    assert len(preview.backup_sensors) < len(temps.sensors)
