@@ -19,9 +19,8 @@ marker (a crash between the write and the commit) is ignored, and the replay
 overwrites it. A store-committed batch with rows whose directory lacks
 ``_SUCCESS`` lost its backup: that is a ``StoreError``, never a silent gap.
 
-The Spark half (``write_batch``) imports PySpark inside the function; the
-reading half needs only DuckDB and pyarrow. The production job's own copy of
-the write is ``engine.stream.transforms.backup_rows`` (branch prodjob).
+This module needs only DuckDB and pyarrow; Spark's half, the write, is
+``engine.stream.backup_writer``.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from engine.errors import DataError, PipelineError, StoreError
+from engine.errors import DataError, StoreError
 
 RUN_PREFIX = "run="
 BATCH_PREFIX = "batch_id="
@@ -105,50 +104,6 @@ def claim_location(cur: duckdb.DuckDBPyConnection, store: Path, backup: str | Pa
 def batch_uri(backup: str, run: int, batch_id: int) -> str:
     """Where Spark writes batch ``(run, batch_id)`` of the backup at ``backup``."""
     return f"{backup.rstrip('/')}/{RUN_PREFIX}{run}/{BATCH_PREFIX}{batch_id}"
-
-
-def write_batch(
-    df: Any, target: str, sensors: Sequence[str], plan_version: int
-) -> int:  # pragma: no cover - needs Spark (tests/spark)
-    """Write the rows of ``sensors`` in micro-batch ``df`` to ``target``; their Parquet bytes.
-
-    Runs on the executors (a filter and a partitioned write); ``df`` has the
-    feed's columns (seq, event_time, arrival_time, sensor, value).
-    """
-    from pyspark.sql import functions as F
-
-    spark = df.sparkSession
-    # INT96 is Spark's default; DuckDB and the production reader expect micros in UTC.
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    rows = df.filter(F.col("sensor").isin(list(sensors))).select(
-        "event_time",
-        "sensor",
-        "value",
-        F.lit(int(plan_version)).alias("plan_version"),
-        "seq",
-        F.date_format("event_time", "yyyy-MM-dd").alias("date"),
-    )
-    try:
-        rows.write.mode("overwrite").partitionBy(*PARTITIONS).parquet(target)
-        return _written_bytes(spark, target)
-    except Exception as err:  # py4j raises many types; one readable line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PipelineError(f"cannot write the backup batch to {target!r}: {first}") from err
-
-
-def _written_bytes(spark: Any, target: str) -> int:  # pragma: no cover - needs Spark
-    """Bytes of the Parquet files under ``target``, through Hadoop (any URI Spark writes)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(target)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files = fs.listFiles(path, True)
-    total = 0
-    while files.hasNext():
-        status = files.next()
-        name = status.getPath().getName()
-        if name.endswith(".parquet") and not name.startswith(("_", ".")):
-            total += int(status.getLen())
-    return total
 
 
 def batch_files(root: Path, keys: Iterable[tuple[int, int]]) -> list[Path]:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.backup_parquet import write_batch
 from engine.errors import PipelineError
 from engine.store import BackupStore
 from engine.store_records import BackupWritten, BatchWrite
+from engine.stream.backup_writer import write_batch
 from engine.stream.batch import (
     LATE_COLUMNS,
     WindowAdvance,
