@@ -154,6 +154,7 @@ def profile_summary(profile: dict[str, float], seconds: float) -> dict[str, floa
     keys = (
         "to_pandas",
         "windows_and_shadow",
+        "backup_write",
         "store",
         "spark_addBatch",
         "spark_getBatch",
@@ -164,7 +165,7 @@ def profile_summary(profile: dict[str, float], seconds: float) -> dict[str, floa
         "spark_triggerExecution",
     )
     out = {k: round(profile.get(k, 0.0), 3) for k in keys}
-    python = out["to_pandas"] + out["windows_and_shadow"] + out["store"]
+    python = out["to_pandas"] + out["windows_and_shadow"] + out["backup_write"] + out["store"]
     out["spark_addBatch_outside_python"] = round(out["spark_addBatch"] - python, 3)
     out["wall"] = round(seconds, 3)
     return out

@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay the last ROWS rows (default: the second half); the plan learns from the rest",
     )
     sim.add_argument("--workdir", default=None, help="landing/backup directory (default: temp)")
+    sim.add_argument(
+        "--backup",
+        default=None,
+        help="where Spark writes the Parquet backup: a path or URI (default: WORKDIR/backup)",
+    )
     sim.add_argument("--master", default=None, help="Spark master (default local[*])")
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")
     dis.add_argument("--data", required=True)

@@ -1,9 +1,13 @@
 """DuckDB backup store: append-only, idempotent per micro-batch.
 
-One DuckDB file holds what survives a failure:
+One DuckDB file holds the small tables; the backup rows themselves are a
+Parquet dataset written by Spark (``engine.backup_parquet``) at the store's
+backup location (recorded in ``meta``; default ``<store dir>/backup``):
 
-* ``backup``  the raw readings the backup writer kept (all sensors in ``full``
-  mode, the plan's backup sensors in ``approx``, nothing in ``none``);
+* ``backup``  (read only, from Parquet) the raw readings the backup writer kept
+  (all sensors in ``full`` mode, the plan's backup sensors in ``approx``,
+  nothing in ``none``), of batches committed here whose directory holds
+  ``_SUCCESS``;
 * ``results`` window aggregates, ``kind`` ``'live'`` or ``'recovered'``;
 * ``batches`` one marker per committed micro-batch;
 * ``plan_log`` every plan the pipeline ran with, and why it changed;
@@ -17,9 +21,14 @@ One DuckDB file holds what survives a failure:
 
 A micro-batch is keyed by ``(run, batch_id)``: ``run`` numbers a query lifetime
 (a new run starts after a failure discarded the checkpoint, because Spark then
-restarts its batch ids at 0). A batch's rows and its marker are written in one
+restarts its batch ids at 0). Spark writes the batch's backup files first; its
+results, late readings, marker, state and plan version are then one DuckDB
 transaction, and a key that is already committed is skipped, so a batch that
-Spark replays after a crash never duplicates a row.
+Spark replays after a crash never duplicates a row (its backup directory is
+overwritten, and only read once the marker is here).
+
+A store written before the backup moved to Parquet (a ``backup`` table with
+rows) is refused with a ``StoreError``: archive that run.
 
 DuckDB allows one writer process: every access stays in this process, through
 one connection per store file, a fresh cursor per call and a lock per file.
@@ -39,6 +48,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from engine import backup_parquet
 from engine.errors import StoreError
 from engine.store_records import (
     BACKUP_COLUMNS,
@@ -48,14 +58,12 @@ from engine.store_records import (
     BatchWrite,
     StoreSize,
     VersionRecord,
-    backup_bytes,
 )
 
 RECOVERY_BATCH = -1  # batch id under which a run's recovery results are committed
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS backup (run INTEGER, batch_id BIGINT, seq BIGINT,"
-    " event_time TIMESTAMP, sensor VARCHAR, value DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
     "CREATE TABLE IF NOT EXISTS results (run INTEGER, batch_id BIGINT, window_id BIGINT,"
     " window_start TIMESTAMP, window_end TIMESTAMP, sensor VARCHAR, value DOUBLE,"
     " kind VARCHAR, version INTEGER, final BOOLEAN)",
@@ -82,10 +90,20 @@ def _lock_for(path: Path) -> threading.RLock:
 class BackupStore:
     """The DuckDB backup store at ``path`` (created if missing).
 
-    Raises ``StoreError`` naming the path when it cannot be created or opened.
+    ``backup`` is where the Parquet backup goes (a path or a URI Spark writes);
+    the store records it, so a store reopened without it (a new process,
+    recovery) finds its backup. Default ``<store dir>/backup``. Raises
+    ``StoreError`` naming the path when it cannot be created or opened, when it
+    records another backup location than ``backup``, or when it predates the
+    Parquet backup.
     """
 
-    def __init__(self, path: str | Path, now: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        now: Callable[[], datetime] | None = None,
+        backup: str | Path | None = None,
+    ) -> None:
         self.path = Path(path).absolute()
         self._now = now or (lambda: datetime.now(UTC))
         self._lock = _lock_for(self.path)
@@ -97,6 +115,16 @@ class BackupStore:
         with self._cursor() as cur:
             for statement in _SCHEMA:
                 cur.execute(statement)
+            try:
+                backup_parquet.check_no_legacy_rows(cur, self.path)
+                self.backup_uri = backup_parquet.claim_location(cur, self.path, backup)
+            except StoreError:
+                self.close()
+                raise
+
+    def batch_uri(self, run: int, batch_id: int) -> str:
+        """Where Spark writes the backup files of ``(run, batch_id)``."""
+        return backup_parquet.batch_uri(self.backup_uri, run, batch_id)
 
     def close(self) -> None:
         with self._lock:
@@ -146,7 +174,6 @@ class BackupStore:
     def _insert_rows(self, cur: duckdb.DuckDBPyConnection, w: BatchWrite) -> None:
         key = {"run": w.run, "batch": w.batch_id}
         inserts = (
-            ("backup", w.backup, BACKUP_COLUMNS),
             ("results", w.results, RESULT_COLUMNS),
             ("late", w.late, LATE_COLUMNS),
         )
@@ -156,10 +183,9 @@ class BackupStore:
                 cols = ", ".join(columns)
                 cur.execute(f"INSERT INTO {table} SELECT $run, $batch, {cols} FROM _frame", key)
                 cur.unregister("_frame")
-        n_rows = 0 if w.backup is None else len(w.backup)
         cur.execute(
             "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?)",
-            [w.run, w.batch_id, n_rows, backup_bytes(w.backup), w.max_seq, self._stamp()],
+            [w.run, w.batch_id, w.backup_rows, w.backup_bytes, w.max_seq, self._stamp()],
         )
         if w.state is not None:
             cur.execute("DELETE FROM state WHERE run = ?", [w.run])
@@ -286,17 +312,27 @@ class BackupStore:
     def read_backup(
         self, first_seq: int, last_seq: int, sensors: Sequence[str] | None = None
     ) -> pa.Table:
-        """Backup rows with ``first_seq <= seq <= last_seq`` as Arrow (``BACKUP_COLUMNS``)."""
+        """Backup rows with ``first_seq <= seq <= last_seq`` as Arrow (``BACKUP_COLUMNS``),
+        ordered by seq and sensor, read from the Parquet backup with DuckDB."""
         where = "seq BETWEEN ? AND ?"
         params: list[Any] = [first_seq, last_seq]
         if sensors is not None:
             where += " AND list_contains(?, sensor)"
             params.append(list(sensors))
-        sql = (
-            f"SELECT seq, event_time, sensor, value FROM backup WHERE {where} ORDER BY seq, sensor"
-        )
+        table = self._read_parquet(where, params)
+        return table.select(list(BACKUP_COLUMNS))
+
+    def _backup_files(self) -> tuple[Path, list[Path]]:
+        """The backup root and the files of the batches committed here (see the module doc)."""
         with self._cursor() as cur:
-            return cur.execute(sql, params).to_arrow_table()
+            cur.execute("SELECT run, batch_id FROM batches WHERE rows > 0 ORDER BY 1, 2")
+            keys = [(int(r), int(b)) for r, b in cur.fetchall()]
+        root = backup_parquet.local_root(self.backup_uri)
+        return root, backup_parquet.batch_files(root, keys)
+
+    def _read_parquet(self, where: str = "", params: Sequence[Any] = ()) -> pa.Table:
+        root, files = self._backup_files()
+        return backup_parquet.read_rows(root, files, where, params)
 
     def read_results(self, kind: str | None = None) -> pd.DataFrame:
         """Window results (``RESULT_COLUMNS`` plus run and batch_id), ordered by window."""
@@ -310,17 +346,18 @@ class BackupStore:
         tables = {"backup", "results", "batches", "plan_log", "late", "state", "plan_versions"}
         if table not in tables:
             raise StoreError(f"no table {table!r} in the backup store")
+        if table == "backup":  # run, batch_id, seq, event_time, sensor, value, plan_version
+            return self._read_parquet().to_pandas()
         with self._cursor() as cur:
             return cur.execute(f"SELECT * FROM {table}").df()
 
     def size(self) -> StoreSize:
-        """Backup rows and bytes (see ``StoreSize`` for what each counts)."""
-        with self._cursor() as cur:
-            cur.execute("SELECT coalesce(sum(rows), 0), coalesce(sum(bytes), 0) FROM batches")
-            rows, nbytes = cur.fetchone() or (0, 0)
+        """Backup rows and Parquet bytes, and the DuckDB file's size (see ``StoreSize``)."""
+        rows = self._scalar("SELECT coalesce(sum(rows), 0) FROM batches") or 0
+        _, parquet = self._backup_files()
         files = [self.path, self.path.with_name(self.path.name + ".wal")]
         on_disk = sum(f.stat().st_size for f in files if f.exists())
-        return StoreSize(int(rows), int(nbytes), int(on_disk))
+        return StoreSize(int(rows), backup_parquet.file_bytes(parquet), int(on_disk))
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self._cursor() as cur:

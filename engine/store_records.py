@@ -1,9 +1,9 @@
 """What the backup store writes and reads, as Python values: no DuckDB here.
 
-``BatchWrite`` is one micro-batch's rows, marker, state and plan version,
-committed together; ``VersionRecord`` one row of ``plan_versions``;
-``StoreSize`` and ``backup_bytes`` the backup volume in the row format. The
-column tuples name the frames each table takes.
+``BatchWrite`` is one micro-batch's results, marker, state and plan version,
+committed together (its backup rows are already in Parquet: ``BackupWritten``
+says how many); ``VersionRecord`` one row of ``plan_versions``; ``StoreSize``
+the backup volume. The column tuples name the frames each table takes.
 """
 
 from __future__ import annotations
@@ -15,19 +15,15 @@ import pandas as pd
 
 __all__ = [
     "BACKUP_COLUMNS",
-    "BACKUP_ROW_FIXED_BYTES",
     "LATE_COLUMNS",
     "RESULT_COLUMNS",
     "VERSION_COLUMNS",
+    "BackupWritten",
     "BatchWrite",
     "StoreSize",
     "VersionRecord",
-    "backup_bytes",
 ]
 
-# Bytes of one backup row in its row format: run INTEGER (4) + batch_id, seq,
-# event_time, value (8 each); the sensor name adds its UTF-8 length.
-BACKUP_ROW_FIXED_BYTES = 36
 BACKUP_COLUMNS = ("seq", "event_time", "sensor", "value")
 RESULT_COLUMNS = (
     "window_id",
@@ -81,17 +77,19 @@ VERSION_COLUMNS = (
 
 @dataclass(frozen=True, eq=False)
 class BatchWrite:
-    """Everything one micro-batch persists, committed together or not at all.
+    """Everything one micro-batch persists in DuckDB, committed together or not at all.
 
-    Frames: ``backup`` has ``BACKUP_COLUMNS``, ``results`` has ``RESULT_COLUMNS``,
-    ``late`` has ``LATE_COLUMNS``; any may be ``None``. ``max_seq`` is the largest
+    Frames: ``results`` has ``RESULT_COLUMNS``, ``late`` has ``LATE_COLUMNS``;
+    either may be ``None``. ``backup_rows`` and ``backup_bytes`` are what Spark
+    wrote to the batch's Parquet directory before; ``max_seq`` is the largest
     reading index the batch carried (-1 if none); ``state`` is the window-state
     snapshot after the batch.
     """
 
     run: int
     batch_id: int
-    backup: pd.DataFrame | None = None
+    backup_rows: int = 0
+    backup_bytes: int = 0
     results: pd.DataFrame | None = None
     late: pd.DataFrame | None = None
     max_seq: int = -1
@@ -101,19 +99,18 @@ class BatchWrite:
 
 @dataclass(frozen=True)
 class StoreSize:
-    """Backup volume. ``backup_bytes`` counts rows x the row format's bytes
-    (``BACKUP_ROW_FIXED_BYTES`` + sensor name); ``file_bytes`` is the DuckDB file
-    (and WAL) on disk, which also holds results and markers and grows in blocks."""
+    """Backup volume. ``backup_bytes`` is the Parquet files of the committed
+    batches on disk; ``file_bytes`` the DuckDB file (and WAL), which holds
+    results, markers and state and grows in blocks."""
 
     backup_rows: int
     backup_bytes: int
     file_bytes: int
 
 
-def backup_bytes(rows: pd.DataFrame | None) -> int:
-    """Bytes the backup rows occupy in the row format (see ``StoreSize``)."""
-    if rows is None or rows.empty:
-        return 0
-    counts = rows["sensor"].value_counts()
-    names = sum(len(str(s).encode()) * int(c) for s, c in counts.items())
-    return BACKUP_ROW_FIXED_BYTES * len(rows) + names
+@dataclass(frozen=True)
+class BackupWritten:
+    """What Spark wrote for one micro-batch's backup: rows and Parquet bytes."""
+
+    rows: int = 0
+    bytes: int = 0

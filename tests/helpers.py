@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.model import LinearMap
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...]) -> LinearMap:
@@ -37,3 +41,38 @@ SMALL_SENSORS = (
     "Dongsi_PM2.5",
 )
 SMALL_BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
+
+
+def write_backup_batch(target: str, rows: pd.DataFrame, plan_version: int = 0) -> int:
+    """Write backup ``rows`` (seq, event_time, sensor, value) to a batch directory in
+    the layout Spark's ``partitionBy("date")`` gives, then its ``_SUCCESS``; the
+    Parquet bytes. Stands in for Spark only in unit tests (tests/spark use Spark)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(target)
+    if folder.exists():  # Spark's mode("overwrite") replaces the whole directory
+        import shutil
+
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    times = pd.to_datetime(rows["event_time"], utc=True)
+    total = 0
+    for day, part in rows.groupby(times.dt.strftime("%Y-%m-%d")):
+        table = pa.table(
+            {
+                "event_time": pa.array(pd.to_datetime(part["event_time"], utc=True),
+                                       pa.timestamp("us", tz="UTC")),
+                "sensor": pa.array(part["sensor"].astype(str), pa.string()),
+                "value": pa.array(part["value"], pa.float64()),
+                "plan_version": pa.array([plan_version] * len(part), pa.int32()),
+                "seq": pa.array(part["seq"], pa.int64()),
+            }
+        )  # fmt: skip
+        out = folder / f"date={day}" / "part-00000.parquet"
+        out.parent.mkdir()
+        pq.write_table(table, out)
+        total += out.stat().st_size
+    (folder / "_SUCCESS").write_bytes(b"")
+    return total

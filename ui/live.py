@@ -181,8 +181,9 @@ def _ask_leftovers(
         st.session_state.pop(ASKING, None)
         return
     st.warning(
-        f"{pipeline_paths().root} holds an earlier run (backup store: "
-        f"{'yes' if found.store else 'no'}, checkpoint: {'yes' if found.checkpoint else 'no'}, "
+        f"{pipeline_paths().root} holds an earlier run (store: "
+        f"{'yes' if found.store else 'no'}, Parquet backup: {'yes' if found.backup else 'no'}, "
+        f"checkpoint: {'yes' if found.checkpoint else 'no'}, "
         f"{found.landed_files} landed file(s)). If it crashed, this is its backup: "
         "nothing is deleted unless you say so."
     )

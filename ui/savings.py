@@ -40,7 +40,7 @@ FLEET_FORMAT = {
 
 
 def measured_bytes_per_reading() -> float | None:
-    """Bytes per backup row the live pipeline wrote (row format), if it wrote any."""
+    """Parquet bytes per backup row the live pipeline wrote, if it wrote any."""
     s = resources.pipeline_manager().status()
     return s.backup_bytes / s.backup_rows if s.backup_rows else None
 

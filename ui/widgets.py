@@ -251,7 +251,7 @@ def fleet_inputs(plan_sensors: int, interval_s: float, measured_bytes: float | N
         value=float(round(measured_bytes, 1)) if measured_bytes else 16.0,
         step=1.0,
         key="w_bytes",
-        help="Measured by the live pipeline (its row format) when it has run; else 8-byte "
+        help="Measured by the live pipeline (its Parquet backup) when it has run; else 8-byte "
         "timestamp + 8-byte value.",
     )
     return FleetSpec(int(per_site), int(sites), float(interval), float(days), float(price),

@@ -158,7 +158,7 @@ class PipelineManager(ManagerViews):
         try:
             first = prepare_directory(paths, action, self._now)
             paths.ensure()
-            self._store = BackupStore(paths.store_file, self._now)
+            self._store = BackupStore(paths.store_file, self._now, paths.backup_uri)
             if action == "resume":
                 check_same_run(paths, identity)
                 reconcile(self._store, paths.checkpoint_dir)

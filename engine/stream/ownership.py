@@ -7,9 +7,12 @@ kernel drops the ``flock`` when its process dies, so a lock left by a crashed
 process on this host is taken over; a lock naming another host is never taken
 over (its process cannot be checked from here), the operator removes it.
 
-``Leftovers`` are an earlier run's store, checkpoint and landed input. They are
-never deleted implicitly: the caller resumes them, archives them (moved to
-``<root>/archive/<timestamp>/``) or deletes them on an explicit request.
+``Leftovers`` are an earlier run's store, checkpoint, landed input and Parquet
+backup. They are never deleted implicitly: the caller resumes them, archives
+them (moved to ``<root>/archive/<timestamp>/``; a backup outside ``root``, e.g.
+on a shared mount, is renamed beside itself instead, so it stays there) or
+deletes them on an explicit request. A backup URI that is not local cannot be
+listed from here: archiving or deleting it is refused (the operator does it).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Literal
 
-from engine.errors import ParameterError, PipelineError
+from engine.backup_parquet import local_root
+from engine.errors import ParameterError, PipelineError, StoreError
 from engine.store import BackupStore
 from engine.stream.feeder import spark_committed_batches
 from engine.stream.pipeline import RUN_FILE
@@ -126,10 +130,11 @@ class Leftovers:
     checkpoint: bool  # a non-empty checkpoint directory
     landed_files: int
     run_marker: bool = False  # the checkpoint names its run (``RUN_FILE``)
+    backup: bool = False  # a non-empty local Parquet backup directory
 
     @property
     def any(self) -> bool:
-        return self.store or self.checkpoint or self.landed_files > 0
+        return self.store or self.checkpoint or self.landed_files > 0 or self.backup
 
     @property
     def resumable(self) -> bool:
@@ -144,7 +149,27 @@ def find_leftovers(paths: PipelinePaths) -> Leftovers:
         checkpoint=ck.is_dir() and any(ck.iterdir()),
         landed_files=sum(1 for _ in landing.glob("*.parquet")) if landing.is_dir() else 0,
         run_marker=(ck / RUN_FILE).exists(),
+        backup=(b := _local_backup(paths)) is not None and b.is_dir() and any(b.iterdir()),
     )
+
+
+def _local_backup(paths: PipelinePaths) -> Path | None:
+    """The backup directory when it is local (None for another URI scheme)."""
+    try:
+        return local_root(paths.backup_uri)
+    except StoreError:
+        return None
+
+
+def _backup_part(paths: PipelinePaths, verb: str) -> Path | None:
+    """The earlier run's local backup directory to ``verb`` (None if there is none)."""
+    backup = _local_backup(paths)
+    if backup is None:
+        raise PipelineError(
+            f"cannot {verb} the backup at {paths.backup_uri!r} from here (not a local or "
+            "mounted path); do it with that storage's tools, or use a new backup location"
+        )
+    return backup if backup.exists() else None
 
 
 def check_action(action: str) -> None:
@@ -170,9 +195,14 @@ def archive_leftovers(paths: PipelinePaths, now: Callable[[], datetime]) -> Path
         n += 1
         target = paths.root / ARCHIVE_DIR / f"{stamp}-{n}"
     try:
+        backup = _backup_part(paths, "archive")
         target.mkdir(parents=True)
         for part in _run_parts(paths):
             shutil.move(str(part), str(target / part.name))
+        if backup is not None and backup.is_relative_to(paths.root):
+            shutil.move(str(backup), str(target / "backup"))
+        elif backup is not None:  # elsewhere (a shared mount): it stays there, renamed
+            shutil.move(str(backup), str(backup.with_name(f"{backup.name}.archive-{target.name}")))
     except OSError as err:
         raise PipelineError(
             f"cannot archive the earlier run of {str(paths.root)!r} to {str(target)!r}: {err}"
@@ -183,7 +213,8 @@ def archive_leftovers(paths: PipelinePaths, now: Callable[[], datetime]) -> Path
 def delete_leftovers(paths: PipelinePaths) -> None:
     """Delete the earlier run's store, checkpoint and input (explicit request only)."""
     try:
-        for part in _run_parts(paths):
+        backup = _backup_part(paths, "delete")
+        for part in [*_run_parts(paths), *([backup] if backup is not None else [])]:
             shutil.rmtree(part) if part.is_dir() else part.unlink()
     except OSError as err:
         raise PipelineError(f"cannot clear {str(paths.root)!r}: {err}") from err
@@ -201,8 +232,8 @@ def prepare_directory(paths: PipelinePaths, action: str, now: Callable[[], datet
         raise PipelineError(
             f"{str(paths.root)!r} holds an earlier run that no process owns (store: "
             f"{found.store}, checkpoint: {found.checkpoint}, {found.landed_files} landed "
-            "file(s)): resume it (leftovers='resume'), archive it (leftovers='archive') "
-            "or delete it (leftovers='delete')"
+            f"file(s), backup: {found.backup}): resume it (leftovers='resume'), archive "
+            "it (leftovers='archive') or delete it (leftovers='delete')"
         )
     if action == "archive":
         archive_leftovers(paths, now)
@@ -264,6 +295,16 @@ def reconcile(store: BackupStore, checkpoint: Path) -> int:
             f"that Spark's checkpoint committed: {shown}; their backup rows are lost (truncated "
             "or corrupt store?). Archive this run and start a new one; do not resume it"
         )
+    try:
+        local_root(store.backup_uri)
+    except StoreError:
+        return run  # a backup Spark reaches but this process cannot list: not checked here
+    try:
+        store.size()  # every committed batch with rows has its _SUCCESS (or StoreError)
+    except StoreError as err:
+        raise PipelineError(
+            f"{err}. Archive this run and start a new one; do not resume it"
+        ) from err
     return run
 
 

@@ -4,8 +4,10 @@
 functions of ``engine.stream.batch``: (a) the backup writer keeps the readings
 the mode asks for, (b) window aggregates are emitted as windows complete, (c)
 the shadow check measures what recovery from the backup sensors would have
-missed. A batch's backup rows, results, late readings, marker and window-state
-snapshot go to the store in one transaction, keyed by ``(run, batch_id)``.
+missed. Spark writes the batch's backup rows to its own Parquet directory
+(``engine.backup_parquet``, overwritten by a replay) first; then its results,
+late readings, marker and window-state snapshot go to the store in one DuckDB
+transaction, keyed by ``(run, batch_id)``.
 
 PySpark is imported inside functions only.
 """
@@ -16,7 +18,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +27,8 @@ import pandas as pd
 
 from engine.errors import PipelineError
 from engine.store import BackupStore
-from engine.store_records import BatchWrite
+from engine.store_records import BackupWritten, BatchWrite
+from engine.stream.backup_writer import write_batch
 from engine.stream.batch import (
     LATE_COLUMNS,
     WindowAdvance,
@@ -55,7 +58,10 @@ from engine.stream.status import StatusBoard
 from engine.stream.switching import PlanSwitching, _last_time
 from engine.stream.versions import PendingPlan, PlanVersion
 
-__all__ = ["END_OF_FEED", "RUN_FILE", "LivePipeline"]
+__all__ = ["END_OF_FEED", "RUN_FILE", "BackupWriter", "LivePipeline"]
+
+# (micro-batch DataFrame, target URI, sensors, plan version) -> Parquet bytes written
+BackupWriter = Callable[[Any, str, Sequence[str], int], int]
 
 RUN_FILE = "lacuna_run.json"
 
@@ -86,12 +92,14 @@ class LivePipeline(PlanSwitching, BatchReporting):
         fault: Fault | None = None,
         source: StreamSource | None = None,
         version: PlanVersion | None = None,
+        backup_writer: BackupWriter = write_batch,
     ) -> None:
         check_mode(mode)
         self.spark, self.mode, self.paths, self.store = spark, mode, paths, store
         self.board = board or StatusBoard()
         self.options = options or PipelineOptions()
         self.monitor, self.stage, self.fault = monitor, stage, fault
+        self._write_backup = backup_writer
         self.source: StreamSource = source or LandingDirSource(
             paths.landing_dir, self.options.max_files_per_trigger
         )
@@ -215,11 +223,13 @@ class LivePipeline(PlanSwitching, BatchReporting):
         spec = version.spec
         advance, late, errors = self._compute(pdf, spec)
         t2 = time.perf_counter()
-        backup = select_backup_rows(pdf, spec.stored_sensors(self.mode))
+        backup = self._backup(df, pdf, batch_id, spec.stored_sensors(self.mode), version.id)
+        t_backup = time.perf_counter()
         write = BatchWrite(
             run=self.run,
             batch_id=batch_id,
-            backup=backup,
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
             results=self._results(advance, spec),
             late=late,
             max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
@@ -236,8 +246,25 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._report(pdf, advance, late, errors, backup, version)
         self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
         self.board.add_profile(
-            {"to_pandas": t1 - t0, "windows_and_shadow": t2 - t1, "store": t3 - t2, "batches": 1}
+            {
+                "to_pandas": t1 - t0,
+                "windows_and_shadow": t2 - t1,
+                "backup_write": t_backup - t2,
+                "store": t3 - t_backup,
+                "batches": 1,
+            }
         )
+
+    def _backup(
+        self, df: Any, pdf: pd.DataFrame, batch_id: int, sensors: Sequence[str], version: int
+    ) -> BackupWritten:
+        """Spark writes the rows of ``sensors`` to the batch's Parquet directory (before
+        the store commits the batch); their count comes from the same rows in pandas."""
+        rows = len(select_backup_rows(pdf, sensors)) if sensors else 0
+        if rows == 0:
+            return BackupWritten()
+        target = self.store.batch_uri(self.run, batch_id)
+        return BackupWritten(rows, self._write_backup(df, target, sensors, version))
 
     def _results(self, advance: WindowAdvance, spec: StreamSpec) -> pd.DataFrame:
         """Live window results plus, with a disorder stage, its versioned results
@@ -318,8 +345,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self.store.commit_batch(write)
         self._state = advance.state
         none = released.iloc[0:0]
-        self._report(none, advance, late, errors, none, version)
-        self._record(END_OF_FEED, none, advance, late, none, None, None)
+        self._report(none, advance, late, errors, BackupWritten(), version)
+        self._record(END_OF_FEED, none, advance, late, BackupWritten(), None, None)
         return len(advance.closed)
 
     def _fault_hook(self, batch_id: int, point: str) -> Callable[[], None]:

@@ -31,8 +31,9 @@ class RecoveryReport:
     (``window_ids``) and sensor (``sensors`` order). Violation rates count
     errors above ``eps``; ``violation_rate`` is over the (window, reconstructed
     sensor) pairs, 0 when nothing is reconstructed. ``backup_rows`` are the rows
-    read from the backup for the lost range; ``backup_bytes`` is everything the
-    store holds, in the row format (``backup_file_bytes`` is the file on disk).
+    read from the backup for the lost range; ``backup_bytes`` is the whole
+    Parquet backup on disk (``backup_file_bytes`` the DuckDB file of the small
+    tables: results, markers, state).
     """
 
     mode: str

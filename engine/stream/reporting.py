@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.store_records import backup_bytes
+from engine.store_records import BackupWritten
 from engine.stream.batch import WindowAdvance
 from engine.stream.spec import Monitor, Stage
 from engine.stream.status import StatusBoard
@@ -32,15 +32,15 @@ class BatchReporting:
         advance: WindowAdvance,
         late: pd.DataFrame,
         errors: np.ndarray | None,
-        backup: pd.DataFrame,
+        backup: BackupWritten,
         version: PlanVersion,
     ) -> None:
         spec = version.spec
         self.board.add(
             batches=1,
             input_rows=len(pdf),
-            backup_rows=len(backup),
-            backup_bytes=backup_bytes(backup),
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
             windows_emitted=len(advance.closed),
             late_rows=len(late),
             duplicate_readings=advance.duplicates,
@@ -65,7 +65,7 @@ class BatchReporting:
         pdf: pd.DataFrame,
         advance: WindowAdvance,
         late: pd.DataFrame,
-        backup: pd.DataFrame,
+        backup: BackupWritten,
         duration_ms: float | None,
         store_ms: float | None,
     ) -> None:
@@ -85,8 +85,8 @@ class BatchReporting:
             input_rows=len(pdf),
             duration_ms=duration_ms,
             store_ms=store_ms,
-            backup_rows=len(backup),
-            backup_bytes=backup_bytes(backup),
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
             windows=len(advance.closed),
             alerts=alerts,
             late=len(late),

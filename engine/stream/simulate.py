@@ -56,7 +56,7 @@ def simulate_from_cli(
             StreamSpec.from_plan(plan),
             args.mode,
             args.fail_at,
-            PipelinePaths(root),
+            PipelinePaths(root, backup=getattr(args, "backup", None)),
             SparkSettings(master=args.master),
             monitor_factory=lambda manager: replanning_monitor(
                 _kept(managers, manager),

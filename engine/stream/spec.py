@@ -193,13 +193,19 @@ def align_history(history: HistoryLike, sensors: Sequence[str]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PipelinePaths:
-    """Where the pipeline reads and writes. Every location can be overridden."""
+    """Where the pipeline reads and writes. Every location can be overridden.
+
+    ``backup`` is a path or any URI Spark writes (``file://``, a shared mount,
+    ``s3a://`` with its connector); the embedded store reads it back only when
+    it is local or mounted. Default ``<root>/backup``.
+    """
 
     root: Path
     landing: Path | None = None
     checkpoint: Path | None = None
     store: Path | None = None
     truth: Path | None = None
+    backup: str | Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
@@ -212,6 +218,12 @@ class PipelinePaths:
         for name, default in defaults.items():
             value = getattr(self, name)
             object.__setattr__(self, name, Path(value) if value else self.root / default)
+        # A URI stays text: Path("s3a://b/x") would fold its "//".
+        object.__setattr__(self, "backup", str(self.backup or self.root / "backup"))
+
+    @property
+    def backup_uri(self) -> str:
+        return str(self.backup)
 
     @property
     def landing_dir(self) -> Path:

@@ -53,6 +53,7 @@ def crashed(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[StartRecorder, Pa
     (root / "checkpoint").mkdir(parents=True)
     (root / "checkpoint" / RUN_FILE).write_text('{"run": 0}')
     (root / "store.duckdb").write_bytes(b"backup rows")
+    (root / "backup" / "run=0" / "batch_id=0").mkdir(parents=True)
     manager = StartRecorder()
     monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
     # start() sets the monitor's schedule switch and logs the monitor: a real one, never run,
@@ -77,6 +78,7 @@ def test_start_after_a_crash_asks_and_deletes_only_when_confirmed(app, crashed):
     assert manager.starts == []  # nothing started, nothing touched yet
     assert (root / "store.duckdb").read_bytes() == b"backup rows"
     assert any("nothing is deleted unless you say so" in w.value for w in app.warning)
+    assert any("Parquet backup: yes" in w.value for w in app.warning)
     radio = app.radio(key="w_leftovers")
     assert [o for o in radio.options if "Resume" in o]  # checkpoint and store: resumable
     delete = next(o for o in radio.options if o.startswith("Delete"))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from engine.aggregates import window_aggregates
@@ -80,6 +81,39 @@ def test_a_stopped_run_resumes_from_its_checkpoint_without_loss_or_duplicates(
     wide = results.pivot(index="window_id", columns="sensor", values="value")[list(spec.sensors)]
     expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
     np.testing.assert_allclose(wide.to_numpy(), expected)
+
+
+def test_a_backup_on_a_shared_mount_outlives_the_drivers_disk(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    """The simulated failure keeps the backup; then the whole work directory (store,
+    checkpoint, landing) is lost, and the shared Parquet backup alone rebuilds every
+    row without Spark, as the plan's map does on the truth."""
+    from engine.export.backup_dataset import read_backup
+    from engine.export.recover import recover_dataset
+    from tests.production_reference import write_config
+
+    shared = tmp_path / "mnt" / "backup"
+    paths = PipelinePaths(tmp_path / "driver", backup=shared)
+    report = run_simulation(history, spec, "approx", 0.5, paths, LOCAL, rows_per_file=5,
+                            options=FAST)  # fmt: skip
+    assert report.windows_lost >= 2 and report.windows_recovered == report.windows_lost
+    with BackupStore(paths.store_file) as store:
+        assert store.backup_uri == str(shared)
+        runs = sorted(store.read_table("backup")["run"].unique().tolist())
+    assert runs == [0, 1]  # the failed run's backup and the restarted run's
+    shutil.rmtree(paths.root)  # the driver's disk is gone
+    long = read_backup(shared)
+    assert not long.duplicated(["event_time", "sensor"]).any()
+    assert len(long) == len(history.times) * len(spec.backup_sensors)
+    config = tmp_path / "plan.json"
+    write_config(config, history, backup=spec.backup_sensors, lm=spec.linear_map)
+    result = recover_dataset(config, shared, tmp_path / "rebuilt.parquet")
+    assert result.rows == len(history.times)
+    rebuilt = pd.read_parquet(tmp_path / "rebuilt.parquet")
+    lm = spec.linear_map
+    expected = lm.apply(history.values[:, [history.sensors.index(b) for b in lm.backup]])
+    np.testing.assert_allclose(rebuilt[list(lm.sensors)].to_numpy(), expected, rtol=1e-12)
 
 
 def test_the_failure_strikes_the_same_rows_inside_a_window_whatever_the_batching(

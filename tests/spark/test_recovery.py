@@ -15,10 +15,11 @@ from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
 from engine.store import BackupStore
 from engine.store_records import BatchWrite
+from engine.stream.backup_writer import write_batch
 from engine.stream.manager import PipelineManager
 from engine.stream.recovery import LostRange, recover_lost_range
 from engine.stream.recovery_report import RecoveryReport
-from engine.stream.session import SparkSettings
+from engine.stream.session import SparkSettings, get_spark
 from engine.stream.simulation import run_simulation
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.versions import PlanVersion
@@ -66,7 +67,18 @@ def commit_backup(
     )
     if drop is not None:
         frame = frame[~((frame["seq"] == drop[0]) & (frame["sensor"] == drop[1]))]
-    store.commit_batch(BatchWrite(run=0, batch_id=batch_id, backup=frame, max_seq=int(seqs[-1])))
+    # as the live pipeline does: Spark writes the batch's Parquet, then the store commits it
+    spark = get_spark(LOCAL)
+    nbytes = write_batch(spark.createDataFrame(frame), store.batch_uri(0, batch_id), sensors, 0)
+    store.commit_batch(
+        BatchWrite(
+            run=0,
+            batch_id=batch_id,
+            backup_rows=len(frame),
+            backup_bytes=nbytes,
+            max_seq=int(seqs[-1]),
+        )
+    )
 
 
 @pytest.mark.parametrize(("aggregate", "window", "slide"), [("avg", 8, 4), ("max", 6, 6)])

@@ -149,6 +149,13 @@ def test_a_new_manager_rebuilds_every_row_with_its_governing_version(
             ids, got = recovered(store, spec, None)
             assert ids.tolist() == list(report.window_ids)
             np.testing.assert_allclose(got, per_window(expected_rows, ids, spec), rtol=1e-9)
+            # Spark wrote every row's backup under the version that governed it, in Parquet
+            backup = store.read_table("backup")
+            by_id = {v.id: v for v in versions}
+            assert len(backup) and not backup.duplicated(["seq", "sensor"]).any()
+            for (version, seq), group in backup.groupby(["plan_version", "seq"]):
+                assert by_id[version].governs(seq)
+                assert set(group["sensor"]) == set(by_id[version].spec.backup_sensors)
             expected = {
                 str(v.id): sum(1 for r in range(lo, hi + 1) if v.governs(r)) for v in versions
             }

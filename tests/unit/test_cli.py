@@ -180,3 +180,35 @@ def test_simulate_refuses_a_bad_horizon_or_replay_before_spark_starts(
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], done.stderr
+
+
+def test_simulate_passes_its_backup_uri_to_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``simulate --backup URI`` puts the Parquet backup there (default: WORKDIR/backup)."""
+    import engine.stream.simulation as simulation
+    from engine.cli_parser import build_parser
+    from engine.data import load_history
+    from engine.planning import PlanParameters
+    from engine.stream.simulate import simulate_from_cli
+
+    seen: list[object] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(*args: object, **kwargs: object) -> None:
+        seen.append(args[4])  # the PipelinePaths
+        raise Stop
+
+    monkeypatch.setattr(simulation, "run_simulation", fake_run)
+    history = load_history(SMALL).select(list(load_history(SMALL).sensors[:4]))
+    params = PlanParameters(eps=1.0, delta=0.1, window=24, aggregate="avg")
+    for extra, want in (
+        (["--backup", "file:///mnt/shared/backup"], "file:///mnt/shared/backup"),
+        ([], None),
+    ):
+        flags = ["--data", "x", "--eps", "1", "--delta", "0.1", "--window", "24", *extra]
+        args = build_parser().parse_args(["simulate", *flags])
+        with pytest.raises(Stop):
+            simulate_from_cli(history, params, args)
+        paths = seen.pop()
+        assert paths.backup_uri == (want or str(paths.root / "backup"))  # type: ignore[attr-defined]

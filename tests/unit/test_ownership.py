@@ -27,6 +27,7 @@ from engine.stream.ownership import (
     LOCK_NAME,
     DirectoryLock,
     archive_leftovers,
+    delete_leftovers,
     find_leftovers,
     read_owner,
     record_run,
@@ -91,6 +92,8 @@ def crashed_run(paths: PipelinePaths) -> bytes:
     (paths.checkpoint_dir / "commits").mkdir(parents=True)
     (paths.checkpoint_dir / RUN_FILE).write_text(json.dumps({"run": 0}))
     (paths.landing_dir / "part-0000000000-00000000.parquet").write_bytes(b"PAR1")
+    (Path(paths.backup_uri) / "run=0" / "batch_id=0").mkdir(parents=True)
+    (Path(paths.backup_uri) / "run=0" / "batch_id=0" / "_SUCCESS").write_bytes(b"")
     return paths.store_file.read_bytes()
 
 
@@ -163,8 +166,29 @@ def test_a_crashed_run_is_kept_until_resumed_archived_or_deleted_on_request(
     assert (target / "store.duckdb").read_bytes() == before
     assert (target / "checkpoint" / RUN_FILE).exists()
     assert (target / "landing" / "part-0000000000-00000000.parquet").exists()
+    assert (target / "backup" / "run=0" / "batch_id=0" / "_SUCCESS").exists()
     assert not find_leftovers(paths).any
     assert archive_leftovers(paths, now).name == "20261123T120000000000Z-1"  # never clobbers
+
+
+def test_a_backup_on_a_shared_mount_is_archived_in_place_and_deleted_on_request(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "mnt" / "backup"
+    paths = PipelinePaths(tmp_path / "home", backup=shared)
+    (shared / "run=0" / "batch_id=0").mkdir(parents=True)
+    found = find_leftovers(paths)
+    assert found.backup and found.any and not found.store  # a backup alone is a leftover
+    target = archive_leftovers(paths, now)
+    assert not shared.exists() and not (target / "backup").exists()
+    assert (tmp_path / "mnt" / f"backup.archive-{target.name}" / "run=0").is_dir()
+    (shared / "run=0").mkdir(parents=True)
+    delete_leftovers(paths)
+    assert not shared.exists() and not find_leftovers(paths).any
+    remote = PipelinePaths(tmp_path / "r", backup="s3a://bucket/backup")
+    assert not find_leftovers(remote).backup  # cannot be listed from here
+    with pytest.raises(PipelineError, match="cannot archive the backup at 's3a://bucket/backup'"):
+        archive_leftovers(remote, now)
 
 
 def killed_store(paths: PipelinePaths, batches: int) -> Path:
@@ -176,12 +200,15 @@ def killed_store(paths: PipelinePaths, batches: int) -> Path:
         import pandas as pd
         from engine.store import BackupStore
         from engine.store_records import BatchWrite
+        from tests.helpers import write_backup_batch
         store = BackupStore({str(paths.store_file)!r})
         store._con.execute("CHECKPOINT")
         for b in range({batches}):
             rows = pd.DataFrame({{"seq": [b], "event_time": [pd.Timestamp("2024-01-01")],
                                   "sensor": ["a"], "value": [1.0]}})
-            store.commit_batch(BatchWrite(run=0, batch_id=b, backup=rows, max_seq=b))
+            n = write_backup_batch(store.batch_uri(0, b), rows)
+            store.commit_batch(BatchWrite(run=0, batch_id=b, backup_rows=1, backup_bytes=n,
+                                          max_seq=b))
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -225,6 +252,22 @@ def test_an_intact_wal_after_a_kill_reconciles(tmp_path: Path) -> None:
     with BackupStore(paths.store_file) as store:
         assert reconcile(store, paths.checkpoint_dir) == 0
         assert store.committed_batches(0) == list(range(6))
+        assert len(store.read_table("backup")) == 6
+
+
+def test_a_resume_is_refused_when_a_committed_batch_lost_its_parquet_backup(
+    tmp_path: Path,
+) -> None:
+    from engine.stream.ownership import reconcile
+
+    paths = PipelinePaths(tmp_path)
+    killed_store(paths, 4)
+    (Path(paths.backup_uri) / "run=0" / "batch_id=2" / "_SUCCESS").unlink()
+    with (
+        BackupStore(paths.store_file) as store,
+        pytest.raises(PipelineError, match=r"batch 2 of run 0 .*_SUCCESS.*do not resume"),
+    ):
+        reconcile(store, paths.checkpoint_dir)
 
 
 def test_a_run_is_resumed_only_with_its_own_sensors_windows_and_mode(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from engine.stream.feeder import Feeder, FeedOptions
 from engine.stream.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
 from engine.stream.status import StatusBoard
-from tests.helpers import fit_map
+from tests.helpers import fit_map, write_backup_batch
 
 SENSORS = ("a", "b", "c", "d")
 
@@ -402,6 +402,9 @@ def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: 
             store,
             stage=stage,
             fault=Fault(1, "before_commit"),
+            backup_writer=lambda df, target, sensors, version: write_backup_batch(
+                target, select_backup_rows(df.frame, sensors), version
+            ),
         )
         pipeline.run = 0
         pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
@@ -415,6 +418,7 @@ def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: 
         np.testing.assert_allclose(
             res[list(SENSORS)].to_numpy(), window_aggregates(h.values, 4, 4, "avg")
         )
-        backup = store.read_table("backup")
+        backup = store.read_table("backup")  # the failed attempt's directory was overwritten
         assert len(backup) == 16 and not backup.duplicated(["seq", "sensor"]).any()
+        assert backup["seq"].tolist() == list(range(16)) and set(backup["batch_id"]) == {0, 1}
         assert pipeline.board.snapshot().input_rows == 64

@@ -13,7 +13,7 @@ import pytest
 
 from engine.errors import ParameterError
 from engine.store import BackupStore
-from engine.store_records import BatchWrite
+from engine.store_records import BackupWritten, BatchWrite
 from engine.stream.rebuild import reconstruct_frame
 from engine.stream.spec import StreamSpec
 from engine.stream.versions import (
@@ -148,7 +148,7 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
     errors = np.abs(np.random.default_rng(6).normal(0.0, 0.5, size=(12, 4)))
     empty = pd.DataFrame()
     version = PlanVersion(3, "alert", "re-planned", s, T0, 40)
-    reporting._report(empty, advance, empty, errors, empty, version)
+    reporting._report(empty, advance, empty, errors, BackupWritten(), version)
     misses = (errors > 0.5)[:, 1:]  # b, c and d are rebuilt from a
     assert reporting.monitor.versions() == [3]
     assert reporting.monitor.rates(3)["c"] == (int(misses[:, 1].sum()), 12)
