@@ -1,15 +1,21 @@
 """The production job: ``python -m engine run`` or ``spark-submit engine/stream/job.py``.
 
-Two streaming queries over the landing directory (Parquet files with
-``event_time, sensor, value``; extra columns such as ``seq`` are ignored):
+One streaming query over the landing directory (Parquet files with
+``event_time, sensor, value``; extra columns such as ``seq`` are ignored)
+whose ``foreachBatch`` (``engine.stream.sink.BatchWriter``), per micro-batch:
 
-* ``lacuna_backup``: the backup sensors' readings through Spark's Parquet
-  file sink into ``--backup`` (exactly once through its metadata log);
-* ``lacuna_windows``: event-time windows with a watermark, then per
-  micro-batch the shadow check (what recovery from the backup would give)
-  written as Parquet results and JSON-line metrics next to the backup.
+* writes the backup sensors' readings under ``--backup`` (exactly once: one
+  directory per batch id, overwritten on replay, committed by ``_SUCCESS``);
+* reduces the batch to partial window aggregates on the executors, merges
+  them into the open windows on the driver, and shadow-checks the windows the
+  watermark closed (what recovery from the backup would give), written as
+  Parquet results and JSON-line metrics next to the backup.
 
-Both resume from ``--checkpoint``. SIGTERM stops the queries and exits 0.
+One query, not one per output: each landing file is read by one Spark job
+for the backup and one for the partials, and a window closes in the batch
+that passes it (no extra no-data batch). Resumes from ``--checkpoint``
+(Spark's offsets plus the window state per batch id). SIGTERM stops the query
+and exits 0.
 Metrics go to stderr as JSON lines; the final report to stdout.
 """
 
@@ -31,7 +37,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` 
 
 from engine.errors import EngineError, ParameterError, PipelineError
 
-PROGRESS_KEYS = ("batchId", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+PROGRESS_KEYS = ("batchId", "numInputRows", "processedRowsPerSecond", "durationMs")
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,7 @@ class JobReport:
     """What a run did (totals over this process's micro-batches)."""
 
     stopped_by: str  # "available_now" (all landed files done) or "signal"
-    backup_batches: int
-    window_batches: int
+    batches: int
     input_rows: int
     windows: int
     rebuilt_pairs: int
@@ -105,11 +110,11 @@ def run_job(
     log: Callable[[dict[str, Any]], None] = log_json,
     now: Callable[[], float] = time.time,
 ) -> JobReport:
-    """Run both queries until all landed files are done (``available_now``) or ``stop``.
+    """Run the job's query until all landed files are done (``available_now``) or ``stop``.
 
     ``config`` is an ``engine.export.BackupConfig``.
     """
-    from engine.stream.sink import ShadowWriter, SinkPaths, start_backup_query, start_window_query
+    from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
 
     started = now()
@@ -119,23 +124,24 @@ def run_job(
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
     trigger = (settings.available_now, settings.trigger_s)
-    writer = ShadowWriter(
-        spark, config.linear_map(), spec, paths, settings.plan_version, log, now=now
+    writer = BatchWriter(
+        spark,
+        config.linear_map(),
+        spec,
+        paths,
+        tuple(config.backup_sensors),
+        partition_columns(float(params["sampling_interval_s"])),
+        settings.plan_version,
+        log,
+        now=now,
     )
-    readings = read_landing(spark, settings)
-    partitions = partition_columns(float(params["sampling_interval_s"]))
-    queries = [
-        start_backup_query(
-            readings, paths, config.backup_sensors, settings.plan_version, partitions, trigger
-        ),
-        start_window_query(readings, writer, paths, trigger),
-    ]
-    counts = _watch(queries, stop, log)
+    query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
+    counts = _watch([query], stop, log)
     return JobReport(
         stopped_by="signal" if stop.is_set() else "available_now",
-        backup_batches=counts["lacuna_backup"][0],
-        window_batches=counts["lacuna_windows"][0],
-        input_rows=counts["lacuna_windows"][1],
+        batches=counts[query.name][0],
+        # not Spark's numInputRows: it counts each of the batch's two scans
+        input_rows=writer.totals["readings"],
         windows=writer.totals["windows"],
         rebuilt_pairs=writer.totals["pairs"],
         misses=writer.totals["misses"],
