@@ -156,9 +156,17 @@ def _run_query(
     now: Callable[[], float],
     started: float,
 ) -> JobReport:
+    from engine.stream.durable import DurableFiles
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
 
+    # The two-query job (before one query) kept "backup" and "windows" here; resuming
+    # would read every landed file again into the new layout and back it up twice.
+    if {"backup", "windows"} & set(DurableFiles(spark).names(settings.checkpoint)):
+        raise PipelineError(
+            f"checkpoint {settings.checkpoint!r} was written by the two-query job of an "
+            "earlier version: start with a new --checkpoint and --backup"
+        )
     params = config.parameters
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
