@@ -163,7 +163,7 @@ def lacuna_backup(spark: Any, config: Any, landing: Path, out: Path, files_per_b
     report = run_job(spark, config, settings, threading.Event(), log=lambda _r: None)
     return {
         "seconds": round(time.perf_counter() - t0, 2),
-        "batches": report.backup_batches,
+        "batches": report.batches,
         "misses": report.misses,
         "windows": report.windows,
     }

@@ -1,10 +1,16 @@
 """Read the production job's backup (a Parquet dataset written by Spark) with DuckDB.
 
-No Spark needed. Exactly once: when the directory has Spark's file-sink log
-(``_spark_metadata``), only the files it committed are read, so part files of
-an attempt that failed before its commit are never counted. Without the log
-every ``*.parquet`` under the directory is read, skipping names that start with
-``_`` or ``.`` (as Spark and Hive do).
+No Spark needed. Exactly once, for either layout:
+
+* the job's own (``engine.stream.sink``): one ``batch_id=N`` directory per
+  micro-batch, read only when it holds ``_SUCCESS`` (Spark writes it after the
+  batch's files are all in place; a replay overwrites the whole directory), so
+  files of an attempt that failed before its commit are never counted;
+* Spark's file sink (a user's own job, the exported snippet): when the
+  directory has its log (``_spark_metadata``), only the files it committed.
+
+Otherwise every ``*.parquet`` under the directory is read. Names that start
+with ``_`` or ``.`` are skipped (as Spark and Hive do).
 
 The directory is taken exactly as named: the files are listed here, never
 through a glob, so ``[ ] * ?`` in a path are ordinary characters. A time range
@@ -28,6 +34,8 @@ import pyarrow.dataset as pads
 from engine.errors import DataError
 
 META_DIR = "_spark_metadata"
+BATCH_PREFIX = "batch_id="
+COMMIT_MARKER = "_SUCCESS"
 TIME = "CAST(event_time AS TIMESTAMP)"
 
 
@@ -59,9 +67,16 @@ def committed_files(root: Path) -> list[Path]:
         return _logged_files(root, meta)
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and _committed(folder, d))
         found += [Path(folder) / f for f in sorted(files) if f.endswith(".parquet")]
     return found
+
+
+def _committed(folder: str, name: str) -> bool:
+    """A micro-batch directory counts once its commit marker is there; others always."""
+    return not name.startswith(BATCH_PREFIX) or os.path.exists(
+        os.path.join(folder, name, COMMIT_MARKER)
+    )
 
 
 def _logged_files(root: Path, meta: Path) -> list[Path]:

@@ -1,8 +1,8 @@
 """Thin Spark transformations of the production job (no session, no I/O).
 
 Every function takes and returns DataFrames, so the work runs on executors:
-the backup filter, the windowed aggregates and the shadow check. The driver
-only starts queries and keeps small summaries.
+the backup filter and each micro-batch's partial window aggregates (see
+``engine.stream.partials``, which merges them on the driver).
 
 Readings have ``event_time`` (timestamp, UTC), ``sensor`` (string) and
 ``value`` (double). Windows are Spark's event-time windows, aligned to the
@@ -14,11 +14,10 @@ PySpark is imported inside functions only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from engine.aggregates import AGGREGATES
@@ -27,9 +26,9 @@ from engine.model.linear import LinearMap
 
 READING_SCHEMA = "event_time timestamp, sensor string, value double"
 BACKUP_COLUMNS: tuple[str, ...] = ("event_time", "sensor", "value", "plan_version")
-RESULT_SCHEMA = (
-    "window_start timestamp, window_end timestamp, sensor string, n long, "
-    "value double, rebuilt double, error double, miss boolean, backed_up boolean"
+PARTIAL_SCHEMA = (
+    "window_start long, window_end long, sensor string, n long, agg double, "
+    "rebuilt double, rebuilt_n long"
 )
 HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
 
@@ -90,177 +89,72 @@ def backup_rows(
     return out
 
 
-def _window(spec: WindowSpec) -> Any:
-    from pyspark.sql import functions as F
+def _windowed(readings: Any, spec: WindowSpec) -> Any:
+    """Readings with their window's start and end (epoch microseconds, aligned to the
+    epoch as Spark's ``window``); a reading in ``k`` overlapping windows appears ``k``
+    times, ``first`` true once per reading.
 
-    return F.window("event_time", f"{spec.window_s:g} seconds", f"{spec.slide_s:g} seconds")
-
-
-def window_aggregates(readings: Any, spec: WindowSpec) -> Any:
-    """Per (window, sensor): n and the job's aggregate; a streaming aggregation.
-
-    With a watermark, append mode emits each window once, after the watermark
-    passes its end.
+    Integer arithmetic rather than ``F.window``: the same windows, but no
+    timestamp struct per row; on 1.32 M readings the batch's aggregation took
+    1.1 s instead of 1.9 s (see the README).
     """
     from pyspark.sql import functions as F
 
-    agg = {"avg": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[spec.aggregate]
+    w_us, s_us = round(spec.window_s * 1e6), round(spec.slide_s * 1e6)
+    t = F.unix_micros("event_time")
+    latest = t - F.pmod(t, F.lit(s_us))  # the last window starting at or before t
+    cols = ["event_time", "sensor", "value"]
+    per_reading = -(-w_us // s_us)
+    if per_reading == 1:
+        start, first, out = latest, F.lit(True), readings
+    else:
+        j = F.explode(F.sequence(F.lit(0), F.lit(per_reading - 1)))
+        out = readings.select(*cols, j.alias("j")).filter(latest - F.col("j") * s_us + w_us > t)
+        start, first = latest - F.col("j") * s_us, F.col("j") == 0
+    return out.select(
+        start.alias("window_start"),
+        (start + F.lit(w_us)).alias("window_end"),
+        *cols,
+        first.alias("first"),
+    )
+
+
+def batch_partials(readings: Any, spec: WindowSpec) -> Any:
+    """One micro-batch's partials per (window, sensor): ``n``, ``agg`` (sum for
+    avg/sum, else max/min), the latest event time (``max_event_us``) and
+    ``readings`` (summed over the batch: how many readings it had).
+
+    A hash aggregation on the executors; the driver gets ``windows x sensors`` rows.
+    """
+    from pyspark.sql import functions as F
+
+    agg = F.max if spec.aggregate == "max" else F.min if spec.aggregate == "min" else F.sum
     return (
-        readings.withWatermark("event_time", f"{spec.watermark_s:g} seconds")
-        .groupBy(_window(spec).alias("w"), "sensor")
-        .agg(F.count("value").alias("n"), agg("value").alias("value"))
-        .select(
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            "sensor",
-            "n",
-            "value",
+        _windowed(readings, spec)
+        .groupBy("window_start", "window_end", "sensor")
+        .agg(
+            F.count("value").alias("n"),
+            agg("value").cast("double").alias("agg"),
+            F.lit(None).cast("double").alias("rebuilt"),
+            F.lit(0).cast("long").alias("rebuilt_n"),
+            F.max(F.unix_micros("event_time")).alias("max_event_us"),
+            # readings of the batch: each counted in its latest window only
+            F.sum(F.col("first").cast("long")).alias("readings"),
         )
     )
 
 
-def window_readings(readings: Any, spec: WindowSpec) -> Any:
-    """Per window: its readings as a list (max/min need every reading to rebuild)."""
+def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
+    """max/min only: per (window, target) the extreme of the rebuilt readings of
+    this batch, ``applyInPandas`` per window over the backup sensors' readings only."""
     from pyspark.sql import functions as F
 
-    return (
-        readings.withWatermark("event_time", f"{spec.watermark_s:g} seconds")
-        .groupBy(_window(spec).alias("w"))
-        .agg(F.collect_list(F.struct("event_time", "sensor", "value")).alias("readings"))
-        .select(
-            F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "readings"
-        )
-    )
+    from engine.stream.partials import rebuild_window_extremes
 
+    backups = _windowed(readings.filter(F.col("sensor").isin(list(lm.backup))), spec)
+    aggregate = spec.aggregate
 
-def map_frames(spark: Any, lm: LinearMap) -> tuple[Any, Any]:
-    """The linear map as two small DataFrames: (target, backup, coef), (target, intercept)."""
-    coef_rows = [
-        (t, b, float(lm.coef[i, j]))
-        for i, t in enumerate(lm.targets)
-        for j, b in enumerate(lm.backup)
-    ]
-    coef = spark.createDataFrame(coef_rows, "target string, backup string, coef double")
-    icpt = spark.createDataFrame(
-        [(t, float(lm.intercept[i])) for i, t in enumerate(lm.targets)],
-        "target string, intercept double",
-    )
-    return coef, icpt
+    def per_window(pdf: pd.DataFrame) -> pd.DataFrame:
+        return rebuild_window_extremes(pdf, lm, aggregate)
 
-
-def linear_shadow(aggs: Any, coef: Any, icpt: Any, lm: LinearMap, spec: WindowSpec) -> Any:
-    """Shadow check for avg and sum: the rebuilt aggregate is linear in the backups'.
-
-    avg: ``intercept + coef @ avg_O``; sum: ``n * intercept + coef @ sum_O``. A
-    window lacking a backup sensor's aggregate is not rebuilt (``rebuilt`` null).
-    Returns ``RESULT_SCHEMA`` rows for every (window, sensor).
-    """
-    from pyspark.sql import functions as F
-
-    keys = ["window_start", "window_end"]
-    is_backup = F.col("sensor").isin(list(lm.backup))
-    backed = aggs.filter(is_backup).select(
-        *keys, F.col("sensor").alias("backup"), F.col("value").alias("bval")
-    )
-    lin = (
-        backed.join(F.broadcast(coef), "backup")
-        .groupBy(*keys, "target")
-        .agg(F.sum(F.col("coef") * F.col("bval")).alias("lin"), F.count("bval").alias("nb"))
-    )
-    scale = F.col("n") if spec.aggregate == "sum" else F.lit(1.0)
-    complete = F.coalesce(F.col("nb"), F.lit(0)) == len(lm.backup)
-    rebuilt = F.when(complete, scale * F.col("intercept") + F.coalesce(F.col("lin"), F.lit(0.0)))
-    targets = (
-        aggs.filter(~is_backup)
-        .join(F.broadcast(icpt), aggs["sensor"] == icpt["target"])
-        .join(lin, [*keys, "target"], "left")
-        .select(*keys, "sensor", "n", "value", rebuilt.alias("rebuilt"), F.lit(False).alias("bk"))
-    )
-    backups = aggs.filter(is_backup).select(
-        *keys, "sensor", "n", "value", F.col("value").alias("rebuilt"), F.lit(True).alias("bk")
-    )
-    return _scored(targets.unionByName(backups), spec.eps)
-
-
-def _scored(frame: Any, eps: float) -> Any:
-    from pyspark.sql import functions as F
-
-    error = F.col("rebuilt") - F.col("value")
-    return frame.select(
-        "window_start",
-        "window_end",
-        "sensor",
-        F.col("n").cast("long").alias("n"),
-        F.col("value").cast("double").alias("value"),
-        F.col("rebuilt").cast("double").alias("rebuilt"),
-        error.cast("double").alias("error"),
-        F.coalesce(F.abs(error) > F.lit(float(eps)), F.lit(False)).alias("miss"),
-        F.col("bk").alias("backed_up"),
-    )
-
-
-def minmax_shadow(window_lists: Any, lm: LinearMap, spec: WindowSpec) -> Any:
-    """Shadow check for max/min: ``applyInPandas`` per window on the executors."""
-    from pyspark.sql import functions as F
-
-    exploded = window_lists.select(
-        "window_start", "window_end", F.explode("readings").alias("r")
-    ).select("window_start", "window_end", "r.event_time", "r.sensor", "r.value")
-    fn = make_window_shadow(lm, spec)
-    return exploded.groupBy("window_start", "window_end").applyInPandas(fn, RESULT_SCHEMA)
-
-
-def make_window_shadow(lm: LinearMap, spec: WindowSpec) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A pure function over one window's readings (what ``applyInPandas`` calls)."""
-    backup, targets = list(lm.backup), list(lm.targets)
-    intercept, coef = np.asarray(lm.intercept), np.asarray(lm.coef)
-    reduce = np.max if spec.aggregate == "max" else np.min
-    eps = float(spec.eps)
-
-    def shadow(pdf: pd.DataFrame) -> pd.DataFrame:
-        wide = pdf.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
-        true = pdf.groupby("sensor")["value"].agg(["count", "max" if reduce is np.max else "min"])
-        rebuilt: dict[str, float] = {
-            s: float(true.loc[s].iloc[1]) for s in backup if s in true.index
-        }
-        if all(s in wide.columns for s in backup):
-            rows = wide[backup].dropna().to_numpy() if backup else np.zeros((len(wide), 0))
-            if len(rows):
-                values = intercept + rows @ coef.T
-                rebuilt.update({t: float(reduce(values[:, i])) for i, t in enumerate(targets)})
-        return _window_rows(pdf, true, rebuilt, set(backup), eps)
-
-    return shadow
-
-
-def _window_rows(
-    pdf: pd.DataFrame, true: pd.DataFrame, rebuilt: dict[str, float], backup: set[str], eps: float
-) -> pd.DataFrame:
-    value = true.iloc[:, 1].astype(float)
-    out = pd.DataFrame(
-        {
-            "window_start": pdf["window_start"].iloc[0],
-            "window_end": pdf["window_end"].iloc[0],
-            "sensor": true.index.astype(str),
-            "n": true["count"].astype("int64").to_numpy(),
-            "value": value.to_numpy(),
-            "rebuilt": [rebuilt.get(s, np.nan) for s in true.index],
-        }
-    )
-    out["error"] = out["rebuilt"] - out["value"]
-    out["miss"] = (out["error"].abs() > eps).fillna(False).astype(bool)
-    out["backed_up"] = out["sensor"].isin(backup)
-    return out
-
-
-def shadow_summary(results: Any) -> Any:
-    """One row: windows, rebuilt (window, sensor) pairs, misses; small, for the driver."""
-    from pyspark.sql import functions as F
-
-    rebuilt = ~F.col("backed_up") & F.col("rebuilt").isNotNull()
-    return results.agg(
-        F.countDistinct("window_start").alias("windows"),
-        F.sum(F.when(rebuilt, 1).otherwise(0)).alias("rebuilt_pairs"),
-        F.sum(F.when(F.col("miss"), 1).otherwise(0)).alias("misses"),
-        F.max("window_end").alias("last_window_end"),
-    )
+    return backups.groupBy("window_start").applyInPandas(per_window, PARTIAL_SCHEMA)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.errors import PipelineError
 from engine.export import load_config
 from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.recover import recover_dataset
@@ -112,3 +113,39 @@ def test_recover_a_range_from_the_job_backup(spark: Any, tmp_path: Path) -> None
     expected = lm.apply(rows.values[30:54][:, [rows.sensors.index(b) for b in lm.backup]])
     np.testing.assert_allclose(rebuilt[list(lm.sensors)].to_numpy(), expected, rtol=1e-12)
     assert read_backup(tmp_path / "backup", TimeRange.parse(None, start.isoformat())).shape[0] == 60
+
+
+def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows = sample_rows(72)
+    config = tmp_path / "plan.json"
+    write_config(config, rows, aggregate="sum", eps=3.0)
+    feed(rows, tmp_path / "landing", rows_per_file=12, stop=36)
+    first, _ = _run(spark, tmp_path, config, max_files_per_trigger=1)
+    assert first.batches == 3
+    # the crash: every output of batch 2 written, Spark's commit of it not
+    commits = tmp_path / "checkpoint" / "job" / "commits"
+    for name in ("2", ".2.crc"):
+        (commits / name).unlink(missing_ok=True)
+    feed(rows, tmp_path / "landing", rows_per_file=12, start=36)
+    second, logged = _run(spark, tmp_path, config, max_files_per_trigger=1)
+    assert [r["batch_id"] for r in logged if r["event"] == "shadow"] == [2, 3, 4, 5]
+    assert second.input_rows == 48 * 6  # batch 2 again, then three new files
+
+    backup = read_backup(tmp_path / "backup")
+    assert len(backup) == 72 * len(BACKUP)
+    assert not backup.duplicated(["event_time", "sensor"]).any()
+    lm = load_config(config).linear_map()
+    reference = reference_results(rows, lm, 8 * 3600.0, 4 * 3600.0, "sum", 3.0)
+    _compare(read_results(tmp_path / "backup"), reference)
+
+
+def test_a_checkpoint_of_the_two_query_job_is_refused(spark: Any, tmp_path: Path) -> None:
+    rows = sample_rows(24)
+    config = tmp_path / "plan.json"
+    write_config(config, rows)
+    feed(rows, tmp_path / "landing", rows_per_file=12)
+    (tmp_path / "checkpoint" / "windows").mkdir(parents=True)
+    with pytest.raises(PipelineError, match="two-query job"):
+        _run(spark, tmp_path, config)

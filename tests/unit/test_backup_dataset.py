@@ -51,6 +51,20 @@ def test_only_files_in_sparks_log_are_read(tmp_path: Path) -> None:
     assert read_backup(root)["value"].tolist() == [1.0, 1.0]
 
 
+def test_job_batches_count_only_once_committed(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    done = _part(root / "batch_id=0", "2020-01-01", "part-0.parquet", [0, 1], 1.0)
+    (root / "batch_id=0" / "_SUCCESS").touch()
+    torn = _part(root / "batch_id=1", "2020-01-01", "part-0.parquet", [2, 3], 9.0)  # no marker
+    later = _part(root / "batch_id=2", "2020-01-02", "part-0.parquet", [0], 2.0)
+    (root / "batch_id=2" / "_SUCCESS").touch()
+    assert committed_files(root) == [done, later]
+    assert torn.exists()
+    assert read_backup(root)["value"].tolist() == [1.0, 1.0, 2.0]
+    day2 = TimeRange.parse("2020-01-02T00:00", None)
+    assert read_backup(root, day2)["value"].tolist() == [2.0]
+
+
 def test_compacted_log_and_moved_dataset(tmp_path: Path) -> None:
     root = tmp_path / "moved"
     a = _part(root, "2020-01-01", "a.parquet", [0], 1.0)

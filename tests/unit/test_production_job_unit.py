@@ -10,8 +10,9 @@ from engine.cli import main
 from engine.errors import ParameterError
 from engine.model import LinearMap
 from engine.stream.job import JobSettings
+from engine.stream.partials import rebuild_window_extremes
 from engine.stream.sink import SinkPaths, join_uri
-from engine.stream.transforms import WindowSpec, make_window_shadow, partition_columns
+from engine.stream.transforms import WindowSpec, partition_columns
 
 
 def _map() -> LinearMap:
@@ -26,44 +27,40 @@ def _map() -> LinearMap:
 
 
 @pytest.mark.parametrize("aggregate", ["max", "min"])
-def test_window_shadow_rebuilds_each_reading_then_aggregates(aggregate: str) -> None:
+def test_window_extremes_rebuild_each_reading_then_aggregate(aggregate: str) -> None:
     rng = np.random.default_rng(3)
     times = pd.date_range("2020-01-01", periods=5, freq="h")
-    values = rng.normal(size=(5, 3))
+    values = rng.normal(size=(5, 1))
     pdf = pd.DataFrame(
         {
-            "window_start": times[0],
-            "window_end": times[-1] + pd.Timedelta(hours=1),
-            "event_time": np.repeat(times, 3),
-            "sensor": np.tile(["a", "b", "c"], 5),
-            "value": values.reshape(-1),
+            "window_start": 0,
+            "window_end": 5 * 3_600_000_000,
+            "event_time": times,
+            "sensor": "a",
+            "value": values[:, 0],
         }
     )
-    spec = WindowSpec(5 * 3600.0, 5 * 3600.0, 0.0, aggregate, eps=0.3)
-    out = make_window_shadow(_map(), spec)(pdf.sample(frac=1.0, random_state=1)).set_index("sensor")
+    out = rebuild_window_extremes(pdf.sample(frac=1.0, random_state=1), _map(), aggregate)
+    out = out.set_index("sensor")
     reduce = np.max if aggregate == "max" else np.min
     a = values[:, 0]
-    want_rebuilt = {"a": reduce(a), "b": reduce(1.0 + 2.0 * a), "c": reduce(-2.0 + 0.5 * a)}
-    for j, s in enumerate("abc"):
-        assert out.loc[s, "value"] == pytest.approx(reduce(values[:, j]))
-        assert out.loc[s, "rebuilt"] == pytest.approx(want_rebuilt[s])
-        assert out.loc[s, "miss"] == (abs(want_rebuilt[s] - reduce(values[:, j])) > 0.3)
-        assert out.loc[s, "n"] == 5
-    assert out.loc["a", "backed_up"] and not out.loc["b", "backed_up"]
+    assert out.loc["b", "rebuilt"] == pytest.approx(reduce(1.0 + 2.0 * a))
+    assert out.loc["c", "rebuilt"] == pytest.approx(reduce(-2.0 + 0.5 * a))
+    assert (out["rebuilt_n"] == 5).all() and (out["n"] == 0).all()
 
 
-def test_window_shadow_without_the_backup_sensor_does_not_rebuild() -> None:
+def test_window_extremes_without_the_backup_sensor_do_not_rebuild() -> None:
     pdf = pd.DataFrame(
         {
-            "window_start": pd.Timestamp("2020-01-01"),
-            "window_end": pd.Timestamp("2020-01-02"),
+            "window_start": 0,
+            "window_end": 86_400_000_000,
             "event_time": pd.Timestamp("2020-01-01T01:00"),
             "sensor": ["b", "c"],
             "value": [1.0, 2.0],
         }
     )
-    out = make_window_shadow(_map(), WindowSpec(86400.0, 86400.0, 0.0, "max", 1.0))(pdf)
-    assert out["rebuilt"].isna().all() and not out["miss"].any()
+    out = rebuild_window_extremes(pdf, _map(), "max")
+    assert out["rebuilt"].isna().all() and (out["rebuilt_n"] == 0).all()
 
 
 def test_partitions_are_daily_or_hourly_for_sub_minute_data() -> None:
@@ -75,7 +72,9 @@ def test_partitions_are_daily_or_hourly_for_sub_minute_data() -> None:
 def test_results_live_next_to_the_backup_under_an_ignored_name() -> None:
     paths = SinkPaths("s3a://bucket/backup/", "hdfs://nn/ck")
     assert paths.results == "s3a://bucket/backup/_lacuna/results"
-    assert paths.query_checkpoint("backup") == "hdfs://nn/ck/backup"
+    assert paths.query_checkpoint("job") == "hdfs://nn/ck/job"
+    assert paths.state == "hdfs://nn/ck/lacuna_state"
+    assert paths.backup_batch(7) == "s3a://bucket/backup/batch_id=7"
     assert join_uri("/a[1]/", "x") == "/a[1]/x"
 
 
