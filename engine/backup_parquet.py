@@ -36,10 +36,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from engine.errors import DataError, StoreError
+from engine.export.backup_dataset import BATCH_PREFIX, COMMIT_MARKER
 
 RUN_PREFIX = "run="
-BATCH_PREFIX = "batch_id="
-COMMIT_MARKER = "_SUCCESS"
 PARTITIONS = ("date",)
 TABLE_COLUMNS = ("run", "batch_id", "seq", "event_time", "sensor", "value", "plan_version")
 _TYPES = (

@@ -55,3 +55,15 @@ class DurableFiles:
     def delete(self, uri: str) -> None:
         path, fs = self._path(uri)
         fs.delete(path, True)
+
+    def parquet_bytes(self, uri: str) -> int:
+        """Bytes of the Parquet files under the directory ``uri`` (hidden names skipped)."""
+        path, fs = self._path(uri)
+        files = fs.listFiles(path, True)
+        total = 0
+        while files.hasNext():
+            status = files.next()
+            name = str(status.getPath().getName())
+            if name.endswith(".parquet") and not name.startswith(("_", ".")):
+                total += int(status.getLen())
+        return total

@@ -74,13 +74,21 @@ def partition_columns(sampling_interval_s: float) -> tuple[str, ...]:
 
 
 def backup_rows(
-    readings: Any, backup_sensors: Sequence[str], plan_version: int, partitions: Sequence[str]
+    readings: Any,
+    backup_sensors: Sequence[str],
+    plan_version: int,
+    partitions: Sequence[str],
+    extra: Sequence[str] = (),
 ) -> Any:
-    """Readings of the backup sensors, long format, with their partition keys."""
+    """Readings of the backup sensors, long format, with their partition keys.
+
+    ``extra`` columns of ``readings`` are kept too (the live pipeline's ``seq``);
+    the production reader ignores columns it does not know.
+    """
     from pyspark.sql import functions as F
 
     out = readings.filter(F.col("sensor").isin(list(backup_sensors))).select(
-        "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version")
+        "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version"), *extra
     )
     if "date" in partitions:
         out = out.withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
