@@ -229,7 +229,13 @@ def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
         cancel.click(timeout=15_000)
     except PlaywrightTimeout:  # the job ended (its button left) before the click landed
         return False
-    page.get_by_text(re.compile(r"Measuring the trade-off cancelled")).wait_for()
+    # The click can land while the last backtest finishes: the job then ends done, not
+    # cancelled (Cancel stops it at the next step). Either way its Cancel button goes.
+    cancel.wait_for(state="detached")
+    try:
+        page.get_by_text(re.compile(r"Measuring the trade-off cancelled")).wait_for(timeout=15_000)
+    except PlaywrightTimeout:
+        return False
     return True
 
 
