@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.apphelpers import ROOT, SMALL
+from ui.jobs import get_runner
 
 
 @pytest.fixture(autouse=True)
@@ -18,6 +19,20 @@ def fast_app(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     home = tmp_path_factory.getbasetemp() / "lacuna_home"
     monkeypatch.setenv("LACUNA_HOME", str(home))
     shutil.rmtree(home / "session", ignore_errors=True)  # each test starts as a first visit
+
+
+@pytest.fixture(autouse=True)
+def no_jobs_left_behind() -> Iterator[None]:
+    """Cancel the background jobs (backtests, what-ifs) a test started, and wait for them.
+
+    They run on threads of this process: left running, they took the CPU from the
+    browser tests' app server that runs next, whose waits then timed out.
+    """
+    yield
+    runner = get_runner()
+    for job in runner.running():
+        job.cancel()
+    runner.wait_all(timeout=120)
 
 
 @pytest.fixture

@@ -273,7 +273,8 @@ def test_a_deep_link_gives_the_same_app(browser, tmp_path):  # type: ignore[no-u
             page.get_by_role("heading", name="Live pipeline", level=1).wait_for()
             sidebar = page.get_by_test_id("stSidebar")
             titles = ["Data", "Tune", "Graph", "Plan & savings", "Live pipeline", "Export"]
-            for title in titles:
+            for title in titles:  # drawn by the page's own frame(), maybe after its title
+                sidebar.get_by_role("link", name=title).wait_for()
                 assert sidebar.get_by_role("link", name=title).count() == 1, title
             assert page.get_by_test_id("stSidebarNav").count() == 0  # Streamlit's file list
             assert sidebar.get_by_role("link", name="app").count() == 0
