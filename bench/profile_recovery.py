@@ -25,28 +25,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_recovery import _split, beijing, block_gaussian, make_plan  # noqa: E402
+from bench.recovery_core import write_dataset  # noqa: E402
 from tests.production_reference import Rows, long_readings  # noqa: E402
-
-
-def write_dataset(long: pd.DataFrame, root: Path) -> None:
-    """``long`` as the job writes it: one file per ``date`` partition, plan_version 1."""
-    frame = long.assign(
-        event_time=pd.DatetimeIndex(long["event_time"]).tz_localize("UTC"),
-        plan_version=np.int32(1),
-        date=pd.DatetimeIndex(long["event_time"]).strftime("%Y-%m-%d"),
-    )
-    for day, part in frame.groupby("date"):
-        folder = root / f"date={day}"
-        folder.mkdir(parents=True)
-        pq.write_table(pa.Table.from_pandas(part.drop(columns="date"), preserve_index=False),
-                       folder / "part-00000.parquet")  # fmt: skip
 
 
 def build(work: Path, blocks: int, weeks: int) -> Rows:

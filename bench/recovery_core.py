@@ -19,6 +19,8 @@ from typing import Any
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engine.export.backup_dataset import (
     TimeRange,
@@ -182,3 +184,18 @@ def check_outputs(config: Any, lacuna: Path, duck: Path, pandas_out: Path) -> di
         "rebuilt_rmse_worst_sensor": round(float(np.nanmax(per_sensor)), 4),
         "rmse_units": "standard deviations of the training rows",
     }
+
+
+def write_dataset(long: pd.DataFrame, root: Path) -> None:
+    """``long`` as the job writes it, without Spark: one file per ``date`` partition,
+    plan_version 1 (for the recovery tests and the profiling script)."""
+    frame = long.assign(
+        event_time=pd.DatetimeIndex(long["event_time"]).tz_localize("UTC"),
+        plan_version=np.int32(1),
+        date=pd.DatetimeIndex(long["event_time"]).strftime("%Y-%m-%d"),
+    )
+    for day, part in frame.groupby("date"):
+        folder = root / f"date={day}"
+        folder.mkdir(parents=True)
+        table = pa.Table.from_pandas(part.drop(columns="date"), preserve_index=False)
+        pq.write_table(table, folder / "part-00000.parquet")

@@ -13,23 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.bench_recovery import block_gaussian
-from bench.recovery_core import compare_range, range_files
+from bench.recovery_core import compare_range, range_files, write_dataset
 from engine.export.backup_dataset import TimeRange
 from engine.export.config import load_config
 from tests.production_reference import Rows, long_readings, sample_rows, write_config
-
-
-def write_dataset(long: pd.DataFrame, root: Path) -> None:
-    frame = long.assign(
-        event_time=pd.DatetimeIndex(long["event_time"]).tz_localize("UTC"),
-        plan_version=np.int32(1),
-        date=pd.DatetimeIndex(long["event_time"]).strftime("%Y-%m-%d"),
-    )
-    for day, part in frame.groupby("date"):
-        folder = root / f"date={day}"
-        folder.mkdir(parents=True)
-        table = pa.Table.from_pandas(part.drop(columns="date"), preserve_index=False)
-        pq.write_table(table, folder / "part-00000.parquet")
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.recovery_core import write_dataset
 from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.config import load_config
 from engine.export.recover import recover_dataset
 from engine.export.wide import rebuild, widen
 from tests.production_reference import long_readings, sample_rows, write_config
-from tests.unit.test_bench_recovery import write_dataset
 
 WANTED = ("a", "b", "c")
 
