@@ -58,9 +58,7 @@ def run(
         )  # fmt: skip
         return cache.put(key, out)
 
-    job = background.runner().get(key)
-    if job is not None and job.state == "done":  # its result fell out of the cache
-        background.runner().forget(key)
+    background.forget_if_done(key, lambda: cache.get(key) is not None)
     background.submit(key, "disorder replay", work)
     background.job_panel(key, "Replaying out of order", cancellable=False)
     return None

@@ -11,6 +11,7 @@ until it is forgotten.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from engine.errors import Cancelled, EngineError
 Progress = Callable[[float, str], None]
 log = logging.getLogger(__name__)
 STATES = ("running", "done", "failed", "cancelled")
+_SERIALS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Job:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key, self.label, self._work, self._clock = key, label, work, clock
+        self.serial = next(_SERIALS)  # tells a job apart from a later one with the same key
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._state, self._fraction, self._message = "running", 0.0, "starting"

@@ -97,11 +97,6 @@ def start_backtest(data: PlanningData, params: PlanParameters) -> None:
     """Backtest ``params`` in a background job (cached when done); progress and Cancel
     are shown by ``background.job_panel``."""
     cache, key = resources.plan_cache(), backtest_key(data, params)
-    runner = background.runner()
-    job = runner.get(key)
-    lost = plans.cached_measured_plan(data, params, cache) is None
-    if job is not None and job.state == "done" and lost:
-        runner.forget(key)  # its plan fell out of the cache: measure again
 
     def work(progress: background.Progress) -> BackupPlan:
         progress(0.0, "fitting the model and calibrating targets")
@@ -140,6 +135,7 @@ def slow_paper_preview(data: PlanningData, params: PlanParameters) -> None:
         paper_warning(data)
         st.stop()
     key = ("paper-preview", data.key, params)
+    background.forget_if_done(key, lambda: plans.cached_preview(data, params, cache))
     background.submit(key, "paper selection", lambda _: plans.preview_plan(data, params, cache))
     background.job_panel(key, "Selecting with the paper method", cancellable=False)
     st.stop()
@@ -148,6 +144,10 @@ def slow_paper_preview(data: PlanningData, params: PlanParameters) -> None:
 def backtest_controls(data: PlanningData, params: PlanParameters) -> None:
     """Start the backtest (automatically or by button) and show its progress."""
     key = backtest_key(data, params)
+    cache = resources.plan_cache()
+    background.forget_if_done(
+        key, lambda: plans.cached_measured_plan(data, params, cache) is not None
+    )
     if background.runner().get(key) is None:
         auto = state.auto_backtest()
         if auto or st.button("Run backtest", type="primary", key="run_backtest"):

@@ -71,6 +71,7 @@ def measured_section(
     st.subheader("Measured trade-off (backtests)")
     if not points:
         key = _key(data, params)
+        background.forget_if_done(key, lambda: bool(measured_points(data, params)))
         if background.runner().get(key) is None:
             st.caption(
                 f"Backtest the plan at eps x {factors} ({plans.max_folds()} folds each, in the "

@@ -18,7 +18,18 @@ from engine.stream.metrics import BatchPoint
 from engine.stream.status import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
-from ui import charts, dashboard, disorder, exporting, graph, panels, plans, resources, shell
+from ui import (
+    background,
+    charts,
+    dashboard,
+    disorder,
+    exporting,
+    graph,
+    panels,
+    plans,
+    resources,
+    shell,
+)
 from ui.fleet import FleetSpec, fleet_table
 from ui.format import format_money, format_percent, format_quantity, plural, span
 from ui.jobs import JobRunner
@@ -321,3 +332,27 @@ def test_the_runner_forgets_old_finished_jobs() -> None:
         assert runner.wait_all(5)
     kept = [i for i in range(6) if runner.get(i) is not None]
     assert kept == [3, 4, 5]
+
+
+def test_a_backtest_whose_plan_fell_out_of_the_cache_runs_again(app):  # type: ignore[no-untyped-def]
+    """A done backtest whose plan the shared LRU evicted is measured again: the page
+    never shows a preview for good with a finished job behind it."""
+    measured = "Plan measured by a rolling-origin backtest"
+    at = settle(app.switch_page("pages/tune.py").run())
+    assert measured in texts(at)
+    cache = resources.plan_cache()
+    for i in range(cache.capacity):  # what newer plans of other sessions do to the LRU
+        cache.put(("other session", i), object())
+    at = settle(at.run())
+    assert measured in texts(at)
+
+
+def test_a_done_job_asks_again_for_a_rerun_that_did_not_come(monkeypatch):  # type: ignore[no-untyped-def]
+    """A lost rerun request is repeated after a pause, a bounded number of times."""
+    monkeypatch.setattr(background.st, "session_state", {})
+    t, wait = 100.0, background.RERUN_RETRY_S
+    assert background._rerun_due(7, t)
+    assert not background._rerun_due(7, t + wait / 2)  # the first may still come
+    asked = [background._rerun_due(7, t + k * wait) for k in range(1, 6)]
+    assert asked == [True] * (background.RERUN_TRIES - 1) + [False] * (6 - background.RERUN_TRIES)
+    assert background._rerun_due(8, t)  # a new job (same key or not) starts afresh
