@@ -17,7 +17,9 @@ from engine.data.history import LoadOptions, load_history
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
 from engine.export.config import BackupConfig, iso_utc, load_config, parse_utc
+from engine.export.plan_book import read_plan_book, same_plan
 from engine.export.wide import rebuild, widen
+from engine.model.linear import LinearMap
 
 
 def _column_of(sensor: str, columns: tuple[str, ...]) -> str | None:
@@ -169,7 +171,12 @@ def recover_dataset(
 
     Reads only the partitions of the range (DuckDB, no Spark). Output is wide:
     ``time`` and one column per sensor, one row per time step holding every
-    backup sensor.
+    backup sensor of its plan version.
+
+    When the job re-planned, the backup keeps its plan versions
+    (``_lacuna/plans``); each time step is rebuilt with the version that wrote
+    it (the newest one among its readings), and ``config_path`` must be one of
+    them. Without a plan book every row is rebuilt with ``config_path``.
     """
     from engine.export.backup_dataset import TimeRange, read_backup_arrow
 
@@ -178,34 +185,90 @@ def recover_dataset(
     span = TimeRange.parse(start, end)
     long = read_backup_arrow(backup, span)
     readings = 0 if long is None else long.num_rows
-    lm = config.linear_map()
-    times, wide = widen(long, lm.backup)
+    configs = _version_configs(config, backup, _plan_versions(long))
+    maps = {v: c.linear_map() for v, c in configs.items()}
+    union = tuple(dict.fromkeys(b for m in maps.values() for b in m.backup))
+    times, wide = widen(long, union)
     seen = ~np.isnan(wide).all(axis=0)
-    missing = [s for s, found in zip(lm.backup, seen, strict=True) if not found]
+    missing = [s for s, found in zip(union, seen, strict=True) if not found]
     if missing and readings:
         raise ConfigError(
             f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
             "named in the config"
         )
-    complete = ~np.isnan(wide).any(axis=1)
-    times = times[complete]
+    versions = _step_versions(long, times, min(maps))
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        values = rebuild(lm, wide[complete])
+        kept, values = _rebuild_by_version(maps, union, wide, versions)
+    lm = maps[max(maps)]
     _check_finite(values, lm.sensors)
-    rows = _write(values, times, lm.sensors, out)
+    rows = _write(values, times[kept], lm.sensors, out)
+    stamps = np.asarray(times[kept], dtype="datetime64[ns]")
+    used = versions[kept]
+    warnings = [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     return RangeRecoverResult(
         rows=rows,
         sensors=len(lm.sensors),
         backup_sensors=len(lm.backup),
         rebuilt_sensors=len(lm.targets),
         backup_readings=readings,
-        incomplete_rows_dropped=len(complete) - rows,
+        incomplete_rows_dropped=len(times) - rows,
         plan_versions=_plan_versions(long),
         start=None if span.start is None else span.start.isoformat(),
         end=None if span.end is None else span.end.isoformat(),
         out=str(out),
-        warnings=_warnings(config, np.asarray(times, dtype="datetime64[ns]")),
+        warnings=tuple(warnings),
     )
+
+
+def _version_configs(
+    config: BackupConfig, backup: str | Path, present: tuple[int, ...]
+) -> dict[int, BackupConfig]:
+    """The config of each plan version with rows in the range (``config`` alone when the
+    backup keeps no plan book: every row is rebuilt with it)."""
+    book = read_plan_book(backup)
+    if not book:
+        return {v: config for v in present} or {1: config}
+    if not any(same_plan(c, config) for c in book.values()):
+        raise ConfigError(
+            f"--config is none of the backup's {len(book)} plan version(s): pass the "
+            "config the job was started with (or any version it wrote)"
+        )
+    lost = [v for v in present if v not in book]
+    if lost:
+        raise ConfigError(f"the backup's plan book lacks version(s) {lost} that wrote its rows")
+    return {v: book[v] for v in present} or {max(book): book[max(book)]}
+
+
+def _step_versions(long: pa.Table | None, times: np.ndarray, default: int) -> np.ndarray:
+    """Each time step's plan version: the newest among its readings (as ``widen`` keys them)."""
+    if long is None or long.num_rows == 0 or len(times) == 0:
+        return np.full(len(times), default, dtype=np.int64)
+    newest = long.group_by("event_time").aggregate([("plan_version", "max")])
+    at = newest["event_time"].to_numpy()
+    version = newest["plan_version_max"].to_numpy()
+    order = np.argsort(at)
+    where = np.searchsorted(at[order], times)
+    return version[order][np.clip(where, 0, len(at) - 1)].astype(np.int64)
+
+
+def _rebuild_by_version(
+    maps: dict[int, LinearMap], union: tuple[str, ...], wide: np.ndarray, versions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows kept (every backup sensor of their version read) and all sensors rebuilt there."""
+    column = {s: j for j, s in enumerate(union)}
+    keep = np.zeros(len(wide), dtype=bool)
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    for v, lm in maps.items():
+        cols = [column[b] for b in lm.backup]
+        rows = (versions == v) & ~np.isnan(wide[:, cols]).any(axis=1)
+        keep |= rows
+        parts.append((rows, rebuild(lm, wide[np.ix_(rows, cols)])))
+    if len(parts) == 1:
+        return keep, parts[0][1]
+    out = np.empty((len(wide), len(next(iter(maps.values())).sensors)))
+    for rows, values in parts:
+        out[rows] = values
+    return keep, out[keep]
 
 
 def _plan_versions(long: pa.Table | None) -> tuple[int, ...]:

@@ -11,6 +11,11 @@ whose ``foreachBatch`` (``engine.stream.sink.BatchWriter``), per micro-batch:
   watermark closed (what recovery from the backup would give), written as
   Parquet results and JSON-line metrics next to the backup.
 
+The plan in force is a version of the backup's plan book
+(``engine.stream.job_plans``): after a batch whose watermark passed its
+``valid_until``, the job plans again on the landed readings and the new
+version governs the next batch on (``--no-replan``: keep it, say it expired).
+
 One query, not one per output: each landing file is read by one Spark job
 for the backup and one for the partials, and a window closes in the batch
 that passes it (no extra no-data batch). Resumes from ``--checkpoint``
@@ -51,7 +56,7 @@ class JobSettings:
     master: str | None = None
     available_now: bool = False
     watermark_s: float = 0.0
-    plan_version: int = 1
+    replan: bool = True  # plan again when the version in force passes its valid_until
     trigger_s: float = 1.0
     max_files_per_trigger: int | None = None
     shuffle_partitions: int = 4
@@ -64,8 +69,6 @@ class JobSettings:
             raise ParameterError(f"--watermark must be >= 0 seconds, got {self.watermark_s!r}")
         if not self.trigger_s > 0:
             raise ParameterError(f"--trigger must be > 0 seconds, got {self.trigger_s!r}")
-        if self.plan_version < 1:
-            raise ParameterError(f"--plan-version must be >= 1, got {self.plan_version!r}")
         if self.max_files_per_trigger is not None and self.max_files_per_trigger < 1:
             raise ParameterError(
                 f"--max-files-per-trigger must be >= 1, got {self.max_files_per_trigger!r}"
@@ -82,6 +85,7 @@ class JobReport:
     windows: int
     rebuilt_pairs: int
     misses: int
+    plan_versions: int  # versions in the backup's plan book (1: never re-planned)
     seconds: float
     backup: str
     results: str
@@ -157,6 +161,7 @@ def _run_query(
     started: float,
 ) -> JobReport:
     from engine.stream.durable import DurableFiles
+    from engine.stream.job_plans import PlanBook, Replanner, read_fit_period
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
 
@@ -168,20 +173,22 @@ def _run_query(
             "earlier version: start with a new --checkpoint and --backup"
         )
     params = config.parameters
+    interval = float(params["sampling_interval_s"])
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
     trigger = (settings.available_now, settings.trigger_s)
-    writer = BatchWriter(
-        spark,
-        config.linear_map(),
-        spec,
-        paths,
-        tuple(config.backup_sensors),
-        partition_columns(float(params["sampling_interval_s"])),
-        settings.plan_version,
+    book = PlanBook(DurableFiles(spark), settings.backup)
+    book.start(config)
+    sensors = tuple(config.sensors)
+    replanner = Replanner(
+        book,
+        lambda start, end: read_fit_period(spark, settings.source, sensors, start, end),
         log,
-        now=now,
+        interval,
+        enabled=settings.replan,
     )
+    partitions = partition_columns(interval)
+    writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, now=now)
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
     counts = _watch([query], stop, log)
     return JobReport(
@@ -192,6 +199,7 @@ def _run_query(
         windows=writer.totals["windows"],
         rebuilt_pairs=writer.totals["pairs"],
         misses=writer.totals["misses"],
+        plan_versions=len(book.versions),
         seconds=round(now() - started, 3),
         backup=paths.backup,
         results=paths.results,
@@ -253,7 +261,11 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--available-now", action="store_true", help="process what landed, then stop")
     p.add_argument("--watermark", type=float, default=0.0, help="allowed lateness, seconds")
-    p.add_argument("--plan-version", type=int, default=1)
+    p.add_argument(
+        "--no-replan",
+        action="store_true",
+        help="keep the plan past its valid_until (default: plan again on the landed readings)",
+    )
     p.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval, seconds")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
 
@@ -266,7 +278,7 @@ def settings_from_args(args: argparse.Namespace) -> JobSettings:
         master=args.master,
         available_now=args.available_now,
         watermark_s=args.watermark,
-        plan_version=args.plan_version,
+        replan=not args.no_replan,
         trigger_s=args.trigger,
         max_files_per_trigger=args.max_files_per_trigger,
     )

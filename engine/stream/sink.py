@@ -9,6 +9,8 @@
     the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss;
 ``<backup>/_lacuna/metrics/batch_id=N/part-00000.json``
     one JSON line per micro-batch;
+``<backup>/_lacuna/plans/vNNNNNN.json``
+    the plan versions (``engine.export.plan_book``): which plan wrote which batches;
 ``<checkpoint>/job``
     Spark's offsets and commits of the one streaming query;
 ``<checkpoint>/lacuna_state/N.arrow``
@@ -36,6 +38,7 @@ import pyarrow.parquet as pq
 
 from engine.model.linear import LinearMap
 from engine.stream.durable import DurableFiles
+from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
 from engine.stream.transforms import WindowSpec, backup_rows, batch_partials, rebuilt_partials
 
@@ -84,13 +87,12 @@ class BatchWriter:
     """
 
     spark: Any
-    linear_map: LinearMap
     spec: WindowSpec
     paths: SinkPaths
-    backup_sensors: tuple[str, ...]
+    plans: PlanBook
     partitions: tuple[str, ...]
-    plan_version: int
     log: Log
+    replanner: Replanner | None = None
     now: Callable[[], float] = time.time
     totals: dict[str, int] = field(
         default_factory=lambda: {"readings": 0, "windows": 0, "misses": 0, "pairs": 0}
@@ -99,11 +101,30 @@ class BatchWriter:
     def __post_init__(self) -> None:
         self.files = DurableFiles(self.spark)
         self._state: WindowState | None = None
+        self._maps: dict[int, LinearMap] = {}
+        self.version: JobPlan = self.plans.in_force(0)
+
+    @property
+    def plan_version(self) -> int:
+        return self.version.version
+
+    @property
+    def backup_sensors(self) -> tuple[str, ...]:
+        return self.version.config.backup_sensors
+
+    @property
+    def linear_map(self) -> LinearMap:
+        """The version in force's reconstruction map (built once per version)."""
+        v = self.version.version
+        if v not in self._maps:
+            self._maps[v] = self.version.config.linear_map()
+        return self._maps[v]
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         clock = _Phases(self.now)
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
+        self.version = self.plans.in_force(int(batch_id))
         state = self._state_before(int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
         partials = self._outputs(readings, batch_id, group)
@@ -121,6 +142,8 @@ class BatchWriter:
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
         self._report(results, batch_id, jobs, clock, int(partials["readings"].sum()))
+        if self.replanner is not None:  # a new version governs the next batch on
+            self.replanner.after_batch(int(batch_id), state.watermark_us)
 
     def _outputs(self, readings: Any, batch_id: int, group: str) -> pd.DataFrame:
         """Write the backup and collect the partials, as two Spark jobs at once.

@@ -7,6 +7,7 @@ the results every closed window exactly once, both equal to the reference.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from engine.export.recover import recover_dataset
 from engine.stream.job import JobSettings, run_job
 from tests.production_reference import (
     BACKUP,
+    Rows,
     feed,
     long_readings,
     read_results,
@@ -149,3 +151,56 @@ def test_a_checkpoint_of_the_two_query_job_is_refused(spark: Any, tmp_path: Path
     (tmp_path / "checkpoint" / "windows").mkdir(parents=True)
     with pytest.raises(PipelineError, match="two-query job"):
         _run(spark, tmp_path, config)
+
+
+def test_the_job_re_plans_on_schedule_and_recovery_uses_each_version(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A v2 plan fitted on the first 400 rows, kept for 24: streamed on, the job plans
+    again each time the watermark passes the version's valid_until (fitting on the
+    landed readings before it), stamps every backup row with the version in force,
+    and ``recover`` rebuilds each time step with the version that wrote it."""
+    from engine.data import load_history
+    from engine.export import plan_to_config
+    from engine.export.plan_book import read_plan_book
+    from engine.planning import PlanParameters, make_plan
+    from tests.helpers import SMALL_SAMPLE
+
+    history = load_history(SMALL_SAMPLE)
+    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=24)
+    config = tmp_path / "plan.json"
+    config.write_text(json.dumps(plan_to_config(make_plan(history.rows(0, 400), params))))
+    rows = Rows(history.times[:472], history.values[:472], history.sensors)
+    feed(rows, tmp_path / "landing", rows_per_file=12)
+    report, logged = _run(spark, tmp_path, config, max_files_per_trigger=4)
+
+    book = read_plan_book(tmp_path / "backup")
+    replans = [r for r in logged if r["event"] == "replan"]
+    assert len(book) == report.plan_versions == 1 + len(replans) >= 2
+    backup = read_backup(tmp_path / "backup")
+    for v, part in backup.groupby("plan_version"):
+        assert set(part["sensor"]) <= set(book[int(v)].backup_sensors)
+    used = sorted(int(v) for v in backup["plan_version"].unique())
+    assert used[0] == 1 and len(used) >= 2 and set(used) <= set(book)  # the last may be unused
+    assert not backup.duplicated(["event_time", "sensor"]).any()
+    for r in replans:  # each version was fitted before the batch that first used it
+        until = pd.Timestamp(book[r["plan_version"] - 1].validity["valid_until"])  # type: ignore[index]
+        first_used = backup.loc[backup["plan_version"] == r["plan_version"], "event_time"].min()
+        assert pd.isna(first_used) or pd.Timestamp(first_used).tz_localize(
+            None
+        ) >= until.tz_localize(None)
+
+    out = tmp_path / "all.parquet"
+    result = recover_dataset(config, tmp_path / "backup", out)
+    assert result.plan_versions == tuple(used)
+    got = pd.read_parquet(out)
+    step = backup.groupby("event_time")["plan_version"].max()
+    want = []
+    for t, v in step.items():
+        lm = book[int(v)].linear_map()
+        i = int(
+            np.flatnonzero(history.times == pd.Timestamp(t).tz_localize(None).to_datetime64())[0]
+        )
+        x = history.values[i, [history.sensors.index(b) for b in lm.backup]]
+        want.append(lm.apply(x[None, :])[0])
+    np.testing.assert_allclose(got[list(history.sensors)].to_numpy(), np.array(want), rtol=1e-9)

@@ -83,7 +83,6 @@ def test_results_live_next_to_the_backup_under_an_ignored_name() -> None:
     [
         ({"watermark_s": -1.0}, "got -1.0"),
         ({"trigger_s": 0.0}, "got 0.0"),
-        ({"plan_version": 0}, "got 0"),
         ({"source": " "}, "--source"),
         ({"max_files_per_trigger": 0}, "got 0"),
     ],

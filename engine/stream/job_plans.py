@@ -1,0 +1,242 @@
+"""The production job's plan versions: kept with the backup, re-planned on schedule.
+
+``<backup>/_lacuna/plans/v000001.json``, one file per version: the exported
+config (schema v2) it rebuilds with, the first micro-batch written under it and
+why it was made:
+
+* ``initial``: the ``--config`` the job was started with;
+* ``scheduled``: the event time passed the version's ``valid_until`` (its fit
+  end plus its horizon), so the job planned again on the most recent
+  readings, with the same parameters and as much history as the version had.
+
+Backup rows carry ``plan_version``; ``recover --backup`` rebuilds each time step
+with its version's map (``engine.export.recover``). A version is written before
+the first batch that uses it; a crash in between leaves a version whose
+``first_batch`` is never reached, and the job writes it again.
+
+Re-planning needs every sensor's readings, which the backup does not hold: it
+reads the fit period from the landing directory (``--source``), with Spark,
+filtered to the period, and plans on the driver (``make_plan``, backtest
+included; seconds per horizon, not per batch). If those readings are gone, or
+the plan fails, the job says so (a JSON line), keeps the version in force
+(expired) and tries again one horizon later.
+
+PySpark is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from engine.errors import ConfigError, DataError, EngineError, PipelineError
+from engine.export.config import BackupConfig, plan_to_config
+from engine.export.plan_book import PLANS_DIR, JobPlan, plan_file, same_plan
+from engine.planning.calibration import CALIBRATIONS
+from engine.planning.parameters import PlanParameters
+from engine.stream.durable import DurableFiles
+
+
+class PlanBook:
+    """The plan versions under ``<backup>/_lacuna/plans`` (any URI Spark can write)."""
+
+    def __init__(self, files: DurableFiles, backup: str) -> None:
+        self.files = files
+        self.root = "/".join([backup.rstrip("/"), *PLANS_DIR])
+        self.versions: list[JobPlan] = [
+            JobPlan.from_bytes(self.files.read(f"{self.root}/{name}"), name)
+            for name in self.files.names(self.root)
+            if name.startswith("v") and name.endswith(".json")
+        ]
+        self.versions.sort(key=lambda p: p.version)
+
+    def start(self, config: BackupConfig) -> JobPlan:
+        """Version 1 is ``config``: written on a new backup, checked on a resumed one."""
+        if not self.versions:
+            first = JobPlan(1, 0, "initial", "the --config the job was started with", config)
+            self.add(first)
+            return first
+        if not same_plan(self.versions[0].config, config):
+            raise PipelineError(
+                f"the backup at {self.root.rsplit('/', 2)[0]!r} was started with another "
+                "plan (version 1 differs from --config): resume with that config, or start "
+                "a new --backup and --checkpoint"
+            )
+        return self.versions[0]
+
+    def add(self, plan: JobPlan) -> None:
+        """Write ``plan`` (replacing a version of the same number a crash left unused)."""
+        self.files.write(f"{self.root}/{plan_file(plan.version)}", plan.to_bytes())
+        self.versions = [p for p in self.versions if p.version < plan.version] + [plan]
+
+    def in_force(self, batch_id: int) -> JobPlan:
+        """The newest version whose first batch is at or before ``batch_id``."""
+        found = [p for p in self.versions if p.first_batch <= batch_id]
+        if not found:
+            raise PipelineError(f"no plan version covers micro-batch {batch_id}")
+        return max(found, key=lambda p: p.version)
+
+
+def parameters_of(config: BackupConfig) -> PlanParameters:
+    """The planning request behind an exported config, to plan again the same way."""
+    p = config.parameters
+    guarantee = config.data.get("guarantee", {})
+    method = guarantee.get("method", "greedy")
+    calibration = guarantee.get("calibration", {}).get("method", "backtest")
+    eps = float(p["eps"])
+    by_sensor = {s: float(e) for s, e in p.get("eps_by_sensor", {}).items()}
+    v = config.validity or {}
+    return PlanParameters(
+        eps=eps,
+        delta=float(p["delta"]),
+        window=int(p["window"]),
+        slide=int(p["slide"]),
+        aggregate=str(p["aggregate"]),
+        method=method,
+        calibration=calibration if calibration in CALIBRATIONS else "backtest",
+        eps_by_sensor=tuple(sorted(by_sensor.items()))
+        if any(e != eps for e in by_sensor.values())
+        else (),
+        horizon=int(v["horizon_rows"]) if "horizon_rows" in v else None,
+    )
+
+
+def history_rows(config: BackupConfig) -> int:
+    """Rows the version was fitted on (as much history as the re-plan reads)."""
+    rows = config.data.get("guarantee", {}).get("history_rows")
+    if rows is None:
+        raise ConfigError("the config does not say how much history its plan was fitted on")
+    return int(rows)
+
+
+def read_fit_period(
+    spark: Any, source: str, sensors: tuple[str, ...], start_us: int, end_us: int
+) -> pd.DataFrame:
+    """Every sensor's landed readings in ``[start_us, end_us)``, wide: ``time`` + sensors.
+
+    Filtered by Spark (Parquet statistics skip other files' row groups); the
+    pivot is done on the driver on at most ``rows x sensors`` values.
+    """
+    from pyspark.sql import functions as F
+
+    from engine.stream.transforms import READING_SCHEMA
+
+    start = pd.Timestamp(start_us, unit="us", tz="UTC").to_pydatetime()
+    end = pd.Timestamp(end_us, unit="us", tz="UTC").to_pydatetime()
+    rows = (
+        spark.read.schema(READING_SCHEMA)
+        .parquet(source)
+        .where((F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(end)))
+        .where(F.col("sensor").isin(list(sensors)))
+        .select("event_time", "sensor", "value")
+        .toPandas()
+    )
+    wide = rows.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
+    wide = wide.reindex(columns=list(sensors))
+    wide.index = pd.DatetimeIndex(wide.index).tz_localize(None) if len(wide) else wide.index
+    wide.index.name = "time"
+    return wide.reset_index()
+
+
+def plan_again(config: BackupConfig, wide: pd.DataFrame) -> BackupConfig:
+    """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v2)."""
+    from engine.data.history import history_from_frame
+    from engine.planning import make_plan
+
+    if len(wide) < 4:
+        raise DataError(f"only {len(wide)} time steps of readings in the fit period")
+    history = history_from_frame(wide, source="the landing directory's fit period")
+    if history.sensors != config.sensors:
+        missing = sorted(set(config.sensors) - set(history.sensors))
+        raise DataError(f"the fit period lacks sensor(s) {', '.join(missing[:5])}")
+    plan = make_plan(history, parameters_of(config))
+    return BackupConfig.from_dict(plan_to_config(plan))
+
+
+@dataclass
+class Replanner:
+    """Decides after each micro-batch whether the version in force has expired and, if
+    so, plans again and adds the next version (from the next batch on)."""
+
+    book: PlanBook
+    read: Callable[[int, int], pd.DataFrame]  # (start_us, end_us) -> wide readings
+    log: Callable[[dict[str, Any]], None]
+    sampling_interval_s: float
+    enabled: bool = True
+    plan: Callable[[BackupConfig, pd.DataFrame], BackupConfig] = plan_again
+
+    def __post_init__(self) -> None:
+        self._retry_at: dict[int, int] = {}  # version -> watermark of the next attempt
+        self._said: set[int] = set()  # versions whose expiry was said once for good
+
+    def after_batch(self, batch_id: int, watermark_us: int) -> JobPlan | None:
+        """The new version if one was made (it governs batch ``batch_id + 1`` on)."""
+        current = self.book.in_force(batch_id)
+        until = current.valid_until_us
+        if until is None:
+            self._once(current, batch_id, "a schema v1 config states no horizon: never re-planned")
+            return None
+        if watermark_us < until:
+            return None
+        if not self.enabled:
+            self._once(current, batch_id, "re-planning is off (--no-replan)")
+            return None
+        if watermark_us < self._retry_at.get(current.version, until):
+            return None
+        try:
+            new = self._replan(current, batch_id, watermark_us)
+        except EngineError as err:
+            horizon_us = round(float(current.config.validity["horizon_seconds"]) * 1e6)  # type: ignore[index]
+            self._retry_at[current.version] = watermark_us + max(1, horizon_us)
+            self._expired(current, batch_id, f"re-plan failed: {err}")
+            return None
+        self.book.add(new)
+        added = sorted(set(new.config.backup_sensors) - set(current.config.backup_sensors))
+        dropped = sorted(set(current.config.backup_sensors) - set(new.config.backup_sensors))
+        self.log(
+            {
+                "event": "replan",
+                "plan_version": new.version,
+                "first_batch": new.first_batch,
+                "detail": new.detail,
+                "backup_sensors": len(new.config.backup_sensors),
+                "added": added,
+                "dropped": dropped,
+                "valid_until": new.config.validity["valid_until"],  # type: ignore[index]
+            }
+        )
+        return new
+
+    def _replan(self, current: JobPlan, batch_id: int, watermark_us: int) -> JobPlan:
+        rows = history_rows(current.config)
+        step_us = round(self.sampling_interval_s * 1e6)
+        end_us = watermark_us  # every reading before the watermark has been seen
+        start_us = end_us - rows * step_us
+        wide = self.read(start_us, end_us)
+        config = self.plan(current.config, wide)
+        until = current.config.validity["valid_until"]  # type: ignore[index]
+        detail = (
+            f"version {current.version} expired at {until}; fresh plan on {len(wide)} "
+            "rows of the landing directory before the watermark"
+        )
+        return JobPlan(current.version + 1, batch_id + 1, "scheduled", detail, config)
+
+    def _once(self, current: JobPlan, batch_id: int, why: str) -> None:
+        if current.version not in self._said:
+            self._said.add(current.version)
+            self._expired(current, batch_id, why)
+
+    def _expired(self, current: JobPlan, batch_id: int, why: str) -> None:
+        v = current.config.validity or {}
+        self.log(
+            {
+                "event": "plan_expired",
+                "plan_version": current.version,
+                "batch_id": batch_id,
+                "valid_until": v.get("valid_until"),
+                "reason": why,
+            }
+        )

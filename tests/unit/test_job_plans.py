@@ -1,0 +1,198 @@
+"""The production job's plan versions without a JVM: the plan book, the schedule, the
+parameters a re-plan repeats, and a recovery that rebuilds each row with its version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.data import load_history
+from engine.errors import ConfigError, DataError, PipelineError
+from engine.export import BackupConfig, load_config, plan_to_config
+from engine.export.plan_book import JobPlan, read_plan_book
+from engine.export.recover import recover_dataset
+from engine.planning import PlanParameters, make_plan
+from engine.stream.job_plans import PlanBook, Replanner, parameters_of
+from tests.helpers import SMALL_SAMPLE
+
+HOUR_US = 3_600_000_000
+
+
+class MemoryFiles:
+    """``DurableFiles`` on a dict (the job's real one goes through Hadoop)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def write(self, uri: str, data: bytes) -> None:
+        self.data[uri] = data
+
+    def read(self, uri: str) -> bytes:
+        return self.data[uri]
+
+    def names(self, uri: str) -> list[str]:
+        prefix = uri.rstrip("/") + "/"
+        return sorted(k[len(prefix) :] for k in self.data if k.startswith(prefix))
+
+
+PARAMS = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=24)
+
+
+@pytest.fixture(scope="module")
+def history():  # type: ignore[no-untyped-def]
+    return load_history(SMALL_SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def first(history) -> BackupConfig:  # type: ignore[no-untyped-def]
+    return BackupConfig.from_dict(plan_to_config(make_plan(history.rows(0, 400), PARAMS)))
+
+
+def until_us(config: BackupConfig) -> int:
+    return int(pd.Timestamp(config.validity["valid_until"]).value // 1000)  # type: ignore[index]
+
+
+def test_a_re_plan_repeats_the_request_behind_the_config(first: BackupConfig) -> None:
+    again = parameters_of(first)
+    for name in ("eps", "delta", "window", "effective_slide", "aggregate", "method", "horizon"):
+        assert getattr(again, name) == getattr(PARAMS, name), name
+    assert again.eps_by_sensor == ()  # one eps: no per-sensor overrides invented
+
+
+def test_the_book_starts_at_the_given_config_and_refuses_another(first, history) -> None:  # type: ignore[no-untyped-def]
+    files = MemoryFiles()
+    book = PlanBook(files, "file:///b")  # type: ignore[arg-type]
+    assert book.start(first).version == 1
+    again = PlanBook(files, "file:///b")  # type: ignore[arg-type]
+    assert again.start(first).config == first  # a resumed job: read back, same plan
+    other = BackupConfig.from_dict(plan_to_config(make_plan(history.rows(100, 500), PARAMS)))
+    with pytest.raises(PipelineError, match="another plan"):
+        PlanBook(files, "file:///b").start(other)  # type: ignore[arg-type]
+
+
+def test_the_version_in_force_is_the_newest_that_started_at_or_before_a_batch(first) -> None:  # type: ignore[no-untyped-def]
+    book = PlanBook(MemoryFiles(), "b")  # type: ignore[arg-type]
+    book.start(first)
+    book.add(JobPlan(2, 5, "scheduled", "", first))
+    assert [book.in_force(b).version for b in (0, 4, 5, 9)] == [1, 1, 2, 2]
+    book.add(JobPlan(2, 7, "scheduled", "again after a crash", first))  # replaces, not adds
+    assert len(book.versions) == 2 and book.in_force(6).version == 1
+
+
+def test_the_schedule_re_plans_once_the_watermark_passes_valid_until(first, history) -> None:  # type: ignore[no-untyped-def]
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    asked: list[tuple[int, int]] = []
+
+    def read(start: int, end: int) -> pd.DataFrame:
+        asked.append((start, end))
+        frame = history.rows(24, 424).to_frame()
+        return frame
+
+    replanner = Replanner(book, read, logged.append, 3600.0)
+    until = until_us(first)
+    assert replanner.after_batch(3, until - HOUR_US) is None and not asked
+    new = replanner.after_batch(4, until)
+    assert new is not None and (new.version, new.first_batch, new.reason) == (2, 5, "scheduled")
+    rows = first.data["guarantee"]["history_rows"]
+    assert asked == [(until - rows * HOUR_US, until)]  # as much history as version 1 had
+    assert until_us(new.config) > until  # the new version's horizon starts at its fit end
+    assert logged[-1]["event"] == "replan" and logged[-1]["plan_version"] == 2
+    assert replanner.after_batch(5, until + HOUR_US) is None  # version 2 is not expired
+
+
+def test_a_failed_re_plan_keeps_the_plan_says_so_and_retries_a_horizon_later(first) -> None:  # type: ignore[no-untyped-def]
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+
+    def gone(start: int, end: int) -> pd.DataFrame:
+        raise DataError("the landing files of the fit period were deleted")
+
+    replanner = Replanner(book, gone, logged.append, 3600.0)
+    until = until_us(first)
+    assert replanner.after_batch(4, until) is None
+    assert logged[-1]["event"] == "plan_expired" and "deleted" in logged[-1]["reason"]
+    assert replanner.after_batch(5, until + HOUR_US) is None and len(logged) == 1  # not yet
+    horizon = first.validity["horizon_seconds"] * 1_000_000  # type: ignore[index]
+    replanner.after_batch(6, until + int(horizon))
+    assert len(logged) == 2 and book.in_force(99).version == 1
+
+
+def test_no_replan_says_once_that_the_plan_expired(first) -> None:  # type: ignore[no-untyped-def]
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    replanner = Replanner(book, lambda a, b: pd.DataFrame(), logged.append, 3600.0, enabled=False)
+    for batch in range(3):
+        replanner.after_batch(batch, until_us(first) + batch)
+    assert [r["event"] for r in logged] == ["plan_expired"] and "--no-replan" in logged[0]["reason"]
+
+
+def _write_backup(root: Path, rows: Any, versions: list[tuple[int, BackupConfig, slice]]) -> None:
+    """A job-layout backup (one committed batch per version) and its plan book."""
+    (root / "_lacuna" / "plans").mkdir(parents=True)
+    for batch, (v, config, span) in enumerate(versions):
+        frame = rows.rows(span.start, span.stop).to_frame()
+        long = frame.melt(id_vars="time", var_name="sensor", value_name="value")
+        long = long[long["sensor"].isin(config.backup_sensors)]
+        folder = root / f"batch_id={batch}" / "date=2013-03-01"
+        folder.mkdir(parents=True)
+        table = pa.table(
+            {
+                "event_time": pa.array(long["time"].to_numpy(), pa.timestamp("us", tz="UTC")),
+                "sensor": long["sensor"].to_numpy(),
+                "value": long["value"].to_numpy(),
+                "plan_version": np.full(len(long), v, dtype=np.int32),
+            }
+        )
+        pq.write_table(table, folder / "part-0.parquet")
+        (root / f"batch_id={batch}" / "_SUCCESS").touch()
+        plan = JobPlan(v, batch, "initial" if v == 1 else "scheduled", "", config)
+        (root / "_lacuna" / "plans" / f"v{v:06d}.json").write_bytes(plan.to_bytes())
+
+
+def test_recovery_rebuilds_each_row_with_the_version_that_wrote_it(  # type: ignore[no-untyped-def]
+    first, history, tmp_path
+) -> None:
+    second = BackupConfig.from_dict(plan_to_config(make_plan(history.rows(24, 424), PARAMS)))
+    assert first.linear_map().backup != second.linear_map().backup or not np.allclose(
+        first.linear_map().coef, second.linear_map().coef
+    )
+    backup = tmp_path / "backup"
+    _write_backup(backup, history, [(1, first, slice(400, 424)), (2, second, slice(424, 448))])
+    assert sorted(read_plan_book(backup)) == [1, 2]
+    config = tmp_path / "plan.json"
+    config.write_text(json.dumps(first.to_dict()))
+    out = tmp_path / "all.parquet"
+    result = recover_dataset(config, backup, out)
+    assert result.rows == 48 and result.plan_versions == (1, 2)
+    got = pd.read_parquet(out)[list(history.sensors)].to_numpy()
+    want = []
+    for config_v, span in ((first, slice(400, 424)), (second, slice(424, 448))):
+        lm = config_v.linear_map()
+        part = history.rows(span.start, span.stop)
+        want.append(lm.apply(part.select(list(lm.backup)).values))
+    np.testing.assert_allclose(got, np.vstack(want), rtol=1e-9, atol=1e-9)
+    # Rebuilt all with version 1 (what recover did before plan versions) is different.
+    lm1 = first.linear_map()
+    old = lm1.apply(history.rows(400, 448).select(list(lm1.backup)).values)
+    assert not np.allclose(got, old, rtol=1e-6)
+
+
+def test_recovery_refuses_a_config_that_is_no_version_of_the_backup(  # type: ignore[no-untyped-def]
+    first, history, tmp_path
+) -> None:
+    backup = tmp_path / "backup"
+    _write_backup(backup, history, [(1, first, slice(400, 424))])
+    other = BackupConfig.from_dict(plan_to_config(make_plan(history.rows(200, 600), PARAMS)))
+    config = tmp_path / "other.json"
+    config.write_text(json.dumps(other.to_dict()))
+    with pytest.raises(ConfigError, match="none of the backup's 1 plan version"):
+        recover_dataset(config, backup, tmp_path / "x.csv")
+    assert load_config(config).backup_sensors  # the config itself is valid
