@@ -115,3 +115,15 @@ def test_cli_recover_range_of_a_missing_dataset_is_one_line(
                  str(tmp_path / "nothing"), "--from", "2020-01-01", "--out", "x.csv"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
+
+
+def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
+    import argparse
+
+    from engine.stream.job import add_run_flags, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_run_flags(parser)
+    base = ["--config", "p.json", "--source", "in", "--backup", "b", "--checkpoint", "c"]
+    assert settings_from_args(parser.parse_args(base)).replan is True
+    assert settings_from_args(parser.parse_args([*base, "--no-replan"])).replan is False
