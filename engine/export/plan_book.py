@@ -18,7 +18,7 @@ from engine.errors import ConfigError
 from engine.export.config import BackupConfig, parse_utc
 
 PLANS_DIR = ("_lacuna", "plans")
-REASONS = ("initial", "scheduled")
+REASONS = ("initial", "scheduled", "alert")
 
 
 def plan_file(version: int) -> str:

@@ -15,6 +15,9 @@ The plan in force is a version of the backup's plan book
 (``engine.stream.job_plans``): after a batch whose watermark passed its
 ``valid_until``, the job plans again on the landed readings and the new
 version governs the next batch on (``--no-replan``: keep it, say it expired).
+The live monitor (``engine.planning.monitor``) tallies each version's misses
+over its rebuilt windows; when a sensor's rate is above ``delta`` with 95 %
+confidence it logs an ``alert`` and the job re-plans at once (once per version).
 
 One query, not one per output: each landing file is read by one Spark job
 for the backup and one for the partials, and a window closes in the batch
@@ -160,6 +163,7 @@ def _run_query(
     now: Callable[[], float],
     started: float,
 ) -> JobReport:
+    from engine.planning.monitor import ViolationMonitor
     from engine.stream.durable import DurableFiles
     from engine.stream.job_plans import PlanBook, Replanner, read_fit_period
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
@@ -188,7 +192,8 @@ def _run_query(
         enabled=settings.replan,
     )
     partitions = partition_columns(interval)
-    writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, now=now)
+    monitor = ViolationMonitor(sensors, config.eps_vector(), float(params["delta"]))
+    writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, monitor, now=now)
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
     counts = _watch([query], stop, log)
     return JobReport(

@@ -33,9 +33,10 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import ConfigError, DataError, EngineError, PipelineError
-from engine.export.config import BackupConfig, plan_to_config
+from engine.export.config import BackupConfig, json_safe, plan_to_config
 from engine.export.plan_book import PLANS_DIR, JobPlan, plan_file, same_plan
 from engine.planning.calibration import CALIBRATIONS
+from engine.planning.monitor import MonitorAlert
 from engine.planning.parameters import PlanParameters
 from engine.stream.durable import DurableFiles
 
@@ -153,13 +154,15 @@ def plan_again(config: BackupConfig, wide: pd.DataFrame) -> BackupConfig:
         missing = sorted(set(config.sensors) - set(history.sensors))
         raise DataError(f"the fit period lacks sensor(s) {', '.join(missing[:5])}")
     plan = make_plan(history, parameters_of(config))
-    return BackupConfig.from_dict(plan_to_config(plan))
+    return BackupConfig.from_dict(json_safe(plan_to_config(plan)))  # unmeasured: NaN -> null
 
 
 @dataclass
 class Replanner:
-    """Decides after each micro-batch whether the version in force has expired and, if
-    so, plans again and adds the next version (from the next batch on)."""
+    """Decides after each micro-batch whether the version in force has expired (or the
+    live monitor alerted on it) and, if so, plans again and adds the next version (from
+    the next batch on). One alert re-plan per version; a failed scheduled one is tried
+    again a horizon later."""
 
     book: PlanBook
     read: Callable[[int, int], pd.DataFrame]  # (start_us, end_us) -> wide readings
@@ -171,10 +174,20 @@ class Replanner:
     def __post_init__(self) -> None:
         self._retry_at: dict[int, int] = {}  # version -> watermark of the next attempt
         self._said: set[int] = set()  # versions whose expiry was said once for good
+        self._alerted: set[int] = set()  # versions an alert has re-planned already
 
-    def after_batch(self, batch_id: int, watermark_us: int) -> JobPlan | None:
-        """The new version if one was made (it governs batch ``batch_id + 1`` on)."""
+    def after_batch(
+        self, batch_id: int, watermark_us: int, alert: MonitorAlert | None = None
+    ) -> JobPlan | None:
+        """The new version if one was made (it governs batch ``batch_id + 1`` on).
+
+        ``alert``: the live monitor found the version in force missing more than
+        ``delta`` of its windows; it is re-planned now, before its horizon.
+        """
         current = self.book.in_force(batch_id)
+        if alert is not None and self.enabled and current.version not in self._alerted:
+            self._alerted.add(current.version)  # one alert re-plan per version, even if it fails
+            return self._attempt(current, batch_id, watermark_us, "alert", alert.reason)
         until = current.valid_until_us
         if until is None:
             self._once(current, batch_id, "a schema v1 config states no horizon: never re-planned")
@@ -186,10 +199,21 @@ class Replanner:
             return None
         if watermark_us < self._retry_at.get(current.version, until):
             return None
+        why = f"version {current.version} expired at {current.config.validity['valid_until']}"  # type: ignore[index]
+        return self._attempt(current, batch_id, watermark_us, "scheduled", why)
+
+    def _attempt(
+        self, current: JobPlan, batch_id: int, watermark_us: int, reason: str, why: str
+    ) -> JobPlan | None:
         try:
-            new = self._replan(current, batch_id, watermark_us)
+            new = self._replan(current, batch_id, watermark_us, reason, why)
         except EngineError as err:
-            horizon_us = round(float(current.config.validity["horizon_seconds"]) * 1e6)  # type: ignore[index]
+            if reason == "alert":  # the version in force stays, within its horizon
+                failed = {"event": "replan_failed", "reason": reason, "error": str(err)}
+                self.log({**failed, "plan_version": current.version, "batch_id": batch_id})
+                return None
+            horizon_s = (current.config.validity or {}).get("horizon_seconds", 0.0)
+            horizon_us = round(float(horizon_s) * 1e6)
             self._retry_at[current.version] = watermark_us + max(1, horizon_us)
             self._expired(current, batch_id, f"re-plan failed: {err}")
             return None
@@ -199,6 +223,7 @@ class Replanner:
         self.log(
             {
                 "event": "replan",
+                "reason": new.reason,
                 "plan_version": new.version,
                 "first_batch": new.first_batch,
                 "detail": new.detail,
@@ -210,19 +235,19 @@ class Replanner:
         )
         return new
 
-    def _replan(self, current: JobPlan, batch_id: int, watermark_us: int) -> JobPlan:
+    def _replan(
+        self, current: JobPlan, batch_id: int, watermark_us: int, reason: str, why: str
+    ) -> JobPlan:
         rows = history_rows(current.config)
         step_us = round(self.sampling_interval_s * 1e6)
         end_us = watermark_us  # every reading before the watermark has been seen
         start_us = end_us - rows * step_us
         wide = self.read(start_us, end_us)
         config = self.plan(current.config, wide)
-        until = current.config.validity["valid_until"]  # type: ignore[index]
         detail = (
-            f"version {current.version} expired at {until}; fresh plan on {len(wide)} "
-            "rows of the landing directory before the watermark"
+            f"{why}; fresh plan on {len(wide)} rows of the landing directory before the watermark"
         )
-        return JobPlan(current.version + 1, batch_id + 1, "scheduled", detail, config)
+        return JobPlan(current.version + 1, batch_id + 1, reason, detail, config)
 
     def _once(self, current: JobPlan, batch_id: int, why: str) -> None:
         if current.version not in self._said:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -119,8 +120,12 @@ def _combine(partials: pd.DataFrame, aggregate: str) -> pd.DataFrame:
     return out[PARTIAL_COLUMNS]
 
 
-def shadow_results(closed: pd.DataFrame, lm: LinearMap, aggregate: str, eps: float) -> pd.DataFrame:
+def shadow_results(
+    closed: pd.DataFrame, lm: LinearMap, aggregate: str, eps: float | Mapping[str, float]
+) -> pd.DataFrame:
     """``RESULT_COLUMNS`` for closed windows' merged partials: true, rebuilt, error, miss.
+
+    ``eps`` is one tolerance, or one per sensor (a plan with per-unit eps).
 
     avg/sum are linear in the backups' window aggregates: ``intercept + coef @ avg_O``
     or ``n * intercept + coef @ sum_O``, rebuilt only if every backup sensor has
@@ -140,7 +145,8 @@ def shadow_results(closed: pd.DataFrame, lm: LinearMap, aggregate: str, eps: flo
     out["value"] = value.astype(float)
     out["rebuilt"] = rebuilt.astype(float)
     out["error"] = out["rebuilt"] - out["value"]
-    out["miss"] = (out["error"].abs() > eps).fillna(False).astype(bool)
+    limit = closed["sensor"].map(eps).to_numpy(dtype=float) if isinstance(eps, Mapping) else eps
+    out["miss"] = (out["error"].abs() > limit).fillna(False).astype(bool)
     out["backed_up"] = backed
     return out[RESULT_COLUMNS]
 

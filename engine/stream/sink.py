@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.model.linear import LinearMap
+from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.stream.durable import DurableFiles
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
@@ -93,6 +94,7 @@ class BatchWriter:
     partitions: tuple[str, ...]
     log: Log
     replanner: Replanner | None = None
+    monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     now: Callable[[], float] = time.time
     totals: dict[str, int] = field(
         default_factory=lambda: {"readings": 0, "windows": 0, "misses": 0, "pairs": 0}
@@ -133,7 +135,7 @@ class BatchWriter:
         lateness_us = round(self.spec.watermark_s * 1e6)
         closed = state.merge(partials[PARTIAL_COLUMNS], max_event, lateness_us)
         results = shadow_results(
-            closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self.spec.eps
+            closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
         )
         clock.mark("merge_and_shadow")
         self._write_results(results, batch_id)
@@ -142,8 +144,39 @@ class BatchWriter:
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
         self._report(results, batch_id, jobs, clock, int(partials["readings"].sum()))
+        alert = self._watch(results, int(batch_id))
         if self.replanner is not None:  # a new version governs the next batch on
-            self.replanner.after_batch(int(batch_id), state.watermark_us)
+            self.replanner.after_batch(int(batch_id), state.watermark_us, alert)
+
+    def _eps(self) -> dict[str, float]:
+        config = self.version.config
+        return dict(zip(config.sensors, map(float, config.eps_vector()), strict=True))
+
+    def _watch(self, results: pd.DataFrame, batch_id: int) -> MonitorAlert | None:
+        """Feed the closed windows to the monitor; log an alert when one is due."""
+        if self.monitor is None or results.empty:
+            return None
+        sensors = self.monitor.sensors
+        rebuilt = results[~results["backed_up"].astype(bool)]
+        errors = (
+            rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
+            .abs()
+            .reindex(columns=list(sensors))
+        )
+        targets = self.linear_map.targets
+        alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
+        if alert is not None:
+            self.log(
+                {
+                    "event": "alert",
+                    "batch_id": batch_id,
+                    "plan_version": self.plan_version,
+                    "sensors": list(alert.sensors),
+                    "rates": alert.rates,
+                    "reason": alert.reason,
+                }
+            )
+        return alert
 
     def _outputs(self, readings: Any, batch_id: int, group: str) -> pd.DataFrame:
         """Write the backup and collect the partials, as two Spark jobs at once.

@@ -64,10 +64,10 @@ def test_job_backup_results_and_resume_match_the_reference(spark: Any, tmp_path:
     config = tmp_path / "plan.json"
     write_config(config, rows, aggregate="avg", eps=1.0)
     feed(rows, tmp_path / "landing", rows_per_file=12, stop=48)
-    first, logged = _run(spark, tmp_path, config)
+    first, logged = _run(spark, tmp_path, config, replan=False)  # one map: the reference's
     assert first.stopped_by == "available_now" and first.input_rows == 48 * 6
     feed(rows, tmp_path / "landing", rows_per_file=12, start=48)
-    second, _ = _run(spark, tmp_path, config)
+    second, _ = _run(spark, tmp_path, config, replan=False)
     assert second.input_rows == 48 * 6  # resumed: the first half is not read again
 
     backup = read_backup(tmp_path / "backup")
@@ -86,6 +86,7 @@ def test_job_backup_results_and_resume_match_the_reference(spark: Any, tmp_path:
     rebuilt = ~got["backed_up"]
     assert first.misses + second.misses == int(got.loc[rebuilt, "miss"].sum())
     assert any(r["event"] == "shadow" and r["windows"] > 0 for r in logged)
+    assert any(r["event"] == "alert" for r in logged)  # this map misses; the monitor says so
 
 
 def test_job_max_shadow_runs_per_window_on_executors(spark: Any, tmp_path: Path) -> None:
@@ -204,3 +205,41 @@ def test_the_job_re_plans_on_schedule_and_recovery_uses_each_version(
         x = history.values[i, [history.sensors.index(b) for b in lm.backup]]
         want.append(lm.apply(x[None, :])[0])
     np.testing.assert_allclose(got[list(history.sensors)].to_numpy(), np.array(want), rtol=1e-9)
+
+
+def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A plan whose map is wrong (every rebuilt target off by 1,000): the job's monitor
+    alerts once its rebuilt windows show it, and the job re-plans at once."""
+    from engine.data import load_history
+    from engine.export import plan_to_config
+    from engine.export.plan_book import read_plan_book
+    from engine.planning import PlanParameters, make_plan
+    from tests.helpers import SMALL_SAMPLE
+
+    history = load_history(SMALL_SAMPLE)
+    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
+    config = plan_to_config(make_plan(history.rows(0, 600), params))
+    assert 0 < len(config["backup_sensors"]) < len(config["sensors"])
+    for target in config["reconstruction"].values():
+        target["intercept"] += 1000.0
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(config))
+    rows = Rows(history.times[:240], history.values[:240], history.sensors)
+    feed(rows, tmp_path / "landing", rows_per_file=24)
+    _, logged = _run(spark, tmp_path, path, max_files_per_trigger=1)
+
+    alerts = [r for r in logged if r["event"] == "alert"]
+    assert alerts and alerts[0]["plan_version"] == 1
+    book = read_plan_book(tmp_path / "backup")
+    plans = tmp_path / "backup" / "_lacuna" / "plans"
+    second = json.loads((plans / "v000002.json").read_text())
+    assert second["reason"] == "alert" and len(book) >= 2
+    results = read_results(tmp_path / "backup")
+    assert "plan_version" in results
+    assert set(results["plan_version"]) >= {1, 2}  # windows closed under the new version
+    rebuilt = results[~results["backed_up"]]
+    old = rebuilt["plan_version"] == 1
+    assert rebuilt.loc[old, "miss"].all()
+    assert rebuilt.loc[~old, "miss"].mean() < 0.5 if (~old).any() else True  # or all backed up

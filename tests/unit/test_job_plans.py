@@ -196,3 +196,39 @@ def test_recovery_refuses_a_config_that_is_no_version_of_the_backup(  # type: ig
     with pytest.raises(ConfigError, match="none of the backup's 1 plan version"):
         recover_dataset(config, backup, tmp_path / "x.csv")
     assert load_config(config).backup_sensors  # the config itself is valid
+
+
+def _alert() -> Any:
+    from engine.planning.monitor import MonitorAlert
+
+    return MonitorAlert(("s",), {"s": 0.5}, {"s": 0.3}, 12, "live violation rate of s is 50 %")
+
+
+def test_an_alert_re_plans_before_the_horizon_once_per_version(first, history) -> None:  # type: ignore[no-untyped-def]
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    replanner = Replanner(book, lambda a, b: history.rows(0, 400).to_frame(), logged.append, 3600.0)
+    early = until_us(first) - 10 * HOUR_US
+    new = replanner.after_batch(2, early, _alert())
+    assert new is not None and (new.version, new.reason) == (2, "alert")
+    assert "live violation rate of s" in new.detail and logged[-1]["reason"] == "alert"
+    assert replanner.after_batch(2, early, _alert()) is None  # not twice for version 1
+    assert replanner.after_batch(3, early, _alert()) is not None  # version 2's first alert
+
+
+def test_a_failed_alert_re_plan_keeps_the_version_and_its_schedule(first, history) -> None:  # type: ignore[no-untyped-def]
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    reads = iter([DataError("landing files gone"), history.rows(24, 424).to_frame()])
+
+    def read(start: int, end: int) -> pd.DataFrame:
+        got = next(reads)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    replanner = Replanner(book, read, logged.append, 3600.0)
+    assert replanner.after_batch(2, until_us(first) - HOUR_US, _alert()) is None
+    assert logged[-1]["event"] == "replan_failed" and "gone" in logged[-1]["error"]
+    new = replanner.after_batch(3, until_us(first))  # the schedule is not pushed back
+    assert new is not None and new.reason == "scheduled"

@@ -140,3 +140,21 @@ def test_a_window_missing_a_backup_sensor_is_not_rebuilt() -> None:
     assert first.loc[~first["backed_up"], "rebuilt"].isna().all()
     assert not first["miss"].any()
     assert out.loc[~out["backed_up"], "rebuilt"].notna().any()
+
+
+def test_each_sensor_is_judged_by_its_own_eps() -> None:
+    """A plan with per-unit eps: the job's miss is |error| > that sensor's eps, not the first."""
+    rows = sample_rows(16)
+    lm = fit_map(rows.values, rows.sensors, BACKUP)
+    parts, latest = _partials(long_readings(rows), lm, "avg", 4, 4)
+    closed = WindowState("avg").merge(parts, latest, 0)
+    one = shadow_results(closed, lm, "avg", 1e9)
+    size = one.loc[~one["backed_up"]].groupby("sensor")["error"].apply(lambda e: e.abs().min())
+    worst = str(size.idxmax())
+    assert size[worst] > 0
+    tight = {s: (size[worst] / 2 if s == worst else 1e9) for s in rows.sensors}
+    per = shadow_results(closed, lm, "avg", tight)
+    assert per.loc[per["sensor"] == worst, "miss"].all()
+    assert not per.loc[per["sensor"] != worst, "miss"].any()
+    assert not one["miss"].any()
+    pd.testing.assert_series_equal(per["error"], one["error"])
