@@ -27,8 +27,10 @@ def validity_text(config: dict[str, Any]) -> str:
     v = config["validity"]
     return (
         f"Fitted on {v['fit_start']} .. {v['fit_end']}; valid until {v['valid_until']} "
-        f"(horizon {v['horizon_rows']} rows). `recover` warns on a backup outside "
-        f"{v['fit_end']} .. {v['valid_until']}: re-plan before then."
+        f"(horizon {v['horizon_rows']} rows). The `run` job below plans again by itself "
+        "once the stream passes that time (or when its live monitor alerts), and keeps "
+        "every plan version with the backup; a backup kept another way needs a new plan "
+        f"by then (`recover` warns outside {v['fit_end']} .. {v['valid_until']})."
     )
 
 
