@@ -15,10 +15,10 @@ import streamlit as st
 
 from ui.jobs import Job, JobRunner, Progress, get_runner
 
-__all__ = ["Progress", "forget_if_done", "job_panel", "runner"]
+__all__ = ["Progress", "drawn", "forget_if_done", "job_panel", "rerun_app", "runner"]
 POLL_SECONDS = 1.0
-_RERUNS = "_jobs_reruns"  # job serial -> (reruns asked for, when the last was asked)
-RERUN_TRIES, RERUN_RETRY_S = 3, 4.0
+RERUN_RETRY_S = 4.0
+_ASKED = "_rerun_asked"  # watch name -> when a fragment last asked for a full rerun
 
 
 def runner() -> JobRunner:
@@ -46,9 +46,18 @@ def forget_if_done(key: Hashable, found: Callable[[], bool]) -> None:
         get_runner().forget(key)
 
 
-@st.fragment(run_every=POLL_SECONDS)
 def job_panel(key: Hashable, what: str, cancellable: bool = True) -> None:
-    """Progress, Cancel and the outcome of job ``key``; reruns the page when it is done."""
+    """Progress, Cancel and the outcome of job ``key``; reruns the page when it is done.
+
+    Called by a page only while the job's result is not on it (the result is
+    not in its cache), so a done job means the page is stale.
+    """
+    drawn(("job", key))
+    _job_fragment(key, what, cancellable)
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _job_fragment(key: Hashable, what: str, cancellable: bool) -> None:
     job: Job | None = get_runner().get(key)
     if job is None:
         return
@@ -66,28 +75,32 @@ def job_panel(key: Hashable, what: str, cancellable: bool = True) -> None:
             )  # fmt: skip
         return
     if view.state == "done":  # the page finds the result in its cache on a full rerun
-        if _rerun_due(job.serial, time.monotonic()):
-            st.rerun(scope="app")
+        rerun_app(("job", key))
         return
     label = "cancelled" if view.state == "cancelled" else "failed"
     (st.info if label == "cancelled" else st.warning)(f"{what} {label}: {view.error}")
     st.button("Run it again", key=f"retry_{abs(hash(key))}", on_click=_retry, args=(key,))
 
 
-def _rerun_due(serial: int, now: float) -> bool:
-    """Whether to ask for a full rerun for the done job ``serial`` now.
+def drawn(watch: Hashable) -> None:
+    """A full run of the page is drawing ``watch``'s state: reruns asked for it came."""
+    st.session_state.setdefault(_ASKED, {}).pop(watch, None)
 
-    A full rerun draws the result and no longer this panel. If the panel still
-    polls, the request was lost (a fragment rerun that raced a full one; seen
-    under load), so ask again after ``RERUN_RETRY_S``, at most ``RERUN_TRIES``
-    times: never a stuck page, never a rerun loop.
+
+def rerun_app(watch: Hashable, now: float | None = None) -> None:
+    """From a fragment: rerun the whole page for ``watch``, and ask again every
+    ``RERUN_RETRY_S`` until a full run (``drawn``) shows it came.
+
+    A request can be lost (a fragment rerun racing a full one; seen under load
+    in the browser tests, the page then kept its old state for good), so it is
+    not asked once and forgotten.
     """
-    asked = st.session_state.setdefault(_RERUNS, {})
-    count, last = asked.get(serial, (0, -RERUN_RETRY_S))
-    if count >= RERUN_TRIES or now - last < RERUN_RETRY_S:
-        return False
-    asked[serial] = (count + 1, now)
-    return True
+    asked = st.session_state.setdefault(_ASKED, {})
+    t = time.monotonic() if now is None else now
+    if t - asked.get(watch, -RERUN_RETRY_S) < RERUN_RETRY_S:
+        return
+    asked[watch] = t
+    st.rerun(scope="app")
 
 
 def submit(key: Hashable, label: str, work: Callable[[Progress], object]) -> Job:

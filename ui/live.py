@@ -27,7 +27,7 @@ from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.stream.split import ReplaySplit, split_for_replay
 from engine.stream.status import PipelineStatus
 from engine.stream.versions import changes
-from ui import plans, resources
+from ui import background, plans, resources
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData
 
@@ -317,17 +317,27 @@ def plan_versions(s: PipelineStatus) -> None:
         st.dataframe(table, hide_index=True)
 
 
-@st.fragment(run_every=POLL_SECONDS)
 def status_panel(delta: float) -> None:
-    """Polls the shared manager; a change of state reruns the whole page (buttons)."""
+    """The pipeline's status, polled; a change of state reruns the whole page (buttons)."""
+    st.session_state[_DRAWN] = _watch(resources.pipeline_manager().status())
+    background.drawn(_DRAWN)
+    _status_fragment(delta)
+
+
+_DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
+
+
+def _watch(s: PipelineStatus) -> tuple[object, ...]:
+    # While recovered windows are pending, each new window may finish one: rerun the page.
+    return (s.state, s.windows_emitted if st.session_state.get(PENDING) else None)
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _status_fragment(delta: float) -> None:
     s = resources.pipeline_manager().status()
     status_metrics(s, delta)
-    # While recovered windows are pending, each new window may finish one: rerun the page.
-    watch = (s.state, s.windows_emitted if st.session_state.get(PENDING) else None)
-    seen = st.session_state.get("_live_watch")
-    st.session_state["_live_watch"] = watch
-    if seen is not None and seen != watch:
-        st.rerun(scope="app")
+    if _watch(s) != st.session_state.get(_DRAWN):
+        background.rerun_app(_DRAWN)
 
 
 def ownership_note() -> None:

@@ -347,12 +347,18 @@ def test_a_backtest_whose_plan_fell_out_of_the_cache_runs_again(app):  # type: i
     assert measured in texts(at)
 
 
-def test_a_done_job_asks_again_for_a_rerun_that_did_not_come(monkeypatch):  # type: ignore[no-untyped-def]
-    """A lost rerun request is repeated after a pause, a bounded number of times."""
+def test_a_lost_full_rerun_is_asked_for_again_until_a_full_run_comes(monkeypatch):  # type: ignore[no-untyped-def]
+    """A fragment's rerun request can be lost: it is repeated every RERUN_RETRY_S until
+    the page's full run says it has drawn the new state, and not after."""
+    asked: list[float] = []
     monkeypatch.setattr(background.st, "session_state", {})
+    monkeypatch.setattr(background.st, "rerun", lambda scope: asked.append(scope))
     t, wait = 100.0, background.RERUN_RETRY_S
-    assert background._rerun_due(7, t)
-    assert not background._rerun_due(7, t + wait / 2)  # the first may still come
-    asked = [background._rerun_due(7, t + k * wait) for k in range(1, 6)]
-    assert asked == [True] * (background.RERUN_TRIES - 1) + [False] * (6 - background.RERUN_TRIES)
-    assert background._rerun_due(8, t)  # a new job (same key or not) starts afresh
+    background.drawn("w")
+    background.rerun_app("w", t)
+    background.rerun_app("w", t + wait / 2)  # the first may still come
+    background.rerun_app("w", t + wait)  # it did not: ask again
+    assert asked == ["app", "app"]
+    background.drawn("w")  # a full run came
+    background.rerun_app("w", t + wait + 0.1)  # a new change reruns at once
+    assert len(asked) == 3

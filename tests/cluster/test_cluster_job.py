@@ -40,10 +40,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start_job(tmp: Path, cluster: StandaloneCluster, name: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "engine", "run", "--config", str(tmp / "plan.json"),
-            "--source", str(tmp / "landing"), "--backup", (tmp / "backup").as_uri(),
-            "--checkpoint", str(tmp / "checkpoint"), "--master", cluster.url,
-            "--trigger", "1", "--no-replan"]  # fmt: skip  (one map: the reference's)
+    argv = [
+        sys.executable,
+        "-m",
+        "engine",
+        "run",
+        "--config",
+        str(tmp / "plan.json"),
+        "--source",
+        str(tmp / "landing"),
+        "--backup",
+        (tmp / "backup").as_uri(),
+        "--checkpoint",
+        str(tmp / "checkpoint"),
+        "--master",
+        cluster.url,
+        "--trigger",
+        "1",
+        "--no-replan",
+    ]  # fmt: skip  (one map: the reference's)
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     # Files, not pipes: Spark's logs would fill a pipe nobody reads and block the job.
     out, err = open(tmp / f"{name}.out", "w"), open(tmp / f"{name}.err", "w")  # noqa: SIM115

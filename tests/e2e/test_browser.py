@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -220,6 +222,18 @@ def export_and_recover(page, shots_dir: Path, tmp_path: Path, backed: int) -> No
     assert result["sensors"] == len(config["sensors"]) and result["rows"] == 720
 
 
+@contextmanager
+def says_what_it_saw(page, shots: Path, name: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """On a failed wait, print the page's text (CI shows stdout) and keep a screenshot."""
+    try:
+        yield
+    except Exception:
+        page.screenshot(path=str(shots / f"{name}_failure.png"), full_page=True)
+        print(f"--- page text at the failed wait ({name}) ---")
+        print(page.locator("section.stMain").inner_text(timeout=10_000)[:4000])
+        raise
+
+
 def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
     """Start the measured what-ifs and press Cancel; False if they finished first."""
     page.get_by_role("button", name="Measure the trade-off").click()
@@ -253,7 +267,8 @@ def test_a_long_run_can_be_cancelled(browser, app_url, shots_dir):  # type: igno
         cancelled = False
         for eps in ("0.7", "1.3", "3"):
             change_eps(page, eps)
-            page.get_by_text("Plan measured by a rolling-origin backtest").first.wait_for()
+            with says_what_it_saw(page, shots_dir, f"cancel_eps_{eps}"):
+                page.get_by_text("Plan measured by a rolling-origin backtest").first.wait_for()
             if try_to_cancel(page):
                 cancelled = True
                 break
