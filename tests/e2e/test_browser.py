@@ -52,6 +52,12 @@ def dashboard_batches(page) -> int:  # type: ignore[no-untyped-def]
 
 
 def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
+    # The slowest replay: under load a faster feed could end before the failure, and the
+    # windows open at the feed's end never close (nothing moves the watermark on).
+    rate = page.get_by_role("slider").first
+    rate.focus()
+    rate.press("ArrowLeft")
+    page.get_by_test_id("stSliderThumbValue").filter(has_text=re.compile(r"^5$")).wait_for()
     page.get_by_role("button", name="Start").click()
     page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("running").wait_for(
         timeout=SLOW
