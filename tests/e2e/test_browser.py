@@ -246,16 +246,26 @@ def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     cancel = page.get_by_role("button", name="Cancel")
-    try:
-        cancel.click(timeout=15_000)
-    except PlaywrightTimeout:  # the job ended (its button left) before the click landed
-        return False
+    heard = page.get_by_text(re.compile(r"cancelling at the next step|trade-off cancelled")).first
+    for _ in range(3):
+        try:
+            cancel.click(timeout=15_000)
+        except PlaywrightTimeout:  # the job ended (its button left) before the click landed
+            print("try_to_cancel: no Cancel button to click (the job had ended)")
+            return False
+        try:
+            heard.wait_for(timeout=10_000)
+            break
+        except PlaywrightTimeout:  # no sign of the click: say what the page shows, again
+            print("try_to_cancel: the click was not heard; the page shows:")
+            print(page.locator("section.stMain").inner_text(timeout=10_000)[-1500:])
     # The click can land while the last backtest finishes: the job then ends done, not
     # cancelled (Cancel stops it at the next step). Either way its Cancel button goes.
     cancel.wait_for(state="detached")
     try:
         page.get_by_text(re.compile(r"Measuring the trade-off cancelled")).wait_for(timeout=15_000)
     except PlaywrightTimeout:
+        print("try_to_cancel: Cancel was pressed but the job ended done")
         return False
     return True
 
