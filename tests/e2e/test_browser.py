@@ -236,8 +236,16 @@ def says_what_it_saw(page, shots: Path, name: str) -> Iterator[None]:  # type: i
     except Exception:
         page.screenshot(path=str(shots / f"{name}_failure.png"), full_page=True)
         print(f"--- page text at the failed wait ({name}) ---")
-        print(page.locator("section.stMain").inner_text(timeout=10_000)[:4000])
+        print(page_text(page)[:4000])
         raise
+
+
+def page_text(page) -> str:  # type: ignore[no-untyped-def]
+    """The page's visible text for a diagnostic; never raises (it must not hide a retry)."""
+    try:
+        return str(page.locator("body").inner_text(timeout=10_000))
+    except Exception as err:  # a diagnostic only
+        return f"<page text unavailable: {type(err).__name__}>"
 
 
 def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
@@ -258,7 +266,7 @@ def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
             break
         except PlaywrightTimeout:  # no sign of the click: say what the page shows, again
             print("try_to_cancel: the click was not heard; the page shows:")
-            print(page.locator("section.stMain").inner_text(timeout=10_000)[-1500:])
+            print(page_text(page)[-1500:])
     # The click can land while the last backtest finishes: the job then ends done, not
     # cancelled (Cancel stops it at the next step). Either way its Cancel button goes.
     cancel.wait_for(state="detached")
