@@ -11,7 +11,6 @@ until it is forgotten.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -24,7 +23,6 @@ from engine.errors import Cancelled, EngineError
 Progress = Callable[[float, str], None]
 log = logging.getLogger(__name__)
 STATES = ("running", "done", "failed", "cancelled")
-_SERIALS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,6 @@ class Job:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key, self.label, self._work, self._clock = key, label, work, clock
-        self.serial = next(_SERIALS)  # tells a job apart from a later one with the same key
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._state, self._fraction, self._message = "running", 0.0, "starting"

@@ -25,6 +25,11 @@ def plan_file(version: int) -> str:
     return f"v{version:06d}.json"
 
 
+def is_plan_file(name: str) -> bool:
+    """A version's file (not a writer's hidden ``.vNNNNNN.json.tmp``)."""
+    return name.startswith("v") and name.endswith(".json")
+
+
 @dataclass(frozen=True)
 class JobPlan:
     """One plan version of the job and the micro-batches from ``first_batch`` on."""
@@ -89,7 +94,7 @@ def read_plan_book(backup: str | Path) -> dict[int, BackupConfig]:
     if not root.is_dir():
         return {}
     found = {}
-    for f in sorted(root.glob("v*.json")):
+    for f in sorted(f for f in root.iterdir() if is_plan_file(f.name)):
         plan = JobPlan.from_bytes(f.read_bytes(), str(f))
         found[plan.version] = plan.config
     return found

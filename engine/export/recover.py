@@ -196,7 +196,11 @@ def recover_dataset(
             f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
             "named in the config"
         )
-    versions = _step_versions(long, times, min(maps))
+    versions = (
+        _step_versions(long, times)
+        if len(maps) > 1
+        else np.full(len(times), min(maps), dtype=np.int64)  # one map: nothing to choose
+    )
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         kept, values = _rebuild_by_version(maps, union, wide, versions)
     lm = maps[max(maps)]
@@ -239,10 +243,8 @@ def _version_configs(
     return {v: book[v] for v in present} or {max(book): book[max(book)]}
 
 
-def _step_versions(long: pa.Table | None, times: np.ndarray, default: int) -> np.ndarray:
+def _step_versions(long: pa.Table, times: np.ndarray) -> np.ndarray:
     """Each time step's plan version: the newest among its readings (as ``widen`` keys them)."""
-    if long is None or long.num_rows == 0 or len(times) == 0:
-        return np.full(len(times), default, dtype=np.int64)
     newest = long.group_by("event_time").aggregate([("plan_version", "max")])
     at = newest["event_time"].to_numpy()
     version = newest["plan_version_max"].to_numpy()

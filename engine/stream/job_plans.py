@@ -7,7 +7,10 @@ why it was made:
 * ``initial``: the ``--config`` the job was started with;
 * ``scheduled``: the event time passed the version's ``valid_until`` (its fit
   end plus its horizon), so the job planned again on the most recent
-  readings, with the same parameters and as much history as the version had.
+  readings, with the same parameters and as much history as the version had;
+* ``alert``: the live monitor found the version missing more than ``delta`` of
+  its rebuilt windows with confidence, so the job planned again at once (the
+  same way, once per version).
 
 Backup rows carry ``plan_version``; ``recover --backup`` rebuilds each time step
 with its version's map (``engine.export.recover``). A version is written before
@@ -19,7 +22,7 @@ reads the fit period from the landing directory (``--source``), with Spark,
 filtered to the period, and plans on the driver (``make_plan``, backtest
 included; seconds per horizon, not per batch). If those readings are gone, or
 the plan fails, the job says so (a JSON line), keeps the version in force
-(expired) and tries again one horizon later.
+(expired) and tries a scheduled re-plan again one horizon later.
 
 PySpark is imported inside functions only.
 """
@@ -34,7 +37,7 @@ import pandas as pd
 
 from engine.errors import ConfigError, DataError, EngineError, PipelineError
 from engine.export.config import BackupConfig, json_safe, plan_to_config
-from engine.export.plan_book import PLANS_DIR, JobPlan, plan_file, same_plan
+from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file, plan_file, same_plan
 from engine.planning.calibration import CALIBRATIONS
 from engine.planning.monitor import MonitorAlert
 from engine.planning.parameters import PlanParameters
@@ -50,7 +53,7 @@ class PlanBook:
         self.versions: list[JobPlan] = [
             JobPlan.from_bytes(self.files.read(f"{self.root}/{name}"), name)
             for name in self.files.names(self.root)
-            if name.startswith("v") and name.endswith(".json")
+            if is_plan_file(name)
         ]
         self.versions.sort(key=lambda p: p.version)
 
