@@ -52,6 +52,17 @@ Fixed before any run (not tuned):
   short recording (240 rows: S = 21, H = 63), too short to calibrate all 50
   motes (a first fit needs n + 2 rows), so its cases take motes r01-r10
   (fixed by that arithmetic, not by a run).
+* **fresh-2**: the fresh half's failures have been studied too, so the method
+  as it stands (after the prediction bound and the no-fold rule) is judged
+  again on a fourth half, fixed and committed before any of it was run and
+  with no change to the method since: variables or aggregates of the same
+  data sets used in no earlier case (Beijing PM10 sum, O3 max, SO2 avg and
+  pressure avg; five cities' pressure min and humidity avg; appliances indoor
+  temperature max and humidity min; room temperature max and light avg; EEG
+  max; gas-turbine temperatures max; Tetouan zones min). Same rules for H, S,
+  window and eps; hPa counts as mbar (1.0 a reading). Intel is left out: its
+  history is too short for one backtest fold, so every plan backs up every
+  mote and the case could only read 0 % savings.
 """
 
 from __future__ import annotations
@@ -98,7 +109,7 @@ class Case:
     window: int
     eps: float
     week_rows: int | None  # readings per week; None: a short recording (S = rows // 11)
-    half: str  # "choose", "held-out" or "fresh"
+    half: str  # "choose", "held-out", "fresh" or "fresh-2"
 
 
 HOURLY, TEN_MIN = 168, 1008
@@ -136,6 +147,27 @@ CASES = [
          "fresh"),
     Case("appliances_RH_avg", "appliances_energy", ("RH[1-5]_*_pct", "RH[7-9]_*_pct"), "avg", 6,
          3.0, TEN_MIN, "fresh"),
+    # Fresh-2 cases, fixed (and committed) before any of them was run, with the method
+    # unchanged since; see the module docstring.
+    Case("beijing_PM10_sum", "beijing_multisite_aq", ("*_PM10",), "sum", 24, 480.0, HOURLY,
+         "fresh-2"),
+    Case("beijing_O3_max", "beijing_multisite_aq", ("*_O3",), "max", 24, 20.0, HOURLY,
+         "fresh-2"),
+    Case("beijing_SO2_avg", "beijing_multisite_aq", ("*_SO2",), "avg", 24, 20.0, HOURLY,
+         "fresh-2"),
+    Case("beijing_PRES_avg", "beijing_multisite_aq", ("*_PRES",), "avg", 24, 1.0, HOURLY,
+         "fresh-2"),
+    Case("cities_PRES_min", "pm25_five_cities", ("*_PRES",), "min", 24, 1.0, HOURLY, "fresh-2"),
+    Case("cities_HUMI_avg", "pm25_five_cities", ("*_HUMI",), "avg", 24, 3.0, HOURLY, "fresh-2"),
+    Case("appliances_T_max", "appliances_energy", ("T[1-5]_*_degC", "T[7-9]_*_degC"), "max", 6,
+         1.0, TEN_MIN, "fresh-2"),
+    Case("appliances_RH_min", "appliances_energy", ("RH[1-5]_*_pct", "RH[7-9]_*_pct"), "min", 6,
+         3.0, TEN_MIN, "fresh-2"),
+    Case("room_temp_max", "room_occupancy", ("S?_temp_degC",), "max", 10, 1.0, None, "fresh-2"),
+    Case("room_light_avg", "room_occupancy", ("S?_light_lux",), "avg", 10, 50.0, None, "fresh-2"),
+    Case("eeg_max", "eeg_eye_state", ("*_uV",), "max", 32, 5.0, None, "fresh-2"),
+    Case("turbine_degC_max", "gas_turbine", ("*_degC",), "max", 24, 1.0, HOURLY, "fresh-2"),
+    Case("tetuan_power_min", "tetuan_power", ("Zone_*",), "min", 6, 1000.0, TEN_MIN, "fresh-2"),
 ]  # fmt: skip
 
 
@@ -263,7 +295,7 @@ HAS_HORIZON = _has_horizon()
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for half in ("choose", "held-out", "fresh", "all"):
+    for half in ("choose", "held-out", "fresh", "fresh-2", "all"):
         rs = [r for r in results if half in ("all", r["half"])]
         out[half] = {
             m: {
