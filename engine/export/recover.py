@@ -315,4 +315,11 @@ def _table(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> p
 def _write_parquet(table: pa.Table, out: Path) -> None:
     # Dictionary encoding only for ``time``: rebuilt readings are (almost) all
     # distinct, so pyarrow's default tries a dictionary per column and gives up.
-    pq.write_table(table, out, use_dictionary=["time"])
+    # Microseconds, as Spark stores timestamps (it refuses Parquet's nanoseconds).
+    pq.write_table(
+        table,
+        out,
+        use_dictionary=["time"],
+        coerce_timestamps="us",
+        allow_truncated_timestamps=True,
+    )

@@ -15,7 +15,7 @@ every batch, so we also require ``min_windows`` observations before judging.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +118,25 @@ class ViolationMonitor:
         self._windows += windows
         self.version = int(version)
         return self._alert()
+
+    def resume(self, version: int, counts: Mapping[str, tuple[int, int]]) -> None:
+        """Start plan ``version``'s tally from ``counts`` (sensor -> (violations, windows)),
+        what an earlier run of the same job observed under it, before any new window.
+
+        Without it, a job restarted more often than it takes to gather
+        ``min_windows`` per sensor would never alert.
+        """
+        unknown = sorted(set(counts) - set(self.sensors))
+        if unknown:
+            raise ParameterError(f"the tally names sensor(s) the monitor lacks: {unknown[:5]}")
+        v = np.array([int(counts.get(s, (0, 0))[0]) for s in self.sensors])
+        w = np.array([int(counts.get(s, (0, 0))[1]) for s in self.sensors])
+        if np.any(v < 0) or np.any(w < v):
+            raise ParameterError("a tally needs 0 <= violations <= windows for every sensor")
+        v_old, w_old = self._by_version.get(int(version), (np.zeros_like(v), np.zeros_like(w)))
+        self._by_version[int(version)] = (v_old + v, w_old + w)
+        self._violations += v
+        self._windows += w
 
     def rates(self, version: int | None = None) -> dict[str, tuple[int, int]]:
         """sensor -> (violations, windows): overall, or under plan ``version``."""

@@ -41,6 +41,7 @@ from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.stream.durable import DurableFiles
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
+from engine.stream.tally import version_tally
 from engine.stream.transforms import WindowSpec, backup_rows, batch_partials, rebuilt_partials
 
 Log = Callable[[dict[str, Any]], None]
@@ -105,6 +106,7 @@ class BatchWriter:
         self._state: WindowState | None = None
         self._maps: dict[int, LinearMap] = {}
         self.version: JobPlan = self.plans.in_force(0)
+        self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
 
     @property
     def plan_version(self) -> int:
@@ -127,6 +129,8 @@ class BatchWriter:
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
         self.version = self.plans.in_force(int(batch_id))
+        if not self._resumed:
+            self._resume_monitor(int(batch_id))
         state = self._state_before(int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
         partials = self._outputs(readings, batch_id, group)
@@ -151,6 +155,25 @@ class BatchWriter:
     def _eps(self) -> dict[str, float]:
         config = self.version.config
         return dict(zip(config.sensors, map(float, config.eps_vector()), strict=True))
+
+    def _resume_monitor(self, batch_id: int) -> None:
+        """Start the monitor from the windows an earlier run saw under this version."""
+        self._resumed = True
+        if self.monitor is None or not self.files.names(self.paths.results):
+            return
+        counts = version_tally(self.spark, self.paths.results, self.plan_version, batch_id)
+        if not counts:
+            return
+        self.monitor.resume(self.plan_version, counts)
+        self.log(
+            {
+                "event": "monitor_resumed",
+                "plan_version": self.plan_version,
+                "before_batch": batch_id,
+                "windows": sum(w for _, w in counts.values()),
+                "misses": sum(v for v, _ in counts.values()),
+            }
+        )
 
     def _watch(self, results: pd.DataFrame, batch_id: int) -> MonitorAlert | None:
         """Feed the closed windows to the monitor; log an alert when one is due."""
@@ -240,7 +263,10 @@ class BatchWriter:
             frame[col] = pd.to_datetime(frame[col].astype("int64"), unit="us", utc=True)
         frame["plan_version"] = int(self.plan_version)
         buf = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buf)
+        # Microseconds, as Spark stores timestamps: Spark cannot read pandas' nanoseconds.
+        pq.write_table(
+            pa.Table.from_pandas(frame, preserve_index=False), buf, coerce_timestamps="us"
+        )
         uri = join_uri(self.paths.results, f"batch_id={batch_id}", "part-00000.parquet")
         self.files.write(uri, buf.getvalue())
 

@@ -125,15 +125,18 @@ def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
     config = tmp_path / "plan.json"
     write_config(config, rows, aggregate="sum", eps=3.0)
     feed(rows, tmp_path / "landing", rows_per_file=12, stop=36)
-    first, _ = _run(spark, tmp_path, config, max_files_per_trigger=1)
+    # one map, the reference's: this map misses, and a resumed monitor would re-plan
+    first, _ = _run(spark, tmp_path, config, max_files_per_trigger=1, replan=False)
     assert first.batches == 3
     # the crash: every output of batch 2 written, Spark's commit of it not
     commits = tmp_path / "checkpoint" / "job" / "commits"
     for name in ("2", ".2.crc"):
         (commits / name).unlink(missing_ok=True)
     feed(rows, tmp_path / "landing", rows_per_file=12, start=36)
-    second, logged = _run(spark, tmp_path, config, max_files_per_trigger=1)
+    second, logged = _run(spark, tmp_path, config, max_files_per_trigger=1, replan=False)
     assert [r["batch_id"] for r in logged if r["event"] == "shadow"] == [2, 3, 4, 5]
+    resumed = [r for r in logged if r["event"] == "monitor_resumed"]
+    assert resumed and resumed[0]["before_batch"] == 2  # the replayed batch is counted once
     assert second.input_rows == 48 * 6  # batch 2 again, then three new files
 
     backup = read_backup(tmp_path / "backup")
@@ -243,3 +246,37 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
     old = rebuilt["plan_version"] == 1
     assert rebuilt.loc[old, "miss"].all()
     assert rebuilt.loc[~old, "miss"].mean() < 0.5 if (~old).any() else True  # or all backed up
+
+
+def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_path: Path) -> None:
+    """The wrong map again (every target off by 1,000), fed in two runs of 8 windows each:
+    neither run alone shows a sensor the monitor's 10 windows, both together do. The
+    second run starts its tally from the first run's durable results and alerts."""
+    from engine.data import load_history
+    from engine.export import plan_to_config
+    from engine.planning import PlanParameters, make_plan
+    from tests.helpers import SMALL_SAMPLE
+
+    history = load_history(SMALL_SAMPLE)
+    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
+    config = plan_to_config(make_plan(history.rows(0, 600), params))
+    for target in config["reconstruction"].values():
+        target["intercept"] += 1000.0
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(config))
+    rows = Rows(history.times[:128], history.values[:128], history.sensors)
+    feed(rows, tmp_path / "landing", rows_per_file=16, stop=64)
+    _, first = _run(spark, tmp_path, path, replan=False)
+    assert not [r for r in first if r["event"] in ("alert", "monitor_resumed")]
+    feed(rows, tmp_path / "landing", rows_per_file=16, start=64)
+    _, second = _run(spark, tmp_path, path, replan=False)
+
+    resumed = [r for r in second if r["event"] == "monitor_resumed"]
+    results = read_results(tmp_path / "backup")
+    rebuilt = results[~results["backed_up"] & results["rebuilt"].notna()]
+    shadows = [r for r in first if r["event"] == "shadow"]
+    assert len(resumed) == 1 and resumed[0]["plan_version"] == 1
+    assert resumed[0]["windows"] == sum(r["rebuilt_pairs"] for r in shadows) > 0
+    assert resumed[0]["misses"] == resumed[0]["windows"]  # every rebuilt window misses
+    assert rebuilt.groupby("sensor").size().max() >= 10  # together they are enough
+    assert [r for r in second if r["event"] == "alert"]

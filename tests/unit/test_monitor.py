@@ -54,6 +54,29 @@ def test_backed_up_sensors_do_not_count() -> None:
     assert monitor.rates()["d"] == (50, 50)
 
 
+def test_a_resumed_tally_counts_as_if_the_windows_had_been_observed() -> None:
+    """A restarted job's monitor starts from the earlier run's counts: the same alert,
+    at the same window, as one monitor that saw every window."""
+    errors = np.where(np.arange(24)[:, None] % 2 == 0, 3.0, 0.1) * np.ones((24, 4))
+    whole = ViolationMonitor(SENSORS, eps=1.0, delta=0.05)
+    whole.observe(errors[:8], ("a", "b"), version=2)
+    want = whole.observe(errors[8:], ("a", "b"), version=2)
+    resumed = ViolationMonitor(SENSORS, eps=1.0, delta=0.05)
+    resumed.resume(2, {"a": (4, 8), "b": (4, 8)})
+    assert resumed.observe(errors[8:9], ("a", "b"), version=1) is None  # another version
+    got = resumed.observe(errors[8:], ("a", "b"), version=2)
+    assert want is not None and got is not None
+    assert got.sensors == want.sensors and got.rates == want.rates
+    assert resumed.rates(2) == whole.rates(2)
+    fresh = ViolationMonitor(SENSORS, eps=1.0, delta=0.05)
+    fresh.observe(errors[8:12], ("a", "b"), version=2)
+    assert fresh.rates(2)["a"] == (2, 4)  # 4 windows alone: too few to judge
+    with pytest.raises(ParameterError, match="sensor"):
+        resumed.resume(2, {"z": (1, 2)})
+    with pytest.raises(ParameterError, match="violations <= windows"):
+        resumed.resume(2, {"a": (3, 2)})
+
+
 def test_tallies_are_kept_per_plan_version_and_overall() -> None:
     """A re-plan starts a new version's tally; the old one and the overall one stay.
 
