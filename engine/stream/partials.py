@@ -22,6 +22,7 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,6 +57,9 @@ class WindowState:
     max_event_us: int = NO_TIME
     watermark_us: int = NO_TIME
     open: pd.DataFrame = field(default_factory=_empty)
+    # small JSON-able facts the job keeps with the state (the monitor's tally); replaced
+    # whole, never mutated in place, so a shallow copy of the state is a copy
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def merge(self, partials: pd.DataFrame, max_event_us: int, lateness_us: int) -> pd.DataFrame:
         """Fold one batch's partials in; return the merged partials of windows now closed.
@@ -80,6 +84,7 @@ class WindowState:
             "batch_id": self.batch_id,
             "max_event_us": self.max_event_us,
             "watermark_us": self.watermark_us,
+            "extra": self.extra,
         }
         table = pa.Table.from_pandas(self.open, preserve_index=False)
         table = table.replace_schema_metadata({"lacuna_state": json.dumps(meta)})
@@ -102,6 +107,7 @@ class WindowState:
             max_event_us=int(meta["max_event_us"]),
             watermark_us=int(meta["watermark_us"]),
             open=frame[PARTIAL_COLUMNS],
+            extra=dict(meta.get("extra", {})),
         )
 
 

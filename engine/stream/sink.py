@@ -14,7 +14,8 @@
 ``<checkpoint>/job``
     Spark's offsets and commits of the one streaming query;
 ``<checkpoint>/lacuna_state/N.arrow``
-    the open windows' partials after micro-batch ``N`` (the last two kept).
+    the open windows' partials and the monitor's tally after micro-batch ``N``
+    (the last two kept).
 
 Spark and Hive-style readers skip names starting with ``_``, so the results
 never show up as backup rows. Any URI Spark can write works the same.
@@ -41,11 +42,11 @@ from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.stream.durable import DurableFiles
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
-from engine.stream.tally import version_tally
 from engine.stream.transforms import WindowSpec, backup_rows, batch_partials, rebuilt_partials
 
 Log = Callable[[dict[str, Any]], None]
 STATE_SUFFIX = ".arrow"
+MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -129,9 +130,9 @@ class BatchWriter:
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
         self.version = self.plans.in_force(int(batch_id))
-        if not self._resumed:
-            self._resume_monitor(int(batch_id))
         state = self._state_before(int(batch_id))
+        if not self._resumed:
+            self._resume_monitor(state, int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
         partials = self._outputs(readings, batch_id, group)
         clock.mark("backup_and_partials")
@@ -143,12 +144,15 @@ class BatchWriter:
         )
         clock.mark("merge_and_shadow")
         self._write_results(results, batch_id)
+        alert = self._watch(results, int(batch_id))
         state.batch_id = int(batch_id)
+        if self.monitor is not None:  # the tally after this batch, kept with its state
+            tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
+            state.extra = {**state.extra, MONITOR_KEY: [self.plan_version, tally]}
         self._save_state(state)
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
         self._report(results, batch_id, jobs, clock, int(partials["readings"].sum()))
-        alert = self._watch(results, int(batch_id))
         if self.replanner is not None:  # a new version governs the next batch on
             self.replanner.after_batch(int(batch_id), state.watermark_us, alert)
 
@@ -156,14 +160,19 @@ class BatchWriter:
         config = self.version.config
         return dict(zip(config.sensors, map(float, config.eps_vector()), strict=True))
 
-    def _resume_monitor(self, batch_id: int) -> None:
-        """Start the monitor from the windows an earlier run saw under this version."""
+    def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
+        """Start the monitor from the tally an earlier run kept with the state before
+        ``batch_id`` (the version in force's rebuilt windows and misses).
+
+        Without it a job restarted more often than it takes to see the monitor's
+        ``min_windows`` per sensor would never alert. Kept with the window state,
+        the tally of a replayed batch is counted once, by the replay.
+        """
         self._resumed = True
-        if self.monitor is None or not self.files.names(self.paths.results):
-            return
-        counts = version_tally(self.spark, self.paths.results, self.plan_version, batch_id)
-        if not counts:
-            return
+        saved = state.extra.get(MONITOR_KEY)
+        if self.monitor is None or not saved or int(saved[0]) != self.plan_version:
+            return  # nothing seen yet, or a new version starts at this batch
+        counts = {s: (int(v), int(w)) for s, (v, w) in saved[1].items()}
         self.monitor.resume(self.plan_version, counts)
         self.log(
             {

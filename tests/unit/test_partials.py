@@ -121,9 +121,11 @@ def test_late_partials_of_closed_windows_are_dropped_and_state_round_trips() -> 
     assert closed["window_start"].tolist() == [0, HOUR_US]
     late = state.merge(_parts_at([0], value=99.0), 2 * HOUR_US, 0)
     assert late.empty and state.open["window_start"].tolist() == [2 * HOUR_US]
+    state.extra = {"monitor": [3, {"a": [1, 12]}]}
     back = WindowState.restore(state.snapshot())
     assert (back.batch_id, back.watermark_us, back.max_event_us) == (-1, 2 * HOUR_US, 2 * HOUR_US)
     pd.testing.assert_frame_equal(back.open, state.open)
+    assert back.extra == {"monitor": [3, {"a": [1, 12]}]}
     with pytest.raises(PipelineError, match="unreadable"):
         WindowState.restore(b"not arrow")
 
