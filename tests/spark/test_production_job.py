@@ -280,3 +280,6 @@ def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_pat
     assert resumed[0]["misses"] == resumed[0]["windows"]  # every rebuilt window misses
     assert rebuilt.groupby("sensor").size().max() >= 10  # together they are enough
     assert [r for r in second if r["event"] == "alert"]
+    # the results are Spark's to read too: microsecond timestamps, not pandas' nanoseconds
+    on_spark = spark.read.parquet(str(tmp_path / "backup" / "_lacuna" / "results"))
+    assert on_spark.count() == len(results)
