@@ -236,6 +236,14 @@ def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
     return result.to_dict()
 
 
+def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.export.job_status import read_job_status
+
+    if args.events < 0:
+        raise ParameterError(f"--events must be >= 0, got {args.events!r}")
+    return read_job_status(args.backup).to_dict(events=args.events)
+
+
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from engine.stream.job import run_from_args
 
@@ -281,6 +289,7 @@ COMMANDS = {
     "simulate": cmd_simulate,
     "disorder": cmd_disorder,
     "run": cmd_run,
+    "status": cmd_status,
 }
 
 

@@ -303,6 +303,34 @@ def violation_bars(rates: dict[str, float], delta: float, title: str) -> go.Figu
     return _layout(fig, title, 320, y="% of windows with error > eps")
 
 
+def job_batches_chart(batches: pd.DataFrame, delta: float) -> go.Figure:
+    """A production job's per-micro-batch miss rate over its rebuilt windows, per version."""
+    fig = go.Figure()
+    scored = batches[batches["rebuilt_pairs"] > 0]
+    for version, rows in scored.groupby("plan_version", sort=True):
+        fig.add_trace(
+            go.Scatter(
+                x=rows["batch_id"],
+                y=100 * rows["misses"] / rows["rebuilt_pairs"],
+                mode="lines+markers",
+                name=f"version {version}",
+                customdata=rows[["rebuilt_pairs", "misses"]],
+                hovertemplate="batch %{x}: %{y:.1f} % (%{customdata[1]} of "
+                "%{customdata[0]} rebuilt windows)<extra></extra>",
+            )
+        )
+    fig.add_hline(
+        y=100 * delta,
+        line_dash="dash",
+        line_color=BACKUP_COLOUR,
+        annotation_text=f"delta = {delta:g}",
+    )
+    return _layout(
+        fig, "Miss rate of each micro-batch's closed windows", 320,
+        x="micro-batch", y="% of rebuilt windows with error > eps",
+    )  # fmt: skip
+
+
 def mode_bars(table: pd.DataFrame) -> go.Figure:
     """Backup rows each mode stores, labelled with the windows it recovered."""
     rows = table["backup rows"].fillna(0)

@@ -33,6 +33,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/live.py", "Live pipeline", ":material/stream:", "live"),
     PageSpec("pages/disorder.py", "Disorder", ":material/shuffle:", "disorder"),
     PageSpec("pages/export.py", "Export", ":material/download:", "export"),
+    PageSpec("pages/production.py", "Production job", ":material/factory:", "production"),
 )
 
 

@@ -165,6 +165,7 @@ def _run_query(
 ) -> JobReport:
     from engine.planning.monitor import ViolationMonitor
     from engine.stream.durable import DurableFiles
+    from engine.stream.events import DurableLog
     from engine.stream.job_plans import PlanBook, Replanner, read_fit_period
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
@@ -180,6 +181,7 @@ def _run_query(
     interval = float(params["sampling_interval_s"])
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
+    log = DurableLog(DurableFiles(spark), paths.events, log)  # alerts etc. kept with the backup
     trigger = (settings.available_now, settings.trigger_s)
     book = PlanBook(DurableFiles(spark), settings.backup)
     book.start(config)

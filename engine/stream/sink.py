@@ -9,6 +9,8 @@
     the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss;
 ``<backup>/_lacuna/metrics/batch_id=N/part-00000.json``
     one JSON line per micro-batch;
+``<backup>/_lacuna/events/NNNNNNNNNNNN-<event>.json``
+    alerts, re-plans and expiries (``engine.stream.events``);
 ``<backup>/_lacuna/plans/vNNNNNN.json``
     the plan versions (``engine.export.plan_book``): which plan wrote which batches;
 ``<checkpoint>/job``
@@ -40,6 +42,7 @@ import pyarrow.parquet as pq
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.stream.durable import DurableFiles
+from engine.stream.events import EVENTS_DIR
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
 from engine.stream.transforms import WindowSpec, backup_rows, batch_partials, rebuilt_partials
@@ -68,6 +71,10 @@ class SinkPaths:
     @property
     def metrics(self) -> str:
         return join_uri(self.backup, "_lacuna", "metrics")
+
+    @property
+    def events(self) -> str:
+        return join_uri(self.backup, *EVENTS_DIR)
 
     @property
     def state(self) -> str:

@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
-PAGES = ("data", "tune", "graph", "plan", "live", "disorder", "export")
+PAGES = ("data", "tune", "graph", "plan", "live", "disorder", "export", "production")
 
 
 def texts(at: AppTest) -> str:

@@ -16,6 +16,7 @@ TITLES = {
     "live": "Live pipeline",
     "disorder": "Out-of-order streams",
     "export": "Export",
+    "production": "Production job",
 }
 
 

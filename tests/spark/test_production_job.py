@@ -247,6 +247,26 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
     assert rebuilt.loc[old, "miss"].all()
     assert rebuilt.loc[~old, "miss"].mean() < 0.5 if (~old).any() else True  # or all backed up
 
+    # what the console and `engine status` read back, with DuckDB, from the backup alone
+    from engine.cli import main as cli_main
+    from engine.export.job_status import read_job_status
+
+    status = read_job_status(tmp_path / "backup")
+    assert [p.version for p in status.versions] == sorted(book)
+    kinds = {(e["event"], e.get("plan_version")) for e in status.events}
+    assert ("alert", 1) in kinds and ("replan", 2) in kinds
+    shadows = [r for r in logged if r["event"] == "shadow"]
+    assert status.batches["batch_id"].tolist() == [r["batch_id"] for r in shadows]
+    assert status.summary()["readings"] == sum(r["readings"] for r in shadows)
+    scored = rebuilt[rebuilt["rebuilt"].notna()]
+    want = scored.groupby(["plan_version", "sensor"])["miss"].agg(["size", "sum"]).reset_index()
+    got = status.rates.merge(want, on=["plan_version", "sensor"], how="outer")
+    assert len(got) == len(want) == len(status.rates)
+    assert (got["windows"] == got["size"]).all() and (got["misses"] == got["sum"]).all()
+    first = status.version_rates(1)
+    assert first["above_delta"].any()  # every window of the wrong map missed
+    assert cli_main(["status", "--backup", str(tmp_path / "backup")]) == 0
+
 
 def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_path: Path) -> None:
     """The wrong map again (every target off by 1,000), fed in two runs of 8 windows each:

@@ -1,0 +1,29 @@
+"""Production: watch a `python -m engine run` job from its backup, and rebuild a lost range."""
+
+import streamlit as st
+
+from ui import panels, production, shell
+
+shell.frame()
+st.title("Production job")
+st.caption(
+    "A job started with `python -m engine run` (the command on the Export page) keeps its "
+    "plan versions, per-batch metrics, every closed window's shadow check and its alerts "
+    "beside the backup. This page reads them back with DuckDB; no Spark is needed."
+)
+backup = production.backup_input()
+if not backup:
+    st.info("Give the job's --backup location to see what it has done.")
+else:
+    with panels.page_guard():
+        status = production.load(backup)
+        st.button("Refresh", key="prod_refresh")
+        production.headline(status)
+        production.live_rates(status)
+        production.batches_chart(status)
+        st.subheader("Plan versions")
+        production.versions_table(status)
+        st.subheader("Alerts, re-plans and expiries")
+        production.events(status)
+        st.subheader("Rebuild a lost range")
+        production.recover_range(status)
