@@ -139,6 +139,7 @@ FIRST_VISIT = {  # page -> (text it must show, plotly charts it must draw)
     "Live pipeline": ("Start the pipeline", 0),
     "Disorder": ("MP-K-slack's", 4),
     "Export": ("valid against backup config schema v2", 0),
+    "Production job": ("Give the job's --backup location", 0),
 }
 
 
