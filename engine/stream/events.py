@@ -2,7 +2,7 @@
 
 Every event is a JSON line on stdout (``engine.stream.job``). Those an operator
 must be able to find after the fact (an alert, a re-plan, an expired plan, a
-failed re-plan, a resumed monitor) are also written to
+failed re-plan, a resumed monitor, input it could not use) are also written to
 ``<backup>/_lacuna/events/<batch:012d>-<event>.json``, through Hadoop's
 FileSystem like the job's other small files. Named by the micro-batch that
 raised them, a replayed batch rewrites its own events rather than adding more.
@@ -16,7 +16,9 @@ from typing import Any
 
 from engine.stream.durable import DurableFiles
 
-NOTABLE = ("alert", "replan", "plan_expired", "replan_failed", "monitor_resumed")
+NOTABLE = (
+    "alert", "replan", "plan_expired", "replan_failed", "monitor_resumed", "input_anomaly"
+)  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 
 

@@ -30,6 +30,7 @@ Metrics go to stderr as JSON lines; the final report to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -216,13 +217,23 @@ def _run_query(
 def _watch(
     queries: list[Any], stop: threading.Event, log: Callable[[dict[str, Any]], None]
 ) -> dict[str, list[int]]:
-    """Log each new progress; stop every query on ``stop``; raise if one failed."""
+    """Log each new progress; stop every query on ``stop``; raise if one failed.
+
+    A failed query is a ``PipelineError`` whose one line says what to do
+    (``query_failure_line``), never Spark's exception and its stack.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    from engine.stream.failure import query_failure_line
+
     counts = {q.name: [0, 0] for q in queries}
     seen: dict[str, int] = {}
     try:
         while any(q.isActive for q in queries) and not stop.is_set():
             for q in queries:
-                q.awaitTermination(0.2)
+                # a failure is reported from q.exception() below, after every query stopped
+                with contextlib.suppress(StreamingQueryException):
+                    q.awaitTermination(0.2)
                 _log_progress(q, seen, counts, log)
     finally:
         for q in queries:
@@ -231,7 +242,7 @@ def _watch(
         _log_progress(q, seen, counts, log)
         err = q.exception()
         if err is not None:
-            raise PipelineError(f"query {q.name} failed: {str(err).splitlines()[0]}")
+            raise PipelineError(f"query {q.name} failed: {query_failure_line(err)}")
     return counts
 
 

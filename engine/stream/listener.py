@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.stream.failure import _first_line
+from engine.stream.failure import query_failure_line
 from engine.stream.spec import FAILURE_MARK
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,7 +53,7 @@ def _make_listener(pipeline: LivePipeline) -> Any:
                 failed = FAILURE_MARK in str(event.exception)
                 pipeline.board.update(
                     state="failed" if failed else "error",
-                    last_error=_first_line(event.exception),
+                    last_error=query_failure_line(event.exception),
                 )
 
     return _Listener()

@@ -39,7 +39,7 @@ from engine.stream.batch import (
     select_backup_rows,
     shadow_errors,
 )
-from engine.stream.failure import _first_line
+from engine.stream.failure import query_failure_line
 from engine.stream.listener import _make_listener
 from engine.stream.reporting import BatchReporting
 from engine.stream.source import LandingDirSource, StreamSource
@@ -180,7 +180,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         try:
             self.query.processAllAvailable()
         except Exception as err:
-            raise PipelineError(f"the streaming query failed: {_first_line(err)}") from err
+            raise PipelineError(f"the streaming query failed: {query_failure_line(err)}") from err
 
     def await_termination(self, timeout: float) -> bool:
         """Wait for the query to end; ``True`` if it has (with or without an error)."""

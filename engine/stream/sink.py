@@ -45,7 +45,13 @@ from engine.stream.durable import DurableFiles
 from engine.stream.events import EVENTS_DIR
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
 from engine.stream.partials import PARTIAL_COLUMNS, WindowState, shadow_results
-from engine.stream.transforms import WindowSpec, backup_rows, batch_partials, rebuilt_partials
+from engine.stream.transforms import (
+    UNUSABLE,
+    WindowSpec,
+    backup_rows,
+    batch_partials,
+    rebuilt_partials,
+)
 
 Log = Callable[[dict[str, Any]], None]
 STATE_SUFFIX = ".arrow"
@@ -141,7 +147,7 @@ class BatchWriter:
         if not self._resumed:
             self._resume_monitor(state, int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
-        partials = self._outputs(readings, batch_id, group)
+        partials, screened = self._screen(self._outputs(readings, batch_id, group), batch_id)
         clock.mark("backup_and_partials")
         max_event = int(partials["max_event_us"].max()) if len(partials) else state.max_event_us
         lateness_us = round(self.spec.watermark_s * 1e6)
@@ -159,13 +165,51 @@ class BatchWriter:
         self._save_state(state)
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
-        self._report(results, batch_id, jobs, clock, int(partials["readings"].sum()))
+        self._report(results, batch_id, jobs, clock, screened)
         if self.replanner is not None:  # a new version governs the next batch on
             self.replanner.after_batch(int(batch_id), state.watermark_us, alert)
 
     def _eps(self) -> dict[str, float]:
         config = self.version.config
         return dict(zip(config.sensors, map(float, config.eps_vector()), strict=True))
+
+    def _screen(self, partials: pd.DataFrame, batch_id: int) -> tuple[pd.DataFrame, dict]:
+        """The plan's sensors' partials, and what the batch held besides.
+
+        Readings without a sensor or a time (``UNUSABLE``) cannot be windowed or
+        rebuilt: counted and dropped. Sensors outside the plan were backed up in
+        full (``backup_rows``) and are left out of the shadow check. Either is an
+        ``input_anomaly`` event, so neither goes unsaid.
+        """
+        planned = set(self.version.config.sensors)
+        unusable = partials["sensor"] == UNUSABLE
+        outside = ~partials["sensor"].isin(planned) & ~unusable
+        kept = partials[~unusable & ~outside]
+        counts = {
+            "readings": int(partials["readings"].sum()),
+            "unusable_readings": int(partials.loc[unusable, "readings"].sum()),
+            "unplanned_readings": int(partials.loc[outside, "readings"].sum()),
+            "missing_values": int(kept["missing"].fillna(0).sum()) if "missing" in kept else 0,
+        }
+        if counts["unusable_readings"] or counts["unplanned_readings"] or counts["missing_values"]:
+            names = sorted(set(partials.loc[outside, "sensor"].astype(str)))
+            self.log(
+                {
+                    "event": "input_anomaly",
+                    "batch_id": batch_id,
+                    "plan_version": self.plan_version,
+                    **counts,
+                    "unplanned_sensors": names[:20],
+                    "unplanned_sensor_count": len(names),
+                    "what": (
+                        "readings without a sensor or a time were dropped; null or NaN "
+                        "values leave their windows unchecked; sensors outside the plan "
+                        "were backed up in full and are not shadow-checked (plan again "
+                        "with them to include them)"
+                    ),
+                }
+            )
+        return kept.reset_index(drop=True), counts
 
     def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
         """Start the monitor from the tally an earlier run kept with the state before
@@ -224,7 +268,13 @@ class BatchWriter:
         run side by side the backup write and the aggregation use two. Each job
         scans the file itself: caching it first cost more than the second scan.
         """
-        rows = backup_rows(readings, self.backup_sensors, self.plan_version, self.partitions)
+        rows = backup_rows(
+            readings,
+            self.backup_sensors,
+            self.plan_version,
+            self.partitions,
+            planned=self.version.config.sensors,
+        )
 
         def write_backup() -> None:
             self.spark.sparkContext.setJobGroup(group, f"lacuna backup {batch_id}")
@@ -287,8 +337,9 @@ class BatchWriter:
         self.files.write(uri, buf.getvalue())
 
     def _report(
-        self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, readings: int
+        self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, counts: dict
     ) -> None:
+        readings = int(counts["readings"])
         rebuilt = results[~results["backed_up"].astype(bool) & results["rebuilt"].notna()]
         windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
         misses = int(rebuilt["miss"].sum())
@@ -301,6 +352,9 @@ class BatchWriter:
             "rebuilt_pairs": pairs,
             "misses": misses,
             "miss_rate": misses / pairs if pairs else None,
+            "missing_values": int(counts["missing_values"]),
+            "unusable_readings": int(counts["unusable_readings"]),
+            "unplanned_readings": int(counts["unplanned_readings"]),
             "last_window_end": (
                 str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
                 if windows

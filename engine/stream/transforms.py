@@ -31,6 +31,9 @@ PARTIAL_SCHEMA = (
     "rebuilt double, rebuilt_n long"
 )
 HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
+# The sensor of readings without a sensor name or an event time: they cannot be put in a
+# window, so they are grouped at the epoch under this name, counted by the driver, dropped.
+UNUSABLE = "\x00unusable"
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,21 @@ def backup_rows(
     plan_version: int,
     partitions: Sequence[str],
     extra: Sequence[str] = (),
+    planned: Sequence[str] | None = None,
 ) -> Any:
     """Readings of the backup sensors, long format, with their partition keys.
 
     ``extra`` columns of ``readings`` are kept too (the live pipeline's ``seq``);
-    the production reader ignores columns it does not know.
+    the production reader ignores columns it does not know. With ``planned``
+    (the plan's sensors), a sensor outside it is backed up in full too: the
+    plan cannot rebuild it, so its readings would otherwise be lost.
     """
     from pyspark.sql import functions as F
 
-    out = readings.filter(F.col("sensor").isin(list(backup_sensors))).select(
+    keep = F.col("sensor").isin(list(backup_sensors))
+    if planned is not None:
+        keep = keep | ~F.col("sensor").isin(list(planned))
+    out = readings.filter(keep).select(
         "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version"), *extra
     )
     if "date" in partitions:
@@ -127,6 +136,18 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     )
 
 
+def placeable(readings: Any) -> Any:
+    """``readings`` with those lacking a sensor or a time renamed ``UNUSABLE`` at the epoch."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("event_time").isNull() | F.col("sensor").isNull()
+    return readings.select(
+        F.when(bad, F.lit(0).cast("timestamp")).otherwise(F.col("event_time")).alias("event_time"),
+        F.when(bad, F.lit(UNUSABLE)).otherwise(F.col("sensor")).alias("sensor"),
+        "value",
+    )
+
+
 def batch_partials(readings: Any, spec: WindowSpec) -> Any:
     """One micro-batch's partials per (window, sensor): ``n``, ``agg`` (sum for
     avg/sum, else max/min), the latest event time (``max_event_us``) and
@@ -137,11 +158,17 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
     from pyspark.sql import functions as F
 
     agg = F.max if spec.aggregate == "max" else F.min if spec.aggregate == "min" else F.sum
+    value = F.col("value")
     return (
-        _windowed(readings, spec)
+        _windowed(placeable(readings), spec)
         .groupBy("window_start", "window_end", "sensor")
         .agg(
             F.count("value").alias("n"),
+            # null or NaN readings (each counted in its latest window only): their
+            # windows' aggregates are not numbers, so those windows go unchecked
+            F.sum(((value.isNull() | F.isnan(value)) & F.col("first")).cast("long")).alias(
+                "missing"
+            ),
             agg("value").cast("double").alias("agg"),
             F.lit(None).cast("double").alias("rebuilt"),
             F.lit(0).cast("long").alias("rebuilt_n"),
@@ -159,7 +186,7 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
 
     from engine.stream.partials import rebuild_window_extremes
 
-    backups = _windowed(readings.filter(F.col("sensor").isin(list(lm.backup))), spec)
+    backups = _windowed(placeable(readings).filter(F.col("sensor").isin(list(lm.backup))), spec)
     aggregate = spec.aggregate
 
     def per_window(pdf: pd.DataFrame) -> pd.DataFrame:

@@ -793,8 +793,10 @@ def stage_frame(tuples: list[Tuple4], base: str = "2024-01-01") -> pd.DataFrame:
     return pd.DataFrame(
         {
             "seq": np.arange(len(tuples), dtype=np.int64),
-            "event_time": [origin + pd.Timedelta(seconds=t[0]) for t in tuples],
-            "arrival_time": [origin + pd.Timedelta(seconds=t[3]) for t in tuples],
+            # rounded to whole microseconds: Timedelta(seconds=8.000001) is 8000000999 ns,
+            # which a cast to microseconds truncates into a tie with 8.0 (Hypothesis found it)
+            "event_time": [origin + pd.Timedelta(microseconds=round(t[0] * 1e6)) for t in tuples],
+            "arrival_time": [origin + pd.Timedelta(microseconds=round(t[3] * 1e6)) for t in tuples],
             "sensor": [t[1] for t in tuples],
             "value": [t[2] for t in tuples],
         }
