@@ -178,3 +178,23 @@ def read_results(backup: Path) -> pd.DataFrame:
         f"FROM read_parquet('{pattern}', hive_partitioning = true) ORDER BY start_s, sensor"
     ).df()
     return frame
+
+
+def run_landed(spark: Any, tmp: Path, config: Path, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``run_job`` on ``tmp/landing`` until what landed is done (availableNow), backup and
+    checkpoint under ``tmp``; returns its report and every logged event."""
+    import threading
+
+    from engine.export import load_config
+    from engine.stream.job import JobSettings, run_job
+
+    settings = JobSettings(
+        source=str(tmp / "landing"),
+        backup=str(tmp / "backup"),
+        checkpoint=(tmp / "checkpoint").as_uri(),
+        available_now=True,
+        **kw,
+    )
+    logged: list[dict[str, Any]] = []
+    report = run_job(spark, load_config(config), settings, threading.Event(), log=logged.append)
+    return report, logged

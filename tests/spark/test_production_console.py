@@ -8,7 +8,6 @@ show the alert the job raised, and rebuild a range exactly as ``recover`` does.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.data import load_history
-from engine.export import load_config, plan_to_config
+from engine.export import plan_to_config
 from engine.export.recover import recover_dataset
 from engine.planning import PlanParameters, make_plan
-from engine.stream.job import JobSettings, run_job
 from tests.helpers import SMALL_SAMPLE
-from tests.production_reference import Rows, feed
+from tests.production_reference import Rows, feed, run_landed
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,15 +38,7 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     path.write_text(json.dumps(config))
     feed(Rows(history.times[:160], history.values[:160], history.sensors), tmp_path / "landing",
          rows_per_file=32)  # fmt: skip
-    settings = JobSettings(
-        source=str(tmp_path / "landing"),
-        backup=str(tmp_path / "backup"),
-        checkpoint=(tmp_path / "checkpoint").as_uri(),
-        available_now=True,
-        replan=False,
-    )
-    logged: list[dict[str, Any]] = []
-    run_job(spark, load_config(path), settings, threading.Event(), log=logged.append)
+    _, logged = run_landed(spark, tmp_path, path, replan=False)
     assert [r for r in logged if r["event"] == "alert"]
 
     at = AppTest.from_file(str(ROOT / "pages" / "production.py"), default_timeout=60).run()

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,22 @@ import pandas as pd
 import pytest
 
 from engine.errors import PipelineError
-from engine.export import load_config
 from engine.export.backup_dataset import read_backup
 from engine.export.job_status import read_job_status
-from engine.stream.job import JobSettings, run_job
-from tests.production_reference import BACKUP, feed, long_readings, sample_rows, write_config
+from tests.production_reference import (
+    BACKUP,
+    feed,
+    long_readings,
+    run_landed,
+    sample_rows,
+    write_config,
+)
 
 pytestmark = pytest.mark.spark
 
 
 def _run(spark: Any, tmp: Path) -> list[dict[str, Any]]:
-    settings = JobSettings(
-        source=str(tmp / "landing"),
-        backup=str(tmp / "backup"),
-        checkpoint=(tmp / "checkpoint").as_uri(),
-        available_now=True,
-        replan=False,
-    )
-    logged: list[dict[str, Any]] = []
-    run_job(spark, load_config(tmp / "plan.json"), settings, threading.Event(), log=logged.append)
-    return logged
+    return run_landed(spark, tmp, tmp / "plan.json", replan=False)[1]
 
 
 def test_a_file_spark_cannot_read_stops_the_job_and_loses_nothing(

@@ -8,7 +8,6 @@ the results every closed window exactly once, both equal to the reference.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from engine.errors import PipelineError
 from engine.export import load_config
 from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.recover import recover_dataset
-from engine.stream.job import JobSettings, run_job
 from tests.production_reference import (
     BACKUP,
     Rows,
@@ -28,6 +26,7 @@ from tests.production_reference import (
     long_readings,
     read_results,
     reference_results,
+    run_landed,
     sample_rows,
     write_config,
 )
@@ -36,16 +35,7 @@ pytestmark = pytest.mark.spark
 
 
 def _run(spark: Any, tmp: Path, config: Path, **kw: Any) -> Any:
-    settings = JobSettings(
-        source=str(tmp / "landing"),
-        backup=str(tmp / "backup"),
-        checkpoint=(tmp / "checkpoint").as_uri(),
-        available_now=True,
-        **kw,
-    )
-    logged: list[dict[str, Any]] = []
-    report = run_job(spark, load_config(config), settings, threading.Event(), log=logged.append)
-    return report, logged
+    return run_landed(spark, tmp, config, **kw)
 
 
 def _compare(got: pd.DataFrame, want: pd.DataFrame) -> None:
