@@ -29,6 +29,7 @@ EVENT_LABELS = {
     "plan_expired": "Plan expired",
     "replan_failed": "Re-plan failed",
     "monitor_resumed": "Monitor resumed",
+    "input_anomaly": "Input anomaly",
 }
 
 
@@ -131,18 +132,49 @@ def events(status: JobStatus, limit: int = 50) -> None:
             "batch": e.get("batch_id", e.get("first_batch", e.get("before_batch"))),
             "event": EVENT_LABELS.get(str(e.get("event")), str(e.get("event"))),
             "version": e.get("plan_version"),
-            "what": e.get("reason") if e.get("event") != "replan" else e.get("detail"),
+            "what": _what(e),
         }
         for e in status.events[:limit]
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def _what(event: dict) -> str:
+    """One sentence per event: its own reason, or what an input anomaly counted."""
+    kind = event.get("event")
+    if kind == "replan":
+        return str(event.get("detail", ""))
+    if kind == "monitor_resumed":
+        return (
+            f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "
+            "this version carried over from before the restart"
+        )
+    if kind == "input_anomaly":
+        parts = []
+        if event.get("unplanned_readings"):
+            names = ", ".join(event.get("unplanned_sensors", [])[:5])
+            count = event.get("unplanned_sensor_count")
+            parts.append(
+                f"{event['unplanned_readings']:,} readings of {count} sensor(s) outside the "
+                f"plan ({names}) backed up in full"
+            )
+        if event.get("unusable_readings"):
+            parts.append(
+                f"{event['unusable_readings']:,} readings without a sensor or time dropped"
+            )
+        if event.get("missing_values"):
+            parts.append(f"{event['missing_values']:,} null or NaN values (windows unchecked)")
+        return "; ".join(parts)
+    return str(event.get("reason", ""))
+
+
 def recover_range(status: JobStatus) -> None:
     """Rebuild every sensor for a time range from the backup, and offer it as CSV."""
+    last = status.summary()["last_window_end"]
+    hint = str(last)[:10] if last else "2024-01-01"
     c1, c2 = st.columns(2)
-    start = c1.text_input("From (UTC, inclusive)", key="w_prod_from", placeholder="2024-01-01")
-    end = c2.text_input("To (UTC, exclusive)", key="w_prod_to", placeholder="2024-01-02")
+    start = c1.text_input("From (UTC, inclusive)", key="w_prod_from", placeholder=hint)
+    end = c2.text_input("To (UTC, exclusive)", key="w_prod_to", placeholder=f"{hint} 12:00")
     config = json.dumps(status.in_force.config.to_dict())
     if st.button("Rebuild this range", key="prod_recover", type="primary"):
         with tempfile.TemporaryDirectory() as tmp:
