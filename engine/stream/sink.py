@@ -30,7 +30,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -148,6 +148,8 @@ class BatchWriter:
             self._resume_monitor(state, int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
         partials, screened = self._screen(self._outputs(readings, batch_id, group), batch_id)
+        if screened["unplanned_sensors"]:  # rare: the plan cannot rebuild them, so keep them
+            self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
         clock.mark("backup_and_partials")
         max_event = int(partials["max_event_us"].max()) if len(partials) else state.max_event_us
         lateness_us = round(self.spec.watermark_s * 1e6)
@@ -191,8 +193,8 @@ class BatchWriter:
             "unplanned_readings": int(partials.loc[outside, "readings"].sum()),
             "missing_values": int(kept["missing"].fillna(0).sum()) if "missing" in kept else 0,
         }
+        names = sorted(set(partials.loc[outside, "sensor"].astype(str)))
         if counts["unusable_readings"] or counts["unplanned_readings"] or counts["missing_values"]:
-            names = sorted(set(partials.loc[outside, "sensor"].astype(str)))
             self.log(
                 {
                     "event": "input_anomaly",
@@ -209,7 +211,7 @@ class BatchWriter:
                     ),
                 }
             )
-        return kept.reset_index(drop=True), counts
+        return kept.reset_index(drop=True), {**counts, "unplanned_sensors": names}
 
     def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
         """Start the monitor from the tally an earlier run kept with the state before
@@ -268,25 +270,31 @@ class BatchWriter:
         run side by side the backup write and the aggregation use two. Each job
         scans the file itself: caching it first cost more than the second scan.
         """
-        rows = backup_rows(
-            readings,
-            self.backup_sensors,
-            self.plan_version,
-            self.partitions,
-            planned=self.version.config.sensors,
-        )
 
         def write_backup() -> None:
             self.spark.sparkContext.setJobGroup(group, f"lacuna backup {batch_id}")
-            rows.write.mode("overwrite").partitionBy(*self.partitions).parquet(
-                self.paths.backup_batch(batch_id)
-            )
+            self._write_backup(readings, self.backup_sensors, batch_id, "overwrite")
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             backup = pool.submit(write_backup)
             partials = self._partials(readings)
             backup.result()
         return partials
+
+    def _write_backup(
+        self, readings: Any, sensors: Sequence[str], batch_id: int, mode: str
+    ) -> None:
+        """``sensors``' readings into micro-batch ``batch_id``'s directory.
+
+        ``overwrite`` first (a replayed batch replaces its directory), then
+        ``append`` for sensors outside the plan, found by the partials: naming
+        every planned sensor in the first filter instead cost a 1,056-literal
+        predicate in every batch's plan (0.2-0.6 s a batch at 1,056 sensors).
+        """
+        rows = backup_rows(readings, sensors, self.plan_version, self.partitions)
+        rows.write.mode(mode).partitionBy(*self.partitions).parquet(
+            self.paths.backup_batch(batch_id)
+        )
 
     def _partials(self, readings: Any) -> pd.DataFrame:
         frame = batch_partials(readings, self.spec)

@@ -82,21 +82,15 @@ def backup_rows(
     plan_version: int,
     partitions: Sequence[str],
     extra: Sequence[str] = (),
-    planned: Sequence[str] | None = None,
 ) -> Any:
     """Readings of the backup sensors, long format, with their partition keys.
 
     ``extra`` columns of ``readings`` are kept too (the live pipeline's ``seq``);
-    the production reader ignores columns it does not know. With ``planned``
-    (the plan's sensors), a sensor outside it is backed up in full too: the
-    plan cannot rebuild it, so its readings would otherwise be lost.
+    the production reader ignores columns it does not know.
     """
     from pyspark.sql import functions as F
 
-    keep = F.col("sensor").isin(list(backup_sensors))
-    if planned is not None:
-        keep = keep | ~F.col("sensor").isin(list(planned))
-    out = readings.filter(keep).select(
+    out = readings.filter(F.col("sensor").isin(list(backup_sensors))).select(
         "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version"), *extra
     )
     if "date" in partitions:
