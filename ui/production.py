@@ -163,7 +163,7 @@ def _what(event: dict) -> str:
                 f"{event['unusable_readings']:,} readings without a sensor or time dropped"
             )
         if event.get("missing_values"):
-            parts.append(f"{event['missing_values']:,} null or NaN values (windows unchecked)")
+            parts.append(f"{event['missing_values']:,} null or NaN values left out of windows")
         return "; ".join(parts)
     return str(event.get("reason", ""))
 
@@ -182,12 +182,12 @@ def recover_range(status: JobStatus) -> None:
             path.write_text(config)
             out = Path(tmp) / "all_sensors.csv"
             result = recover_dataset(path, status.backup, out, start or None, end or None)
-            st.session_state["prod_recovered"] = (out.read_bytes(), result.to_dict())
+            st.session_state["prod_recovered"] = (out.read_bytes(), result.to_dict(), status.backup)
             for warning in result.warnings:
                 st.warning(warning)
     done = st.session_state.get("prod_recovered")
-    if done:
-        data, report = done
+    if done and done[2] == status.backup:  # another backup's range is not offered here
+        data, report, _ = done
         versions = ", ".join(str(v) for v in report["plan_versions"]) or "none"
         st.success(
             f"Rebuilt {report['rows']:,} time steps of all {report['sensors']} sensors from "

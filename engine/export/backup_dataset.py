@@ -136,10 +136,14 @@ class TimeRange:
         """Whether a file of this ``date``/``hour`` partition can hold readings in range."""
         if "date" not in partition:
             return True
-        lo = datetime.fromisoformat(partition["date"]).replace(tzinfo=UTC)
-        span = timedelta(days=1)
-        if "hour" in partition:
-            lo, span = lo + timedelta(hours=int(partition["hour"])), timedelta(hours=1)
+        try:
+            lo = datetime.fromisoformat(partition["date"]).replace(tzinfo=UTC)
+            span = timedelta(days=1)
+            if "hour" in partition:
+                lo, span = lo + timedelta(hours=int(partition["hour"])), timedelta(hours=1)
+        except ValueError:  # e.g. Hive's __HIVE_DEFAULT_PARTITION__ for readings without a time
+            return True  # read it: the time filter on the rows decides
+
         return (self.end is None or lo < self.end) and (
             self.start is None or lo + span > self.start
         )

@@ -186,7 +186,9 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
             "SELECT plan_version, sensor, count(*) AS windows, "
             "count(*) FILTER (WHERE miss) AS misses "
             "FROM read_parquet(?) "
-            "WHERE NOT backed_up AND rebuilt IS NOT NULL AND NOT isnan(rebuilt) "
+            # a checked window: rebuilt and true aggregates both numbers (a NaN reading
+            # leaves its window unchecked), as the job's monitor counts them
+            "WHERE NOT backed_up AND error IS NOT NULL AND NOT isnan(error) "
             "GROUP BY plan_version, sensor",
             [[str(f) for f in files]],
         ).df()

@@ -39,6 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.export.backup_dataset import COMMIT_MARKER
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.stream.durable import DurableFiles
@@ -149,6 +150,9 @@ class BatchWriter:
         readings = batch.select("event_time", "sensor", "value")
         partials, screened = self._screen(self._outputs(readings, batch_id, group), batch_id)
         if screened["unplanned_sensors"]:  # rare: the plan cannot rebuild them, so keep them
+            # readers take _SUCCESS as "the batch is complete": withdraw it until the
+            # append commits (Spark writes it again), so no reader sees half a batch
+            self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
             self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
         clock.mark("backup_and_partials")
         max_event = int(partials["max_event_us"].max()) if len(partials) else state.max_event_us
@@ -179,8 +183,9 @@ class BatchWriter:
         """The plan's sensors' partials, and what the batch held besides.
 
         Readings without a sensor or a time (``UNUSABLE``) cannot be windowed or
-        rebuilt: counted and dropped. Sensors outside the plan were backed up in
-        full (``backup_rows``) and are left out of the shadow check. Either is an
+        rebuilt: counted and dropped. Null or NaN values are counted (``missing``).
+        Sensors outside the plan were backed up in full (``_write_backup``) and are
+        left out of the shadow check. Each is an
         ``input_anomaly`` event, so neither goes unsaid.
         """
         planned = set(self.version.config.sensors)
@@ -205,9 +210,9 @@ class BatchWriter:
                     "unplanned_sensor_count": len(names),
                     "what": (
                         "readings without a sensor or a time were dropped; null or NaN "
-                        "values leave their windows unchecked; sensors outside the plan "
-                        "were backed up in full and are not shadow-checked (plan again "
-                        "with them to include them)"
+                        "values were left out of their windows' aggregates; sensors "
+                        "outside the plan were backed up in full and are not "
+                        "shadow-checked (plan again with them to include them)"
                     ),
                 }
             )
@@ -348,7 +353,8 @@ class BatchWriter:
         self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, counts: dict
     ) -> None:
         readings = int(counts["readings"])
-        rebuilt = results[~results["backed_up"].astype(bool) & results["rebuilt"].notna()]
+        # checked windows: rebuilt and true aggregates both numbers (as the monitor counts)
+        rebuilt = results[~results["backed_up"].astype(bool) & results["error"].notna()]
         windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
         misses = int(rebuilt["miss"].sum())
         metrics = {

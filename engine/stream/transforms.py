@@ -86,11 +86,14 @@ def backup_rows(
     """Readings of the backup sensors, long format, with their partition keys.
 
     ``extra`` columns of ``readings`` are kept too (the live pipeline's ``seq``);
-    the production reader ignores columns it does not know.
+    the production reader ignores columns it does not know. A reading without
+    an event time has no place in time to be recovered at: not kept (the job
+    counts it as unusable).
     """
     from pyspark.sql import functions as F
 
-    out = readings.filter(F.col("sensor").isin(list(backup_sensors))).select(
+    keep = F.col("sensor").isin(list(backup_sensors)) & F.col("event_time").isNotNull()
+    out = readings.filter(keep).select(
         "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version"), *extra
     )
     if "date" in partitions:
@@ -131,14 +134,18 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
 
 
 def placeable(readings: Any) -> Any:
-    """``readings`` with those lacking a sensor or a time renamed ``UNUSABLE`` at the epoch."""
+    """``readings`` with those lacking a sensor or a time renamed ``UNUSABLE`` at the epoch,
+    and NaN values made null: a value that is not a number is a missing reading, left
+    out of its windows' aggregates (Spark's sum would turn the window into NaN in the
+    batch that holds it, the driver's merge skip it in a window spanning batches)."""
     from pyspark.sql import functions as F
 
     bad = F.col("event_time").isNull() | F.col("sensor").isNull()
+    value = F.col("value")
     return readings.select(
         F.when(bad, F.lit(0).cast("timestamp")).otherwise(F.col("event_time")).alias("event_time"),
         F.when(bad, F.lit(UNUSABLE)).otherwise(F.col("sensor")).alias("sensor"),
-        "value",
+        F.when(F.isnan(value), F.lit(None).cast("double")).otherwise(value).alias("value"),
     )
 
 
@@ -158,11 +165,9 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
         .groupBy("window_start", "window_end", "sensor")
         .agg(
             F.count("value").alias("n"),
-            # null or NaN readings (each counted in its latest window only): their
-            # windows' aggregates are not numbers, so those windows go unchecked
-            F.sum(((value.isNull() | F.isnan(value)) & F.col("first")).cast("long")).alias(
-                "missing"
-            ),
+            # null or NaN readings (``placeable`` made NaN null), each counted in its
+            # latest window only; the aggregates leave them out
+            F.sum((value.isNull() & F.col("first")).cast("long")).alias("missing"),
             agg("value").cast("double").alias("agg"),
             F.lit(None).cast("double").alias("rebuilt"),
             F.lit(0).cast("long").alias("rebuilt_n"),

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from engine.errors import PipelineError
@@ -24,6 +26,7 @@ from tests.production_reference import (
     BACKUP,
     feed,
     long_readings,
+    read_results,
     run_landed,
     sample_rows,
     write_config,
@@ -67,26 +70,46 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
     rows = sample_rows(48)
     write_config(tmp_path / "plan.json", rows)
     feed(rows, tmp_path / "landing", rows_per_file=24)
-    times = pd.DatetimeIndex(rows.times[:30]).astype("datetime64[us]")
+    times = pd.DatetimeIndex(rows.times[:42]).astype("datetime64[us]")
+    rebuilt = next(s for s in rows.sensors if s not in BACKUP)
     odd = pd.DataFrame(
         {
-            "event_time": np.concatenate([times, times[:5], times[:4]]),
-            "sensor": ["NEW_SENSOR"] * 30 + [None] * 5 + [BACKUP[0]] * 4,
-            "value": np.r_[np.arange(30.0), np.ones(5), np.full(4, np.nan)],
+            "event_time": np.concatenate(
+                [times[:30], times[:5], times[:4], times[40:42], np.full(3, np.datetime64("NaT"))]
+            ),
+            "sensor": ["NEW_SENSOR"] * 30 + [None] * 5 + [BACKUP[0]] * 4 + [rebuilt] * 2
+            + [BACKUP[0]] * 3,
+            "value": np.r_[np.arange(30.0), np.ones(5), np.full(6, np.nan), np.ones(3)],
+        }
+    )  # fmt: skip
+    table = pa.table(
+        {
+            "event_time": pa.array(odd["event_time"], type=pa.timestamp("us", tz="UTC")),
+            "sensor": pa.array(odd["sensor"], type=pa.string()),
+            "value": pa.array(odd["value"].to_numpy(), from_pandas=False),  # NaN, not null
         }
     )
-    odd.to_parquet(tmp_path / "landing" / "zz-odd.parquet", index=False, coerce_timestamps="us")
+    pq.write_table(table, tmp_path / "landing" / "zz-odd.parquet")
     logged = _run(spark, tmp_path)
 
     events = [r for r in logged if r["event"] == "input_anomaly"]
     assert sum(e["unplanned_readings"] for e in events) == 30
-    assert sum(e["unusable_readings"] for e in events) == 5
-    assert sum(e["missing_values"] for e in events) == 4
+    assert sum(e["unusable_readings"] for e in events) == 5 + 3  # no sensor; no time
+    assert sum(e["missing_values"] for e in events) == 4 + 2
     assert {s for e in events for s in e["unplanned_sensors"]} == {"NEW_SENSOR"}
     shadows = [r for r in logged if r["event"] == "shadow"]
-    assert sum(r["readings"] for r in shadows) == 48 * len(rows.sensors) + 39
+    assert sum(r["readings"] for r in shadows) == 48 * len(rows.sensors) + 44
     backup = read_backup(tmp_path / "backup")
     kept = backup[backup["sensor"] == "NEW_SENSOR"].sort_values("event_time")
     np.testing.assert_array_equal(kept["value"].to_numpy(), np.arange(30.0))  # not lost
+    assert backup["event_time"].notna().all()  # a backup reading without a time: not kept
     status = read_job_status(tmp_path / "backup")
     assert {e["event"] for e in status.events} >= {"input_anomaly"}
+    # the NaN readings are left out of their windows: every window that closed is
+    # aggregated over the readings it has, and checked, in the job's metrics and in
+    # what the console reads back alike
+    results = read_results(tmp_path / "backup")
+    rebuilt_rows = results[~results["backed_up"] & results["rebuilt"].notna()]
+    assert rebuilt_rows["error"].notna().all() and (rebuilt_rows["n"] <= 8).all()
+    pairs = sum(r["rebuilt_pairs"] for r in shadows)
+    assert pairs == len(rebuilt_rows) == status.rates["windows"].sum()
