@@ -98,6 +98,20 @@ def test_time_range_reads_only_its_partitions(tmp_path: Path) -> None:
     assert got["event_time"].iloc[0] == pd.Timestamp("2020-01-01T12:00")
 
 
+def test_a_partition_that_is_not_a_date_is_read_not_a_crash(tmp_path: Path) -> None:
+    """Spark puts rows whose partition value is null under Hive's default name."""
+    root = tmp_path / "backup"
+    _part(root, "2020-01-01", "p.parquet", [0, 12], 1.0)
+    odd = root / "date=__HIVE_DEFAULT_PARTITION__"
+    odd.mkdir()
+    (root / "date=2020-01-01" / "p.parquet").rename(odd / "p.parquet")
+    _part(root, "2020-01-02", "p.parquet", [0], 2.0)
+    assert read_backup(root)["value"].tolist() == [1.0, 1.0, 2.0]
+    span = TimeRange.parse("2020-01-02", None)
+    assert read_backup(root, span)["value"].tolist() == [2.0]  # the rows' times decide
+    assert span.keeps({"date": "__HIVE_DEFAULT_PARTITION__"})
+
+
 def test_hour_partitions_prune_too() -> None:
     span = TimeRange.parse("2020-01-01T10:30", "2020-01-01T11:00")
     assert span.keeps({"date": "2020-01-01", "hour": "10"})
