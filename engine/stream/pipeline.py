@@ -41,6 +41,7 @@ from engine.stream.batch import (
 )
 from engine.stream.failure import query_failure_line
 from engine.stream.listener import _make_listener
+from engine.stream.quiet import stopping
 from engine.stream.reporting import BatchReporting
 from engine.stream.source import LandingDirSource, StreamSource
 from engine.stream.spec import (
@@ -139,6 +140,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
             writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
         self._listener = _make_listener(self)
         self.spark.streams.addListener(self._listener)
+        stopping(False)
         try:
             self.query = writer.start()
         except Exception as err:  # py4j raises many types; report one readable line
@@ -190,12 +192,21 @@ class LivePipeline(PlanSwitching, BatchReporting):
             return True
 
     def stop(self) -> None:
-        """Stop the query (if it runs) and detach the listener."""
+        """Detach the listener, then stop the query (if it runs).
+
+        In that order so Spark's listener bus never calls back into a Python side
+        that a SIGTERM is tearing down (its failed call was logged with a stack);
+        the listener reacts only to a query that failed, not to one stopped. py4j's
+        record of the micro-batch the stop interrupts is expected and kept quiet
+        (``engine.stream.quiet``): that batch is not committed, the next run
+        replays it.
+        """
+        stopping(True)
         try:
+            self._remove_listener()
+        finally:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
-        finally:
-            self._remove_listener()
 
     def _remove_listener(self) -> None:
         if self._listener is not None:

@@ -6,7 +6,10 @@ interrupted call:
 * the ``SimulatedFailure`` that ``foreachBatch`` raises on purpose (the status
   board already reports the failure, as state ``failed``);
 * ``KeyboardInterrupt while sending command`` when Ctrl-C or SIGTERM (see
-  ``engine.stream.simulate``) stops a run: the interrupt itself is reported by the CLI.
+  ``engine.stream.simulate``) stops a run: the interrupt itself is reported by the CLI;
+* while a pipeline is being stopped on purpose (``stopping(True)``, from
+  ``LivePipeline.stop``), the exception py4j logs for the micro-batch the stop
+  interrupted: that batch is not committed and is replayed by the next run.
 
 Any other py4j record still goes through.
 """
@@ -21,11 +24,15 @@ _LOGGERS = ("py4j.clientserver", "py4j.java_gateway", "")  # "" = root: py4j log
 
 
 class ExpectedPy4jNoise(logging.Filter):
-    """Drops py4j records about our own simulated failure or an interrupt."""
+    """Drops py4j records about our own simulated failure, an interrupt or a stop."""
+
+    stopping = False  # a pipeline is being stopped on purpose
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "py4j" not in record.pathname:
             return True
+        if self.stopping:
+            return False
         err = record.exc_info[1] if record.exc_info else None
         if any(isinstance(e, SimulatedFailure | KeyboardInterrupt) for e in _chain(err)):
             return False  # also a socket error raised while handling the interrupt
@@ -50,3 +57,8 @@ def quiet_py4j() -> None:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+
+
+def stopping(on: bool) -> None:
+    """Say that a pipeline is being stopped on purpose (``True``) or runs (``False``)."""
+    _FILTER.stopping = bool(on)

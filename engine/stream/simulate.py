@@ -91,7 +91,10 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
         return
 
+    from engine.stream.quiet import stopping
+
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        stopping(True)  # what py4j logs from here on is the shutdown, said by the CLI
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
