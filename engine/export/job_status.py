@@ -27,12 +27,15 @@ import duckdb
 import pandas as pd
 
 from engine.errors import ConfigError, DataError
-from engine.export.backup_dataset import local_path
+from engine.export.backup_dataset import BATCH_PREFIX, local_path
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
-from engine.planning.monitor import rate_lower_bound, rate_upper_bound
+from engine.planning.monitor import (
+    CONFIDENCE,
+    MIN_WINDOWS,
+    rate_lower_bound,
+    rate_upper_bound,
+)
 
-MIN_WINDOWS = 10  # as the job's monitor (``ViolationMonitor``'s default)
-CONFIDENCE = 0.95
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
     "seconds", "last_window_end",
@@ -152,9 +155,10 @@ def _files(folder: Path, suffix: str) -> list[Path]:
         return []
     found = []
     for d in os.scandir(folder):
-        if d.is_dir() and d.name.startswith("batch_id=") and d.name[9:].isdigit():
+        batch = d.name.removeprefix(BATCH_PREFIX)
+        if d.is_dir() and d.name.startswith(BATCH_PREFIX) and batch.isdigit():
             found += [
-                (int(d.name[9:]), Path(d.path) / f)
+                (int(batch), Path(d.path) / f)
                 for f in sorted(os.listdir(d.path))
                 if f.endswith(suffix) and not f.startswith((".", "_"))
             ]

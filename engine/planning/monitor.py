@@ -59,6 +59,10 @@ def check_eps(eps: float | np.ndarray, n: int) -> float | np.ndarray:
     return float(e) if e.ndim == 0 else e
 
 
+MIN_WINDOWS = 10  # windows a sensor needs before it can alert (the default)
+CONFIDENCE = 0.95  # of the one-sided test that a sensor's rate exceeds delta (the default)
+
+
 class ViolationMonitor:
     """Per-sensor tally of shadow-recovery misses.
 
@@ -75,8 +79,8 @@ class ViolationMonitor:
         sensors: Sequence[str],
         eps: float | np.ndarray,
         delta: float,
-        confidence: float = 0.95,
-        min_windows: int = 10,
+        confidence: float = CONFIDENCE,
+        min_windows: int = MIN_WINDOWS,
     ) -> None:
         if not 0.0 < delta < 1.0:
             raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
@@ -111,11 +115,7 @@ class ViolationMonitor:
         finite = np.isfinite(e)
         windows = (finite & mask).sum(axis=0)
         violations = ((e > self.eps) & finite & mask).sum(axis=0)
-        zero = np.zeros(len(self.sensors), dtype=int)
-        v_old, w_old = self._by_version.get(int(version), (zero, zero))
-        self._by_version[int(version)] = (v_old + violations, w_old + windows)
-        self._violations += violations
-        self._windows += windows
+        self._add(version, violations, windows)
         self.version = int(version)
         return self._alert()
 
@@ -133,10 +133,15 @@ class ViolationMonitor:
         w = np.array([int(counts.get(s, (0, 0))[1]) for s in self.sensors])
         if np.any(v < 0) or np.any(w < v):
             raise ParameterError("a tally needs 0 <= violations <= windows for every sensor")
-        v_old, w_old = self._by_version.get(int(version), (np.zeros_like(v), np.zeros_like(w)))
-        self._by_version[int(version)] = (v_old + v, w_old + w)
-        self._violations += v
-        self._windows += w
+        self._add(version, v, w)
+
+    def _add(self, version: int, violations: np.ndarray, windows: np.ndarray) -> None:
+        """Add (n,) counts to plan ``version``'s tally and to the overall one."""
+        zero = np.zeros(len(self.sensors), dtype=int)
+        v_old, w_old = self._by_version.get(int(version), (zero, zero))
+        self._by_version[int(version)] = (v_old + violations, w_old + windows)
+        self._violations += violations
+        self._windows += windows
 
     def rates(self, version: int | None = None) -> dict[str, tuple[int, int]]:
         """sensor -> (violations, windows): overall, or under plan ``version``."""

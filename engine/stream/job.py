@@ -173,7 +173,8 @@ def _run_query(
 
     # The two-query job (before one query) kept "backup" and "windows" here; resuming
     # would read every landed file again into the new layout and back it up twice.
-    if {"backup", "windows"} & set(DurableFiles(spark).names(settings.checkpoint)):
+    files = DurableFiles(spark)
+    if {"backup", "windows"} & set(files.names(settings.checkpoint)):
         raise PipelineError(
             f"checkpoint {settings.checkpoint!r} was written by the two-query job of an "
             "earlier version: start with a new --checkpoint and --backup"
@@ -182,9 +183,9 @@ def _run_query(
     interval = float(params["sampling_interval_s"])
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
-    log = DurableLog(DurableFiles(spark), paths.events, log)  # alerts etc. kept with the backup
+    log = DurableLog(files, paths.events, log)  # alerts etc. kept with the backup
     trigger = (settings.available_now, settings.trigger_s)
-    book = PlanBook(DurableFiles(spark), settings.backup)
+    book = PlanBook(files, settings.backup)
     book.start(config)
     sensors = tuple(config.sensors)
     replanner = Replanner(
