@@ -198,3 +198,20 @@ def run_landed(spark: Any, tmp: Path, config: Path, **kw: Any) -> tuple[Any, lis
     logged: list[dict[str, Any]] = []
     report = run_job(spark, load_config(config), settings, threading.Event(), log=logged.append)
     return report, logged
+
+
+def wrong_map_config(path: Path) -> tuple[Any, dict[str, Any]]:
+    """A calibrated plan of the small sample (eps 20, window 8, avg, horizon 48) whose map
+    is wrong: every rebuilt target off by 1,000, so every rebuilt window misses. Written to
+    ``path``; returns the sample's history and the config."""
+    from engine.data import load_history
+    from engine.export import plan_to_config
+    from engine.planning import PlanParameters, make_plan
+
+    history = load_history(SAMPLE)
+    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
+    config = plan_to_config(make_plan(history.rows(0, 600), params))
+    for target in config["reconstruction"].values():
+        target["intercept"] += 1000.0
+    path.write_text(json.dumps(config))
+    return history, config

@@ -7,7 +7,6 @@ show the alert the job raised, and rebuild a range exactly as ``recover`` does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.data import load_history
-from engine.export import plan_to_config
 from engine.export.recover import recover_dataset
-from engine.planning import PlanParameters, make_plan
-from tests.helpers import SMALL_SAMPLE
-from tests.production_reference import Rows, feed, run_landed
+from tests.production_reference import Rows, feed, run_landed, wrong_map_config
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,13 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     spark: Any, tmp_path: Path
 ) -> None:
-    history = load_history(SMALL_SAMPLE)
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
-    config = plan_to_config(make_plan(history.rows(0, 600), params))
-    for target in config["reconstruction"].values():
-        target["intercept"] += 1000.0  # every rebuilt window misses
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(config))
+    history, _ = wrong_map_config(path)  # every rebuilt window misses
     feed(Rows(history.times[:160], history.values[:160], history.sensors), tmp_path / "landing",
          rows_per_file=32)  # fmt: skip
     _, logged = run_landed(spark, tmp_path, path, replan=False)

@@ -29,6 +29,7 @@ from tests.production_reference import (
     run_landed,
     sample_rows,
     write_config,
+    wrong_map_config,
 )
 
 pytestmark = pytest.mark.spark
@@ -205,20 +206,11 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
 ) -> None:
     """A plan whose map is wrong (every rebuilt target off by 1,000): the job's monitor
     alerts once its rebuilt windows show it, and the job re-plans at once."""
-    from engine.data import load_history
-    from engine.export import plan_to_config
     from engine.export.plan_book import read_plan_book
-    from engine.planning import PlanParameters, make_plan
-    from tests.helpers import SMALL_SAMPLE
 
-    history = load_history(SMALL_SAMPLE)
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
-    config = plan_to_config(make_plan(history.rows(0, 600), params))
-    assert 0 < len(config["backup_sensors"]) < len(config["sensors"])
-    for target in config["reconstruction"].values():
-        target["intercept"] += 1000.0
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(config))
+    history, config = wrong_map_config(path)
+    assert 0 < len(config["backup_sensors"]) < len(config["sensors"])
     rows = Rows(history.times[:240], history.values[:240], history.sensors)
     feed(rows, tmp_path / "landing", rows_per_file=24)
     _, logged = _run(spark, tmp_path, path, max_files_per_trigger=1)
@@ -262,18 +254,8 @@ def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_pat
     """The wrong map again (every target off by 1,000), fed in two runs of 8 windows each:
     neither run alone shows a sensor the monitor's 10 windows, both together do. The
     second run starts its tally from the first run's durable results and alerts."""
-    from engine.data import load_history
-    from engine.export import plan_to_config
-    from engine.planning import PlanParameters, make_plan
-    from tests.helpers import SMALL_SAMPLE
-
-    history = load_history(SMALL_SAMPLE)
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
-    config = plan_to_config(make_plan(history.rows(0, 600), params))
-    for target in config["reconstruction"].values():
-        target["intercept"] += 1000.0
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(config))
+    history, _ = wrong_map_config(path)
     rows = Rows(history.times[:128], history.values[:128], history.sensors)
     feed(rows, tmp_path / "landing", rows_per_file=16, stop=64)
     _, first = _run(spark, tmp_path, path, replan=False)
