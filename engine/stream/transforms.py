@@ -31,9 +31,6 @@ PARTIAL_SCHEMA = (
     "rebuilt double, rebuilt_n long"
 )
 HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
-# The sensor of readings without a sensor name or an event time: they cannot be put in a
-# window, so they are grouped at the epoch under this name, counted by the driver, dropped.
-UNUSABLE = "\x00unusable"
 
 
 @dataclass(frozen=True)
@@ -103,10 +100,21 @@ def backup_rows(
     return out
 
 
+def _readings_per_window(spec: WindowSpec) -> int:
+    """How many windows each reading falls in (1 for tumbling windows)."""
+    w_us, s_us = round(spec.window_s * 1e6), round(spec.slide_s * 1e6)
+    return -(-w_us // s_us)
+
+
 def _windowed(readings: Any, spec: WindowSpec) -> Any:
-    """Readings with their window's start and end (epoch microseconds, aligned to the
-    epoch as Spark's ``window``); a reading in ``k`` overlapping windows appears ``k``
-    times, ``first`` true once per reading.
+    """Readings as ``window_start`` (epoch microseconds, aligned to the epoch as
+    Spark's ``window``), ``event_us``, ``sensor``, ``value`` and ``first``; a
+    reading in ``k`` overlapping windows appears ``k`` times, ``first`` true once.
+
+    A reading without a time has a null ``window_start`` (once). NaN values are
+    made null: a value that is not a number is a missing reading, left out of its
+    windows' aggregates (Spark's sum would turn the window into NaN in the batch
+    that holds it, the driver's merge skip it in a window spanning batches).
 
     Integer arithmetic rather than ``F.window``: the same windows, but no
     timestamp struct per row; on 1.32 M readings the batch's aggregation took
@@ -114,66 +122,58 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     """
     from pyspark.sql import functions as F
 
-    w_us, s_us = round(spec.window_s * 1e6), round(spec.slide_s * 1e6)
-    t = F.unix_micros("event_time")
+    s_us, w_us = round(spec.slide_s * 1e6), round(spec.window_s * 1e6)
+    t = F.col("event_us")
     latest = t - F.pmod(t, F.lit(s_us))  # the last window starting at or before t
-    cols = ["event_time", "sensor", "value"]
-    per_reading = -(-w_us // s_us)
-    if per_reading == 1:
-        start, first, out = latest, F.lit(True), readings
-    else:
-        j = F.explode(F.sequence(F.lit(0), F.lit(per_reading - 1)))
-        out = readings.select(*cols, j.alias("j")).filter(latest - F.col("j") * s_us + w_us > t)
-        start, first = latest - F.col("j") * s_us, F.col("j") == 0
-    return out.select(
-        start.alias("window_start"),
-        (start + F.lit(w_us)).alias("window_end"),
-        *cols,
-        first.alias("first"),
+    out = readings.select(
+        F.unix_micros("event_time").alias("event_us"),
+        "sensor",
+        F.nanvl(F.col("value"), F.lit(None).cast("double")).alias("value"),
     )
-
-
-def placeable(readings: Any) -> Any:
-    """``readings`` with those lacking a sensor or a time renamed ``UNUSABLE`` at the epoch,
-    and NaN values made null: a value that is not a number is a missing reading, left
-    out of its windows' aggregates (Spark's sum would turn the window into NaN in the
-    batch that holds it, the driver's merge skip it in a window spanning batches)."""
-    from pyspark.sql import functions as F
-
-    bad = F.col("event_time").isNull() | F.col("sensor").isNull()
-    value = F.col("value")
-    return readings.select(
-        F.when(bad, F.lit(0).cast("timestamp")).otherwise(F.col("event_time")).alias("event_time"),
-        F.when(bad, F.lit(UNUSABLE)).otherwise(F.col("sensor")).alias("sensor"),
-        F.when(F.isnan(value), F.lit(None).cast("double")).otherwise(value).alias("value"),
+    per_reading = _readings_per_window(spec)
+    if per_reading == 1:
+        return out.select(latest.alias("window_start"), "*", F.lit(True).alias("first"))
+    j = F.col("j")
+    start = latest - j * s_us
+    return (
+        out.select("*", F.explode(F.sequence(F.lit(0), F.lit(per_reading - 1))).alias("j"))
+        .filter((start + w_us > t) | (t.isNull() & (j == 0)))
+        .select(start.alias("window_start"), "event_us", "sensor", "value", (j == 0).alias("first"))
     )
 
 
 def batch_partials(readings: Any, spec: WindowSpec) -> Any:
-    """One micro-batch's partials per (window, sensor): ``n``, ``agg`` (sum for
-    avg/sum, else max/min), the latest event time (``max_event_us``) and
-    ``readings`` (summed over the batch: how many readings it had).
+    """One micro-batch's partials per (``window_start``, ``sensor``): ``n``
+    (readings with a value), ``missing`` (null or NaN values), ``agg`` (sum for
+    avg/sum, else max/min), ``max_event_us`` (the latest event time) and
+    ``readings``; ``missing`` and ``readings`` count each reading in its latest
+    window only. Readings without a sensor or a time are the rows with a null
+    key: the driver counts and drops them (``partials.screen_batch``).
 
-    A hash aggregation on the executors; the driver gets ``windows x sensors`` rows.
+    A hash aggregation on the executors; the driver gets ``windows x sensors``
+    rows, and only what it cannot derive (``window_end`` is ``window_start``
+    plus the window): at 1,056 sensors each extra key or aggregate costs.
     """
     from pyspark.sql import functions as F
 
     agg = F.max if spec.aggregate == "max" else F.min if spec.aggregate == "min" else F.sum
     value = F.col("value")
+    if _readings_per_window(spec) == 1:  # every reading is its window's first
+        count = F.count(F.lit(1))
+        missing = count - F.count(value)
+    else:
+        first = F.col("first")
+        count = F.sum(first.cast("long"))
+        missing = F.sum((value.isNull() & first).cast("long"))
     return (
-        _windowed(placeable(readings), spec)
-        .groupBy("window_start", "window_end", "sensor")
+        _windowed(readings, spec)
+        .groupBy("window_start", "sensor")
         .agg(
-            F.count("value").alias("n"),
-            # null or NaN readings (``placeable`` made NaN null), each counted in its
-            # latest window only; the aggregates leave them out
-            F.sum((value.isNull() & F.col("first")).cast("long")).alias("missing"),
-            agg("value").cast("double").alias("agg"),
-            F.lit(None).cast("double").alias("rebuilt"),
-            F.lit(0).cast("long").alias("rebuilt_n"),
-            F.max(F.unix_micros("event_time")).alias("max_event_us"),
-            # readings of the batch: each counted in its latest window only
-            F.sum(F.col("first").cast("long")).alias("readings"),
+            F.count(value).alias("n"),
+            missing.alias("missing"),
+            agg(value).cast("double").alias("agg"),
+            F.max("event_us").alias("max_event_us"),
+            count.alias("readings"),
         )
     )
 
@@ -185,10 +185,22 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
 
     from engine.stream.partials import rebuild_window_extremes
 
-    backups = _windowed(placeable(readings).filter(F.col("sensor").isin(list(lm.backup))), spec)
+    w_us = round(spec.window_s * 1e6)
+    backups = (
+        _windowed(readings.filter(F.col("sensor").isin(list(lm.backup))), spec)
+        .filter(F.col("window_start").isNotNull())
+        .select(
+            "window_start",
+            (F.col("window_start") + w_us).alias("window_end"),
+            F.col("event_us").alias("event_time"),
+            "sensor",
+            "value",
+        )
+    )
     aggregate = spec.aggregate
 
     def per_window(pdf: pd.DataFrame) -> pd.DataFrame:
         return rebuild_window_extremes(pdf, lm, aggregate)
 
-    return backups.groupBy("window_start").applyInPandas(per_window, PARTIAL_SCHEMA)
+    rebuilt = backups.groupBy("window_start").applyInPandas(per_window, PARTIAL_SCHEMA)
+    return rebuilt.drop("window_end")  # as batch_partials': the driver derives it

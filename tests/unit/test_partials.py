@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from engine.errors import PipelineError
 from engine.stream.partials import (
     PARTIAL_COLUMNS,
     WindowState,
+    collected_partials,
     rebuild_window_extremes,
     shadow_results,
 )
@@ -160,3 +162,32 @@ def test_each_sensor_is_judged_by_its_own_eps() -> None:
     assert not per.loc[per["sensor"] != worst, "miss"].any()
     assert not one["miss"].any()
     pd.testing.assert_series_equal(per["error"], one["error"])
+
+
+def test_collected_partials_drop_null_keys_and_count_their_readings() -> None:
+    """What the executors send: a null window (no time) or a null sensor is dropped
+    and its readings counted; max/min's rebuilt rows come with null counts."""
+    table = pa.table(
+        {
+            "window_start": pa.array([0, None, 0, HOUR_US, 0], pa.int64()),
+            "sensor": pa.array(["a", "a", None, "b", "b"]),
+            "n": pa.array([3, 0, 0, 2, 0], pa.int64()),
+            "missing": pa.array([1, 2, 0, 0, None], pa.int64()),
+            "agg": [3.0, None, 1.0, 4.0, None],
+            "max_event_us": pa.array([10, None, 5, HOUR_US + 7, None], pa.int64()),
+            "readings": pa.array([4, 2, 5, 2, None], pa.int64()),
+            "rebuilt": [None, None, None, None, 9.0],
+            "rebuilt_n": pa.array([None, None, None, None, 3], pa.int64()),
+        }
+    )
+    frame, unusable = collected_partials(table, HOUR_US)
+    assert unusable == 2 + 5
+    assert frame["sensor"].tolist() == ["a", "b", "b"]
+    assert frame["window_end"].tolist() == [HOUR_US, 2 * HOUR_US, HOUR_US]
+    assert frame["rebuilt_n"].tolist() == [0, 0, 3]
+    assert frame["missing"].tolist() == [1, 0, 0]
+    assert frame["readings"].sum() == 6
+    assert frame[["n", "rebuilt_n", "missing", "readings"]].dtypes.eq(np.int64).all()
+
+    avg, none = collected_partials(table.drop(["rebuilt", "rebuilt_n"]), HOUR_US)
+    assert none == 7 and avg["rebuilt"].isna().all() and (avg["rebuilt_n"] == 0).all()
