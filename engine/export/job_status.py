@@ -32,7 +32,7 @@ from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
     CONFIDENCE,
     MIN_WINDOWS,
-    rate_lower_bound,
+    rate_lower_bounds,
     rate_upper_bound,
 )
 
@@ -203,7 +203,7 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
     delta = float(current.config.parameters["delta"])
     w, m = frame["windows"].astype(int), frame["misses"].astype(int)
     frame["rate"] = m / w
-    frame["lower95"] = [rate_lower_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
+    frame["lower95"] = rate_lower_bounds(m.to_numpy(), w.to_numpy(), CONFIDENCE)
     frame["upper95"] = [rate_upper_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
     frame["above_delta"] = (frame["lower95"] > delta) & (w >= MIN_WINDOWS)
     return frame[list(RATE_COLUMNS)]
