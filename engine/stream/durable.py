@@ -5,11 +5,19 @@ metrics and window state go where its backup goes without a Spark job each:
 a Spark job costs tens to hundreds of milliseconds, a small file write a few.
 A write goes to a hidden temporary name first and is renamed into place, so a
 reader never sees half a file.
+
+Whole-file writes and reads of a local path (``file:``, or no scheme while
+Hadoop's default file system is local) go through Python instead: py4j sends
+bytes as text, and the 4 MB results of a micro-batch at 1,056 sensors took
+0.15 s to write that way. Same bytes, same place, and the rename is atomic.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 
 class DurableFiles:
@@ -18,6 +26,14 @@ class DurableFiles:
     def __init__(self, spark: Any) -> None:
         self._jvm = spark.sparkContext._jvm
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._default_local = str(self._conf.get("fs.defaultFS", "file:///")).startswith("file:")
+
+    def local(self, uri: str) -> Path | None:
+        """The local path of ``uri``, or None when Hadoop would take it elsewhere."""
+        parsed = urlparse(uri)
+        if parsed.scheme == "file":
+            return Path(parsed.path)  # as Hadoop takes it: literally, no percent-decoding
+        return Path(uri) if parsed.scheme == "" and self._default_local else None
 
     def _path(self, uri: str) -> tuple[Any, Any]:
         path = self._jvm.org.apache.hadoop.fs.Path(uri)
@@ -25,6 +41,10 @@ class DurableFiles:
 
     def write(self, uri: str, data: bytes) -> None:
         """Replace ``uri`` with ``data`` (parents created)."""
+        local = self.local(uri)
+        if local is not None:
+            _write_local(local, data)
+            return
         path, fs = self._path(uri)
         tmp = self._jvm.org.apache.hadoop.fs.Path(path.getParent(), "." + path.getName() + ".tmp")
         out = fs.create(tmp, True)
@@ -38,6 +58,9 @@ class DurableFiles:
             raise OSError(f"could not rename {tmp.toString()} to {uri}")
 
     def read(self, uri: str) -> bytes:
+        local = self.local(uri)
+        if local is not None:
+            return local.read_bytes()
         path, fs = self._path(uri)
         stream = fs.open(path)
         try:
@@ -67,3 +90,20 @@ class DurableFiles:
             if name.endswith(".parquet") and not name.startswith(("_", ".")):
                 total += int(status.getLen())
         return total
+
+
+def _write_local(path: Path, data: bytes) -> None:
+    """Write to a hidden temporary file, flush it to disk, rename it into place.
+
+    Drops the checksum file Hadoop's local file system keeps beside a file it
+    wrote (``.name.crc``): it would no longer match, and Hadoop (so Spark)
+    refuses to read a file whose checksum does not match.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    os.replace(tmp, path)
