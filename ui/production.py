@@ -95,6 +95,7 @@ def versions_table(status: JobStatus) -> None:
             "why": p.reason,
             "valid until": (p.config.validity or {}).get("valid_until"),
             "backed up": len(p.config.backup_sensors),
+            "pinned": ", ".join(p.pinned),
             "detail": p.detail,
         }
         for p in reversed(status.versions)

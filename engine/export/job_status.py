@@ -108,6 +108,7 @@ class JobStatus:
                     "detail": p.detail,
                     "valid_until": (p.config.validity or {}).get("valid_until"),
                     "backup_sensors": list(p.config.backup_sensors),
+                    "pinned": list(p.pinned),
                 }
                 for p in self.versions
             ],

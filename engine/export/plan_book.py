@@ -39,6 +39,8 @@ class JobPlan:
     reason: str
     detail: str
     config: BackupConfig
+    alerted: tuple[str, ...] = ()  # the sensors whose alert made this version
+    pinned: tuple[str, ...] = ()  # backed up whatever a re-plan says (alerted twice in a row)
 
     def __post_init__(self) -> None:
         if self.version < 1 or self.first_batch < 0 or self.reason not in REASONS:
@@ -61,6 +63,8 @@ class JobPlan:
             "first_batch": self.first_batch,
             "reason": self.reason,
             "detail": self.detail,
+            "alerted": list(self.alerted),
+            "pinned": list(self.pinned),
             "config": self.config.to_dict(),
         }
         return json.dumps(record, indent=1).encode()
@@ -75,6 +79,8 @@ class JobPlan:
                 reason=str(record["reason"]),
                 detail=str(record.get("detail", "")),
                 config=BackupConfig.from_dict(record["config"]),
+                alerted=tuple(map(str, record.get("alerted", []))),
+                pinned=tuple(map(str, record.get("pinned", []))),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise ConfigError(f"plan version file {where} is unreadable: {err}") from None

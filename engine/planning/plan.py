@@ -10,6 +10,7 @@ not the model's probability, are what the operator is promised.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -359,6 +360,38 @@ def assemble_plan(
         fit_start=fit[0],
         fit_end=fit[1],
         warnings=(warning,) if warning else (),
+    )
+
+
+def pin_backups(plan: BackupPlan, pinned: Sequence[str], why: str) -> BackupPlan:
+    """``plan`` with the ``pinned`` sensors backed up too (the same model, refitted map).
+
+    For sensors measured failing in production whatever the plan says: backing one
+    up more never makes another sensor's rebuild worse under the model (its
+    conditional variance can only fall). The plan's backtest measured the set
+    before pinning; a warning says so, with ``why``.
+    """
+    unknown = sorted(set(pinned) - set(plan.sensors))
+    if unknown:
+        raise ParameterError(f"cannot pin sensor(s) outside the plan: {', '.join(unknown[:5])}")
+    added = sorted(set(pinned) - set(plan.backup_sensors))
+    if not added:
+        return plan
+    backup = sorted(plan.sensors.index(s) for s in {*plan.backup_sensors, *added})
+    variance = plan.model.conditional_variance(backup)
+    rebuilt = ~np.isin(np.arange(len(plan.sensors)), backup)
+    model_p = _model_probability(variance, plan.parameters, plan.sensors)
+    note = (
+        f"{', '.join(added)} backed up besides the plan's choice: {why}; "
+        "the backtest measured the plan without them"
+    )
+    return replace(
+        plan,
+        backup_sensors=tuple(plan.sensors[i] for i in backup),
+        linear_map=plan.model.linear_map(backup),
+        conditional_variance=variance,
+        model_violation_probability=np.where(rebuilt, model_p, 0.0),
+        warnings=(*plan.warnings, note),
     )
 
 

@@ -10,7 +10,10 @@ why it was made:
   readings, with the same parameters and as much history as the version had;
 * ``alert``: the live monitor found the version missing more than ``delta`` of
   its rebuilt windows with confidence, so the job planned again at once (the
-  same way, once per version).
+  same way, once per version). A fresh fit cures a stale model; a sensor that
+  alerts again under the version its own alert made is not rebuildable within
+  ``eps`` on this data, whatever the fit: from then on it is *pinned*, backed
+  up by every later version (``pinned`` in the version's file).
 
 Backup rows carry ``plan_version``; ``recover --backup`` rebuilds each time step
 with its version's map (``engine.export.recover``). A version is written before
@@ -146,10 +149,14 @@ def read_fit_period(
     return wide[["time", *sensors]].reset_index(drop=True)
 
 
-def plan_again(config: BackupConfig, wide: pd.DataFrame) -> BackupConfig:
-    """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v2)."""
+def plan_again(
+    config: BackupConfig, wide: pd.DataFrame, pinned: tuple[str, ...] = ()
+) -> BackupConfig:
+    """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v2);
+    the ``pinned`` sensors backed up whatever it chooses."""
     from engine.data.history import history_from_frame
     from engine.planning import make_plan
+    from engine.planning.plan import pin_backups
 
     if len(wide) < 4:
         raise DataError(f"only {len(wide)} time steps of readings in the fit period")
@@ -158,6 +165,9 @@ def plan_again(config: BackupConfig, wide: pd.DataFrame) -> BackupConfig:
         missing = sorted(set(config.sensors) - set(history.sensors))
         raise DataError(f"the fit period lacks sensor(s) {', '.join(missing[:5])}")
     plan = make_plan(history, parameters_of(config))
+    if pinned:
+        why = "the live monitor found each missing more than delta under two plans in a row"
+        plan = pin_backups(plan, pinned, why)
     return BackupConfig.from_dict(json_safe(plan_to_config(plan)))  # unmeasured: NaN -> null
 
 
@@ -173,7 +183,7 @@ class Replanner:
     log: Callable[[dict[str, Any]], None]
     sampling_interval_s: float
     enabled: bool = True
-    plan: Callable[[BackupConfig, pd.DataFrame], BackupConfig] = plan_again
+    plan: Callable[[BackupConfig, pd.DataFrame, tuple[str, ...]], BackupConfig] = plan_again
 
     def __post_init__(self) -> None:
         self._retry_at: dict[int, int] = {}  # version -> watermark of the next attempt
@@ -191,7 +201,7 @@ class Replanner:
         current = self.book.in_force(batch_id)
         if alert is not None and self.enabled and current.version not in self._alerted:
             self._alerted.add(current.version)  # one alert re-plan per version, even if it fails
-            return self._attempt(current, batch_id, watermark_us, "alert", alert.reason)
+            return self._attempt(current, batch_id, watermark_us, "alert", alert.reason, alert)
         until = current.valid_until_us
         if until is None:
             self._once(current, batch_id, "a schema v1 config states no horizon: never re-planned")
@@ -207,10 +217,16 @@ class Replanner:
         return self._attempt(current, batch_id, watermark_us, "scheduled", why)
 
     def _attempt(
-        self, current: JobPlan, batch_id: int, watermark_us: int, reason: str, why: str
+        self,
+        current: JobPlan,
+        batch_id: int,
+        watermark_us: int,
+        reason: str,
+        why: str,
+        alert: MonitorAlert | None = None,
     ) -> JobPlan | None:
         try:
-            new = self._replan(current, batch_id, watermark_us, reason, why)
+            new = self._replan(current, batch_id, watermark_us, reason, why, alert)
         except EngineError as err:
             if reason == "alert":  # the version in force stays, within its horizon
                 failed = {"event": "replan_failed", "reason": reason, "error": str(err)}
@@ -234,24 +250,36 @@ class Replanner:
                 "backup_sensors": len(new.config.backup_sensors),
                 "added": added,
                 "dropped": dropped,
+                "pinned": list(new.pinned),
                 "valid_until": new.config.validity["valid_until"],  # type: ignore[index]
             }
         )
         return new
 
     def _replan(
-        self, current: JobPlan, batch_id: int, watermark_us: int, reason: str, why: str
+        self,
+        current: JobPlan,
+        batch_id: int,
+        watermark_us: int,
+        reason: str,
+        why: str,
+        alert: MonitorAlert | None,
     ) -> JobPlan:
         rows = history_rows(current.config)
         step_us = round(self.sampling_interval_s * 1e6)
         end_us = watermark_us  # every reading before the watermark has been seen
         start_us = end_us - rows * step_us
         wide = self.read(start_us, end_us)
-        config = self.plan(current.config, wide)
+        alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
+        again = set(alerted) & set(current.alerted)  # alerted under the fix of their alert
+        pinned = tuple(sorted({*current.pinned, *again}))
+        config = self.plan(current.config, wide, pinned)
         detail = (
             f"{why}; fresh plan on {len(wide)} rows of the landing directory before the watermark"
         )
-        return JobPlan(current.version + 1, batch_id + 1, reason, detail, config)
+        if again:
+            detail += f"; pinned to the backup (alerted again): {', '.join(sorted(again))}"
+        return JobPlan(current.version + 1, batch_id + 1, reason, detail, config, alerted, pinned)
 
     def _once(self, current: JobPlan, batch_id: int, why: str) -> None:
         if current.version not in self._said:

@@ -198,10 +198,14 @@ def test_recovery_refuses_a_config_that_is_no_version_of_the_backup(  # type: ig
     assert load_config(config).backup_sensors  # the config itself is valid
 
 
-def _alert() -> Any:
+def _alert(*sensors: str) -> Any:
     from engine.planning.monitor import MonitorAlert
 
-    return MonitorAlert(("s",), {"s": 0.5}, {"s": 0.3}, 12, "live violation rate of s is 50 %")
+    names = sensors or ("Dongsi_PM2.5",)
+    return MonitorAlert(
+        names, dict.fromkeys(names, 0.5), dict.fromkeys(names, 0.3), 12,
+        f"live violation rate of {names[0]} is 50 %",
+    )  # fmt: skip
 
 
 def test_an_alert_re_plans_before_the_horizon_once_per_version(first, history) -> None:  # type: ignore[no-untyped-def]
@@ -211,7 +215,8 @@ def test_an_alert_re_plans_before_the_horizon_once_per_version(first, history) -
     early = until_us(first) - 10 * HOUR_US
     new = replanner.after_batch(2, early, _alert())
     assert new is not None and (new.version, new.reason) == (2, "alert")
-    assert "live violation rate of s" in new.detail and logged[-1]["reason"] == "alert"
+    assert "live violation rate of Dongsi_PM2.5" in new.detail
+    assert logged[-1]["reason"] == "alert"
     assert replanner.after_batch(2, early, _alert()) is None  # not twice for version 1
     assert replanner.after_batch(3, early, _alert()) is not None  # version 2's first alert
 
@@ -232,3 +237,31 @@ def test_a_failed_alert_re_plan_keeps_the_version_and_its_schedule(first, histor
     assert logged[-1]["event"] == "replan_failed" and "gone" in logged[-1]["error"]
     new = replanner.after_batch(3, until_us(first))  # the schedule is not pushed back
     assert new is not None and new.reason == "scheduled"
+
+
+def test_a_sensor_that_alerts_again_under_its_fix_is_pinned_to_the_backup(first, history) -> None:  # type: ignore[no-untyped-def]
+    """First alert: a fresh plan (a stale fit is cured by it). The same sensor alerting
+    under that fresh plan is not rebuildable here: every later version backs it up."""
+    files = MemoryFiles()
+    book, logged = PlanBook(files, "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    rebuilt = [s for s in first.sensors if s not in first.backup_sensors]
+    a, b = rebuilt[0], rebuilt[1]
+    replanner = Replanner(book, lambda x, y: history.rows(0, 400).to_frame(), logged.append, 3600.0)
+    early = until_us(first) - 10 * HOUR_US
+
+    v2 = replanner.after_batch(2, early, _alert(a))
+    assert v2 is not None and v2.alerted == (a,) and v2.pinned == ()
+    v3 = replanner.after_batch(3, early, _alert(a, b))  # a again; b for the first time
+    assert v3 is not None and v3.alerted == tuple(sorted((a, b))) and v3.pinned == (a,)
+    assert a in v3.config.backup_sensors and "pinned" in v3.detail
+    assert logged[-1]["pinned"] == [a]
+    warned = v3.config.data["guarantee"]["warnings"]
+    assert any("backtest measured the plan without them" in w for w in warned)
+    v4 = replanner.after_batch(4, until_us(v3.config))  # a scheduled re-plan keeps the pin
+    assert v4 is not None and v4.reason == "scheduled" and v4.pinned == (a,)
+    assert a in v4.config.backup_sensors
+    again = PlanBook(files, "b")  # type: ignore[arg-type]
+    assert [(p.alerted, p.pinned) for p in again.versions] == [
+        ((), ()), ((a,), ()), (tuple(sorted((a, b))), (a,)), ((), (a,))
+    ]  # fmt: skip

@@ -10,6 +10,7 @@ import pytest
 
 from engine.aggregates import window_errors
 from engine.data import SensorHistory, load_history
+from engine.errors import ParameterError
 from engine.planning import (
     BacktestSettings,
     BackupPlan,
@@ -17,6 +18,7 @@ from engine.planning import (
     ReplanningMonitor,
     make_plan,
 )
+from engine.planning.plan import pin_backups
 from engine.planning.replan import fresh_plan
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
@@ -279,3 +281,21 @@ def test_a_scheduled_re_plan_forgets_the_alerts_tightening(
     np.testing.assert_array_equal(monitor.scale, np.ones(len(plan.sensors)))
     assert monitor.observe(bad, [target], version=2) is not None
     assert applied == ["alert", "scheduled", "alert"] and monitor.scale[i] == 0.5
+
+
+def test_pinned_sensors_are_backed_up_with_the_models_own_map(plan: BackupPlan) -> None:
+    rebuilt = [s for s in plan.sensors if s not in plan.backup_sensors]
+    pinned = pin_backups(plan, rebuilt[:1], "it alerted twice")
+    assert set(pinned.backup_sensors) == {*plan.backup_sensors, rebuilt[0]}
+    idx = sorted(plan.sensors.index(s) for s in pinned.backup_sensors)
+    want = plan.model.linear_map(idx)
+    assert pinned.linear_map.backup == want.backup and pinned.linear_map.targets == want.targets
+    np.testing.assert_allclose(pinned.linear_map.coef, want.coef)
+    np.testing.assert_allclose(pinned.conditional_variance, plan.model.conditional_variance(idx))
+    # one more observed sensor never raises another's conditional variance
+    assert np.all(pinned.conditional_variance <= plan.conditional_variance + 1e-12)
+    assert pinned.model_violation_probability[plan.sensors.index(rebuilt[0])] == 0.0
+    assert "it alerted twice" in pinned.warnings[-1]
+    assert pin_backups(plan, plan.backup_sensors, "already") is plan
+    with pytest.raises(ParameterError, match="outside the plan"):
+        pin_backups(plan, ("nope",), "unknown")
