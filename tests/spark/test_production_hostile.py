@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tests.production_reference import (
 )
 
 pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(spark: Any, tmp: Path) -> list[dict[str, Any]]:
@@ -62,6 +65,31 @@ def test_a_file_spark_cannot_read_stops_the_job_and_loses_nothing(
     want = truth[truth["sensor"].isin(BACKUP)]
     assert len(backup) == len(want)  # every backup reading once, the fixed file's too
     assert not backup.duplicated(["event_time", "sensor"]).any()
+
+
+def test_the_cli_says_an_unreadable_file_in_one_line_without_spark_stack_traces(
+    tmp_path: Path,
+) -> None:
+    """``engine run`` exits 2 and ends on its one line; Spark's task failures are logged
+    one line each (they were 300 lines of stack traces before that line)."""
+    rows = sample_rows(24)
+    write_config(tmp_path / "plan.json", rows)
+    frame = long_readings(rows)
+    frame["event_time"] = frame["event_time"].astype("datetime64[ns]")
+    (tmp_path / "landing").mkdir()
+    frame.to_parquet(tmp_path / "landing" / "from-pandas.parquet", index=False)
+    paths = {k: str(tmp_path / k) for k in ("landing", "backup", "checkpoint")}
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "--config", str(tmp_path / "plan.json"),
+         "--source", paths["landing"], "--backup", paths["backup"],
+         "--checkpoint", paths["checkpoint"], "--available-now"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "from-pandas.parquet" in lines[-1]
+    assert not [x for x in lines if x.lstrip().startswith(("at ", "Caused by", "..."))]
+    assert "Traceback" not in done.stderr and len(lines) < 30
 
 
 def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
