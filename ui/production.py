@@ -30,6 +30,7 @@ EVENT_LABELS = {
     "replan_failed": "Re-plan failed",
     "monitor_resumed": "Monitor resumed",
     "input_anomaly": "Input anomaly",
+    "overfull_windows": "Overfull windows",
 }
 
 
@@ -149,6 +150,12 @@ def _what(event: dict) -> str:
         return (
             f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "
             "this version carried over from before the restart"
+        )
+    if kind == "overfull_windows":
+        return (
+            f"{event.get('pairs', 0):,} windows had {event.get('excess_readings', 0):,} "
+            f"readings more than their time steps ({', '.join(event.get('sensors', [])[:5])}):"
+            " duplicates, or faster sampling than the plan; counted in their aggregates"
         )
     if kind == "input_anomaly":
         parts = []

@@ -167,6 +167,7 @@ class BatchWriter:
             closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
         )
         clock.mark("merge_and_shadow")
+        screened["overfull_pairs"] = self._overfull(results, batch_id)
         self._write_results(results, batch_id)
         alert = self._watch(results, int(batch_id))
         state.batch_id = int(batch_id)
@@ -223,6 +224,34 @@ class BatchWriter:
                 }
             )
         return kept.reset_index(drop=True), {**counts, "unplanned_sensors": names}
+
+    def _overfull(self, results: pd.DataFrame, batch_id: int) -> int:
+        """Closed (window, sensor) pairs with more readings than the window has time steps.
+
+        A reading that landed twice (in two files, say) is counted twice by the window
+        aggregate and the shadow check (recovery keeps one); so is a sensor sampling
+        faster than the plan. Said, not repaired: removing duplicates would shuffle
+        every reading of every batch, and a duplicate in a later batch would still pass.
+        """
+        rows = int(self.version.config.parameters["window"])
+        over = results[results["n"] > rows]
+        if len(over):
+            self.log(
+                {
+                    "event": "overfull_windows",
+                    "batch_id": batch_id,
+                    "plan_version": self.plan_version,
+                    "pairs": len(over),
+                    "excess_readings": int((over["n"] - rows).sum()),
+                    "sensors": sorted(set(over["sensor"].astype(str)))[:20],
+                    "what": (
+                        f"windows with more than their {rows} readings: readings that "
+                        "landed twice, or a sensor sampling faster than the plan; their "
+                        "aggregates and shadow check count every reading"
+                    ),
+                }
+            )
+        return len(over)
 
     def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
         """Start the monitor from the tally an earlier run kept with the state before
@@ -381,6 +410,7 @@ class BatchWriter:
             "missing_values": int(counts["missing_values"]),
             "unusable_readings": int(counts["unusable_readings"]),
             "unplanned_readings": int(counts["unplanned_readings"]),
+            "overfull_pairs": int(counts["overfull_pairs"]),
             "last_window_end": (
                 str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
                 if windows

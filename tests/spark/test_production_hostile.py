@@ -141,3 +141,45 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
     assert rebuilt_rows["error"].notna().all() and (rebuilt_rows["n"] <= 8).all()
     pairs = sum(r["rebuilt_pairs"] for r in shadows)
     assert pairs == len(rebuilt_rows) == status.rates["windows"].sum()
+
+
+def test_readings_that_land_twice_are_said_as_overfull_windows(spark: Any, tmp_path: Path) -> None:
+    """The same 12 readings of one sensor in a second file: every window holding them
+    has more readings than time steps; the job says how many, and which sensor."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)  # window 8, slide 4 readings (hours)
+    feed(rows, tmp_path / "landing", rows_per_file=24)
+    sensor = next(s for s in rows.sensors if s not in BACKUP)
+    truth = long_readings(rows)
+    again = truth[truth["sensor"] == sensor].iloc[:12]
+    pq.write_table(
+        pa.table(
+            {
+                "event_time": pa.array(again["event_time"], type=pa.timestamp("us", tz="UTC")),
+                "sensor": pa.array(again["sensor"], type=pa.string()),
+                "value": pa.array(again["value"].to_numpy()),
+            }
+        ),
+        tmp_path / "landing" / "zz-again.parquet",
+    )
+    logged = _run(spark, tmp_path)
+
+    # reference: epoch-aligned windows of 8 h every 4 h over the sensor's readings
+    hour = 3600 * 10**6
+    t = np.r_[truth.loc[truth["sensor"] == sensor, "event_time"], again["event_time"]]
+    t = t.astype("datetime64[us]").astype(np.int64)
+    starts = np.arange(t.min() // (4 * hour) * 4 * hour - 4 * hour, t.max(), 4 * hour)
+    n = np.array([((t >= s) & (t < s + 8 * hour)).sum() for s in starts])
+    results = read_results(tmp_path / "backup")
+    closed = set(results["start_s"] * 10**6)
+    keep = np.isin(starts, list(closed))
+    want_pairs, want_excess = int((n[keep] > 8).sum()), int(np.clip(n[keep] - 8, 0, None).sum())
+    assert want_pairs >= 2  # the test sees the duplicates
+
+    events = [r for r in logged if r["event"] == "overfull_windows"]
+    assert {s for e in events for s in e["sensors"]} == {sensor}
+    assert sum(e["pairs"] for e in events) == want_pairs
+    assert sum(e["excess_readings"] for e in events) == want_excess
+    shadows = [r for r in logged if r["event"] == "shadow"]
+    assert sum(r["overfull_pairs"] for r in shadows) == want_pairs
+    assert "overfull_windows" in {e["event"] for e in read_job_status(tmp_path / "backup").events}
