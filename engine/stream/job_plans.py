@@ -46,6 +46,8 @@ from engine.planning.monitor import MonitorAlert
 from engine.planning.parameters import PlanParameters
 from engine.stream.durable import DurableFiles
 
+Alert = MonitorAlert | None
+
 
 class PlanBook:
     """The plan versions under ``<backup>/_lacuna/plans`` (any URI Spark can write)."""
@@ -201,7 +203,7 @@ class Replanner:
         current = self.book.in_force(batch_id)
         if alert is not None and self.enabled and current.version not in self._alerted:
             self._alerted.add(current.version)  # one alert re-plan per version, even if it fails
-            return self._attempt(current, batch_id, watermark_us, "alert", alert.reason, alert)
+            return self._attempt(current, batch_id, watermark_us, alert.reason, alert)
         until = current.valid_until_us
         if until is None:
             self._once(current, batch_id, "a schema v1 config states no horizon: never re-planned")
@@ -214,21 +216,17 @@ class Replanner:
         if watermark_us < self._retry_at.get(current.version, until):
             return None
         why = f"version {current.version} expired at {current.config.validity['valid_until']}"  # type: ignore[index]
-        return self._attempt(current, batch_id, watermark_us, "scheduled", why)
+        return self._attempt(current, batch_id, watermark_us, why)
 
     def _attempt(
-        self,
-        current: JobPlan,
-        batch_id: int,
-        watermark_us: int,
-        reason: str,
-        why: str,
-        alert: MonitorAlert | None = None,
+        self, current: JobPlan, batch_id: int, watermark_us: int, why: str, alert: Alert = None
     ) -> JobPlan | None:
+        """Re-plan on ``alert`` (reason ``alert``), else on schedule (``scheduled``)."""
+        reason = "alert" if alert is not None else "scheduled"
         try:
-            new = self._replan(current, batch_id, watermark_us, reason, why, alert)
+            new = self._replan(current, batch_id, watermark_us, why, alert)
         except EngineError as err:
-            if reason == "alert":  # the version in force stays, within its horizon
+            if alert is not None:  # the version in force stays, within its horizon
                 failed = {"event": "replan_failed", "reason": reason, "error": str(err)}
                 self.log({**failed, "plan_version": current.version, "batch_id": batch_id})
                 return None
@@ -257,13 +255,7 @@ class Replanner:
         return new
 
     def _replan(
-        self,
-        current: JobPlan,
-        batch_id: int,
-        watermark_us: int,
-        reason: str,
-        why: str,
-        alert: MonitorAlert | None,
+        self, current: JobPlan, batch_id: int, watermark_us: int, why: str, alert: Alert
     ) -> JobPlan:
         rows = history_rows(current.config)
         step_us = round(self.sampling_interval_s * 1e6)
@@ -279,6 +271,7 @@ class Replanner:
         )
         if again:
             detail += f"; pinned to the backup (alerted again): {', '.join(sorted(again))}"
+        reason = "alert" if alert is not None else "scheduled"
         return JobPlan(current.version + 1, batch_id + 1, reason, detail, config, alerted, pinned)
 
     def _once(self, current: JobPlan, batch_id: int, why: str) -> None:
