@@ -244,6 +244,12 @@ def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
     return read_job_status(args.backup).to_dict(events=args.events)
 
 
+def cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.export.compaction import compact
+
+    return compact(args.backup, keep=args.keep).to_dict()
+
+
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from engine.stream.job import run_from_args
 
@@ -290,6 +296,7 @@ COMMANDS = {
     "disorder": cmd_disorder,
     "run": cmd_run,
     "status": cmd_status,
+    "compact": cmd_compact,
 }
 
 

@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="what a production job did: versions, live rates, alerts")
     st.add_argument("--backup", required=True, help="the job's --backup (a local or mounted path)")
     st.add_argument("--events", type=int, default=20, help="latest events to show (default 20)")
+    co = sub.add_parser(
+        "compact", help="fold a production job's old micro-batch directories into one"
+    )
+    co.add_argument("--backup", required=True, help="the job's --backup (a local or mounted path)")
+    co.add_argument(
+        "--keep", type=int, default=10, help="newest micro-batches left alone (default 10)"
+    )
     run = sub.add_parser("run", help="the production Spark job (backup, windows, shadow check)")
     add_run_flags(run)
     sim = sub.add_parser("simulate", help="live Spark pipeline with one failure and recovery")

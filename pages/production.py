@@ -27,3 +27,5 @@ else:
         production.events(status)
         st.subheader("Rebuild a lost range")
         production.recover_range(status)
+        st.subheader("Housekeeping")
+        production.housekeeping(status)

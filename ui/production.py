@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from engine.export.compaction import KEEP, compact, uncompacted
 from engine.export.job_status import JobStatus, read_job_status
 from engine.export.recover import recover_dataset
 from ui import charts
@@ -211,3 +212,22 @@ def recover_range(status: JobStatus) -> None:
         f"{status.backup} --from {start or 'T1'} --to {end or 'T2'} --out all_sensors.csv",
         language="bash",
     )
+
+
+def housekeeping(status: JobStatus) -> None:
+    """Fold the job's old micro-batch directories into one (``engine compact``)."""
+    left = uncompacted(status.backup)
+    st.caption(
+        f"{left:,} micro-batch directories not compacted yet: every reader (this page, "
+        f"recover) lists each one. Compaction folds all but the newest {KEEP} into one "
+        "directory per kind; readers switch to it at one file, so nothing is read twice or "
+        "missed, and the running job is not disturbed."
+    )
+    if st.button("Compact old micro-batches", key="prod_compact", disabled=left <= KEEP):
+        report = compact(status.backup, keep=KEEP)
+        st.success(
+            f"Folded micro-batches {report.first}-{report.last} ({report.batch_dirs:,} "
+            f"directories, {report.files_before:,} backup files) into {report.partitions:,} "
+            f"files of {report.rows:,} rows; {report.removed_dirs:,} directories removed."
+        )
+    st.code(f"python -m engine compact --backup {status.backup} --keep {KEEP}", language="bash")

@@ -6,6 +6,10 @@ No Spark needed. Exactly once, for either layout:
   micro-batch, read only when it holds ``_SUCCESS`` (Spark writes it after the
   batch's files are all in place; a replay overwrites the whole directory), so
   files of an attempt that failed before its commit are never counted;
+* compacted batches (``engine.export.compaction``): ``batch_id=A-B`` holds
+  batches ``A`` to ``B`` rewritten as one directory; once its ``_SUCCESS`` is
+  there it supersedes every ``batch_id=N`` with ``A <= N <= B`` (skipped here
+  even before the compaction deletes them);
 * Spark's file sink (a user's own job, the exported snippet): when the
   directory has its log (``_spark_metadata``), only the files it committed.
 
@@ -67,16 +71,48 @@ def committed_files(root: Path) -> list[Path]:
         return _logged_files(root, meta)
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and _committed(folder, d))
+        visible = [d for d in dirs if not d.startswith(("_", "."))]
+        batches = set(live_batches(folder, visible, marked=True))
+        dirs[:] = sorted(d for d in visible if d in batches or batch_range(d) is None)
         found += [Path(folder) / f for f in sorted(files) if f.endswith(".parquet")]
     return found
 
 
-def _committed(folder: str, name: str) -> bool:
-    """A micro-batch directory counts once its commit marker is there; others always."""
-    return not name.startswith(BATCH_PREFIX) or os.path.exists(
-        os.path.join(folder, name, COMMIT_MARKER)
-    )
+def batch_range(name: str) -> tuple[int, int] | None:
+    """The micro-batches a directory holds: ``batch_id=N`` is ``(N, N)``, a compacted
+    ``batch_id=A-B`` is ``(A, B)``; None for any other name."""
+    value = name.removeprefix(BATCH_PREFIX)
+    if value == name:
+        return None
+    first, dash, last = value.partition("-")
+    if first.isdigit() and (last.isdigit() if dash else not last):
+        return int(first), int(last or first)
+    return None
+
+
+def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str]:
+    """The batch directories among ``names`` in ``folder`` a reader counts, in batch order.
+
+    A compacted ``batch_id=A-B`` counts once its commit marker is there, and then
+    hides every batch directory within ``A..B`` (a smaller compaction's too). A
+    plain ``batch_id=N`` counts when ``marked`` is False (results and metrics: each
+    a single file renamed into place) or when its own marker is there (backup rows).
+    """
+    found = []
+    for name in names:
+        span = batch_range(name)
+        if span is None:
+            continue
+        compacted = "-" in name.removeprefix(BATCH_PREFIX)
+        if (compacted or marked) and not os.path.exists(os.path.join(folder, name, COMMIT_MARKER)):
+            continue
+        found.append((span, compacted, name))
+    covers = [span for span, compacted, _ in found if compacted]
+    return [
+        name
+        for span, _, name in sorted(found)
+        if not any(a <= span[0] and span[1] <= b and (a, b) != span for a, b in covers)
+    ]
 
 
 def _logged_files(root: Path, meta: Path) -> list[Path]:
@@ -193,9 +229,9 @@ def _query(uri: str | Path, span: TimeRange | None, order: str) -> duckdb.DuckDB
     files = [f for f in committed_files(root) if span.keeps(_partition_of(root, f))]
     if not files:
         return None
-    dataset = pads.dataset(
-        [str(f) for f in files], format="parquet", partitioning="hive", partition_base_dir=str(root)
-    )
+    # no partition columns: the query needs none (the time range already chose the
+    # files), and a compacted batch_id=A-B beside batch_id=N would not merge as one type
+    dataset = pads.dataset([str(f) for f in files], format="parquet")
     where, args = _where(span)
     con = duckdb.connect()
     # Spark writes INT96 (read as naive UTC) or TIMESTAMP_MICROS (UTC-adjusted): in a

@@ -27,7 +27,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import ConfigError, DataError
-from engine.export.backup_dataset import BATCH_PREFIX, local_path
+from engine.export.backup_dataset import live_batches, local_path
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
     CONFIDENCE,
@@ -151,19 +151,17 @@ def read_job_status(backup: str | Path) -> JobStatus:
 
 
 def _files(folder: Path, suffix: str) -> list[Path]:
-    """``batch_id=N/*<suffix>`` under ``folder``, in batch order (hidden names skipped)."""
+    """``batch_id=N/*<suffix>`` under ``folder``, in batch order (hidden names skipped;
+    batches a compaction holds read from it, once)."""
     if not folder.is_dir():
         return []
-    found = []
-    for d in os.scandir(folder):
-        batch = d.name.removeprefix(BATCH_PREFIX)
-        if d.is_dir() and d.name.startswith(BATCH_PREFIX) and batch.isdigit():
-            found += [
-                (int(batch), Path(d.path) / f)
-                for f in sorted(os.listdir(d.path))
-                if f.endswith(suffix) and not f.startswith((".", "_"))
-            ]
-    return [p for _, p in sorted(found)]
+    names = [d.name for d in os.scandir(folder) if d.is_dir()]
+    return [
+        folder / name / f
+        for name in live_batches(folder, names, marked=False)
+        for f in sorted(os.listdir(folder / name))
+        if f.endswith(suffix) and not f.startswith((".", "_"))
+    ]
 
 
 def _batches(folder: Path) -> pd.DataFrame:

@@ -164,6 +164,7 @@ def _run_query(
     now: Callable[[], float],
     started: float,
 ) -> JobReport:
+    from engine.export.backup_dataset import BATCH_PREFIX
     from engine.planning.monitor import ViolationMonitor
     from engine.stream.durable import DurableFiles
     from engine.stream.events import DurableLog
@@ -183,6 +184,15 @@ def _run_query(
     interval = float(params["sampling_interval_s"])
     spec = WindowSpec.from_parameters(params, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
+    # A new checkpoint numbers its micro-batches from 0 again: over a backup that holds
+    # batches it would overwrite them (and a compaction would hide the new ones).
+    fresh = not files.names(paths.query_checkpoint("job"))
+    if fresh and any(n.startswith(BATCH_PREFIX) for n in files.names(settings.backup)):
+        raise PipelineError(
+            f"backup {settings.backup!r} holds the micro-batches of another checkpoint: "
+            f"resume with that --checkpoint, or start a new --backup (a new checkpoint "
+            "numbers its batches from 0 and would overwrite them)"
+        )
     log = DurableLog(files, paths.events, log)  # alerts etc. kept with the backup
     trigger = (settings.available_now, settings.trigger_s)
     book = PlanBook(files, settings.backup)

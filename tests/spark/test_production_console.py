@@ -27,8 +27,8 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     path = tmp_path / "plan.json"
     history, _ = wrong_map_config(path)  # every rebuilt window misses
     feed(Rows(history.times[:160], history.values[:160], history.sensors), tmp_path / "landing",
-         rows_per_file=32)  # fmt: skip
-    _, logged = run_landed(spark, tmp_path, path, replan=False)
+         rows_per_file=8)  # fmt: skip
+    _, logged = run_landed(spark, tmp_path, path, replan=False, max_files_per_trigger=1)
     assert [r for r in logged if r["event"] == "alert"]
 
     at = AppTest.from_file(str(ROOT / "pages" / "production.py"), default_timeout=60).run()
@@ -58,6 +58,17 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     pd.testing.assert_frame_equal(
         pd.read_csv(tmp_path / "want.csv"),
         pd.read_csv(pd.io.common.BytesIO(at.session_state["prod_recovered"][0])),
+    )
+
+    at.button(key="prod_compact").click().run()  # 20 micro-batches: all but 10 folded
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Folded micro-batches 0-9" in s.value for s in at.success)
+    batches = next(m for m in at.metric if m.label == "Micro-batches")
+    assert batches.value == f"{len(shadow):,}"  # every batch's metrics, once
+    again = recover_dataset(path, tmp_path / "backup", tmp_path / "again.csv", start, end)
+    assert again.rows == 40
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "want.csv"), pd.read_csv(tmp_path / "again.csv")
     )
 
     at.text_input(key="w_prod_backup").input(str(tmp_path / "nowhere")).run()

@@ -1,0 +1,221 @@
+"""Compaction of a production job's per-micro-batch directories (local or mounted paths).
+
+The job (``engine.stream.sink``) writes one directory per micro-batch for its
+backup rows, its results and its metrics: a month of one-minute batches is
+43,000 directories of each, which every reader (``recover``, ``status``, the
+console) lists. ``compact`` rewrites the committed batches ``A`` to ``B`` (all
+but the newest ``keep``) as one directory of each kind:
+
+``<backup>/batch_id=A-B/date=D[/hour=H]/part-00000.parquet``
+    the backup rows, one file per partition, sorted by time and sensor;
+``<backup>/_lacuna/results/batch_id=A-B/part-00000.parquet``
+    the closed windows' shadow checks;
+``<backup>/_lacuna/metrics/batch_id=A-B/part-00000.json``
+    the metrics lines.
+
+A compacted directory counts once its ``_SUCCESS`` is written (last, after its
+files are on disk), and from then on it hides every ``batch_id=N`` within
+``A..B`` from the readers (``backup_dataset.live_batches``): the switch is one
+file, so a reader sees the batches or their compaction, never both and never
+neither. The superseded directories are deleted after that; a crash in between
+leaves them hidden, and the next compaction deletes them. A crash before the
+marker leaves an unmarked directory that readers ignore and the next
+compaction replaces.
+
+Spark's own Parquet reader does not know the rule: pointed at the backup while
+the superseded directories still exist (seconds), it would read both.
+
+Only batches below the newest ``keep`` are touched: the job may be replaying
+its latest batch, and a replay rewrites ``batch_id=N`` (hidden once compacted,
+with the same rows). No Spark: PyArrow reads and writes, like ``recover``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.errors import DataError, ParameterError
+from engine.export.backup_dataset import (
+    BATCH_PREFIX,
+    COMMIT_MARKER,
+    batch_range,
+    live_batches,
+    local_path,
+)
+from engine.export.plan_book import PLANS_DIR
+
+RESULTS = ("_lacuna", "results")
+METRICS = ("_lacuna", "metrics")
+KEEP = 10  # newest micro-batches left alone by default
+PART = "part-00000"
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What one ``compact`` did (``first``/``last``: the batches now in one directory)."""
+
+    first: int | None
+    last: int | None
+    batch_dirs: int  # backup batch directories folded in
+    rows: int  # backup rows written
+    files_before: int  # backup Parquet files read
+    partitions: int  # backup files written (one per partition)
+    removed_dirs: int  # superseded directories deleted (all kinds)
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def compact(backup: str | Path, keep: int = KEEP) -> CompactionReport:
+    """Fold every committed micro-batch but the newest ``keep`` into one directory per kind.
+
+    Nothing to fold (no batch old enough) is not an error: the report says 0.
+    """
+    if keep < 1:
+        raise ParameterError(
+            f"--keep must be at least 1 (the job may replay its newest batch), got {keep}"
+        )
+    root = local_path(backup)
+    if not root.joinpath(*PLANS_DIR).is_dir():
+        raise DataError(
+            f"{str(backup)!r} holds no production job's backup (_lacuna/plans): point at "
+            "the --backup of `python -m engine run`"
+        )
+    _remove_superseded(root)  # what a crashed compaction left behind
+    plain = _plain_batches(root)
+    ids = sorted(plain)
+    fold = ids[: max(0, len(ids) - keep)]
+    if not fold:
+        return CompactionReport(None, None, 0, 0, 0, 0, 0)
+    first, last = fold[0], fold[-1]
+    name = f"{BATCH_PREFIX}{first}-{last}"
+    rows, before, written = _compact_backup(root, [plain[i] for i in fold], root / name)
+    for kind, suffix in ((RESULTS, ".parquet"), (METRICS, ".json")):
+        _compact_small(root.joinpath(*kind), first, last, suffix, name)
+    _mark(root / name)
+    removed = _remove_superseded(root)
+    return CompactionReport(first, last, len(fold), rows, before, written, removed)
+
+
+def uncompacted(backup: str | Path) -> int:
+    """How many committed micro-batch directories of the backup no compaction holds."""
+    return len(_plain_batches(local_path(backup)))
+
+
+def _plain_batches(root: Path) -> dict[int, Path]:
+    """Committed ``batch_id=N`` backup directories no compaction holds, by ``N``."""
+    names = [d.name for d in os.scandir(root) if d.is_dir()]
+    out = {}
+    for name in live_batches(root, names, marked=True):
+        span = batch_range(name)
+        if span is not None and "-" not in name:
+            out[span[0]] = root / name
+    return out
+
+
+def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int, int, int]:
+    """Rows of ``batches`` into ``target``, one file per partition; (rows, files read, written)."""
+    if target.exists():
+        shutil.rmtree(target)  # an unmarked leftover of a crashed compaction
+    by_partition: dict[tuple[str, ...], list[Path]] = defaultdict(list)
+    read = 0
+    for batch in batches:
+        for folder, dirs, files in os.walk(batch):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+            rel = Path(folder).relative_to(batch).parts
+            for f in sorted(files):
+                if f.endswith(".parquet") and not f.startswith(("_", ".")):
+                    by_partition[rel].append(Path(folder) / f)
+                    read += 1
+    rows = 0
+    for rel, parts in sorted(by_partition.items()):
+        tables = [pq.read_table(f) for f in parts]
+        table = pa.concat_tables(tables, promote_options="default")
+        table = table.sort_by([("event_time", "ascending"), ("sensor", "ascending")])
+        _write_parquet(target.joinpath(*rel) / f"{PART}.parquet", table)
+        rows += table.num_rows
+    target.mkdir(parents=True, exist_ok=True)  # batches without rows: the directory still says so
+    return rows, read, len(by_partition)
+
+
+def _compact_small(folder: Path, first: int, last: int, suffix: str, name: str) -> None:
+    """The results or metrics files of batches ``first..last`` as one file."""
+    if not folder.is_dir():
+        return
+    names = [d.name for d in os.scandir(folder) if d.is_dir()]
+    files = []
+    for batch in live_batches(folder, names, marked=False):
+        span = batch_range(batch)
+        if span is not None and "-" not in batch and first <= span[0] <= last:
+            files += sorted(
+                folder / batch / f
+                for f in os.listdir(folder / batch)
+                if f.endswith(suffix) and not f.startswith((".", "_"))
+            )
+    target = folder / name
+    if target.exists():
+        shutil.rmtree(target)
+    if suffix == ".parquet":
+        tables = [pq.read_table(f) for f in files]
+        if tables:
+            table = pa.concat_tables(tables, promote_options="default")
+            _write_parquet(target / f"{PART}{suffix}", table)
+    else:
+        lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
+        for line in lines:
+            json.loads(line)  # a metrics file that is not JSON lines stops the compaction
+        text = "".join(line + "\n" for line in lines)
+        _write_bytes(target / f"{PART}{suffix}", text.encode())
+    _mark(target)
+
+
+def _remove_superseded(root: Path) -> int:
+    """Delete the batch directories a marked compaction holds (all kinds); how many."""
+    removed = 0
+    for folder in (root, root.joinpath(*RESULTS), root.joinpath(*METRICS)):
+        if not folder.is_dir():
+            continue
+        spans = {d.name: batch_range(d.name) for d in os.scandir(folder) if d.is_dir()}
+        found = {name: span for name, span in spans.items() if span is not None}
+        live = set(live_batches(folder, list(found), marked=folder == root))
+        covers = [found[name] for name in live if "-" in name]
+        for name, (lo, hi) in found.items():
+            if name not in live and any(a <= lo and hi <= b for a, b in covers):
+                shutil.rmtree(folder / name)
+                removed += 1
+    return removed
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    """As the job's Spark writes: timestamps in microseconds (Spark refuses nanoseconds)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, coerce_timestamps="us")
+    _sync_rename(tmp, path)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    _sync_rename(tmp, path)
+
+
+def _sync_rename(tmp: Path, path: Path) -> None:
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _mark(folder: Path) -> None:
+    """The commit point: ``_SUCCESS`` once every file of ``folder`` is on disk."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_bytes(folder / COMMIT_MARKER, b"")
