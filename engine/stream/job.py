@@ -168,7 +168,13 @@ def _run_query(
     from engine.planning.monitor import ViolationMonitor
     from engine.stream.durable import DurableFiles
     from engine.stream.events import DurableLog
-    from engine.stream.job_plans import PlanBook, Replanner, read_fit_period
+    from engine.stream.job_plans import (
+        PlanBook,
+        Replanner,
+        at_once,
+        in_background,
+        read_fit_period,
+    )
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
 
@@ -204,12 +210,19 @@ def _run_query(
         log,
         interval,
         enabled=settings.replan,
+        # A stream re-plans in the background, so its batches keep their latency. A run
+        # that processes what has landed (a catch-up) waits instead: racing ahead would
+        # only back up more landed rows under the expired or alerting version.
+        run=at_once if settings.available_now else in_background,
     )
     partitions = partition_columns(interval)
     monitor = ViolationMonitor(sensors, config.eps_vector(), float(params["delta"]))
     writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, monitor, now=now)
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
-    counts = _watch([query], stop, log)
+    try:
+        counts = _watch([query], stop, log)
+    finally:
+        replanner.close()  # a re-plan still computing is given up: the next run plans again
     return JobReport(
         stopped_by="signal" if stop.is_set() else "available_now",
         batches=counts[query.name][0],

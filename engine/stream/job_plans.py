@@ -23,16 +23,22 @@ the first batch that uses it; a crash in between leaves a version whose
 Re-planning needs every sensor's readings, which the backup does not hold: it
 reads the fit period from the landing directory (``--source``), with Spark,
 filtered to the period, and plans on the driver (``make_plan``, backtest
-included; seconds per horizon, not per batch). If those readings are gone, or
-the plan fails, the job says so (a JSON line), keeps the version in force
-(expired) and tries a scheduled re-plan again one horizon later.
+included; seconds to minutes per horizon, not per batch) on a background
+thread: the stream goes on under the version in force meanwhile
+(``replan_started``, then ``replan`` with the batch it governs from). If those
+readings are gone, or the plan fails, the job says so (a JSON line), keeps the
+version in force (expired) and tries a scheduled re-plan again one horizon
+later. A job that stops while a re-plan computes gives it up
+(``replan_abandoned``); the next run plans again.
 
 PySpark is imported inside functions only.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,12 +179,58 @@ def plan_again(
     return BackupConfig.from_dict(json_safe(plan_to_config(plan)))  # unmeasured: NaN -> null
 
 
+Runner = Callable[[Callable[[], Any]], "Future[Any]"]
+
+
+def in_background(work: Callable[[], Any]) -> Future[Any]:
+    """Run ``work`` on a daemon thread (a stopping job does not wait for a plan)."""
+    future: Future[Any] = Future()
+
+    def target() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work())
+            except BaseException as err:  # handed to whoever collects the result
+                future.set_exception(err)
+
+    threading.Thread(target=target, name="lacuna-replan", daemon=True).start()
+    return future
+
+
+def at_once(work: Callable[[], Any]) -> Future[Any]:
+    """Run ``work`` now, on the caller's thread (the re-plan blocks the stream)."""
+    future: Future[Any] = Future()
+    try:
+        future.set_result(work())
+    except BaseException as err:
+        future.set_exception(err)
+    return future
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A re-plan being computed: its inputs, and the future of (config, rows fitted on)."""
+
+    future: Future[Any]
+    current: JobPlan
+    batch_id: int
+    watermark_us: int
+    why: str
+    alert: MonitorAlert | None
+    pinned: tuple[str, ...]
+    again: tuple[str, ...]
+
+
 @dataclass
 class Replanner:
     """Decides after each micro-batch whether the version in force has expired (or the
-    live monitor alerted on it) and, if so, plans again and adds the next version (from
-    the next batch on). One alert re-plan per version; a failed scheduled one is tried
-    again a horizon later."""
+    live monitor alerted on it) and, if so, plans again and adds the next version. One
+    alert re-plan per version; a failed scheduled one is tried again a horizon later.
+
+    A re-plan (reading the fit period, planning, its backtest: seconds to minutes) runs
+    in the background (``run``): the stream goes on under the version in force until
+    the new one is ready, which then governs from the batch after the one it was
+    collected in. One re-plan at a time. ``run=at_once`` plans inside the batch."""
 
     book: PlanBook
     read: Callable[[int, int], pd.DataFrame]  # (start_us, end_us) -> wide readings
@@ -186,11 +238,18 @@ class Replanner:
     sampling_interval_s: float
     enabled: bool = True
     plan: Callable[[BackupConfig, pd.DataFrame, tuple[str, ...]], BackupConfig] = plan_again
+    run: Runner = in_background
 
     def __post_init__(self) -> None:
         self._retry_at: dict[int, int] = {}  # version -> watermark of the next attempt
         self._said: set[int] = set()  # versions whose expiry was said once for good
         self._alerted: set[int] = set()  # versions an alert has re-planned already
+        self._pending: _Pending | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A re-plan is being computed."""
+        return self._pending is not None
 
     def after_batch(
         self, batch_id: int, watermark_us: int, alert: MonitorAlert | None = None
@@ -200,10 +259,14 @@ class Replanner:
         ``alert``: the live monitor found the version in force missing more than
         ``delta`` of its windows; it is re-planned now, before its horizon.
         """
+        new = self._collect(batch_id)
+        if new is not None or self._pending is not None:
+            return new
         current = self.book.in_force(batch_id)
         if alert is not None and self.enabled and current.version not in self._alerted:
             self._alerted.add(current.version)  # one alert re-plan per version, even if it fails
-            return self._attempt(current, batch_id, watermark_us, alert.reason, alert)
+            self._start(current, batch_id, watermark_us, alert.reason, alert)
+            return self._collect(batch_id)
         until = current.valid_until_us
         if until is None:
             self._once(current, batch_id, "a schema v1 config states no horizon: never re-planned")
@@ -216,15 +279,63 @@ class Replanner:
         if watermark_us < self._retry_at.get(current.version, until):
             return None
         why = f"version {current.version} expired at {current.config.validity['valid_until']}"  # type: ignore[index]
-        return self._attempt(current, batch_id, watermark_us, why)
+        self._start(current, batch_id, watermark_us, why)
+        return self._collect(batch_id)
 
-    def _attempt(
+    def close(self) -> None:
+        """The job stops: a re-plan still being computed is given up (said once); the
+        next run plans again, as the version in force is still expired or alerting."""
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.future.done():
+            pending.future.cancel()
+            self.log(
+                {
+                    "event": "replan_abandoned",
+                    "plan_version": pending.current.version,
+                    "batch_id": pending.batch_id,
+                    "reason": "the job stopped before the re-plan finished",
+                }
+            )
+
+    def _start(
         self, current: JobPlan, batch_id: int, watermark_us: int, why: str, alert: Alert = None
-    ) -> JobPlan | None:
-        """Re-plan on ``alert`` (reason ``alert``), else on schedule (``scheduled``)."""
+    ) -> None:
+        """Start re-planning: on ``alert`` (reason ``alert``), else on schedule."""
+        rows = history_rows(current.config)
+        step_us = round(self.sampling_interval_s * 1e6)
+        end_us = watermark_us  # every reading before the watermark has been seen
+        start_us = end_us - rows * step_us
+        alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
+        again = tuple(sorted(set(alerted) & set(current.alerted)))  # alerted under their fix
+        pinned = tuple(sorted({*current.pinned, *again}))
+        config, read, plan = current.config, self.read, self.plan
+
+        def work() -> tuple[BackupConfig, int]:
+            wide = read(start_us, end_us)
+            return plan(config, wide, pinned), len(wide)
+
+        self._pending = _Pending(
+            self.run(work), current, batch_id, watermark_us, why, alert, pinned, again
+        )
+        self.log(
+            {
+                "event": "replan_started",
+                "reason": "alert" if alert is not None else "scheduled",
+                "plan_version": current.version,
+                "batch_id": batch_id,
+            }
+        )
+
+    def _collect(self, batch_id: int) -> JobPlan | None:
+        """The finished re-plan as the version from batch ``batch_id + 1``, if one is done."""
+        p = self._pending
+        if p is None or not p.future.done():
+            return None
+        self._pending = None
+        current, alert = p.current, p.alert
         reason = "alert" if alert is not None else "scheduled"
         try:
-            new = self._replan(current, batch_id, watermark_us, why, alert)
+            config, rows = p.future.result()
         except EngineError as err:
             if alert is not None:  # the version in force stays, within its horizon
                 failed = {"event": "replan_failed", "reason": reason, "error": str(err)}
@@ -232,9 +343,14 @@ class Replanner:
                 return None
             horizon_s = (current.config.validity or {}).get("horizon_seconds", 0.0)
             horizon_us = round(float(horizon_s) * 1e6)
-            self._retry_at[current.version] = watermark_us + max(1, horizon_us)
+            self._retry_at[current.version] = p.watermark_us + max(1, horizon_us)
             self._expired(current, batch_id, f"re-plan failed: {err}")
             return None
+        detail = f"{p.why}; fresh plan on {rows} rows of the landing directory before the watermark"
+        if p.again:
+            detail += f"; pinned to the backup (alerted again): {', '.join(p.again)}"
+        alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
+        new = JobPlan(current.version + 1, batch_id + 1, reason, detail, config, alerted, p.pinned)
         self.book.add(new)
         added = sorted(set(new.config.backup_sensors) - set(current.config.backup_sensors))
         dropped = sorted(set(current.config.backup_sensors) - set(new.config.backup_sensors))
@@ -244,6 +360,7 @@ class Replanner:
                 "reason": new.reason,
                 "plan_version": new.version,
                 "first_batch": new.first_batch,
+                "started_batch": p.batch_id,
                 "detail": new.detail,
                 "backup_sensors": len(new.config.backup_sensors),
                 "added": added,
@@ -253,26 +370,6 @@ class Replanner:
             }
         )
         return new
-
-    def _replan(
-        self, current: JobPlan, batch_id: int, watermark_us: int, why: str, alert: Alert
-    ) -> JobPlan:
-        rows = history_rows(current.config)
-        step_us = round(self.sampling_interval_s * 1e6)
-        end_us = watermark_us  # every reading before the watermark has been seen
-        start_us = end_us - rows * step_us
-        wide = self.read(start_us, end_us)
-        alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
-        again = set(alerted) & set(current.alerted)  # alerted under the fix of their alert
-        pinned = tuple(sorted({*current.pinned, *again}))
-        config = self.plan(current.config, wide, pinned)
-        detail = (
-            f"{why}; fresh plan on {len(wide)} rows of the landing directory before the watermark"
-        )
-        if again:
-            detail += f"; pinned to the backup (alerted again): {', '.join(sorted(again))}"
-        reason = "alert" if alert is not None else "scheduled"
-        return JobPlan(current.version + 1, batch_id + 1, reason, detail, config, alerted, pinned)
 
     def _once(self, current: JobPlan, batch_id: int, why: str) -> None:
         if current.version not in self._said:

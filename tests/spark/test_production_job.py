@@ -275,3 +275,61 @@ def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_pat
     # the results are Spark's to read too: microsecond timestamps, not pandas' nanoseconds
     on_spark = spark.read.parquet(str(tmp_path / "backup" / "_lacuna" / "results"))
     assert on_spark.count() == len(results)
+
+
+def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A continuous job (no --available-now) whose map is wrong: the alert starts a
+    re-plan, batches keep coming under version 1 while it computes, and version 2
+    governs from the batch after the one that found it done. (A re-plan inside the
+    batch would make the very next batch version 2's.)"""
+    import threading
+    import time
+
+    from engine.export import load_config
+    from engine.stream.job import JobSettings, run_job
+
+    path = tmp_path / "plan.json"
+    history, _ = wrong_map_config(path)
+    rows = Rows(history.times[:720], history.values[:720], history.sensors)
+    landing = tmp_path / "landing"
+    feed(rows, landing, rows_per_file=24, stop=144)
+    settings = JobSettings(
+        source=str(landing),
+        backup=str(tmp_path / "backup"),
+        checkpoint=(tmp_path / "checkpoint").as_uri(),
+        trigger_s=0.2,
+        max_files_per_trigger=1,
+    )
+    stop, logged = threading.Event(), []
+    args = (spark, load_config(path), settings, stop)
+    job = threading.Thread(target=run_job, args=args, kwargs={"log": logged.append})
+    job.start()
+
+    def wait_for(found: Any, seconds: float = 120.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not found() and job.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert found(), [r["event"] for r in logged]
+
+    def under_v2() -> bool:
+        return any(r["event"] == "shadow" and r["plan_version"] == 2 for r in logged)
+
+    try:
+        wait_for(lambda: any(r["event"] == "replan_started" for r in logged))
+        for start in range(144, 720, 24):  # files keep landing while it plans
+            feed(rows, landing, rows_per_file=24, start=start, stop=start + 24)
+            time.sleep(0.4)
+            if under_v2():
+                break
+        wait_for(under_v2)
+    finally:
+        stop.set()
+        job.join(timeout=60)
+    started = next(r for r in logged if r["event"] == "replan_started")
+    replan = next(r for r in logged if r["event"] == "replan")
+    assert started["reason"] == "alert" and replan["started_batch"] == started["batch_id"]
+    assert replan["first_batch"] >= started["batch_id"] + 2  # at least one batch went on
+    under_v1 = [r for r in logged if r["event"] == "shadow" and r["plan_version"] == 1]
+    assert max(r["batch_id"] for r in under_v1) == replan["first_batch"] - 1

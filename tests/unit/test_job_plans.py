@@ -19,7 +19,7 @@ from engine.export import BackupConfig, load_config, plan_to_config
 from engine.export.plan_book import JobPlan, read_plan_book
 from engine.export.recover import recover_dataset
 from engine.planning import PlanParameters, make_plan
-from engine.stream.job_plans import PlanBook, Replanner, parameters_of
+from engine.stream.job_plans import PlanBook, Replanner, at_once, parameters_of
 from tests.helpers import SMALL_SAMPLE
 
 HOUR_US = 3_600_000_000
@@ -96,7 +96,7 @@ def test_the_schedule_re_plans_once_the_watermark_passes_valid_until(first, hist
         frame = history.rows(24, 424).to_frame()
         return frame
 
-    replanner = Replanner(book, read, logged.append, 3600.0)
+    replanner = Replanner(book, read, logged.append, 3600.0, run=at_once)
     until = until_us(first)
     assert replanner.after_batch(3, until - HOUR_US) is None and not asked
     new = replanner.after_batch(4, until)
@@ -115,20 +115,23 @@ def test_a_failed_re_plan_keeps_the_plan_says_so_and_retries_a_horizon_later(fir
     def gone(start: int, end: int) -> pd.DataFrame:
         raise DataError("the landing files of the fit period were deleted")
 
-    replanner = Replanner(book, gone, logged.append, 3600.0)
+    replanner = Replanner(book, gone, logged.append, 3600.0, run=at_once)
     until = until_us(first)
     assert replanner.after_batch(4, until) is None
     assert logged[-1]["event"] == "plan_expired" and "deleted" in logged[-1]["reason"]
-    assert replanner.after_batch(5, until + HOUR_US) is None and len(logged) == 1  # not yet
+    assert replanner.after_batch(5, until + HOUR_US) is None and len(logged) == 2  # not yet
     horizon = first.validity["horizon_seconds"] * 1_000_000  # type: ignore[index]
     replanner.after_batch(6, until + int(horizon))
-    assert len(logged) == 2 and book.in_force(99).version == 1
+    assert [r["event"] for r in logged] == ["replan_started", "plan_expired"] * 2
+    assert book.in_force(99).version == 1
 
 
 def test_no_replan_says_once_that_the_plan_expired(first) -> None:  # type: ignore[no-untyped-def]
     book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
     book.start(first)
-    replanner = Replanner(book, lambda a, b: pd.DataFrame(), logged.append, 3600.0, enabled=False)
+    replanner = Replanner(
+        book, lambda a, b: pd.DataFrame(), logged.append, 3600.0, enabled=False, run=at_once
+    )
     for batch in range(3):
         replanner.after_batch(batch, until_us(first) + batch)
     assert [r["event"] for r in logged] == ["plan_expired"] and "--no-replan" in logged[0]["reason"]
@@ -211,7 +214,9 @@ def _alert(*sensors: str) -> Any:
 def test_an_alert_re_plans_before_the_horizon_once_per_version(first, history) -> None:  # type: ignore[no-untyped-def]
     book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
     book.start(first)
-    replanner = Replanner(book, lambda a, b: history.rows(0, 400).to_frame(), logged.append, 3600.0)
+    replanner = Replanner(
+        book, lambda a, b: history.rows(0, 400).to_frame(), logged.append, 3600.0, run=at_once
+    )
     early = until_us(first) - 10 * HOUR_US
     new = replanner.after_batch(2, early, _alert())
     assert new is not None and (new.version, new.reason) == (2, "alert")
@@ -232,7 +237,7 @@ def test_a_failed_alert_re_plan_keeps_the_version_and_its_schedule(first, histor
             raise got
         return got
 
-    replanner = Replanner(book, read, logged.append, 3600.0)
+    replanner = Replanner(book, read, logged.append, 3600.0, run=at_once)
     assert replanner.after_batch(2, until_us(first) - HOUR_US, _alert()) is None
     assert logged[-1]["event"] == "replan_failed" and "gone" in logged[-1]["error"]
     new = replanner.after_batch(3, until_us(first))  # the schedule is not pushed back
@@ -247,7 +252,9 @@ def test_a_sensor_that_alerts_again_under_its_fix_is_pinned_to_the_backup(first,
     book.start(first)
     rebuilt = [s for s in first.sensors if s not in first.backup_sensors]
     a, b = rebuilt[0], rebuilt[1]
-    replanner = Replanner(book, lambda x, y: history.rows(0, 400).to_frame(), logged.append, 3600.0)
+    replanner = Replanner(
+        book, lambda x, y: history.rows(0, 400).to_frame(), logged.append, 3600.0, run=at_once
+    )
     early = until_us(first) - 10 * HOUR_US
 
     v2 = replanner.after_batch(2, early, _alert(a))
@@ -265,3 +272,50 @@ def test_a_sensor_that_alerts_again_under_its_fix_is_pinned_to_the_backup(first,
     assert [(p.alerted, p.pinned) for p in again.versions] == [
         ((), ()), ((a,), ()), (tuple(sorted((a, b))), (a,)), ((), (a,))
     ]  # fmt: skip
+
+
+def test_a_re_plan_computes_in_the_background_while_batches_go_on(first, history) -> None:  # type: ignore[no-untyped-def]
+    """The batch that starts a re-plan does not wait for it; the first batch after it is
+    done adds the version, from the batch after that; one re-plan at a time; a job
+    that stops first gives it up."""
+    from concurrent.futures import Future
+
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(first)
+    works: list[tuple[Future[Any], Any]] = []
+
+    def later(work):  # type: ignore[no-untyped-def]
+        future: Future[Any] = Future()
+        works.append((future, work))
+        return future
+
+    replanner = Replanner(
+        book, lambda a, b: history.rows(24, 424).to_frame(), logged.append, 3600.0, run=later
+    )
+    until = until_us(first)
+    assert replanner.after_batch(4, until) is None and replanner.busy  # started, not waited for
+    assert replanner.after_batch(5, until + HOUR_US, _alert()) is None  # still one at a time
+    assert len(works) == 1 and book.in_force(6).version == 1
+    future, work = works[0]
+    future.set_result(work())  # the plan is ready during batch 6
+    new = replanner.after_batch(6, until + 2 * HOUR_US)
+    assert new is not None and (new.version, new.first_batch, new.reason) == (2, 7, "scheduled")
+    assert logged[-1]["started_batch"] == 4 and book.in_force(7).version == 2
+    assert not replanner.busy
+
+    assert replanner.after_batch(7, until_us(new.config)) is None and replanner.busy
+    replanner.close()  # the job stops before it is done
+    assert logged[-1]["event"] == "replan_abandoned" and not replanner.busy
+    assert works[1][0].cancelled() and len(book.versions) == 2
+
+
+def test_the_background_runner_hands_back_results_and_errors() -> None:
+    from engine.stream.job_plans import in_background
+
+    assert in_background(lambda: 42).result(timeout=10) == 42
+
+    def fails() -> None:
+        raise DataError("gone")
+
+    with pytest.raises(DataError, match="gone"):
+        in_background(fails).result(timeout=10)
