@@ -26,7 +26,9 @@ from ui.panels import QUIET
 BACKUP_KEY = "w_prod_backup"
 EVENT_LABELS = {
     "alert": "Alert",
+    "replan_started": "Re-plan started",
     "replan": "Re-plan",
+    "replan_abandoned": "Re-plan given up",
     "plan_expired": "Plan expired",
     "replan_failed": "Re-plan failed",
     "monitor_resumed": "Monitor resumed",
@@ -147,6 +149,11 @@ def _what(event: dict) -> str:
     kind = event.get("event")
     if kind == "replan":
         return str(event.get("detail", ""))
+    if kind == "replan_started":
+        return (
+            f"{event.get('reason', '')} re-plan of version {event.get('plan_version')} "
+            "computing in the background; batches go on under it meanwhile"
+        )
     if kind == "monitor_resumed":
         return (
             f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "

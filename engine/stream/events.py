@@ -17,8 +17,8 @@ from typing import Any
 from engine.stream.durable import DurableFiles
 
 NOTABLE = (
-    "alert", "replan", "plan_expired", "replan_failed", "monitor_resumed", "input_anomaly",
-    "overfull_windows",
+    "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
+    "monitor_resumed", "input_anomaly", "overfull_windows",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

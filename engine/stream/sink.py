@@ -51,6 +51,7 @@ from engine.stream.partials import (
     collected_partials,
     shadow_results,
 )
+from engine.stream.screening import overfull_windows, screen_partials
 from engine.stream.transforms import (
     WindowSpec,
     backup_rows,
@@ -188,70 +189,23 @@ class BatchWriter:
     def _screen(
         self, partials: pd.DataFrame, unusable: int, batch_id: int
     ) -> tuple[pd.DataFrame, dict]:
-        """The plan's sensors' partials, and what the batch held besides.
-
-        Readings without a sensor or a time (``unusable``) cannot be windowed or
-        rebuilt: counted and dropped. Null or NaN values are counted (``missing``).
-        Sensors outside the plan were backed up in full (``_write_backup``) and are
-        left out of the shadow check. Each is an
-        ``input_anomaly`` event, so neither goes unsaid.
-        """
-        planned = set(self.version.config.sensors)
-        outside = ~partials["sensor"].isin(planned)
-        kept = partials[~outside]
-        counts = {
-            "readings": int(partials["readings"].sum()) + unusable,
-            "unusable_readings": unusable,
-            "unplanned_readings": int(partials.loc[outside, "readings"].sum()),
-            "missing_values": int(kept["missing"].sum()),
+        """The plan's sensors' partials and the batch's counts (``screening``)."""
+        screened = screen_partials(partials, self.version.config.sensors, unusable)
+        self._say(screened.event, batch_id)
+        return screened.partials, {
+            **screened.counts,
+            "unplanned_sensors": screened.unplanned_sensors,
         }
-        names = sorted(set(partials.loc[outside, "sensor"].astype(str)))
-        if counts["unusable_readings"] or counts["unplanned_readings"] or counts["missing_values"]:
-            self.log(
-                {
-                    "event": "input_anomaly",
-                    "batch_id": batch_id,
-                    "plan_version": self.plan_version,
-                    **counts,
-                    "unplanned_sensors": names[:20],
-                    "unplanned_sensor_count": len(names),
-                    "what": (
-                        "readings without a sensor or a time were dropped; null or NaN "
-                        "values were left out of their windows' aggregates; sensors "
-                        "outside the plan were backed up in full and are not "
-                        "shadow-checked (plan again with them to include them)"
-                    ),
-                }
-            )
-        return kept.reset_index(drop=True), {**counts, "unplanned_sensors": names}
 
     def _overfull(self, results: pd.DataFrame, batch_id: int) -> int:
-        """Closed (window, sensor) pairs with more readings than the window has time steps.
+        """Closed (window, sensor) pairs with more readings than time steps (``screening``)."""
+        pairs, event = overfull_windows(results, int(self.version.config.parameters["window"]))
+        self._say(event, batch_id)
+        return pairs
 
-        A reading that landed twice (in two files, say) is counted twice by the window
-        aggregate and the shadow check (recovery keeps one); so is a sensor sampling
-        faster than the plan. Said, not repaired: removing duplicates would shuffle
-        every reading of every batch, and a duplicate in a later batch would still pass.
-        """
-        rows = int(self.version.config.parameters["window"])
-        over = results[results["n"] > rows]
-        if len(over):
-            self.log(
-                {
-                    "event": "overfull_windows",
-                    "batch_id": batch_id,
-                    "plan_version": self.plan_version,
-                    "pairs": len(over),
-                    "excess_readings": int((over["n"] - rows).sum()),
-                    "sensors": sorted(set(over["sensor"].astype(str)))[:20],
-                    "what": (
-                        f"windows with more than their {rows} readings: readings that "
-                        "landed twice, or a sensor sampling faster than the plan; their "
-                        "aggregates and shadow check count every reading"
-                    ),
-                }
-            )
-        return len(over)
+    def _say(self, event: dict[str, Any] | None, batch_id: int) -> None:
+        if event is not None:
+            self.log({**event, "batch_id": batch_id, "plan_version": self.plan_version})
 
     def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
         """Start the monitor from the tally an earlier run kept with the state before

@@ -333,3 +333,7 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     assert replan["first_batch"] >= started["batch_id"] + 2  # at least one batch went on
     under_v1 = [r for r in logged if r["event"] == "shadow" and r["plan_version"] == 1]
     assert max(r["batch_id"] for r in under_v1) == replan["first_batch"] - 1
+    from engine.export.job_status import read_job_status
+
+    kept = {e["event"] for e in read_job_status(tmp_path / "backup").events}
+    assert {"alert", "replan_started", "replan"} <= kept  # what the console shows

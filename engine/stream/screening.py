@@ -1,0 +1,81 @@
+"""What a production micro-batch held besides the plan's sensors' readings: pure pandas.
+
+Two checks, each returning the frame to go on with and the event to log (None
+when there is nothing to say):
+
+* ``screen_partials``: a batch's partials (``partials.collected_partials``)
+  before the merge. Readings without a sensor or a time cannot be windowed or
+  rebuilt (counted and dropped upstream); null or NaN values are counted
+  (``missing``); sensors outside the plan were backed up in full by the job and
+  are left out of the shadow check. Event ``input_anomaly``.
+* ``overfull_windows``: closed windows' results with more readings than the
+  window has time steps: a reading that landed twice (two files) is counted
+  twice by the aggregate and the shadow check (recovery keeps one), and so is a
+  sensor sampling faster than the plan. Said, not repaired: de-duplicating
+  would shuffle every reading of every batch, and a duplicate in a later batch
+  would still pass. Event ``overfull_windows``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Screened:
+    """The plan's sensors' partials, the batch's counts and the event to log."""
+
+    partials: pd.DataFrame
+    counts: dict[str, int]  # readings, unusable_readings, unplanned_readings, missing_values
+    unplanned_sensors: list[str]
+    event: dict[str, Any] | None
+
+
+def screen_partials(partials: pd.DataFrame, planned: Collection[str], unusable: int) -> Screened:
+    """Keep the ``planned`` sensors' partials; count what else the batch held."""
+    outside = ~partials["sensor"].isin(set(planned))
+    kept = partials[~outside]
+    counts = {
+        "readings": int(partials["readings"].sum()) + unusable,
+        "unusable_readings": unusable,
+        "unplanned_readings": int(partials.loc[outside, "readings"].sum()),
+        "missing_values": int(kept["missing"].sum()),
+    }
+    names = sorted(set(partials.loc[outside, "sensor"].astype(str)))
+    event = None
+    if counts["unusable_readings"] or counts["unplanned_readings"] or counts["missing_values"]:
+        event = {
+            "event": "input_anomaly",
+            **counts,
+            "unplanned_sensors": names[:20],
+            "unplanned_sensor_count": len(names),
+            "what": (
+                "readings without a sensor or a time were dropped; null or NaN "
+                "values were left out of their windows' aggregates; sensors "
+                "outside the plan were backed up in full and are not "
+                "shadow-checked (plan again with them to include them)"
+            ),
+        }
+    return Screened(kept.reset_index(drop=True), counts, names, event)
+
+
+def overfull_windows(results: pd.DataFrame, window_rows: int) -> tuple[int, dict[str, Any] | None]:
+    """(window, sensor) pairs with more than ``window_rows`` readings, and the event."""
+    over = results[results["n"] > window_rows]
+    if over.empty:
+        return 0, None
+    return len(over), {
+        "event": "overfull_windows",
+        "pairs": len(over),
+        "excess_readings": int((over["n"] - window_rows).sum()),
+        "sensors": sorted(set(over["sensor"].astype(str)))[:20],
+        "what": (
+            f"windows with more than their {window_rows} readings: readings that "
+            "landed twice, or a sensor sampling faster than the plan; their "
+            "aggregates and shadow check count every reading"
+        ),
+    }

@@ -1,0 +1,38 @@
+"""The production job's input checks, on hand-made partials and results."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.stream.screening import overfull_windows, screen_partials
+
+
+def test_partials_of_unplanned_sensors_are_counted_and_left_out() -> None:
+    partials = pd.DataFrame(
+        {
+            "sensor": ["a", "b", "NEW", "NEW", "OTHER"],
+            "readings": [4, 4, 3, 2, 1],
+            "missing": [1, 0, 0, 0, 0],
+        }
+    )
+    got = screen_partials(partials, ("a", "b"), unusable=5)
+    assert got.partials["sensor"].tolist() == ["a", "b"]
+    assert got.counts == {
+        "readings": 4 + 4 + 3 + 2 + 1 + 5,
+        "unusable_readings": 5,
+        "unplanned_readings": 6,
+        "missing_values": 1,
+    }
+    assert got.unplanned_sensors == ["NEW", "OTHER"]
+    assert got.event is not None and got.event["unplanned_sensor_count"] == 2
+
+    clean = screen_partials(partials.iloc[:2].assign(missing=0), ("a", "b"), unusable=0)
+    assert clean.event is None and clean.counts["readings"] == 8
+
+
+def test_windows_with_more_readings_than_time_steps_are_said() -> None:
+    results = pd.DataFrame({"sensor": ["a", "a", "b", "c"], "n": [8, 12, 9, 7]})
+    pairs, event = overfull_windows(results, window_rows=8)
+    assert pairs == 2 and event is not None
+    assert event["excess_readings"] == 4 + 1 and event["sensors"] == ["a", "b"]
+    assert overfull_windows(results[results["n"] <= 8], window_rows=8) == (0, None)
