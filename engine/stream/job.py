@@ -64,6 +64,9 @@ class JobSettings:
     trigger_s: float = 1.0
     max_files_per_trigger: int | None = None
     shuffle_partitions: int = 4
+    # a re-plan inside the batch (True) or in the background (False); None: inside the
+    # batch with --available-now (a catch-up), in the background for a stream
+    replan_wait: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("source", "backup", "checkpoint"):
@@ -77,6 +80,10 @@ class JobSettings:
             raise ParameterError(
                 f"--max-files-per-trigger must be >= 1, got {self.max_files_per_trigger!r}"
             )
+
+
+def _replan_waits(settings: JobSettings) -> bool:
+    return settings.available_now if settings.replan_wait is None else settings.replan_wait
 
 
 @dataclass(frozen=True)
@@ -213,7 +220,7 @@ def _run_query(
         # A stream re-plans in the background, so its batches keep their latency. A run
         # that processes what has landed (a catch-up) waits instead: racing ahead would
         # only back up more landed rows under the expired or alerting version.
-        run=at_once if settings.available_now else in_background,
+        run=at_once if _replan_waits(settings) else in_background,
     )
     partitions = partition_columns(interval)
     monitor = ViolationMonitor(sensors, config.eps_vector(), float(params["delta"]))

@@ -314,9 +314,6 @@ class Replanner:
             wide = read(start_us, end_us)
             return plan(config, wide, pinned), len(wide)
 
-        self._pending = _Pending(
-            self.run(work), current, batch_id, watermark_us, why, alert, pinned, again
-        )
         self.log(
             {
                 "event": "replan_started",
@@ -324,6 +321,9 @@ class Replanner:
                 "plan_version": current.version,
                 "batch_id": batch_id,
             }
+        )
+        self._pending = _Pending(
+            self.run(work), current, batch_id, watermark_us, why, alert, pinned, again
         )
 
     def _collect(self, batch_id: int) -> JobPlan | None:
