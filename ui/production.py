@@ -57,8 +57,8 @@ def headline(status: JobStatus) -> None:
     c = st.columns(4)
     c[0].metric("Micro-batches", f"{s['batches']:,}", f"{s['readings']:,} readings", **QUIET)
     c[1].metric(
-        "Plan in force",
-        f"version {s['plan_version']} of {s['versions']}",
+        "Plan in force (version)",
+        f"{s['plan_version']} of {s['versions']}",  # "version 10 of 10" was cut off
         f"{s['backup_sensors']} of {s['sensors']} sensors backed up",
         **QUIET,
     )
