@@ -34,6 +34,7 @@ EVENT_LABELS = {
     "monitor_resumed": "Monitor resumed",
     "input_anomaly": "Input anomaly",
     "overfull_windows": "Overfull windows",
+    "late_readings": "Late readings",
 }
 
 
@@ -158,6 +159,13 @@ def _what(event: dict) -> str:
         return (
             f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "
             "this version carried over from before the restart"
+        )
+    if kind == "late_readings":
+        return (
+            f"{event.get('late_readings', 0):,} readings of {event.get('windows', 0):,} "
+            f"windows that had closed (watermark {event.get('watermark')}): backed up, "
+            "left out of the aggregates and the shadow check; raise --watermark if files "
+            "land out of order"
         )
     if kind == "overfull_windows":
         return (

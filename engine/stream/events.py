@@ -18,7 +18,7 @@ from engine.stream.durable import DurableFiles
 
 NOTABLE = (
     "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
-    "monitor_resumed", "input_anomaly", "overfull_windows",
+    "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

@@ -8,6 +8,11 @@ when there is nothing to say):
   rebuilt (counted and dropped upstream); null or NaN values are counted
   (``missing``); sensors outside the plan were backed up in full by the job and
   are left out of the shadow check. Event ``input_anomaly``.
+* ``late_readings``: partials of windows that closed in an earlier batch (the
+  watermark, the latest event time less ``--watermark``, passed their end):
+  kept in the backup, left out of their windows' aggregates and shadow checks,
+  as Spark's own watermark drops them. Files that land out of time order do
+  this. Event ``late_readings``.
 * ``overfull_windows``: closed windows' results with more readings than the
   window has time steps: a reading that landed twice (two files) is counted
   twice by the aggregate and the shadow check (recovery keeps one), and so is a
@@ -77,5 +82,26 @@ def overfull_windows(results: pd.DataFrame, window_rows: int) -> tuple[int, dict
             f"windows with more than their {window_rows} readings: readings that "
             "landed twice, or a sensor sampling faster than the plan; their "
             "aggregates and shadow check count every reading"
+        ),
+    }
+
+
+def late_readings(partials: pd.DataFrame, watermark_us: int) -> tuple[int, dict[str, Any] | None]:
+    """Readings too late for every window they fall in (their latest window closed
+    before this batch), and the event."""
+    late = partials["window_end"] <= watermark_us
+    count = int(partials.loc[late, "readings"].sum())
+    if not count:
+        return 0, None
+    return count, {
+        "event": "late_readings",
+        "late_readings": count,
+        "windows": int(partials.loc[late, "window_start"].nunique()),
+        "watermark": str(pd.Timestamp(watermark_us, unit="us", tz="UTC")),
+        "what": (
+            "readings whose windows had already closed (they landed later than "
+            "--watermark allows, e.g. files out of time order) are in the backup but "
+            "left out of their windows' aggregates and shadow checks; raise --watermark "
+            "if files land out of order"
         ),
     }

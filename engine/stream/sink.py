@@ -51,7 +51,7 @@ from engine.stream.partials import (
     collected_partials,
     shadow_results,
 )
-from engine.stream.screening import overfull_windows, screen_partials
+from engine.stream.screening import late_readings, overfull_windows, screen_partials
 from engine.stream.transforms import (
     WindowSpec,
     backup_rows,
@@ -163,6 +163,9 @@ class BatchWriter:
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         lateness_us = round(self.spec.watermark_s * 1e6)
+        late, event = late_readings(partials, state.watermark_us)  # before merge moves it
+        self._say(event, batch_id)
+        screened["late_readings"] = late
         closed = state.merge(partials[PARTIAL_COLUMNS], max_event, lateness_us)
         results = shadow_results(
             closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
@@ -365,6 +368,7 @@ class BatchWriter:
             "unusable_readings": int(counts["unusable_readings"]),
             "unplanned_readings": int(counts["unplanned_readings"]),
             "overfull_pairs": int(counts["overfull_pairs"]),
+            "late_readings": int(counts["late_readings"]),
             "last_window_end": (
                 str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
                 if windows

@@ -183,3 +183,26 @@ def test_readings_that_land_twice_are_said_as_overfull_windows(spark: Any, tmp_p
     shadows = [r for r in logged if r["event"] == "shadow"]
     assert sum(r["overfull_pairs"] for r in shadows) == want_pairs
     assert "overfull_windows" in {e["event"] for e in read_job_status(tmp_path / "backup").events}
+
+
+def test_a_file_that_lands_after_its_windows_closed_is_said_late(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Rows 24-47 land first, rows 0-23 after: every one of the later file's windows
+    had closed, so its readings are backed up, counted late, and in no window."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)  # window 8, slide 4 readings
+    feed(rows, tmp_path / "landing", rows_per_file=24, start=24)
+    _run(spark, tmp_path)
+    feed(rows, tmp_path / "landing", rows_per_file=24, stop=24)
+    logged = _run(spark, tmp_path)
+
+    n = len(rows.sensors)
+    events = [r for r in logged if r["event"] == "late_readings"]
+    # a reading counts in its latest window; every window of rows 0-23 ends by row 24,
+    # before the watermark (row 47): all 24 x n readings are late
+    assert sum(e["late_readings"] for e in events) == 24 * n
+    assert sum(r["late_readings"] for r in logged if r["event"] == "shadow") == 24 * n
+    backup = read_backup(tmp_path / "backup")
+    assert len(backup) == 48 * len(BACKUP)  # nothing lost from the backup
+    assert "late_readings" in {e["event"] for e in read_job_status(tmp_path / "backup").events}

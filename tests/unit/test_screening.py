@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.stream.screening import overfull_windows, screen_partials
+from engine.stream.screening import late_readings, overfull_windows, screen_partials
 
 
 def test_partials_of_unplanned_sensors_are_counted_and_left_out() -> None:
@@ -36,3 +36,17 @@ def test_windows_with_more_readings_than_time_steps_are_said() -> None:
     assert pairs == 2 and event is not None
     assert event["excess_readings"] == 4 + 1 and event["sensors"] == ["a", "b"]
     assert overfull_windows(results[results["n"] <= 8], window_rows=8) == (0, None)
+
+
+def test_readings_of_windows_closed_before_the_batch_are_counted_late() -> None:
+    hour = 3_600_000_000
+    partials = pd.DataFrame(
+        {
+            "window_start": [0, 0, 8 * hour, 16 * hour],
+            "window_end": [8 * hour, 8 * hour, 16 * hour, 24 * hour],
+            "readings": [8, 7, 8, 3],
+        }
+    )
+    count, event = late_readings(partials, watermark_us=16 * hour)  # two windows closed
+    assert count == 8 + 7 + 8 and event is not None and event["windows"] == 2
+    assert late_readings(partials, watermark_us=8 * hour - 1) == (0, None)
