@@ -15,17 +15,27 @@ backup = production.backup_input()
 if not backup:
     st.info("Give the job's --backup location to see what it has done.")
 else:
-    with panels.page_guard():
-        status = production.load(backup)
-        st.button("Refresh", key="prod_refresh")
-        production.headline(status)
-        production.live_rates(status)
-        production.batches_chart(status)
-        st.subheader("Plan versions")
-        production.versions_table(status)
-        st.subheader("Alerts, re-plans and expiries")
-        production.events(status)
-        st.subheader("Rebuild a lost range")
-        production.recover_range(status)
-        st.subheader("Housekeeping")
-        production.housekeeping(status)
+    follow = st.toggle(
+        f"Follow the job: read it again every {production.FOLLOW_S} s", key="prod_follow"
+    )
+
+    @st.fragment(run_every=production.FOLLOW_S if follow else None)
+    def board() -> None:
+        with panels.page_guard():
+            status = production.load(backup)
+            c1, c2 = st.columns([1, 5])
+            c1.button("Refresh", key="prod_refresh")
+            c2.caption(f"Read at {production.now_utc()} UTC.")
+            production.headline(status)
+            production.live_rates(status)
+            production.batches_chart(status)
+            st.subheader("Plan versions")
+            production.versions_table(status)
+            st.subheader("Alerts, re-plans and expiries")
+            production.events(status)
+            st.subheader("Rebuild a lost range")
+            production.recover_range(status)
+            st.subheader("Housekeeping")
+            production.housekeeping(status)
+
+    board()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from ui.format import format_percent
 from ui.panels import QUIET
 
 BACKUP_KEY = "w_prod_backup"
+FOLLOW_S = 10  # seconds between reads while following a running job
 EVENT_LABELS = {
     "alert": "Alert",
     "replan_started": "Re-plan started",
@@ -50,6 +52,10 @@ def backup_input() -> str:
 
 def load(backup: str) -> JobStatus:
     return read_job_status(backup)
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def headline(status: JobStatus) -> None:

@@ -37,6 +37,10 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error or "miss eps more often than delta" in at.error[0].value
     assert at.error, "a map that misses every window must not look like it holds"
+    assert not at.toggle(key="prod_follow").value  # following a running job is opt-in
+    at.toggle(key="prod_follow").set_value(True).run()  # the board as a timed fragment
+    assert not at.exception, [e.value for e in at.exception]
+    at.toggle(key="prod_follow").set_value(False).run()
     shadow = [r for r in logged if r["event"] == "shadow"]
     batches = next(m for m in at.metric if m.label == "Micro-batches")
     assert batches.value == f"{len(shadow):,}"
