@@ -315,6 +315,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the plan past its valid_until (default: plan again on the landed readings)",
     )
+    p.add_argument(
+        "--replan-in-batch",
+        action="store_true",
+        help="plan inside the micro-batch that finds the plan expired (the stream waits; "
+        "default: in the background, except with --available-now)",
+    )
     p.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval, seconds")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
 
@@ -328,6 +334,7 @@ def settings_from_args(args: argparse.Namespace) -> JobSettings:
         available_now=args.available_now,
         watermark_s=args.watermark,
         replan=not args.no_replan,
+        replan_wait=True if args.replan_in_batch else None,
         trigger_s=args.trigger,
         max_files_per_trigger=args.max_files_per_trigger,
     )

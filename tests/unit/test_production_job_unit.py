@@ -127,3 +127,11 @@ def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
     base = ["--config", "p.json", "--source", "in", "--backup", "b", "--checkpoint", "c"]
     assert settings_from_args(parser.parse_args(base)).replan is True
     assert settings_from_args(parser.parse_args([*base, "--no-replan"])).replan is False
+    from engine.stream.job import _replan_waits
+
+    stream = settings_from_args(parser.parse_args(base))
+    assert stream.replan_wait is None and not _replan_waits(stream)  # background
+    catch_up = settings_from_args(parser.parse_args([*base, "--available-now"]))
+    assert _replan_waits(catch_up)  # a catch-up plans inside the batch
+    inline = settings_from_args(parser.parse_args([*base, "--replan-in-batch"]))
+    assert inline.replan_wait is True and _replan_waits(inline)
