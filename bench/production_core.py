@@ -96,11 +96,29 @@ def steady(progress: list[dict[str, Any]], readings_per_row: int = 1) -> dict[st
     }
 
 
-def plain_query(spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...]) -> Any:
-    """What a user writes without Lacuna: the file sink, every sensor or the backup ones."""
+def plain_query(
+    spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...], window_s: float = 0.0
+) -> Any:
+    """What a user writes without Lacuna: the file sink, every sensor or the backup ones;
+    or (``plain_windows``) Spark's own windowed avg per sensor with a watermark."""
     from pyspark.sql import functions as F
 
     readings = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(landing))
+    if kind == "plain_windows":
+        windows = (
+            readings.withWatermark("event_time", "0 seconds")
+            .groupBy(F.window("event_time", f"{window_s:g} seconds"), "sensor")
+            .agg(F.avg("value").alias("value"), F.count("value").alias("n"))
+            .select(F.col("window.start").alias("window_start"), "sensor", "value", "n")
+        )
+        return (
+            windows.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(out) + "_ck")
+            .outputMode("append")
+            .trigger(availableNow=True)
+            .start()
+        )
     if kind == "plain_approx":
         readings = readings.filter(F.col("sensor").isin(list(backup)))
     readings = readings.withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
@@ -115,9 +133,11 @@ def plain_query(spark: Any, kind: str, landing: Path, out: Path, backup: tuple[s
     )
 
 
-def run_plain(spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...]) -> dict:
+def run_plain(
+    spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...], window_s: float = 0.0
+) -> dict:
     t0 = time.perf_counter()
-    q = plain_query(spark, kind, landing, out, backup)
+    q = plain_query(spark, kind, landing, out, backup, window_s)
     q.awaitTermination()
     seconds = time.perf_counter() - t0
     rows = spark.read.parquet(str(out)).count()
