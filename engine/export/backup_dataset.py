@@ -90,6 +90,11 @@ def batch_range(name: str) -> tuple[int, int] | None:
     return None
 
 
+def is_compacted(name: str) -> bool:
+    """Whether a batch directory name is a compaction's (``batch_id=A-B``)."""
+    return batch_range(name) is not None and "-" in name.removeprefix(BATCH_PREFIX)
+
+
 def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str]:
     """The batch directories among ``names`` in ``folder`` a reader counts, in batch order.
 
@@ -103,7 +108,7 @@ def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str
         span = batch_range(name)
         if span is None:
             continue
-        compacted = "-" in name.removeprefix(BATCH_PREFIX)
+        compacted = is_compacted(name)
         if (compacted or marked) and not os.path.exists(os.path.join(folder, name, COMMIT_MARKER)):
             continue
         found.append((span, compacted, name))
@@ -113,6 +118,37 @@ def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str
         for span, _, name in sorted(found)
         if not any(a <= span[0] and span[1] <= b and (a, b) != span for a, b in covers)
     ]
+
+
+def batch_files(folder: Path, suffix: str, marked: bool) -> list[tuple[str, Path]]:
+    """(batch directory, file) for the ``*<suffix>`` files of ``folder``'s live batches
+    (``live_batches``), in batch order; hidden names skipped."""
+    if not folder.is_dir():
+        return []
+    names = [d.name for d in os.scandir(folder) if d.is_dir()]
+    return [
+        (name, folder / name / f)
+        for name in live_batches(folder, names, marked)
+        for f in sorted(os.listdir(folder / name))
+        if f.endswith(suffix) and not f.startswith((".", "_"))
+    ]
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace a local file atomically: a hidden temporary file, flushed to disk, renamed.
+
+    Drops the checksum file Hadoop's local file system keeps beside a file it
+    wrote (``.name.crc``): it would no longer match, and Hadoop (so Spark)
+    refuses to read a file whose checksum does not match.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    os.replace(tmp, path)
 
 
 def _logged_files(root: Path, meta: Path) -> list[Path]:

@@ -32,6 +32,7 @@ with the same rows). No Spark: PyArrow reads and writes, like ``recover``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -47,9 +48,13 @@ from engine.errors import DataError, ParameterError
 from engine.export.backup_dataset import (
     BATCH_PREFIX,
     COMMIT_MARKER,
+    batch_files,
     batch_range,
+    committed_files,
+    is_compacted,
     live_batches,
     local_path,
+    replace_file,
 )
 from engine.export.plan_book import PLANS_DIR
 
@@ -115,12 +120,11 @@ def uncompacted(backup: str | Path) -> int:
 def _plain_batches(root: Path) -> dict[int, Path]:
     """Committed ``batch_id=N`` backup directories no compaction holds, by ``N``."""
     names = [d.name for d in os.scandir(root) if d.is_dir()]
-    out = {}
-    for name in live_batches(root, names, marked=True):
-        span = batch_range(name)
-        if span is not None and "-" not in name:
-            out[span[0]] = root / name
-    return out
+    return {
+        int(name.removeprefix(BATCH_PREFIX)): root / name
+        for name in live_batches(root, names, marked=True)
+        if not is_compacted(name)
+    }
 
 
 def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int, int, int]:
@@ -130,13 +134,9 @@ def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int,
     by_partition: dict[tuple[str, ...], list[Path]] = defaultdict(list)
     read = 0
     for batch in batches:
-        for folder, dirs, files in os.walk(batch):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-            rel = Path(folder).relative_to(batch).parts
-            for f in sorted(files):
-                if f.endswith(".parquet") and not f.startswith(("_", ".")):
-                    by_partition[rel].append(Path(folder) / f)
-                    read += 1
+        for f in committed_files(batch):
+            by_partition[f.parent.relative_to(batch).parts].append(f)
+            read += 1
     rows = 0
     for rel, parts in sorted(by_partition.items()):
         table = _read_all(parts)
@@ -151,16 +151,11 @@ def _compact_small(folder: Path, first: int, last: int, suffix: str, name: str) 
     """The results or metrics files of batches ``first..last`` as one file."""
     if not folder.is_dir():
         return
-    names = [d.name for d in os.scandir(folder) if d.is_dir()]
-    files = []
-    for batch in live_batches(folder, names, marked=False):
-        span = batch_range(batch)
-        if span is not None and "-" not in batch and first <= span[0] <= last:
-            files += sorted(
-                folder / batch / f
-                for f in os.listdir(folder / batch)
-                if f.endswith(suffix) and not f.startswith((".", "_"))
-            )
+    files = [
+        f
+        for batch, f in batch_files(folder, suffix, marked=False)
+        if not is_compacted(batch) and first <= int(batch.removeprefix(BATCH_PREFIX)) <= last
+    ]
     target = folder / name
     if target.exists():
         shutil.rmtree(target)
@@ -172,7 +167,7 @@ def _compact_small(folder: Path, first: int, last: int, suffix: str, name: str) 
         for line in lines:
             json.loads(line)  # a metrics file that is not JSON lines stops the compaction
         text = "".join(line + "\n" for line in lines)
-        _write_bytes(target / f"{PART}{suffix}", text.encode())
+        replace_file(target / f"{PART}{suffix}", text.encode())
     _mark(target)
 
 
@@ -193,7 +188,7 @@ def _remove_superseded(root: Path) -> int:
         spans = {d.name: batch_range(d.name) for d in os.scandir(folder) if d.is_dir()}
         found = {name: span for name, span in spans.items() if span is not None}
         live = set(live_batches(folder, list(found), marked=folder == root))
-        covers = [found[name] for name in live if "-" in name]
+        covers = [found[name] for name in live if is_compacted(name)]
         for name, (lo, hi) in found.items():
             if name not in live and any(a <= lo and hi <= b for a, b in covers):
                 shutil.rmtree(folder / name)
@@ -203,26 +198,11 @@ def _remove_superseded(root: Path) -> int:
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
     """As the job's Spark writes: timestamps in microseconds (Spark refuses nanoseconds)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, coerce_timestamps="us")
-    _sync_rename(tmp, path)
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    _sync_rename(tmp, path)
-
-
-def _sync_rename(tmp: Path, path: Path) -> None:
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, coerce_timestamps="us")
+    replace_file(path, buf.getvalue())
 
 
 def _mark(folder: Path) -> None:
     """The commit point: ``_SUCCESS`` once every file of ``folder`` is on disk."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _write_bytes(folder / COMMIT_MARKER, b"")
+    replace_file(folder / COMMIT_MARKER, b"")

@@ -27,7 +27,7 @@ import duckdb
 import pandas as pd
 
 from engine.errors import ConfigError, DataError
-from engine.export.backup_dataset import live_batches, local_path
+from engine.export.backup_dataset import batch_files, local_path
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
     CONFIDENCE,
@@ -153,15 +153,7 @@ def read_job_status(backup: str | Path) -> JobStatus:
 def _files(folder: Path, suffix: str) -> list[Path]:
     """``batch_id=N/*<suffix>`` under ``folder``, in batch order (hidden names skipped;
     batches a compaction holds read from it, once)."""
-    if not folder.is_dir():
-        return []
-    names = [d.name for d in os.scandir(folder) if d.is_dir()]
-    return [
-        folder / name / f
-        for name in live_batches(folder, names, marked=False)
-        for f in sorted(os.listdir(folder / name))
-        if f.endswith(suffix) and not f.startswith((".", "_"))
-    ]
+    return [f for _, f in batch_files(folder, suffix, marked=False)]
 
 
 def _batches(folder: Path) -> pd.DataFrame:

@@ -14,10 +14,11 @@ bytes as text, and the 4 MB results of a micro-batch at 1,056 sensors took
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from engine.export.backup_dataset import replace_file
 
 
 class DurableFiles:
@@ -43,7 +44,7 @@ class DurableFiles:
         """Replace ``uri`` with ``data`` (parents created)."""
         local = self.local(uri)
         if local is not None:
-            _write_local(local, data)
+            replace_file(local, data)
             return
         path, fs = self._path(uri)
         tmp = self._jvm.org.apache.hadoop.fs.Path(path.getParent(), "." + path.getName() + ".tmp")
@@ -90,20 +91,3 @@ class DurableFiles:
             if name.endswith(".parquet") and not name.startswith(("_", ".")):
                 total += int(status.getLen())
         return total
-
-
-def _write_local(path: Path, data: bytes) -> None:
-    """Write to a hidden temporary file, flush it to disk, rename it into place.
-
-    Drops the checksum file Hadoop's local file system keeps beside a file it
-    wrote (``.name.crc``): it would no longer match, and Hadoop (so Spark)
-    refuses to read a file whose checksum does not match.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
-    os.replace(tmp, path)
