@@ -188,10 +188,7 @@ def in_background(work: Callable[[], Any]) -> Future[Any]:
 
     def target() -> None:
         if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(work())
-            except BaseException as err:  # handed to whoever collects the result
-                future.set_exception(err)
+            _settle(future, work)
 
     threading.Thread(target=target, name="lacuna-replan", daemon=True).start()
     return future
@@ -200,11 +197,16 @@ def in_background(work: Callable[[], Any]) -> Future[Any]:
 def at_once(work: Callable[[], Any]) -> Future[Any]:
     """Run ``work`` now, on the caller's thread (the re-plan blocks the stream)."""
     future: Future[Any] = Future()
+    _settle(future, work)
+    return future
+
+
+def _settle(future: Future[Any], work: Callable[[], Any]) -> None:
+    """``work``'s result or error into ``future`` (handed to whoever collects it)."""
     try:
         future.set_result(work())
     except BaseException as err:
         future.set_exception(err)
-    return future
 
 
 @dataclass(frozen=True)
@@ -216,9 +218,10 @@ class _Pending:
     batch_id: int
     watermark_us: int
     why: str
-    alert: MonitorAlert | None
+    reason: str  # "alert" or "scheduled"
+    alerted: tuple[str, ...]  # the alert's sensors
     pinned: tuple[str, ...]
-    again: tuple[str, ...]
+    again: tuple[str, ...]  # pinned by this alert
 
 
 @dataclass
@@ -305,6 +308,7 @@ class Replanner:
         step_us = round(self.sampling_interval_s * 1e6)
         end_us = watermark_us  # every reading before the watermark has been seen
         start_us = end_us - rows * step_us
+        reason = "alert" if alert is not None else "scheduled"
         alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
         again = tuple(sorted(set(alerted) & set(current.alerted)))  # alerted under their fix
         pinned = tuple(sorted({*current.pinned, *again}))
@@ -317,13 +321,14 @@ class Replanner:
         self.log(
             {
                 "event": "replan_started",
-                "reason": "alert" if alert is not None else "scheduled",
+                "reason": reason,
                 "plan_version": current.version,
                 "batch_id": batch_id,
             }
         )
+        future = self.run(work)
         self._pending = _Pending(
-            self.run(work), current, batch_id, watermark_us, why, alert, pinned, again
+            future, current, batch_id, watermark_us, why, reason, alerted, pinned, again
         )
 
     def _collect(self, batch_id: int) -> JobPlan | None:
@@ -332,13 +337,12 @@ class Replanner:
         if p is None or not p.future.done():
             return None
         self._pending = None
-        current, alert = p.current, p.alert
-        reason = "alert" if alert is not None else "scheduled"
+        current = p.current
         try:
             config, rows = p.future.result()
         except EngineError as err:
-            if alert is not None:  # the version in force stays, within its horizon
-                failed = {"event": "replan_failed", "reason": reason, "error": str(err)}
+            if p.reason == "alert":  # the version in force stays, within its horizon
+                failed = {"event": "replan_failed", "reason": p.reason, "error": str(err)}
                 self.log({**failed, "plan_version": current.version, "batch_id": batch_id})
                 return None
             horizon_s = (current.config.validity or {}).get("horizon_seconds", 0.0)
@@ -349,8 +353,9 @@ class Replanner:
         detail = f"{p.why}; fresh plan on {rows} rows of the landing directory before the watermark"
         if p.again:
             detail += f"; pinned to the backup (alerted again): {', '.join(p.again)}"
-        alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
-        new = JobPlan(current.version + 1, batch_id + 1, reason, detail, config, alerted, p.pinned)
+        new = JobPlan(
+            current.version + 1, batch_id + 1, p.reason, detail, config, p.alerted, p.pinned
+        )
         self.book.add(new)
         added = sorted(set(new.config.backup_sensors) - set(current.config.backup_sensors))
         dropped = sorted(set(current.config.backup_sensors) - set(new.config.backup_sensors))

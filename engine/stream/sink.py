@@ -162,11 +162,10 @@ class BatchWriter:
         clock.mark("backup_and_partials")
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
-        lateness_us = round(self.spec.watermark_s * 1e6)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
         self._say(event, batch_id)
         screened["late_readings"] = late
-        closed = state.merge(partials[PARTIAL_COLUMNS], max_event, lateness_us)
+        closed = state.merge(partials[PARTIAL_COLUMNS], max_event, self.spec.watermark_us)
         results = shadow_results(
             closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
         )
@@ -304,7 +303,7 @@ class BatchWriter:
         if self.spec.aggregate in ("max", "min"):
             rebuilt = rebuilt_partials(readings, self.linear_map, self.spec)
             frame = frame.unionByName(rebuilt, allowMissingColumns=True)
-        return collected_partials(frame.toArrow(), round(self.spec.window_s * 1e6))
+        return collected_partials(frame.toArrow(), self.spec.window_us)
 
     def _state_before(self, batch_id: int) -> WindowState:
         """The state after the latest batch before ``batch_id`` (memory, else checkpoint)."""

@@ -55,6 +55,18 @@ class WindowSpec:
         if not self.eps > 0:
             raise ParameterError(f"eps must be > 0, got {self.eps!r}")
 
+    @property
+    def window_us(self) -> int:
+        return round(self.window_s * 1e6)
+
+    @property
+    def slide_us(self) -> int:
+        return round(self.slide_s * 1e6)
+
+    @property
+    def watermark_us(self) -> int:
+        return round(self.watermark_s * 1e6)
+
     @classmethod
     def from_parameters(cls, parameters: dict[str, Any], watermark_s: float) -> WindowSpec:
         """From a backup config's ``parameters`` (window and slide in readings)."""
@@ -102,8 +114,7 @@ def backup_rows(
 
 def _readings_per_window(spec: WindowSpec) -> int:
     """How many windows each reading falls in (1 for tumbling windows)."""
-    w_us, s_us = round(spec.window_s * 1e6), round(spec.slide_s * 1e6)
-    return -(-w_us // s_us)
+    return -(-spec.window_us // spec.slide_us)
 
 
 def _windowed(readings: Any, spec: WindowSpec) -> Any:
@@ -122,7 +133,7 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     """
     from pyspark.sql import functions as F
 
-    s_us, w_us = round(spec.slide_s * 1e6), round(spec.window_s * 1e6)
+    s_us, w_us = spec.slide_us, spec.window_us
     t = F.col("event_us")
     latest = t - F.pmod(t, F.lit(s_us))  # the last window starting at or before t
     out = readings.select(
@@ -148,7 +159,7 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
     avg/sum, else max/min), ``max_event_us`` (the latest event time) and
     ``readings``; ``missing`` and ``readings`` count each reading in its latest
     window only. Readings without a sensor or a time are the rows with a null
-    key: the driver counts and drops them (``partials.screen_batch``).
+    key: the driver counts and drops them (``partials.collected_partials``).
 
     A hash aggregation on the executors; the driver gets ``windows x sensors``
     rows, and only what it cannot derive (``window_end`` is ``window_start``
@@ -185,13 +196,12 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
 
     from engine.stream.partials import rebuild_window_extremes
 
-    w_us = round(spec.window_s * 1e6)
     backups = (
         _windowed(readings.filter(F.col("sensor").isin(list(lm.backup))), spec)
         .filter(F.col("window_start").isNotNull())
         .select(
             "window_start",
-            (F.col("window_start") + w_us).alias("window_end"),
+            (F.col("window_start") + spec.window_us).alias("window_end"),
             F.col("event_us").alias("event_time"),
             "sensor",
             "value",
