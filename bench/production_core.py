@@ -104,28 +104,23 @@ def plain_query(
     from pyspark.sql import functions as F
 
     readings = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(landing))
+    by: tuple[str, ...] = ("date",)  # the backups are partitioned as ours
     if kind == "plain_windows":
-        windows = (
+        by = ()
+        frame = (
             readings.withWatermark("event_time", "0 seconds")
             .groupBy(F.window("event_time", f"{window_s:g} seconds"), "sensor")
             .agg(F.avg("value").alias("value"), F.count("value").alias("n"))
             .select(F.col("window.start").alias("window_start"), "sensor", "value", "n")
         )
-        return (
-            windows.writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(out) + "_ck")
-            .outputMode("append")
-            .trigger(availableNow=True)
-            .start()
-        )
-    if kind == "plain_approx":
-        readings = readings.filter(F.col("sensor").isin(list(backup)))
-    readings = readings.withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
+    else:
+        if kind == "plain_approx":
+            readings = readings.filter(F.col("sensor").isin(list(backup)))
+        frame = readings.withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
     return (
-        readings.writeStream.format("parquet")
+        frame.writeStream.format("parquet")
         .option("path", str(out))
-        .partitionBy("date")
+        .partitionBy(*by)
         .option("checkpointLocation", str(out) + "_ck")
         .outputMode("append")
         .trigger(availableNow=True)
