@@ -37,7 +37,7 @@ import pandas as pd
 
 from bench.bench_production import beijing, load_avg
 from bench.common import print_json
-from tests.production_reference import Rows, feed
+from tests.production_reference import Rows, feed, job_settings
 
 FIT_ROWS, HORIZON, FIRST_FILE, FILE_ROWS = 8_000, 240, 1_000, 24
 
@@ -59,21 +59,14 @@ def make_config(rows: Rows, path: Path) -> Any:
 
 
 def one_mode(spark: Any, rows: Rows, config: Any, root: Path, wait: bool, pace: float) -> dict:
-    from engine.stream.job import JobSettings, run_job
+    from engine.stream.job import run_job
 
     landing = root / "landing"
     first = FIT_ROWS + HORIZON - 2 * FILE_ROWS  # just before valid_until
     for start in range(0, first, FIRST_FILE):
         stop = min(first, start + FIRST_FILE)
         feed(rows, landing, rows_per_file=FIRST_FILE, start=start, stop=stop)
-    settings = JobSettings(
-        source=str(landing),
-        backup=str(root / "backup"),
-        checkpoint=(root / "checkpoint").as_uri(),
-        trigger_s=0.2,
-        max_files_per_trigger=1,
-        replan_wait=wait,
-    )
+    settings = job_settings(root, trigger_s=0.2, max_files_per_trigger=1, replan_wait=wait)
     logged: list[dict[str, Any]] = []
 
     def log(record: dict[str, Any]) -> None:

@@ -180,21 +180,27 @@ def read_results(backup: Path) -> pd.DataFrame:
     return frame
 
 
+def job_settings(tmp: Path, **kw: Any) -> Any:
+    """``JobSettings`` reading ``tmp/landing``, backup and checkpoint under ``tmp``."""
+    from engine.stream.job import JobSettings
+
+    return JobSettings(
+        source=str(tmp / "landing"),
+        backup=str(tmp / "backup"),
+        checkpoint=(tmp / "checkpoint").as_uri(),
+        **kw,
+    )
+
+
 def run_landed(spark: Any, tmp: Path, config: Path, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
     """``run_job`` on ``tmp/landing`` until what landed is done (availableNow), backup and
     checkpoint under ``tmp``; returns its report and every logged event."""
     import threading
 
     from engine.export import load_config
-    from engine.stream.job import JobSettings, run_job
+    from engine.stream.job import run_job
 
-    settings = JobSettings(
-        source=str(tmp / "landing"),
-        backup=str(tmp / "backup"),
-        checkpoint=(tmp / "checkpoint").as_uri(),
-        available_now=True,
-        **kw,
-    )
+    settings = job_settings(tmp, available_now=True, **kw)
     logged: list[dict[str, Any]] = []
     report = run_job(spark, load_config(config), settings, threading.Event(), log=logged.append)
     return report, logged

@@ -23,6 +23,7 @@ from tests.production_reference import (
     BACKUP,
     Rows,
     feed,
+    job_settings,
     long_readings,
     read_results,
     reference_results,
@@ -288,20 +289,14 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     import time
 
     from engine.export import load_config
-    from engine.stream.job import JobSettings, run_job
+    from engine.stream.job import run_job
 
     path = tmp_path / "plan.json"
     history, _ = wrong_map_config(path)
     rows = Rows(history.times[:720], history.values[:720], history.sensors)
     landing = tmp_path / "landing"
     feed(rows, landing, rows_per_file=24, stop=144)
-    settings = JobSettings(
-        source=str(landing),
-        backup=str(tmp_path / "backup"),
-        checkpoint=(tmp_path / "checkpoint").as_uri(),
-        trigger_s=0.2,
-        max_files_per_trigger=1,
-    )
+    settings = job_settings(tmp_path, trigger_s=0.2, max_files_per_trigger=1)
     stop, logged = threading.Event(), []
     args = (spark, load_config(path), settings, stop)
     job = threading.Thread(target=run_job, args=args, kwargs={"log": logged.append})
