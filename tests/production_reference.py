@@ -118,6 +118,15 @@ def feed(
     return Feeder(rows, rows.sensors, landing, None, options).run()
 
 
+def landed_sample(tmp: Path, n_rows: int, **feed_kw: Any) -> Rows:
+    """The sample's first ``n_rows`` with ``write_config``'s default plan at
+    ``tmp/plan.json``, fed to ``tmp/landing`` (``feed_kw``: ``feed``'s options)."""
+    rows = sample_rows(n_rows)
+    write_config(tmp / "plan.json", rows)
+    feed(rows, tmp / "landing", **feed_kw)
+    return rows
+
+
 def long_readings(rows: Rows) -> pd.DataFrame:
     t, n = rows.values.shape
     return pd.DataFrame(

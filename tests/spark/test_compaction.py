@@ -19,10 +19,9 @@ from engine.export.job_status import read_job_status
 from tests.production_reference import (
     BACKUP,
     feed,
+    landed_sample,
     long_readings,
     run_landed,
-    sample_rows,
-    write_config,
 )
 
 pytestmark = pytest.mark.spark
@@ -41,9 +40,7 @@ def _snapshot(backup: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def test_compaction_keeps_every_reading_rate_and_metric_and_the_job_goes_on(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(96)
-    write_config(tmp_path / "plan.json", rows)
-    feed(rows, tmp_path / "landing", rows_per_file=6, stop=60)  # 10 micro-batches
+    rows = landed_sample(tmp_path, 96, rows_per_file=6, stop=60)  # 10 micro-batches
     run_landed(spark, tmp_path, tmp_path / "plan.json", max_files_per_trigger=1, replan=False)
     backup = tmp_path / "backup"
     before = _snapshot(backup)
@@ -77,9 +74,7 @@ def test_compaction_keeps_every_reading_rate_and_metric_and_the_job_goes_on(
 def test_a_crash_at_any_step_of_a_compaction_leaves_each_row_readable_once(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)
-    feed(rows, tmp_path / "landing", rows_per_file=12)
+    landed_sample(tmp_path, 48, rows_per_file=12)
     run_landed(spark, tmp_path, tmp_path / "plan.json", max_files_per_trigger=1, replan=False)
     backup = tmp_path / "backup"
     want, rates, batches = _snapshot(backup)
@@ -116,9 +111,7 @@ def test_compaction_refuses_what_is_not_a_jobs_backup(tmp_path: Path) -> None:
 def test_a_new_checkpoint_over_a_backup_with_batches_is_refused(spark: Any, tmp_path: Path) -> None:
     """It would number its batches from 0 again and overwrite the backup's (or, after a
     compaction, write batches the compaction hides)."""
-    rows = sample_rows(24)
-    write_config(tmp_path / "plan.json", rows)
-    feed(rows, tmp_path / "landing", rows_per_file=12)
+    landed_sample(tmp_path, 24, rows_per_file=12)
     run_landed(spark, tmp_path, tmp_path / "plan.json", replan=False)
     shutil.rmtree(tmp_path / "checkpoint")
     with pytest.raises(PipelineError, match="holds the micro-batches of another checkpoint"):

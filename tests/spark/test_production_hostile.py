@@ -27,6 +27,7 @@ from engine.export.job_status import read_job_status
 from tests.production_reference import (
     BACKUP,
     feed,
+    landed_sample,
     long_readings,
     read_results,
     run_landed,
@@ -45,9 +46,7 @@ def _run(spark: Any, tmp: Path) -> list[dict[str, Any]]:
 def test_a_file_spark_cannot_read_stops_the_job_and_loses_nothing(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)
-    feed(rows, tmp_path / "landing", rows_per_file=12, stop=24)
+    rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)
     later = long_readings(rows).iloc[24 * len(rows.sensors) :].copy()
     later["event_time"] = later["event_time"].astype("datetime64[ns]")
     bad = tmp_path / "landing" / "zz-from-pandas.parquet"
@@ -95,9 +94,7 @@ def test_the_cli_says_an_unreadable_file_in_one_line_without_spark_stack_traces(
 def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)
-    feed(rows, tmp_path / "landing", rows_per_file=24)
+    rows = landed_sample(tmp_path, 48, rows_per_file=24)
     times = pd.DatetimeIndex(rows.times[:42]).astype("datetime64[us]")
     rebuilt = next(s for s in rows.sensors if s not in BACKUP)
     odd = pd.DataFrame(
@@ -146,9 +143,7 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
 def test_readings_that_land_twice_are_said_as_overfull_windows(spark: Any, tmp_path: Path) -> None:
     """The same 12 readings of one sensor in a second file: every window holding them
     has more readings than time steps; the job says how many, and which sensor."""
-    rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)  # window 8, slide 4 readings (hours)
-    feed(rows, tmp_path / "landing", rows_per_file=24)
+    rows = landed_sample(tmp_path, 48, rows_per_file=24)  # window 8, slide 4 readings (hours)
     sensor = next(s for s in rows.sensors if s not in BACKUP)
     truth = long_readings(rows)
     again = truth[truth["sensor"] == sensor].iloc[:12]
@@ -190,9 +185,7 @@ def test_a_file_that_lands_after_its_windows_closed_is_said_late(
 ) -> None:
     """Rows 24-47 land first, rows 0-23 after: every one of the later file's windows
     had closed, so its readings are backed up, counted late, and in no window."""
-    rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)  # window 8, slide 4 readings
-    feed(rows, tmp_path / "landing", rows_per_file=24, start=24)
+    rows = landed_sample(tmp_path, 48, rows_per_file=24, start=24)  # window 8, slide 4 readings
     _run(spark, tmp_path)
     feed(rows, tmp_path / "landing", rows_per_file=24, stop=24)
     logged = _run(spark, tmp_path)
