@@ -127,6 +127,7 @@ class BatchWriter:
         self._maps: dict[int, LinearMap] = {}
         self.version: JobPlan = self.plans.in_force(0)
         self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
+        self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
 
     @property
     def plan_version(self) -> int:
@@ -173,6 +174,7 @@ class BatchWriter:
         screened["overfull_pairs"] = self._overfull(results, batch_id)
         self._write_results(results, batch_id)
         alert = self._watch(results, int(batch_id))
+        screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
         state.batch_id = int(batch_id)
         if self.monitor is not None:  # the tally after this batch, kept with its state
             tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
@@ -234,7 +236,8 @@ class BatchWriter:
         )
 
     def _watch(self, results: pd.DataFrame, batch_id: int) -> MonitorAlert | None:
-        """Feed the closed windows to the monitor; log an alert when one is due."""
+        """Feed the closed windows to the monitor and return its alert (the re-planner's
+        cue); log it when it names a sensor not yet said under the version."""
         if self.monitor is None or results.empty:
             return None
         sensors = self.monitor.sensors
@@ -246,13 +249,19 @@ class BatchWriter:
         )
         targets = self.linear_map.targets
         alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
-        if alert is not None:
+        said = self._alerting.setdefault(self.plan_version, set())
+        if alert is not None and not set(alert.sensors) <= said:
+            # said once per sensor and version: the monitor keeps alerting every batch
+            # while a rate stays above delta, and `status` counts events as alerts
+            new = sorted(set(alert.sensors) - said)
+            said.update(new)
             self.log(
                 {
                     "event": "alert",
                     "batch_id": batch_id,
                     "plan_version": self.plan_version,
                     "sensors": list(alert.sensors),
+                    "new_sensors": new,
                     "rates": alert.rates,
                     "reason": alert.reason,
                 }
@@ -368,6 +377,8 @@ class BatchWriter:
             "unplanned_readings": int(counts["unplanned_readings"]),
             "overfull_pairs": int(counts["overfull_pairs"]),
             "late_readings": int(counts["late_readings"]),
+            # sensors above delta under the version (the alert event names each once)
+            "alerting_sensors": int(counts["alerting_sensors"]),
             "last_window_end": (
                 str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
                 if windows

@@ -273,9 +273,22 @@ def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_pat
     assert resumed[0]["misses"] == resumed[0]["windows"]  # every rebuilt window misses
     assert rebuilt.groupby("sensor").size().max() >= 10  # together they are enough
     assert [r for r in second if r["event"] == "alert"]
+
     # the results are Spark's to read too: microsecond timestamps, not pandas' nanoseconds
     on_spark = spark.read.parquet(str(tmp_path / "backup" / "_lacuna" / "results"))
     assert on_spark.count() == len(results)
+
+    # a third run: the monitor alerts in every batch (the rates stay above delta); the
+    # log says each sensor once, and each batch's metrics count the sensors alerting
+    more = Rows(history.times[:192], history.values[:192], history.sensors)
+    feed(more, tmp_path / "landing", rows_per_file=16, start=128)
+    _, third = _run(spark, tmp_path, path, replan=False, max_files_per_trigger=1)
+    alerts = [r for r in third if r["event"] == "alert"]
+    named = [s for r in alerts for s in r["new_sensors"]]
+    assert alerts and len(named) == len(set(named)) == len(alerts[-1]["sensors"])
+    batches = [r for r in third if r["event"] == "shadow"]
+    assert len(batches) == 4 and all(r["alerting_sensors"] == len(named) for r in batches)
+    assert len(alerts) < len(batches)
 
 
 def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
