@@ -35,8 +35,10 @@ first), the median over ``--repeats`` runs (the jobs take turns within a
 repeat). Backup bytes = Parquet bytes written. Every run is checked against a
 pure-Python count on the same data (``tests/production_reference.py``: backup
 rows, closed windows, rebuilt pairs, shadow misses). ``--cluster 1,2``
-repeats ``lacuna`` and ``plain_full`` on a standalone cluster of 1 and 2
-one-core workers.
+repeats the four jobs on a standalone cluster of 1 and 2 one-core workers, at
+the largest size; ``--cluster-files-per-trigger 2`` gives each micro-batch two
+files, so two scan tasks a second worker can share (``--only-cluster`` skips
+the local runs).
 
 Prints one JSON object. ``python bench/bench_production.py`` (about 9 min on
 this machine), ``--quick`` (132 sensors, one repeat, about 2 min).
@@ -101,7 +103,7 @@ def make_plan(rows: Rows, path: Path, args: argparse.Namespace) -> Any:
 
 
 def one_size(spark: Any, rows: Rows, config: Any, per_file: int, files: int, root: Path,
-             kinds: tuple[str, ...], repeats: int) -> dict:  # fmt: skip
+             kinds: tuple[str, ...], repeats: int, per_trigger: int = 1) -> dict:  # fmt: skip
     interval = float(config.parameters["sampling_interval_s"])
     landing = root / f"landing_{per_file}"
     readings = write_landing(rows, per_file, files, landing, interval)
@@ -111,13 +113,20 @@ def one_size(spark: Any, rows: Rows, config: Any, per_file: int, files: int, roo
             target = root / f"{kind}_{per_file}_{r}"
             window_s = float(config.parameters["window"]) * interval
             run = (
-                run_lacuna(spark, config, landing, target)
+                run_lacuna(spark, config, landing, target, per_trigger)
                 if kind == "lacuna"
-                else run_plain(spark, kind, landing, target, config.backup_sensors, window_s)
+                else run_plain(
+                    spark, kind, landing, target, config.backup_sensors, window_s, per_trigger
+                )
             )
             run["readings_per_s"] = round(readings / run["seconds"], 1)
             runs[kind].append(run)
-    out: dict[str, Any] = {"rows_per_file": per_file, "files": files, "readings": readings}
+    out: dict[str, Any] = {
+        "rows_per_file": per_file,
+        "files": files,
+        "files_per_trigger": per_trigger,
+        "readings": readings,
+    }
     for kind, rs in runs.items():
         out[kind] = {**_median(rs), "runs": len(rs)}
     out["checks"] = check(runs, rows, config, per_file * files)
@@ -250,11 +259,12 @@ def run_clusters(args: argparse.Namespace, rows: Rows, root: Path) -> dict:
             continue
         try:
             spark = get_spark(SparkSettings(master=cluster.url, shuffle_partitions=2))
-            kinds = ("lacuna", "plain_full")
+            kinds = KINDS
             work = root / f"c{workers}"
-            per_file = max(args.sizes)
+            per_file, per_trigger = max(args.sizes), args.cluster_files_per_trigger
+            files = max(FILES.get(per_file, 6), 3 * per_trigger)
             out[f"{workers}_workers"] = one_size(
-                spark, rows, config, per_file, FILES.get(per_file, 6), work, kinds, args.repeats
+                spark, rows, config, per_file, files, work, kinds, args.repeats, per_trigger
             )
             spark.stop()
         finally:
@@ -277,6 +287,13 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=8, help="networks of the synthetic case")
     p.add_argument("--quick", action="store_true", help="132 sensors, one repeat, fewer files")
     p.add_argument("--cluster", default="", help="e.g. 1,2: also on a standalone cluster")
+    p.add_argument(
+        "--cluster-files-per-trigger",
+        type=int,
+        default=1,
+        help="landing files per micro-batch on the cluster (one file is one scan task)",
+    )
+    p.add_argument("--only-cluster", action="store_true", help="skip the local[2] runs")
     args = p.parse_args()
     args.sizes = [int(s) for s in str(args.sizes).split(",")]
     if args.quick:
@@ -286,7 +303,7 @@ def main() -> None:
     sets = data_sets(args)
     with tempfile.TemporaryDirectory(prefix="bench_production_") as tmp:
         root = Path(tmp)
-        local = run_local(args, sets, root)
+        local = {} if args.only_cluster else run_local(args, sets, root)
         clusters = run_clusters(args, sets["beijing_132"], root)
     print_json(
         {

@@ -97,13 +97,20 @@ def steady(progress: list[dict[str, Any]], readings_per_row: int = 1) -> dict[st
 
 
 def plain_query(
-    spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...], window_s: float = 0.0
+    spark: Any,
+    kind: str,
+    landing: Path,
+    out: Path,
+    backup: tuple[str, ...],
+    window_s: float = 0.0,
+    files_per_trigger: int = 1,
 ) -> Any:
     """What a user writes without Lacuna: the file sink, every sensor or the backup ones;
     or (``plain_windows``) Spark's own windowed avg per sensor with a watermark."""
     from pyspark.sql import functions as F
 
-    readings = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(landing))
+    readings = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_trigger)
+    readings = readings.parquet(str(landing))
     by: tuple[str, ...] = ("date",)  # the backups are partitioned as ours
     if kind == "plain_windows":
         by = ()
@@ -129,10 +136,16 @@ def plain_query(
 
 
 def run_plain(
-    spark: Any, kind: str, landing: Path, out: Path, backup: tuple[str, ...], window_s: float = 0.0
+    spark: Any,
+    kind: str,
+    landing: Path,
+    out: Path,
+    backup: tuple[str, ...],
+    window_s: float = 0.0,
+    files_per_trigger: int = 1,
 ) -> dict:
     t0 = time.perf_counter()
-    q = plain_query(spark, kind, landing, out, backup, window_s)
+    q = plain_query(spark, kind, landing, out, backup, window_s, files_per_trigger)
     q.awaitTermination()
     seconds = time.perf_counter() - t0
     rows = spark.read.parquet(str(out)).count()
@@ -140,7 +153,9 @@ def run_plain(
     return {**run, **steady(q.recentProgress)}
 
 
-def run_lacuna(spark: Any, config: Any, landing: Path, out: Path) -> dict:
+def run_lacuna(
+    spark: Any, config: Any, landing: Path, out: Path, files_per_trigger: int = 1
+) -> dict:
     from engine.export.backup_dataset import read_backup
     from engine.stream.job import JobSettings, run_job
 
@@ -149,7 +164,7 @@ def run_lacuna(spark: Any, config: Any, landing: Path, out: Path) -> dict:
         backup=str(out),
         checkpoint=str(out) + "_ck",
         available_now=True,
-        max_files_per_trigger=1,
+        max_files_per_trigger=files_per_trigger,
         # The per-batch cost is measured with one plan: a re-plan (scheduled or on an
         # alert) is a plan and backtest once per horizon (bench_guarantee, README), and
         # the landing files' clock is re-stamped, so valid_until means nothing here.
