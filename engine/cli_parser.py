@@ -18,6 +18,7 @@ import argparse
 from typing import NoReturn
 
 from engine.errors import ParameterError
+from engine.export.compaction import KEEP
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
 from engine.stream.job import add_run_flags
 
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     co.add_argument("--backup", required=True, help="the job's --backup (a local or mounted path)")
     co.add_argument(
-        "--keep", type=int, default=10, help="newest micro-batches left alone (default 10)"
+        "--keep", type=int, default=KEEP, help=f"newest micro-batches left alone (default {KEEP})"
     )
     run = sub.add_parser("run", help="the production Spark job (backup, windows, shadow check)")
     add_run_flags(run)
