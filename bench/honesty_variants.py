@@ -43,6 +43,18 @@ protocol (our method, 8 folds) on the cases of the given halves. Variants
 * ``pid=C``: conformal PID control (P: the product's tracking; I: a saturating
   integral with ``C_sat`` = C) of the online correction learnt in the backtest.
 
+* ``shrink=A``: every fitted ``GaussianModel`` (final plan, calibration's forward
+  horizons, backtest folds) has its covariance shrunk toward its diagonal,
+  ``(1 - A) cov + A diag(cov)`` (after the product's repair; constant sensors keep
+  their zero rows). ``shrink=auto``: ``A = min(1, n_sensors / n_samples)`` of that
+  fit, an analytic weight (not tuned). Does a better-generalising fit save more?
+* ``recent=K``: every fit (the plan's, each calibration horizon's, each backtest
+  fold's) learns only from the last ``K * S`` rows before the point it is fitted at
+  (S = the horizon in rows; at least ``n + 2`` rows), not all rows before it.
+  Calibration still scores the same horizons. Note the benchmark's history is
+  H = 3 S, so the latest forward fit already sees at most 2 S rows: ``recent=2``
+  changes only the plan's final fit, ``recent=3`` or more changes nothing.
+
 ``oracle`` prints two bounds per case instead: the fewest backups with which the
 pooled miss rate over the NEXT S rows is <= delta (hindsight: no method can do
 better with this model class), and the fewest backups whose forward-horizon
@@ -87,6 +99,7 @@ from engine.planning.horizon import (
 _SPEC = P.PlanParameters.spec
 _QUANTILES = C._forward_quantiles
 _CALIBRATE = C._calibrate
+_FIT_STATS = GaussianModel.fit_stats
 B_TRACK = BT.track_quantile
 
 
@@ -141,6 +154,10 @@ def patch(opts: dict[str, str]) -> None:
         scale = np.minimum(scale, 1.0) if "tighten" in opts else scale
         return _CALIBRATE(x, sensors, spec, model, forward, scale)
 
+    if "shrink" in opts:
+        patch_shrink(opts["shrink"])
+    if "recent" in opts:
+        patch_recent(float(opts["recent"]))
     if "needfold" in opts:
         patch_need_fold()
     if "pid" in opts:
@@ -166,6 +183,63 @@ def patch_need_fold() -> None:
 
     PL.run_backtest = backtest
     PL.plan_on = plan
+
+
+def patch_shrink(how: str) -> None:
+    """Every ``GaussianModel`` fit shrinks its covariance toward its diagonal.
+
+    ``cov' = (1 - A) cov + A diag(cov)`` with ``A`` given or, for "auto",
+    ``min(1, n / T)`` (n sensors, T readings fitted). A convex combination of two
+    positive (semi)definite matrices, so the repaired covariance stays valid; the
+    zero rows of constant sensors stay zero.
+    """
+
+    def fit_stats(self: GaussianModel, stats: Any, sensors: Any = None) -> GaussianModel:
+        _FIT_STATS(self, stats, sensors)
+        n = self.cov_.shape[0]
+        a = min(1.0, n / self.n_samples_) if how == "auto" else float(how)
+        self.cov_ = (1.0 - a) * self.cov_ + a * np.diag(np.diag(self.cov_))
+        return self
+
+    GaussianModel.fit_stats = fit_stats  # type: ignore[method-assign]
+
+
+def patch_recent(k: float) -> None:
+    """Every fit learns from the last ``K * S`` rows before its point only.
+
+    ``plan_on`` as the product's (same calibration, same scored horizons), but its
+    model is fitted on the last ``K * S`` rows of ``x`` and each forward horizon's
+    model on the ``K * S`` rows before its origin. Installed wherever ``plan_on``
+    is called (the final plan and every backtest fold).
+    """
+
+    def rows(spec: Any, n: int) -> int:
+        return max(round(k * spec.horizon_rows), n + 2)
+
+    def forward(x: Any, origins: list[int], sensors: Any, keep: int) -> list[GaussianModel]:
+        return [GaussianModel().fit(x[max(0, o - keep) : o], sensors) for o in origins]
+
+    def plan_on(x: Any, sensors: Any, spec: Any, scale: Any = None) -> Any:
+        keep = rows(spec, x.shape[1])
+        model = GaussianModel().fit(x[-keep:], sensors)
+        base = C.seed_targets(spec, x.shape[1])
+        if spec.calibration == "none":
+            info = C.CalibrationInfo("none", "model-only targets, as requested")
+            return C.FoldPlan(model, C.select_backups(model.cov_, base, spec.method), base, info)
+        horizon = spec.horizon_rows
+        first = first_fit_rows(x.shape[1], spec.window, horizon)
+        origins = horizon_origins(x.shape[0], first, horizon)[-MAX_SCORED_HORIZONS:]
+        need = C.calibration_rows(x.shape[1], spec.window, horizon, spec.level)
+        if x.shape[0] < need:
+            return C.back_up_everything(model, spec, f"too little history: {x.shape[0]} < {need}")
+        fw = (origins, forward(x, origins, sensors, keep))
+        return C._calibrate(
+            x, sensors, spec, model, fw, np.ones(x.shape[1]) if scale is None else scale
+        )
+
+    C.plan_on = plan_on
+    BT.plan_on = plan_on
+    PL.plan_on = plan_on
 
 
 def pid_tracker(c_sat: float) -> Any:
