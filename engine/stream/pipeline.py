@@ -118,6 +118,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._stage_start = stage.snapshot() if stage is not None else {}
         self._kinds: dict[str, int] = {}  # the stage's result rows of this batch, by kind
         self._alerts = 0
+        self._alerting: dict[int, set[str]] = {}
         self.run = -1
         self.query: Any = None
         self._listener: Any = None

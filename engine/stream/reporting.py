@@ -25,6 +25,7 @@ class BatchReporting:
     stage: Stage | None
     _kinds: dict[str, int]
     _alerts: int
+    _alerting: dict[int, set[str]]  # plan version -> sensors an alert has named
 
     def _report(
         self,
@@ -56,8 +57,14 @@ class BatchReporting:
             if alert is not None:
                 reason = str(getattr(alert, "reason", alert))
                 self.board.update(last_alert=reason)
-                self.board.mark("alert", reason)
-                self._alerts += 1
+                # marked once per sensor and version: the monitor alerts every batch while
+                # a rate stays above delta (e.g. while the re-plan computes)
+                sensors = set(getattr(alert, "sensors", ()))
+                said = self._alerting.setdefault(version.id, set())
+                if not sensors or not sensors <= said:
+                    said.update(sensors)
+                    self.board.mark("alert", reason)
+                    self._alerts += 1
 
     def _record(
         self,

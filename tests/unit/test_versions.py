@@ -142,6 +142,7 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
     reporting.board = StatusBoard(lambda: T0)
     reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
     reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
+    reporting._alerting = {}
     advance = SimpleNamespace(
         closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
     )
@@ -154,3 +155,34 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
     assert reporting.monitor.rates(3)["c"] == (int(misses[:, 1].sum()), 12)
     assert list(reporting.board.snapshot().shadow_by_version) == [3]
     assert reporting.board.snapshot().shadow_by_version[3]["misses"] == misses.sum()
+
+
+def test_an_alert_is_marked_once_per_sensor_and_version() -> None:
+    """The monitor alerts in every batch while a rate stays above delta (e.g. while a
+    re-plan computes); the dashboard's timeline marks it once per sensor and version."""
+    from types import SimpleNamespace
+
+    from engine.planning import ViolationMonitor
+    from engine.stream.reporting import BatchReporting
+    from engine.stream.status import StatusBoard
+
+    s = spec(("a",), values())
+    reporting = BatchReporting()
+    reporting.board = StatusBoard(lambda: T0)
+    reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
+    reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
+    reporting._alerting = {}
+    advance = SimpleNamespace(
+        closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
+    )
+    errors = np.ones((12, 4))  # every rebuilt window misses eps 0.5
+    empty = pd.DataFrame()
+    counted = []
+    for v in (3, 3, 3, 4, 4):
+        version = PlanVersion(v, "alert", "re-planned", s, T0, 40)
+        reporting._report(empty, advance, empty, errors, BackupWritten(), version)
+        assert reporting.monitor._alert() is not None  # alerting in every batch
+        counted.append(reporting._alerts)
+    kinds = [e.kind for e in reporting.board.history.events()]
+    assert kinds == ["alert", "alert"]  # once under version 3, once under 4
+    assert counted == [1, 1, 1, 2, 2]
