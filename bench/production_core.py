@@ -135,17 +135,10 @@ def plain_query(
     )
 
 
-def run_plain(
-    spark: Any,
-    kind: str,
-    landing: Path,
-    out: Path,
-    backup: tuple[str, ...],
-    window_s: float = 0.0,
-    files_per_trigger: int = 1,
-) -> dict:
+def run_plain(spark: Any, kind: str, landing: Path, out: Path, *more: Any) -> dict:
+    """Run ``plain_query(spark, kind, landing, out, *more)`` to its end and measure it."""
     t0 = time.perf_counter()
-    q = plain_query(spark, kind, landing, out, backup, window_s, files_per_trigger)
+    q = plain_query(spark, kind, landing, out, *more)
     q.awaitTermination()
     seconds = time.perf_counter() - t0
     rows = spark.read.parquet(str(out)).count()

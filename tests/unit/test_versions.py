@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -126,18 +127,15 @@ def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None
     assert status.shadow_violations["c"] == miss[:, 2].sum()
 
 
-def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> None:
-    """The pipeline hands the monitor and the board the batch's plan version, so a
-    re-plan starts a fresh per-version tally (and alert state) in both. Fails if the
-    version is dropped: every batch would count under version 0, and the old plan's
-    misses would keep the new one alerting. Reference: NumPy counts of errors above eps."""
+def _reporting() -> tuple[Any, Any]:
+    """A bare ``BatchReporting`` (the live pipeline's mixin) with a board and a monitor of
+    eps 0.5, and a batch's window advance that closed nothing."""
     from types import SimpleNamespace
 
     from engine.planning import ViolationMonitor
     from engine.stream.reporting import BatchReporting
     from engine.stream.status import StatusBoard
 
-    s = spec(("a",), values())
     reporting = BatchReporting()
     reporting.board = StatusBoard(lambda: T0)
     reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
@@ -146,6 +144,16 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
     advance = SimpleNamespace(
         closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
     )
+    return reporting, advance
+
+
+def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> None:
+    """The pipeline hands the monitor and the board the batch's plan version, so a
+    re-plan starts a fresh per-version tally (and alert state) in both. Fails if the
+    version is dropped: every batch would count under version 0, and the old plan's
+    misses would keep the new one alerting. Reference: NumPy counts of errors above eps."""
+    s = spec(("a",), values())
+    reporting, advance = _reporting()
     errors = np.abs(np.random.default_rng(6).normal(0.0, 0.5, size=(12, 4)))
     empty = pd.DataFrame()
     version = PlanVersion(3, "alert", "re-planned", s, T0, 40)
@@ -160,21 +168,8 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
 def test_an_alert_is_marked_once_per_sensor_and_version() -> None:
     """The monitor alerts in every batch while a rate stays above delta (e.g. while a
     re-plan computes); the dashboard's timeline marks it once per sensor and version."""
-    from types import SimpleNamespace
-
-    from engine.planning import ViolationMonitor
-    from engine.stream.reporting import BatchReporting
-    from engine.stream.status import StatusBoard
-
     s = spec(("a",), values())
-    reporting = BatchReporting()
-    reporting.board = StatusBoard(lambda: T0)
-    reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
-    reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
-    reporting._alerting = {}
-    advance = SimpleNamespace(
-        closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
-    )
+    reporting, advance = _reporting()
     errors = np.ones((12, 4))  # every rebuilt window misses eps 0.5
     empty = pd.DataFrame()
     counted = []
