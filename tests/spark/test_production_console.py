@@ -48,6 +48,11 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     assert live.value == "100.0 %"
     events = at.dataframe[-1].value
     assert "Alert" in set(events["event"])
+    # an alert is counted once per sensor and version, not once per batch it stays above
+    alerts = [r for r in logged if r["event"] == "alert"]
+    alerting = [r for r in shadow if r["alerting_sensors"]]
+    assert next(m for m in at.metric if m.label == "Alerts").value == str(len(alerts))
+    assert len(alerts) < len(alerting)
 
     start, end = str(history.times[40]), str(history.times[80])
     at.text_input(key="w_prod_from").input(start)
