@@ -103,6 +103,14 @@ def compact(backup: str | Path, keep: int = KEEP) -> CompactionReport:
     if not fold:
         return CompactionReport(None, None, 0, 0, 0, 0, 0)
     first, last = fold[0], fold[-1]
+    stray = sorted(i for i in set(_plain_batches(root, marked=False)) - set(ids) if i <= last)
+    if stray:  # a batch without its marker among committed ones: the range would hide it
+        raise DataError(
+            f"{BATCH_PREFIX}{stray[0]} of the backup has no {COMMIT_MARKER} although later "
+            f"batches have theirs: its rows may be incomplete, and compacting batches "
+            f"{first}-{last} would hide it for good; check it, then restore its "
+            f"{COMMIT_MARKER} or move it aside, and compact again"
+        )
     name = f"{BATCH_PREFIX}{first}-{last}"
     rows, before, written = _compact_backup(root, [plain[i] for i in fold], root / name)
     for kind, suffix in ((RESULTS, ".parquet"), (METRICS, ".json")):
@@ -117,12 +125,13 @@ def uncompacted(backup: str | Path) -> int:
     return len(_plain_batches(local_path(backup)))
 
 
-def _plain_batches(root: Path) -> dict[int, Path]:
-    """Committed ``batch_id=N`` backup directories no compaction holds, by ``N``."""
+def _plain_batches(root: Path, marked: bool = True) -> dict[int, Path]:
+    """``batch_id=N`` backup directories no compaction holds, by ``N``: the committed ones
+    (with their marker), or with ``marked=False`` every one."""
     names = [d.name for d in os.scandir(root) if d.is_dir()]
     return {
         int(name.removeprefix(BATCH_PREFIX)): root / name
-        for name in live_batches(root, names, marked=True)
+        for name in live_batches(root, names, marked=marked)
         if not is_compacted(name)
     }
 

@@ -101,6 +101,24 @@ def test_a_crash_at_any_step_of_a_compaction_leaves_each_row_readable_once(
     assert _snapshot(backup)[0].equals(want)
 
 
+def test_compaction_refuses_to_hide_a_batch_without_its_marker(spark: Any, tmp_path: Path) -> None:
+    """A batch among committed ones whose ``_SUCCESS`` is gone (damage, or a copy that
+    missed it): a compaction over its range would hide its rows for good. Refused, and
+    nothing is touched."""
+    landed_sample(tmp_path, 48, rows_per_file=12)
+    run_landed(spark, tmp_path, tmp_path / "plan.json", max_files_per_trigger=1, replan=False)
+    backup = tmp_path / "backup"
+    want = read_backup(backup)
+    marker = backup / "batch_id=1" / "_SUCCESS"
+    os.remove(marker)
+    dirs = _batch_dirs(backup)
+    with pytest.raises(DataError, match="batch_id=1 of the backup has no _SUCCESS"):
+        compact(backup, keep=1)
+    assert _batch_dirs(backup) == dirs
+    marker.touch()  # checked and restored: the compaction goes ahead, every row kept
+    assert (compact(backup, keep=1).first, len(read_backup(backup))) == (0, len(want))
+
+
 def test_compaction_refuses_what_is_not_a_jobs_backup(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no production job's backup"):
         compact(tmp_path)
