@@ -257,6 +257,24 @@ def read_backup_arrow(uri: str | Path, span: TimeRange | None = None) -> pa.Tabl
     return None if found is None else found.to_arrow_table()
 
 
+def nothing_in(uri: str | Path, span: TimeRange) -> str:
+    """Why ``read_backup`` found no reading in ``span``, as one sentence: no committed batch
+    at all (not a job's backup, an empty mount), or none in the range (the dates it holds)."""
+    root = local_path(uri)
+    files = committed_files(root)
+    if not files:
+        return (
+            f"{str(uri)!r} holds no committed backup batch (no Parquet files in a batch "
+            "directory with _SUCCESS, nor in a _spark_metadata log): point --backup at the "
+            "job's --backup"
+        )
+    dates = sorted({d for f in files if (d := _partition_of(root, f).get("date"))})
+    held = f" (its date partitions run from {dates[0]} to {dates[-1]})" if dates else ""
+    start = "the start" if span.start is None else span.start.isoformat()
+    end = "the end" if span.end is None else span.end.isoformat()
+    return f"the backup holds no reading from {start} to {end}{held}: nothing to rebuild"
+
+
 def _query(uri: str | Path, span: TimeRange | None, order: str) -> duckdb.DuckDBPyConnection | None:
     root = local_path(uri)
     if not root.is_dir():

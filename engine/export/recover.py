@@ -178,13 +178,15 @@ def recover_dataset(
     it (the newest one among its readings), and ``config_path`` must be one of
     them. Without a plan book every row is rebuilt with ``config_path``.
     """
-    from engine.export.backup_dataset import TimeRange, read_backup_arrow
+    from engine.export.backup_dataset import TimeRange, nothing_in, read_backup_arrow
 
     config = load_config(config_path)
     out = _check_out(out_path)
     span = TimeRange.parse(start, end)
     long = read_backup_arrow(backup, span)
     readings = 0 if long is None else long.num_rows
+    if not readings:  # an empty answer would look like a recovery
+        raise DataError(nothing_in(backup, span))
     configs = _version_configs(config, backup, _plan_versions(long))
     maps = {v: c.linear_map() for v, c in configs.items()}
     union = tuple(dict.fromkeys(b for m in maps.values() for b in m.backup))

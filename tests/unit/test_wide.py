@@ -3,6 +3,7 @@ and ``recover_dataset`` end to end against the pipeline it replaced."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.recovery_core import write_dataset
+from engine.errors import DataError
 from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.config import load_config
 from engine.export.recover import recover_dataset
@@ -128,3 +130,23 @@ def test_recover_dataset_equals_the_pandas_pipeline(dataset, tmp_path: Path, day
     assert pq.read_schema(tmp_path / "new.parquet").equals(old_schema)
     if days == (0, 4):
         assert result.incomplete_rows_dropped == 2 and result.plan_versions == (1,)
+
+
+def test_nothing_to_recover_is_an_error_not_an_empty_answer(dataset, tmp_path: Path) -> None:
+    """An empty output would look like a recovery: a range without readings, an empty
+    directory and a backup whose only batch lost its marker are each refused in one line
+    (exit 2 on the CLI), and no output is written."""
+    from engine.cli import main
+
+    config_path, backup, _ = dataset
+    with pytest.raises(DataError, match=r"holds no reading from 2020-01-01.*run from 2016-"):
+        recover_dataset(config_path, backup, tmp_path / "a.csv", "2020-01-01", "2020-02-01")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="holds no committed backup batch"):
+        recover_dataset(config_path, empty, tmp_path / "b.csv")
+    unmarked = tmp_path / "unmarked"  # one micro-batch whose _SUCCESS never came
+    shutil.copytree(backup, unmarked / "batch_id=0")
+    argv = ["recover", "--config", str(config_path), "--backup", str(unmarked)]
+    assert main([*argv, "--out", str(tmp_path / "c.csv")]) == 2
+    assert not any((tmp_path / n).exists() for n in ("a.csv", "b.csv", "c.csv"))
