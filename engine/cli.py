@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.planning import PlanParameters
 
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a reader that stopped early
 ALL_FOLDS = 10**9  # --max-folds 0
 PROGRESS_STEP = 0.05  # off a terminal: one progress line per 5 %
 
@@ -312,7 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     from engine.export.config import json_safe
 
-    print(json.dumps(json_safe(result), indent=2, default=_default))
+    try:
+        print(json.dumps(json_safe(result), indent=2, default=_default), flush=True)
+    except BrokenPipeError:  # the reader stopped early (`| head`): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return 0
 
 

@@ -185,6 +185,7 @@ def _run_query(
     from engine.stream.sink import BatchWriter, SinkPaths, start_job_query
     from engine.stream.transforms import WindowSpec, partition_columns
 
+    _check_local_paths(settings)  # before anything is written (the plan book's v1)
     # The two-query job (before one query) kept "backup" and "windows" here; resuming
     # would read every landed file again into the new layout and back it up twice.
     files = DurableFiles(spark)
@@ -243,6 +244,32 @@ def _run_query(
         backup=paths.backup,
         results=paths.results,
     )
+
+
+def _check_local_paths(settings: JobSettings) -> None:
+    """``PipelineError`` in one line for the plain mistakes with local paths: a
+    ``--source`` that is not a directory, a ``--backup`` or ``--checkpoint`` that is a
+    file. (Spark's own errors for them are a page of Java; a cluster filesystem's
+    paths are left to Spark.)"""
+    from engine.errors import DataError
+    from engine.export.backup_dataset import local_path
+
+    for flag, uri in (
+        ("--source", settings.source),
+        ("--backup", settings.backup),
+        ("--checkpoint", settings.checkpoint),
+    ):
+        try:
+            path = local_path(uri)
+        except DataError:
+            continue  # s3a://, hdfs://: Spark's to check
+        if flag == "--source" and not path.is_dir():
+            raise PipelineError(
+                f"--source {uri!r} is not a directory: point it at the directory the "
+                "Parquet files land in (it must exist before the job starts)"
+            )
+        if path.exists() and not path.is_dir():
+            raise PipelineError(f"{flag} {uri!r} is a file: it must be a directory")
 
 
 def _watch(
@@ -347,6 +374,7 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     settings = settings_from_args(args)
     config = load_config(args.config)
+    _check_local_paths(settings)  # in one line, before a JVM starts
     spark = get_spark(
         SparkSettings(
             master=settings.master,

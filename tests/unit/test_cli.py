@@ -212,3 +212,52 @@ def test_simulate_passes_its_backup_uri_to_the_pipeline(monkeypatch: pytest.Monk
             simulate_from_cli(history, params, args)
         paths = seen.pop()
         assert paths.backup_uri == (want or str(paths.root / "backup"))  # type: ignore[attr-defined]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`plan ... | head -1`: the pipe is closed before the JSON is printed. The command
+    ends as a shell expects (141, 128 + SIGPIPE) without Python's BrokenPipeError trace."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    args = ["plan", "--data", str(SMALL), "--sensors", "*_TEMP", "--eps", "1.0", "--delta", "0.05"]
+    args += ["--window", "24", "--max-folds", "2", "--out", str(tmp_path / "plan.json")]
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+    )
+    os.close(write)
+    assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr
+    assert (tmp_path / "plan.json").exists()  # the work itself was done
+
+
+@pytest.mark.parametrize(
+    ("source", "backup", "checkpoint", "said"),
+    [
+        ("nope", "b", "c", "--source .* is not a directory"),
+        (".", "a_file", "c", "--backup .* is a file"),
+        (".", "b", "a_file", "--checkpoint .* is a file"),
+    ],
+)
+def test_run_says_a_wrong_local_path_in_one_line_and_writes_nothing(
+    tmp_path: Path, source: str, backup: str, checkpoint: str, said: str
+) -> None:
+    import re
+
+    from tests.production_reference import sample_rows, write_config
+
+    write_config(tmp_path / "plan.json", sample_rows(48))
+    (tmp_path / "a_file").write_text("")
+    paths = [str(tmp_path / p) for p in (source, backup, checkpoint)]
+    done = run_cli(
+        "run", "--config", str(tmp_path / "plan.json"), "--source", paths[0],
+        "--backup", paths[1], "--checkpoint", paths[2], "--available-now",
+    )  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert re.search(said, done.stderr) and "Traceback" not in done.stderr
+    assert not (tmp_path / "b").exists()  # no plan book, nothing else written
