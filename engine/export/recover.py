@@ -191,6 +191,7 @@ def recover_dataset(
     maps = {v: c.linear_map() for v, c in configs.items()}
     union = tuple(dict.fromkeys(b for m in maps.values() for b in m.backup))
     times, wide = widen(long, union)
+    odd = _infinite_readings(wide, times, union)  # left out, as a missing reading is
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
     if missing and readings:
@@ -211,6 +212,7 @@ def recover_dataset(
     stamps = np.asarray(times[kept], dtype="datetime64[ns]")
     used = versions[kept]
     warnings = [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
+    warnings += [odd] if odd else []
     return RangeRecoverResult(
         rows=rows,
         sensors=len(lm.sensors),
@@ -223,6 +225,21 @@ def recover_dataset(
         end=None if span.end is None else span.end.isoformat(),
         out=str(out),
         warnings=tuple(warnings),
+    )
+
+
+def _infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> str:
+    """Make ``wide``'s infinite backup readings missing, in place; a warning naming the
+    first, or "". A sensor cannot read inf: its time step is left out like one with a
+    missing reading, instead of rebuilding every sensor there as inf."""
+    bad = np.isinf(wide)
+    if not bad.any():
+        return ""
+    row, col = np.argwhere(bad)[0]
+    wide[bad] = np.nan
+    return (
+        f"{int(bad.sum())} backup reading(s) are infinite (first {sensors[col]} at "
+        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are left out"
     )
 
 

@@ -122,10 +122,11 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     Spark's ``window``), ``event_us``, ``sensor``, ``value`` and ``first``; a
     reading in ``k`` overlapping windows appears ``k`` times, ``first`` true once.
 
-    A reading without a time has a null ``window_start`` (once). NaN values are
-    made null: a value that is not a number is a missing reading, left out of its
-    windows' aggregates (Spark's sum would turn the window into NaN in the batch
-    that holds it, the driver's merge skip it in a window spanning batches).
+    A reading without a time has a null ``window_start`` (once). NaN and infinite
+    values are made null: a value that is not a finite number is a missing reading,
+    left out of its windows' aggregates (Spark's sum would turn the window into NaN
+    or inf in the batch that holds it, and one inf reading would count as a miss of
+    every window it is in). The backup keeps the reading as it came.
 
     Integer arithmetic rather than ``F.window``: the same windows, but no
     timestamp struct per row; on 1.32 M readings the batch's aggregation took
@@ -136,10 +137,11 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     s_us, w_us = spec.slide_us, spec.window_us
     t = F.col("event_us")
     latest = t - F.pmod(t, F.lit(s_us))  # the last window starting at or before t
+    value, null = F.col("value"), F.lit(None).cast("double")
+    # Spark orders NaN above inf (NaN != inf is true there): both tests are needed
+    finite = F.when(F.isnan(value) | (F.abs(value) == F.lit(float("inf"))), null).otherwise(value)
     out = readings.select(
-        F.unix_micros("event_time").alias("event_us"),
-        "sensor",
-        F.nanvl(F.col("value"), F.lit(None).cast("double")).alias("value"),
+        F.unix_micros("event_time").alias("event_us"), "sensor", finite.alias("value")
     )
     per_reading = _readings_per_window(spec)
     if per_reading == 1:

@@ -104,7 +104,9 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
             ),
             "sensor": ["NEW_SENSOR"] * 30 + [None] * 5 + [BACKUP[0]] * 4 + [rebuilt] * 2
             + [BACKUP[0]] * 3,
-            "value": np.r_[np.arange(30.0), np.ones(5), np.full(6, np.nan), np.ones(3)],
+            # NaN and infinite values: missing readings, each (one inf is not a miss)
+            "value": np.r_[np.arange(30.0), np.ones(5), np.nan, -np.inf, np.nan, np.nan,
+                           np.inf, np.nan, np.ones(3)],
         }
     )  # fmt: skip
     table = pa.table(
@@ -135,7 +137,9 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
     # what the console reads back alike
     results = read_results(tmp_path / "backup")
     rebuilt_rows = results[~results["backed_up"] & results["rebuilt"].notna()]
-    assert rebuilt_rows["error"].notna().all() and (rebuilt_rows["n"] <= 8).all()
+    assert np.isfinite(rebuilt_rows["error"]).all() and (rebuilt_rows["n"] <= 8).all()
+    assert np.isfinite(results["value"].dropna()).all()
+    assert np.isneginf(backup.loc[backup["sensor"] == BACKUP[0], "value"]).sum() == 1  # as came
     pairs = sum(r["rebuilt_pairs"] for r in shadows)
     assert pairs == len(rebuilt_rows) == status.rates["windows"].sum()
 

@@ -150,3 +150,27 @@ def test_nothing_to_recover_is_an_error_not_an_empty_answer(dataset, tmp_path: P
     argv = ["recover", "--config", str(config_path), "--backup", str(unmarked)]
     assert main([*argv, "--out", str(tmp_path / "c.csv")]) == 2
     assert not any((tmp_path / n).exists() for n in ("a.csv", "b.csv", "c.csv"))
+
+
+def test_an_infinite_backup_reading_leaves_its_time_step_out_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """A sensor cannot read inf: recovery leaves that time step out, as it does one with a
+    missing reading, and says so, instead of refusing the whole range."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    long = long_readings(rows)
+    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    write_dataset(long, tmp_path / "clean")
+    long.loc[7, "value"] = np.inf
+    write_dataset(long, tmp_path / "odd")
+    clean = recover_dataset(tmp_path / "plan.json", tmp_path / "clean", tmp_path / "a.csv")
+    odd = recover_dataset(tmp_path / "plan.json", tmp_path / "odd", tmp_path / "b.csv")
+    assert (clean.rows, odd.rows, odd.incomplete_rows_dropped) == (48, 47, 1)
+    new = [w for w in odd.warnings if w not in clean.warnings]
+    assert len(new) == 1 and new[0].startswith("1 backup reading(s) are infinite")
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
+    at = pd.Timestamp(long.loc[7, "event_time"])
+    kept = a[pd.to_datetime(a["time"]) != at].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, b)  # every other time step as from the clean backup
