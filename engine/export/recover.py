@@ -184,13 +184,19 @@ def recover_dataset(
     out = _check_out(out_path)
     span = TimeRange.parse(start, end)
     long = read_backup_arrow(backup, span)
-    readings = 0 if long is None else long.num_rows
-    if not readings:  # an empty answer would look like a recovery
+    if long is None or not long.num_rows:  # an empty answer would look like a recovery
         raise DataError(nothing_in(backup, span))
+    readings = long.num_rows
     configs = _version_configs(config, backup, _plan_versions(long))
     maps = {v: c.linear_map() for v, c in configs.items()}
     union = tuple(dict.fromkeys(b for m in maps.values() for b in m.backup))
-    times, wide = widen(long, union)
+    # sensors outside every plan version: the job backed them up in full, so they come
+    # back as they were read, in columns after the plan's (nothing it kept is left out)
+    planned = {s for m in maps.values() for s in m.sensors}
+    names = set(long["sensor"].unique().to_pylist()) - planned - {None}
+    outside = tuple(sorted(names))
+    times, both = widen(long, union + outside)
+    wide, raw = both[:, : len(union)], both[:, len(union) :]
     odd = _infinite_readings(wide, times, union)  # left out, as a missing reading is
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
@@ -208,11 +214,18 @@ def recover_dataset(
         kept, values = _rebuild_by_version(maps, union, wide, versions)
     lm = maps[max(maps)]
     _check_finite(values, lm.sensors)
-    rows = _write(values, times[kept], lm.sensors, out)
+    if outside:
+        values = np.hstack([values, raw[kept]])
+    rows = _write(values, times[kept], lm.sensors + outside, out)
     stamps = np.asarray(times[kept], dtype="datetime64[ns]")
     used = versions[kept]
     warnings = [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [odd] if odd else []
+    if outside:
+        warnings.append(
+            f"{len(outside)} sensor(s) outside the plan ({', '.join(outside[:5])}) were "
+            "backed up in full: their readings follow the plan's columns, as read"
+        )
     return RangeRecoverResult(
         rows=rows,
         sensors=len(lm.sensors),

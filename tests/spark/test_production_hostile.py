@@ -24,6 +24,7 @@ import pytest
 from engine.errors import PipelineError
 from engine.export.backup_dataset import read_backup
 from engine.export.job_status import read_job_status
+from engine.export.recover import recover_dataset
 from tests.production_reference import (
     BACKUP,
     feed,
@@ -129,6 +130,15 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
     backup = read_backup(tmp_path / "backup")
     kept = backup[backup["sensor"] == "NEW_SENSOR"].sort_values("event_time")
     np.testing.assert_array_equal(kept["value"].to_numpy(), np.arange(30.0))  # not lost
+    # and recovery gives it back as read, after the plan's columns, and says why
+    done = recover_dataset(tmp_path / "plan.json", tmp_path / "backup", tmp_path / "r.csv")
+    frame = pd.read_csv(tmp_path / "r.csv")
+    assert list(frame.columns)[-1] == "NEW_SENSOR" and done.sensors == len(rows.sensors)
+    # at every time step recovered: the -inf second reading of a backup sensor at
+    # times[1] leaves that step out (recover keeps the last reading of a pair)
+    want = np.delete(np.arange(30.0), 1)
+    np.testing.assert_array_equal(frame["NEW_SENSOR"].dropna().to_numpy(), want)
+    assert any("outside the plan (NEW_SENSOR)" in w for w in done.warnings)
     assert backup["event_time"].notna().all()  # a backup reading without a time: not kept
     status = read_job_status(tmp_path / "backup")
     assert {e["event"] for e in status.events} >= {"input_anomaly"}
