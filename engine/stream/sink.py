@@ -39,6 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.errors import PipelineError
 from engine.export.backup_dataset import COMMIT_MARKER
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
@@ -155,6 +156,8 @@ class BatchWriter:
             self._resume_monitor(state, int(batch_id))
         readings = batch.select("event_time", "sensor", "value")
         partials, screened = self._screen(*self._outputs(readings, batch_id, group), batch_id)
+        if screened["unusable_readings"] or screened["missing_values"]:
+            self._check_landed_columns(int(batch_id))  # a file without a column: stop
         if screened["unplanned_sensors"]:  # rare: the plan cannot rebuild them, so keep them
             # readers take _SUCCESS as "the batch is complete": withdraw it until the
             # append commits (Spark writes it again), so no reader sees half a batch
@@ -200,6 +203,23 @@ class BatchWriter:
             **screened.counts,
             "unplanned_sensors": screened.unplanned_sensors,
         }
+
+    def _check_landed_columns(self, batch_id: int) -> None:
+        """``PipelineError`` when a file of the batch lacks a landing column: Spark reads
+        it as nulls, and its readings would be dropped or missing for good. Raised
+        before the batch's results and state: the batch is not committed, and once the
+        file is fixed or moved the job replays it (its backup directory rewritten)."""
+        from engine.stream.landed_files import batch_files, lacking_columns
+
+        bad = lacking_columns(batch_files(self.paths.query_checkpoint("job"), batch_id))
+        if bad:
+            file, columns = bad[0]
+            raise PipelineError(
+                f"input file {file} has no column {', '.join(columns)} (a landing file needs "
+                "event_time, sensor and value): its readings would be lost. Fix it or move it "
+                "out of the source directory and start again: the job resumes from its "
+                "checkpoint, and the micro-batch that failed was not committed"
+            )
 
     def _overfull(self, results: pd.DataFrame, batch_id: int) -> int:
         """Closed (window, sensor) pairs with more readings than time steps (``screening``)."""

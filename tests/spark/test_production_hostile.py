@@ -67,6 +67,33 @@ def test_a_file_spark_cannot_read_stops_the_job_and_loses_nothing(
     assert not backup.duplicated(["event_time", "sensor"]).any()
 
 
+@pytest.mark.parametrize("column", ["event_time", "value"])
+def test_a_file_without_a_landing_column_stops_the_job_and_loses_nothing(
+    spark: Any, tmp_path: Path, column: str
+) -> None:
+    """Spark reads a missing column as nulls: its readings would be counted as unusable or
+    missing and the file consumed for good. The job stops instead, naming the file and
+    the column; fixed, the file's readings are backed up like every other's."""
+    rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)
+    later = long_readings(rows).iloc[24 * len(rows.sensors) :].copy()
+    later["event_time"] = later["event_time"].astype("datetime64[us]")
+    bad = tmp_path / "landing" / "zz-renamed.parquet"
+    later.rename(columns={column: "other"}).to_parquet(bad, index=False)
+    with pytest.raises(PipelineError) as info:
+        run_landed(spark, tmp_path, tmp_path / "plan.json", replan=False, max_files_per_trigger=1)
+    line = str(info.value)
+    assert "\n" not in line and "zz-renamed.parquet" in line
+    assert f"has no column {column}" in line
+
+    later.to_parquet(bad, index=False)  # the operator's fix
+    _run(spark, tmp_path)
+    backup = read_backup(tmp_path / "backup")
+    truth = long_readings(rows)
+    want = truth[truth["sensor"].isin(BACKUP)]
+    assert len(backup) == len(want) and backup["value"].notna().all()
+    assert not backup.duplicated(["event_time", "sensor"]).any()
+
+
 def test_the_cli_says_an_unreadable_file_in_one_line_without_spark_stack_traces(
     tmp_path: Path,
 ) -> None:
