@@ -37,6 +37,7 @@ EVENT_LABELS = {
     "input_anomaly": "Input anomaly",
     "overfull_windows": "Overfull windows",
     "late_readings": "Late readings",
+    "future_readings": "Readings from the future",
 }
 
 
@@ -172,6 +173,12 @@ def _what(event: dict) -> str:
             f"windows that had closed (watermark {event.get('watermark')}): backed up, "
             "left out of the aggregates and the shadow check; raise --watermark if files "
             "land out of order"
+        )
+    if kind == "future_readings":
+        return (
+            f"{event.get('future_readings', 0):,} readings stamped more than a day ahead of "
+            f"the clock (latest {event.get('latest')}; {', '.join(event.get('sensors', [])[:5])}):"
+            " backed up, left out of the windows and the watermark; check the sender's clock"
         )
     if kind == "overfull_windows":
         return (

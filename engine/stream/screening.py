@@ -13,6 +13,9 @@ when there is nothing to say):
   kept in the backup, left out of their windows' aggregates and shadow checks,
   as Spark's own watermark drops them. Files that land out of time order do
   this. Event ``late_readings``.
+* ``future_readings``: partials of windows that start more than ``FUTURE_S``
+  after the wall clock: kept in the backup, left out of the windows and the
+  watermark. Event ``future_readings``.
 * ``overfull_windows``: closed windows' results with more readings than the
   window has time steps: a reading that landed twice (two files) is counted
   twice by the aggregate and the shadow check (recovery keeps one), and so is a
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+FUTURE_S = 86_400.0  # a reading stamped more than a day ahead of the clock is not believed
 
 
 @dataclass(frozen=True)
@@ -105,3 +110,34 @@ def late_readings(partials: pd.DataFrame, watermark_us: int) -> tuple[int, dict[
             "if files land out of order"
         ),
     }
+
+
+def future_readings(
+    partials: pd.DataFrame, cutoff_us: int
+) -> tuple[pd.DataFrame, int, dict[str, Any] | None]:
+    """Partials of windows that start after ``cutoff_us`` (the wall clock plus
+    ``FUTURE_S``) dropped: readings stamped in the future (a wrong clock, 2099 for
+    1999) would move the watermark there, and every later reading would be late for
+    good. Returns the partials to go on with, how many readings were dropped, and the
+    event."""
+    ahead = partials["window_start"] > cutoff_us
+    count = int(partials.loc[ahead, "readings"].sum())
+    if not count:
+        return partials, 0, None
+    return (
+        partials[~ahead],
+        count,
+        {
+            "event": "future_readings",
+            "future_readings": count,
+            "latest": str(
+                pd.Timestamp(int(partials.loc[ahead, "max_event_us"].max()), unit="us", tz="UTC")
+            ),
+            "sensors": sorted(map(str, partials.loc[ahead, "sensor"].unique()))[:20],
+            "what": (
+                "readings stamped more than a day ahead of this machine's clock are in the "
+                "backup but left out of the windows, the shadow check and the watermark "
+                "(which they would move past every later reading); check the sender's clock"
+            ),
+        },
+    )

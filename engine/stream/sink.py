@@ -52,7 +52,13 @@ from engine.stream.partials import (
     collected_partials,
     shadow_results,
 )
-from engine.stream.screening import late_readings, overfull_windows, screen_partials
+from engine.stream.screening import (
+    FUTURE_S,
+    future_readings,
+    late_readings,
+    overfull_windows,
+    screen_partials,
+)
 from engine.stream.transforms import (
     WindowSpec,
     backup_rows,
@@ -164,6 +170,10 @@ class BatchWriter:
             self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
             self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
         clock.mark("backup_and_partials")
+        # readings stamped in the future would move the watermark past every later one
+        cutoff = int((self.now() + FUTURE_S) * 1e6)
+        partials, screened["future_readings"], event = future_readings(partials, cutoff)
+        self._say(event, batch_id)
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
@@ -397,6 +407,7 @@ class BatchWriter:
             "unplanned_readings": int(counts["unplanned_readings"]),
             "overfull_pairs": int(counts["overfull_pairs"]),
             "late_readings": int(counts["late_readings"]),
+            "future_readings": int(counts["future_readings"]),
             # sensors above delta under the version (the alert event names each once)
             "alerting_sensors": int(counts["alerting_sensors"]),
             "last_window_end": (

@@ -240,3 +240,38 @@ def test_a_file_that_lands_after_its_windows_closed_is_said_late(
     backup = read_backup(tmp_path / "backup")
     assert len(backup) == 48 * len(BACKUP)  # nothing lost from the backup
     assert "late_readings" in {e["event"] for e in read_job_status(tmp_path / "backup").events}
+
+
+def test_readings_stamped_in_the_future_do_not_move_the_watermark(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A sender whose clock says 2099: its readings would move the watermark there and
+    every later reading would be late for good. They are backed up, counted and said,
+    and left out of the windows; the readings that land after them are windowed."""
+    rows = landed_sample(tmp_path, 48, rows_per_file=24, stop=24)
+    wrong = long_readings(rows).iloc[: 2 * len(rows.sensors)].copy()
+    wrong["event_time"] = wrong["event_time"] + pd.Timedelta(days=30_000)  # about 2098
+    pq.write_table(
+        pa.table(
+            {
+                "event_time": pa.array(wrong["event_time"], type=pa.timestamp("us", tz="UTC")),
+                "sensor": pa.array(wrong["sensor"], type=pa.string()),
+                "value": pa.array(wrong["value"].to_numpy()),
+            }
+        ),
+        tmp_path / "landing" / "part-000000-zz-future.parquet",
+    )
+    first = _run(spark, tmp_path)
+    feed(rows, tmp_path / "landing", rows_per_file=24, start=24)
+    second = _run(spark, tmp_path)
+
+    n = len(rows.sensors)
+    said = [r for r in first + second if r["event"] == "future_readings"]
+    assert sum(r["future_readings"] for r in said) == 2 * n
+    assert said[0]["latest"].startswith("20")
+    assert sum(r["late_readings"] for r in second if r["event"] == "shadow") == 0
+    assert sum(r["windows"] for r in second if r["event"] == "shadow") > 0
+    backup = read_backup(tmp_path / "backup")
+    assert len(backup) == (48 + 2) * len(BACKUP)  # the odd readings kept, as they came
+    results = read_results(tmp_path / "backup")
+    assert results["end_s"].max() < pd.Timestamp("2030-01-01").timestamp()
