@@ -172,6 +172,9 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     out = summarise_config(config)
     out["horizon_rows"] = plan.horizon_rows
     out["warnings"] = list(plan.warnings)
+    # what the loader found and did (infinite values made missing, rows sorted, gaps
+    # filled or dropped), as recover reports it
+    out["data_notes"] = list(history.report.notes)
     return out
 
 

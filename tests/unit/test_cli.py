@@ -53,6 +53,7 @@ def test_plan_writes_a_valid_config_and_recover_rebuilds_every_sensor(tmp_path: 
     # one fold per default horizon (96 rows) from row 192 on 720 rows (see test_plan_export)
     assert summary["guarantee"]["backtest"]["n_folds"] == 5
     assert summary["horizon_rows"] == 96 and summary["warnings"] == []
+    assert any("selected 6 of" in note for note in summary["data_notes"])  # the loader's
     config = load_config(out)
     history = load_history(SMALL)
     frame = history.to_frame()[["time", *config.backup_sensors]]
