@@ -232,8 +232,13 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export.recover import is_backup_dataset, recover_dataset, recover_file
 
-    if args.start or args.end or is_backup_dataset(args.backup):
+    if is_backup_dataset(args.backup):
         result: Any = recover_dataset(args.config, args.backup, args.out, args.start, args.end)
+    elif args.start or args.end:
+        raise ParameterError(
+            f"--from and --to choose a range of a production job's backup directory; "
+            f"{args.backup!r} is not a directory (a wide backup file is rebuilt whole)"
+        )
     else:
         result = recover_file(args.config, args.backup, args.out)
     for warning in result.warnings:
