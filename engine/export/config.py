@@ -380,4 +380,7 @@ def load_config(path: str | Path) -> BackupConfig:
     src = Path(path)
     text = read_config_text(src)
     fmt = "yaml" if src.suffix.lower() in (".yaml", ".yml") else "json"
-    return BackupConfig._from_parsed(parse_config_text(text, src.name, fmt))
+    parsed = parse_config_text(text, src.name, fmt)
+    if isinstance(parsed, dict) and "schema_version" not in parsed and "plan_version" in parsed:
+        parsed = parsed.get("config")  # a job's plan book file (_lacuna/plans/vNNNNNN.json)
+    return BackupConfig._from_parsed(parsed)

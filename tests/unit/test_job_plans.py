@@ -319,3 +319,14 @@ def test_the_background_runner_hands_back_results_and_errors() -> None:
 
     with pytest.raises(DataError, match="gone"):
         in_background(fails).result(timeout=10)
+
+
+def test_a_plan_book_file_is_accepted_as_a_config(first: BackupConfig, tmp_path: Path) -> None:
+    """An operator passes ``_lacuna/plans/v000002.json`` to ``recover --config``: it holds
+    the version's config under ``config``, which is what is read."""
+    from engine.export import load_config
+    from engine.export.plan_book import JobPlan
+
+    record = JobPlan(2, 7, "scheduled", "horizon passed", first)
+    (tmp_path / "v000002.json").write_bytes(record.to_bytes())
+    assert load_config(tmp_path / "v000002.json") == first
