@@ -55,8 +55,8 @@ def local_path(uri: str | Path) -> Path:
         raw = Path(parsed.path)
         return raw if raw.exists() else Path(unquote(parsed.path))
     raise DataError(
-        f"recover reads local or mounted paths; copy or mount {text!r} first "
-        f"(scheme {parsed.scheme!r})"
+        f"recover, status and compact read local or mounted paths; copy or mount "
+        f"{text!r} first (scheme {parsed.scheme!r})"
     )
 
 
