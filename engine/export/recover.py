@@ -71,7 +71,7 @@ def recover_file(
     (``engine.data.names``); Parquet keeps them exact.
     """
     config = load_config(config_path)
-    out = _check_out(out_path)
+    out = _check_out(out_path, backup_path)
     history = load_history(backup_path, LoadOptions(min_rows=2))
     columns = {s: _column_of(s, history.sensors) for s in config.backup_sensors}
     missing = [s for s, column in columns.items() if column is None]
@@ -178,10 +178,10 @@ def recover_dataset(
     it (the newest one among its readings), and ``config_path`` must be one of
     them. Without a plan book every row is rebuilt with ``config_path``.
     """
-    from engine.export.backup_dataset import TimeRange, nothing_in, read_backup_arrow
+    from engine.export.backup_dataset import TimeRange, local_path, nothing_in, read_backup_arrow
 
     config = load_config(config_path)
-    out = _check_out(out_path)
+    out = _check_out(out_path, local_path(backup))
     span = TimeRange.parse(start, end)
     long = read_backup_arrow(backup, span)
     if long is None or not long.num_rows:  # an empty answer would look like a recovery
@@ -311,10 +311,15 @@ def _plan_versions(long: pa.Table | None) -> tuple[int, ...]:
     return tuple(sorted(int(v) for v in long["plan_version"].unique().to_pylist()))
 
 
-def _check_out(out_path: str | Path) -> Path:
+def _check_out(out_path: str | Path, backup: str | Path) -> Path:
+    """The output path: .csv or .parquet, and never the backup itself or inside it (the
+    rebuilt readings would overwrite or join what they were rebuilt from)."""
     out = Path(out_path)
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise DataError(f"{out.name}: output must end in .csv or .parquet")
+    source = Path(backup).resolve()
+    if out.resolve() == source or source in out.resolve().parents:
+        raise DataError(f"--out {str(out)!r} would overwrite the backup it rebuilds from")
     return out
 
 

@@ -18,7 +18,7 @@ from bench.recovery_core import write_dataset
 from engine.errors import DataError
 from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.config import load_config
-from engine.export.recover import recover_dataset
+from engine.export.recover import recover_dataset, recover_file
 from engine.export.wide import rebuild, widen
 from tests.production_reference import long_readings, sample_rows, write_config
 
@@ -174,3 +174,15 @@ def test_an_infinite_backup_reading_leaves_its_time_step_out_with_a_warning(
     at = pd.Timestamp(long.loc[7, "event_time"])
     kept = a[pd.to_datetime(a["time"]) != at].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, b)  # every other time step as from the clean backup
+
+
+def test_recover_never_writes_over_or_into_its_backup(dataset, tmp_path: Path) -> None:
+    config_path, backup, _ = dataset
+    inside = backup / "date=2016-09-01" / "rebuilt.parquet"
+    with pytest.raises(DataError, match="would overwrite the backup"):
+        recover_dataset(config_path, backup, inside)
+    wide = tmp_path / "wide.csv"
+    pd.DataFrame({"time": ["2016-09-01T00:00:00Z"], "x": [1.0]}).to_csv(wide, index=False)
+    with pytest.raises(DataError, match="would overwrite the backup"):
+        recover_file(config_path, wide, wide)
+    assert not inside.exists() and pd.read_csv(wide).shape == (1, 2)
