@@ -324,11 +324,17 @@ def validate_config(data: Any) -> None:
             f"missing {missing[:5]}, unexpected {extra[:5]}"
         )
     for target, entry in data["reconstruction"].items():
-        if entry["coefficients"].keys() <= kept:
+        if len(entry["coefficients"]) == len(kept) and entry["coefficients"].keys() <= kept:
             continue
         bad = [b for b in entry["coefficients"] if b not in kept]
         if bad:
             raise ConfigError(f"reconstruction of {target} uses non-backup sensor(s) {bad[:5]}")
+        # a coefficient deleted by hand would rebuild as 0 x that sensor, silently
+        lacking = [b for b in backup if b not in entry["coefficients"]]
+        raise ConfigError(
+            f"reconstruction of {target} lacks coefficient(s) of backup sensor(s) "
+            f"{lacking[:5]} (an exported plan writes every one, 0 included)"
+        )
     if version >= 2:
         _validate_v2(data)
 

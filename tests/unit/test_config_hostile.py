@@ -260,3 +260,17 @@ def test_non_finite_numbers_among_many_plain_ones_are_named(value: Any, where: s
 def test_a_key_that_is_not_a_string_is_named_among_plain_values() -> None:
     with pytest.raises(ConfigError, match="config key 3 at x is not a string"):
         check_plain_values({"x": {"a": 1.0, 3: 2.0}})
+
+
+def test_a_deleted_coefficient_is_refused_not_read_as_zero(
+    config: dict[str, Any], tmp_path: Path
+) -> None:
+    """Deleting a coefficient line by hand would rebuild that target with 0 x the sensor
+    (about 0 instead of about 26 in a hostile review): refused, naming both."""
+    target, backup = _target_and_backup(config)
+    copy = json.loads(json.dumps(config))
+    del copy["reconstruction"][target]["coefficients"][backup]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(copy))
+    with pytest.raises(ConfigError, match=f"reconstruction of {target} lacks coefficient"):
+        load_config(path)
