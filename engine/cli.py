@@ -150,12 +150,15 @@ def _with_unit_eps(
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export import plan_to_config, write_config
+    from engine.export.config import check_config_out
     from engine.planning import BacktestSettings
     from engine.planning.plan import make_plan
 
     params = _params(args)  # validate parameters before reading the file
     if args.eps_by_unit:
         parse_eps_by_unit(args.eps_by_unit)
+    if args.out:
+        check_config_out(args.out)  # not after a minute of planning
     history = _history(args)
     params = _with_unit_eps(params, history, args)
     plan = make_plan(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -222,12 +223,33 @@ def dump_config(config: dict[str, Any], fmt: str = "json") -> str:
     raise ConfigError(f"config format must be json or yaml, got {fmt!r}")
 
 
-def write_config(config: dict[str, Any], path: str | Path) -> Path:
-    """Write ``config`` to ``path``; the format follows the extension (.json, .yaml, .yml)."""
+def config_format(path: str | Path) -> str:
+    """ "json" or "yaml" from the extension; ``ConfigError`` otherwise."""
     out = Path(path)
     fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(out.suffix.lower())
     if fmt is None:
         raise ConfigError(f"{out.name}: config file must end in .json, .yaml or .yml")
+    return fmt
+
+
+def check_config_out(path: str | Path) -> None:
+    """``ConfigError`` now for a config path that cannot be written, before a plan that
+    may take a minute: a wrong extension, a directory, a missing or read-only folder."""
+    out = Path(path)
+    config_format(out)
+    folder = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise ConfigError(f"cannot write config to {out}: it is a directory")
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write config to {out}: no directory {str(folder)!r}")
+    if not os.access(out if out.exists() else folder, os.W_OK):
+        raise ConfigError(f"cannot write config to {out}: permission denied")
+
+
+def write_config(config: dict[str, Any], path: str | Path) -> Path:
+    """Write ``config`` to ``path``; the format follows the extension (.json, .yaml, .yml)."""
+    out = Path(path)
+    fmt = config_format(out)
     try:
         out.write_text(dump_config(config, fmt))
     except OSError as err:

@@ -137,6 +137,9 @@ def test_horizon_flag_sets_the_step_and_too_little_history_warns(tmp_path: Path)
         (["--eps", "abc"], "invalid float"),
         (["--data", "missing.csv"], "missing.csv"),
         (["--window", "100000"], "longer than the history"),
+        # refused before the history is read, not after a minute of planning
+        (["--out", "/no-such-folder/plan.json", "--data", "missing.csv"], "no directory"),
+        (["--out", "plan.txt"], "must end in .json"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(flags: list[str], needle: str) -> None:
