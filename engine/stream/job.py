@@ -228,12 +228,14 @@ def _run_query(
     writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, monitor, now=now)
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
     try:
-        counts = _watch([query], stop, log)
+        _watch([query], stop, log)
     finally:
         replanner.close()  # a re-plan still computing is given up: the next run plans again
     return JobReport(
         stopped_by="signal" if stop.is_set() else "available_now",
-        batches=counts[query.name][0],
+        # the micro-batches the writer ran (and `status` lists), not Spark's progress
+        # reports: an availableNow run over an empty directory reports one, runs none
+        batches=writer.totals["batches"],
         # not Spark's numInputRows: it counts each of the batch's two scans
         input_rows=writer.totals["readings"],
         windows=writer.totals["windows"],
@@ -274,7 +276,7 @@ def _check_local_paths(settings: JobSettings) -> None:
 
 def _watch(
     queries: list[Any], stop: threading.Event, log: Callable[[dict[str, Any]], None]
-) -> dict[str, list[int]]:
+) -> None:
     """Log each new progress; stop every query on ``stop``; raise if one failed.
 
     A failed query is a ``PipelineError`` whose one line says what to do
@@ -284,7 +286,6 @@ def _watch(
 
     from engine.stream.failure import query_failure_line
 
-    counts = {q.name: [0, 0] for q in queries}
     seen: dict[str, int] = {}
     try:
         while any(q.isActive for q in queries) and not stop.is_set():
@@ -292,28 +293,23 @@ def _watch(
                 # a failure is reported from q.exception() below, after every query stopped
                 with contextlib.suppress(StreamingQueryException):
                     q.awaitTermination(0.2)
-                _log_progress(q, seen, counts, log)
+                _log_progress(q, seen, log)
     finally:
         for q in queries:
             q.stop()
     for q in queries:
-        _log_progress(q, seen, counts, log)
+        _log_progress(q, seen, log)
         err = q.exception()
         if err is not None:
             raise PipelineError(f"query {q.name} failed: {query_failure_line(err)}")
-    return counts
 
 
-def _log_progress(
-    q: Any, seen: dict[str, int], counts: dict[str, list[int]], log: Callable[[dict], None]
-) -> None:
+def _log_progress(q: Any, seen: dict[str, int], log: Callable[[dict], None]) -> None:
     for progress in q.recentProgress:
         batch = int(progress["batchId"])
         if batch <= seen.get(q.name, -1):
             continue
         seen[q.name] = batch
-        counts[q.name][0] += 1
-        counts[q.name][1] += int(progress.get("numInputRows") or 0)
         record = {k: progress.get(k) for k in PROGRESS_KEYS}
         log({"event": "progress", "query": q.name, **record})
 

@@ -125,7 +125,7 @@ class BatchWriter:
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     now: Callable[[], float] = time.time
     totals: dict[str, int] = field(
-        default_factory=lambda: {"readings": 0, "windows": 0, "misses": 0, "pairs": 0}
+        default_factory=lambda: {"batches": 0, "readings": 0, "windows": 0, "misses": 0, "pairs": 0}
     )
 
     def __post_init__(self) -> None:
@@ -421,7 +421,13 @@ class BatchWriter:
         }
         uri = join_uri(self.paths.metrics, f"batch_id={batch_id}", "part-00000.json")
         self.files.write(uri, (json.dumps(metrics) + "\n").encode())
-        adds = (("readings", readings), ("windows", windows), ("misses", misses), ("pairs", pairs))
+        adds = (
+            ("batches", 1),
+            ("readings", readings),
+            ("windows", windows),
+            ("misses", misses),
+            ("pairs", pairs),
+        )
         for key, add in adds:
             self.totals[key] += add
         self.log(metrics)

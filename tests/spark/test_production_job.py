@@ -116,6 +116,9 @@ def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
     rows = sample_rows(72)
     config = tmp_path / "plan.json"
     write_config(config, rows, aggregate="sum", eps=3.0)
+    (tmp_path / "landing").mkdir()
+    nothing, _ = _run(spark, tmp_path, config, replan=False)  # nothing has landed yet
+    assert nothing.batches == 0 and nothing.input_rows == 0  # Spark reports one progress
     feed(rows, tmp_path / "landing", rows_per_file=12, stop=36)
     # one map, the reference's: this map misses, and a resumed monitor would re-plan
     first, _ = _run(spark, tmp_path, config, max_files_per_trigger=1, replan=False)
