@@ -273,12 +273,20 @@ def read_source_log(checkpoint: Path) -> dict[int, list[Path]]:
     for entry in sorted(log_dir.iterdir()):
         if entry.name.startswith(".") or entry.name.endswith(".crc"):
             continue
-        for line in entry.read_text().splitlines()[1:]:
-            if line.strip():
-                item = json.loads(line)
-                path = Path(unquote(urlparse(item["path"]).path))
-                batches.setdefault(int(item["batchId"]), []).append(path)
+        for batch, path in source_log_entries(entry):
+            batches.setdefault(batch, []).append(path)
     return batches
+
+
+def source_log_entries(entry: Path) -> list[tuple[int, Path]]:
+    """(batch id, file) of one file of the file source's log (``sources/0/N``, or the
+    ``N.compact`` Spark writes every tenth batch, which holds every batch up to N)."""
+    found = []
+    for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
+        if line.strip():
+            item = json.loads(line)
+            found.append((int(item["batchId"]), Path(unquote(urlparse(item["path"]).path))))
+    return found
 
 
 def spark_committed_batches(checkpoint: Path) -> set[int]:

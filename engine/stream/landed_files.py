@@ -12,50 +12,40 @@ paths; a cluster filesystem's files are not checked).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import DataError
 from engine.export.backup_dataset import local_path
+from engine.stream.feeder import source_log_entries
 
 LANDING_COLUMNS = ("event_time", "sensor", "value")
 
 
-def batch_files(checkpoint: str, batch_id: int) -> list[str]:
+def batch_files(checkpoint: str, batch_id: int) -> list[Path]:
     """The files micro-batch ``batch_id`` read, from the file source's log of the query's
     ``checkpoint``; [] when the log is not on a local or mounted path."""
     try:
         log = local_path(checkpoint) / "sources" / "0"
     except DataError:
         return []
-    entry = next(
-        (f for f in (log / str(batch_id), log / f"{batch_id}.compact") if f.is_file()), None
-    )
-    if entry is None:
-        return []
-    files = []
-    for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
-        if line.strip():
-            item = json.loads(line)
-            if int(item["batchId"]) == batch_id:
-                files.append(str(item["path"]))
-    return files
+    for entry in (log / str(batch_id), log / f"{batch_id}.compact"):
+        if entry.is_file():
+            return [f for b, f in source_log_entries(entry) if b == batch_id]
+    return []
 
 
-def lacking_columns(files: list[str]) -> list[tuple[str, list[str]]]:
-    """(file, the landing columns it lacks) for each local file that lacks any."""
+def lacking_columns(files: list[Path]) -> list[tuple[Path, list[str]]]:
+    """(file, the landing columns it lacks) for each readable file that lacks any."""
     found = []
-    for uri in files:
-        path = Path(unquote(urlparse(uri).path)) if uri.startswith("file:") else Path(uri)
+    for path in files:
         try:
             names = set(pq.read_schema(path).names)
         except (OSError, pa.ArrowException):
             continue  # gone, remote or unreadable: Spark said so, or will
         lacking = [c for c in LANDING_COLUMNS if c not in names]
         if lacking:
-            found.append((uri, lacking))
+            found.append((path, lacking))
     return found

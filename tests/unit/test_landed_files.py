@@ -26,8 +26,8 @@ def test_a_batchs_files_come_from_its_log_entry_or_the_compaction_holding_it(
     # Spark folds batches 0..9 into 9.compact (the plain files of 0..8 are then deleted)
     _log(log / "9.compact", [("file:///l/a.parquet", 8), ("file:///l/b.parquet", 9),
                              ("file:///l/c.parquet", 9)])  # fmt: skip
-    assert batch_files(str(tmp_path / "ck"), 8) == ["file:///l/a.parquet"]
-    assert batch_files(str(tmp_path / "ck"), 9) == ["file:///l/b.parquet", "file:///l/c.parquet"]
+    assert batch_files(str(tmp_path / "ck"), 8) == [Path("/l/a.parquet")]
+    assert batch_files(str(tmp_path / "ck"), 9) == [Path("/l/b.parquet"), Path("/l/c.parquet")]
     assert batch_files(str(tmp_path / "ck"), 10) == []  # not logged (yet)
     assert batch_files("s3a://bucket/ck", 8) == []  # not checked off a local path
 
@@ -37,6 +37,5 @@ def test_only_files_that_lack_a_landing_column_are_named(tmp_path: Path) -> None
     pq.write_table(good, tmp_path / "good.parquet")
     pq.write_table(good.rename_columns(["time", "sensor", "reading"]), tmp_path / "bad.parquet")
     (tmp_path / "junk.parquet").write_text("not parquet")  # Spark's to refuse, not ours
-    files = [(tmp_path / n).as_uri() for n in ("good", "bad", "junk", "gone")]
-    files = [f + ".parquet" for f in files]
+    files = [tmp_path / f"{n}.parquet" for n in ("good", "bad", "junk", "gone")]
     assert lacking_columns(files) == [(files[1], ["event_time", "value"])]
