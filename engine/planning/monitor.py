@@ -15,7 +15,7 @@ every batch, so we also require ``min_windows`` observations before judging.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,6 +186,16 @@ class ViolationMonitor:
             f"{len(hits)} sensor(s) alerting under plan version {self.version}"
         )
         return MonitorAlert(tuple(hits), rates, hits, windows, reason)
+
+
+def newly_alerting(said: dict[int, set[str]], version: int, sensors: Iterable[str]) -> list[str]:
+    """The sensors of an alert under plan ``version`` that ``said`` (version -> sensors
+    named so far) lacks, now recorded there. The monitor alerts in every batch while a
+    rate stays above delta; an alert is said once per sensor and version."""
+    named = said.setdefault(int(version), set())
+    new = sorted(set(sensors) - named)
+    named.update(new)
+    return new
 
 
 def binomial_p_value(violations: int, windows: int, delta: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engine.planning.monitor import newly_alerting
 from engine.store_records import BackupWritten
 from engine.stream.batch import WindowAdvance
 from engine.stream.spec import Monitor, Stage
@@ -57,12 +58,10 @@ class BatchReporting:
             if alert is not None:
                 reason = str(getattr(alert, "reason", alert))
                 self.board.update(last_alert=reason)
-                # marked once per sensor and version: the monitor alerts every batch while
-                # a rate stays above delta (e.g. while the re-plan computes)
-                sensors = set(getattr(alert, "sensors", ()))
-                said = self._alerting.setdefault(version.id, set())
-                if not sensors or not sensors <= said:
-                    said.update(sensors)
+                # marked once per sensor and version (the monitor alerts every batch
+                # while a rate stays above delta, e.g. while the re-plan computes)
+                sensors = getattr(alert, "sensors", ())
+                if newly_alerting(self._alerting, version.id, sensors) or not sensors:
                     self.board.mark("alert", reason)
                     self._alerts += 1
 

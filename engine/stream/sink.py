@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from engine.errors import PipelineError
 from engine.export.backup_dataset import COMMIT_MARKER
 from engine.model.linear import LinearMap
-from engine.planning.monitor import MonitorAlert, ViolationMonitor
+from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
 from engine.stream.durable import DurableFiles
 from engine.stream.events import EVENTS_DIR
 from engine.stream.job_plans import JobPlan, PlanBook, Replanner
@@ -279,12 +279,10 @@ class BatchWriter:
         )
         targets = self.linear_map.targets
         alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
-        said = self._alerting.setdefault(self.plan_version, set())
-        if alert is not None and not set(alert.sensors) <= said:
-            # said once per sensor and version: the monitor keeps alerting every batch
-            # while a rate stays above delta, and `status` counts events as alerts
-            new = sorted(set(alert.sensors) - said)
-            said.update(new)
+        if alert is None:
+            return None
+        # `status` counts alert events: one per sensor and version, not one per batch
+        if new := newly_alerting(self._alerting, self.plan_version, alert.sensors):
             self.log(
                 {
                     "event": "alert",
