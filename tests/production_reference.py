@@ -127,6 +127,22 @@ def landed_sample(tmp: Path, n_rows: int, **feed_kw: Any) -> Rows:
     return rows
 
 
+def land_long(frame: pd.DataFrame, path: Path) -> None:
+    """Long readings (``event_time``, ``sensor``, ``value``) as one landing file, typed as
+    the feeder writes them: microsecond UTC times; a NaN value stays NaN, not null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "event_time": pa.array(frame["event_time"], type=pa.timestamp("us", tz="UTC")),
+            "sensor": pa.array(frame["sensor"], type=pa.string()),
+            "value": pa.array(frame["value"].to_numpy(), from_pandas=False),
+        }
+    )
+    pq.write_table(table, path)
+
+
 def long_readings(rows: Rows) -> pd.DataFrame:
     t, n = rows.values.shape
     return pd.DataFrame(

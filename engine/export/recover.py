@@ -200,7 +200,7 @@ def recover_dataset(
     odd = _infinite_readings(wide, times, union)  # left out, as a missing reading is
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
-    if missing and readings:
+    if missing:
         raise ConfigError(
             f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
             "named in the config"

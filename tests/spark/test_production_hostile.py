@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from engine.errors import PipelineError
@@ -28,6 +26,7 @@ from engine.export.recover import recover_dataset
 from tests.production_reference import (
     BACKUP,
     feed,
+    land_long,
     landed_sample,
     long_readings,
     read_results,
@@ -137,14 +136,7 @@ def test_unknown_sensors_rows_without_a_sensor_and_nans_are_counted_and_kept(
                            np.inf, np.nan, np.ones(3)],
         }
     )  # fmt: skip
-    table = pa.table(
-        {
-            "event_time": pa.array(odd["event_time"], type=pa.timestamp("us", tz="UTC")),
-            "sensor": pa.array(odd["sensor"], type=pa.string()),
-            "value": pa.array(odd["value"].to_numpy(), from_pandas=False),  # NaN, not null
-        }
-    )
-    pq.write_table(table, tmp_path / "landing" / "zz-odd.parquet")
+    land_long(odd, tmp_path / "landing" / "zz-odd.parquet")  # NaN stays NaN, not null
     logged = _run(spark, tmp_path)
 
     events = [r for r in logged if r["event"] == "input_anomaly"]
@@ -188,16 +180,7 @@ def test_readings_that_land_twice_are_said_as_overfull_windows(spark: Any, tmp_p
     sensor = next(s for s in rows.sensors if s not in BACKUP)
     truth = long_readings(rows)
     again = truth[truth["sensor"] == sensor].iloc[:12]
-    pq.write_table(
-        pa.table(
-            {
-                "event_time": pa.array(again["event_time"], type=pa.timestamp("us", tz="UTC")),
-                "sensor": pa.array(again["sensor"], type=pa.string()),
-                "value": pa.array(again["value"].to_numpy()),
-            }
-        ),
-        tmp_path / "landing" / "zz-again.parquet",
-    )
+    land_long(again, tmp_path / "landing" / "zz-again.parquet")
     logged = _run(spark, tmp_path)
 
     # reference: epoch-aligned windows of 8 h every 4 h over the sensor's readings
@@ -251,16 +234,7 @@ def test_readings_stamped_in_the_future_do_not_move_the_watermark(
     rows = landed_sample(tmp_path, 48, rows_per_file=24, stop=24)
     wrong = long_readings(rows).iloc[: 2 * len(rows.sensors)].copy()
     wrong["event_time"] = wrong["event_time"] + pd.Timedelta(days=30_000)  # about 2098
-    pq.write_table(
-        pa.table(
-            {
-                "event_time": pa.array(wrong["event_time"], type=pa.timestamp("us", tz="UTC")),
-                "sensor": pa.array(wrong["sensor"], type=pa.string()),
-                "value": pa.array(wrong["value"].to_numpy()),
-            }
-        ),
-        tmp_path / "landing" / "part-000000-zz-future.parquet",
-    )
+    land_long(wrong, tmp_path / "landing" / "part-000000-zz-future.parquet")
     first = _run(spark, tmp_path)
     feed(rows, tmp_path / "landing", rows_per_file=24, start=24)
     second = _run(spark, tmp_path)
