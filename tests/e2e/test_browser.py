@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.export import validate_config
+from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
 from tests.e2e.harness import ROOT, open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
@@ -279,11 +280,18 @@ def try_to_cancel(page) -> bool:  # type: ignore[no-untyped-def]
     return True
 
 
-def test_a_long_run_can_be_cancelled(browser, app_url, shots_dir):  # type: ignore[no-untyped-def]
+def test_a_long_run_can_be_cancelled(browser, tmp_path, shots_dir):  # type: ignore[no-untyped-def]
     """Measured what-ifs run in the background with progress and a Cancel that works.
 
-    The job can beat the click on a fast machine; each retry uses a new eps, so a new job.
+    Its own app with the planner's default folds (the shared one runs 6): with 6 folds a
+    what-if on a quick machine could end before the click landed, five times in a row.
+    Each retry uses a new eps, so a new job.
     """
+    with running_app(tmp_path, {"LACUNA_MAX_FOLDS": str(DEFAULT_BACKTEST_FOLDS)}) as url:
+        cancel_a_what_if(browser, url, shots_dir)
+
+
+def cancel_a_what_if(browser, app_url: str, shots_dir: Path) -> None:  # type: ignore[no-untyped-def]
     page = browser.new_page(viewport={"width": 1440, "height": 2400})
     page.set_default_timeout(120_000)
     try:
