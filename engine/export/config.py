@@ -115,7 +115,9 @@ def validity(plan: BackupPlan) -> dict[str, Any]:
 def plan_to_config(
     plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> dict[str, Any]:
-    """The backup config (schema v2) of ``plan`` as plain JSON-ready data."""
+    """The backup config (schema v2) of ``plan`` as plain JSON-ready data: what a plan
+    could not measure (no backtest fold) is null, as written, so the config validates
+    before it is written (the app's Export refused such a plan over a NaN)."""
     p, lm = plan.parameters, plan.linear_map
     reconstruction = {
         target: {
@@ -126,7 +128,7 @@ def plan_to_config(
         for i, target in enumerate(lm.targets)
     }
     eps = plan.eps_per_sensor
-    return {
+    config = {
         "schema_version": SCHEMA_VERSION,
         "created_at": now().isoformat(timespec="seconds"),
         "data_fingerprint": plan.data_fingerprint,
@@ -152,6 +154,7 @@ def plan_to_config(
         ),
         "validity": validity(plan),
     }
+    return json_safe(config)
 
 
 def _guarantee(plan: BackupPlan) -> dict[str, Any]:

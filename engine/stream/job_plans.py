@@ -45,7 +45,7 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import ConfigError, DataError, EngineError, PipelineError
-from engine.export.config import BackupConfig, json_safe, plan_to_config
+from engine.export.config import BackupConfig, plan_to_config
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file, plan_file, same_plan
 from engine.planning.calibration import CALIBRATIONS
 from engine.planning.monitor import MonitorAlert
@@ -176,7 +176,7 @@ def plan_again(
     if pinned:
         why = "the live monitor found each missing more than delta under two plans in a row"
         plan = pin_backups(plan, pinned, why)
-    return BackupConfig.from_dict(json_safe(plan_to_config(plan)))  # unmeasured: NaN -> null
+    return BackupConfig.from_dict(plan_to_config(plan))
 
 
 Runner = Callable[[Callable[[], Any]], "Future[Any]"]

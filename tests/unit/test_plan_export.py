@@ -150,6 +150,12 @@ def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> Non
     assert set(plan.backup_sensors) == set(temps.sensors)
     assert plan.calibration.method == "unmeasured"
     assert any("one backtest fold needs 288" in w for w in plan.warnings)
+    # what it could not measure is null in its config, which validates as written: the
+    # app's Export refused it over a NaN while the CLI wrote it
+    config = plan_to_config(plan)
+    validate_config(config)
+    assert config["guarantee"]["backtest"]["violation_rate_worst_sensor_all_windows"] is None
+    assert json.loads(json.dumps(config, allow_nan=False)) == config
     # the same history without the backtest (the UI's instant preview) is calibrated
     preview = make_plan(short, params, run_backtest_now=False)
     assert preview.calibration.method == "backtest"
