@@ -13,13 +13,12 @@ with panels.page_guard():
     how = c1.radio(
         "Edges", ["strongest per sensor", "above a threshold"], horizontal=True, key="w_edge_mode"
     )
-    if how == "strongest per sensor":
+    if how == "strongest per sensor" and n <= 2:  # one neighbour each: nothing to choose
+        c2.caption("Two sensors: each one's only edge is shown.")
+        edges_kw, label = {"top_k": 1}, "top 1 per sensor"
+    elif how == "strongest per sensor":
         k = c2.slider(
-            "Edges per sensor (top-k by |corr|)",
-            1,
-            max(1, min(10, n - 1)),
-            min(2, n - 1),
-            key="w_top_k",
+            "Edges per sensor (top-k by |corr|)", 1, min(10, n - 1), min(2, n - 1), key="w_top_k"
         )
         edges_kw, label = {"top_k": k}, f"top {k} per sensor"
     else:

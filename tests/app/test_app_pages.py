@@ -88,6 +88,16 @@ def test_graph_edge_controls_change_the_graph(app):  # type: ignore[no-untyped-d
     assert len(app.get("plotly_chart")) == 2
 
 
+def test_graph_of_two_sensors_has_no_empty_slider(app):  # type: ignore[no-untyped-def]
+    """Top-k of two sensors is 1..1: Streamlit refuses such a slider (the page crashed)."""
+    sensors = app.multiselect(key="w_sensors")
+    sensors.set_value(list(sensors.options)[:2]).run()
+    app.switch_page("pages/graph.py").run()
+    assert_clean(app)
+    assert "each one's only edge is shown" in texts(app)
+    assert len(app.get("plotly_chart")) == 2
+
+
 def test_quick_group_changes_the_sensors_and_their_defaults(app):  # type: ignore[no-untyped-def]
     app.button(key="w_group_PM2.5").click().run()
     chosen = app.multiselect(key="w_sensors").value
