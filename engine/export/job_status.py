@@ -118,8 +118,18 @@ class JobStatus:
 
 
 def read_job_status(backup: str | Path) -> JobStatus:
-    """The job's record at ``backup`` (``DataError`` when there is none to read)."""
+    """The job's record at ``backup`` (``DataError`` when there is none to read, or the
+    file system refuses the path: a name too long, no permission)."""
     root = local_path(backup)
+    try:
+        return _read_job_status(root, backup)
+    except OSError as err:
+        raise DataError(
+            f"cannot read the backup at {str(backup)!r}: {err.strerror or err}"
+        ) from None
+
+
+def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
     if not root.is_dir():
         raise DataError(f"no backup directory at {str(backup)!r}")
     plans = root.joinpath(*PLANS_DIR)

@@ -109,3 +109,15 @@ def test_quick_group_changes_the_sensors_and_their_defaults(app):  # type: ignor
     assert not app.exception
     assert all(e.value.startswith("Plan measured by a rolling-origin") for e in app.error)
     assert app.number_input(key="w_eps").value == app.session_state["params"].eps
+
+
+def test_production_page_says_a_path_it_cannot_read_in_one_line(app, tmp_path):  # type: ignore[no-untyped-def]
+    """A name longer than the file system allows raised OSError through the page."""
+    app.switch_page("pages/production.py").run()
+    for path, says in (
+        (str(tmp_path / ("a" * 300)), "File name too long"),
+        (str(tmp_path / "nothing_here"), "no backup directory"),
+    ):
+        app.text_input(key="w_prod_backup").set_value(path).run()
+        assert not app.exception, path
+        assert len(app.error) == 1 and says in app.error[0].value, path
