@@ -123,7 +123,7 @@ def decode(con: duckdb.DuckDBPyConnection, source: str, options: LoadOptions) ->
     notes = [f"time column {time_col!r} ({how})"]
     time_expr, unit = _time_expression(table, time_col, options, notes)
     others = [n for n in schema if n != time_col]
-    roles = _long_roles(table, others, options.layout)
+    roles = _long_roles(table, time_col, others, options.layout)
     if roles is None:
         return _decode_wide(table, time_col, (time_expr, unit), others, notes)
     return _decode_long(table, time_col, (time_expr, unit), roles, notes)
@@ -192,7 +192,9 @@ def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:
     return UNIT_NS[unit]
 
 
-def _long_roles(table: _Table, others: list[str], layout: str) -> tuple[str, str] | None:
+def _long_roles(
+    table: _Table, time_col: str, others: list[str], layout: str
+) -> tuple[str, str] | None:
     """(sensor column, value column) if the file is long, else None."""
     if layout == "wide":
         return None
@@ -208,9 +210,25 @@ def _long_roles(table: _Table, others: list[str], layout: str) -> tuple[str, str
         if sensor.lower() in SENSOR_NAMES and value.lower() in VALUE_NAMES:
             return sensor, value
     ids = [n for n in others if table.is_id_like(n)]
+    if len(ids) == 1 and layout != "long" and _times_unique(table, time_col):
+        # A long file holds several sensors per time step; a text column beside one
+        # reading per time is a status or a label, not a sensor id (it was pivoted
+        # into one sensor per label, silently).
+        raise DataError(
+            f"{table.source}: column {ids[0]!r} holds text, not numbers, and every time "
+            "appears once, so this is not a long file (time, sensor, value): drop that "
+            "column, or choose the long layout if it does name sensors"
+        )
     if len(ids) == 1:
         return ids[0], b if ids[0] == a else a
     return (a, b) if layout == "long" else None
+
+
+def _times_unique(table: _Table, time_col: str) -> bool:
+    """No time value appears twice (NULL times aside)."""
+    col = _q(time_col)
+    row = table.con.execute(f"SELECT count({col}), count(DISTINCT {col}) FROM raw").fetchone()
+    return row is not None and row[0] == row[1]
 
 
 def _number_expressions(table: _Table, names: list[str]) -> list[str]:

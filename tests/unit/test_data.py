@@ -77,6 +77,17 @@ def test_long_with_unnamed_roles_detected_by_sensor_ids(tmp_csv):
     assert history.report.layout == "long" and history.sensors == ("s0", "s1")
 
 
+def test_a_text_status_beside_one_reading_per_time_is_not_a_long_file(tmp_csv):
+    """time,status,temp with status OK/FAULT was pivoted into sensors 'OK' and 'FAULT'."""
+    wide = make_wide(8, 1).rename(columns={"s0": "temp"})
+    wide.insert(1, "status", ["OK", "FAULT"] * 4)
+    path = tmp_csv(wide)
+    with pytest.raises(DataError, match=r"column 'status' holds text.* every time appears once"):
+        load_history(path)
+    history = load_history(path, LoadOptions(layout="long"))  # the operator's word for it
+    assert set(history.sensors) == {"FAULT", "OK"}
+
+
 def test_parquet_wide_and_long(tmp_path):
     wide = make_wide(9, 4)
     wide.to_parquet(tmp_path / "wide.parquet", index=False)
