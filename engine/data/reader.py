@@ -171,6 +171,7 @@ def _time_expression(
         parsed = f"TRY_CAST({col} AS TIMESTAMPTZ)"
         table.require_none(f"{parsed} IS NULL", name, "cannot parse {value!r} as a time")
         table.require_none(f"NOT ({parsed} {_NS_SPAN})", name, _NS_PROBLEM)
+        _refuse_mixed_zones(table, name)
         if table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
             notes.append("times with a UTC offset were converted to UTC")
         return f"epoch_ns({parsed})", None
@@ -180,6 +181,30 @@ def _time_expression(
         table.require_none(f"NOT (CAST({col} AS TIMESTAMPTZ) {_NS_SPAN})", name, _NS_PROBLEM)
         return f"epoch_ns(CAST({col} AS TIMESTAMP_NS))", None
     raise DataError(f"{table.source}: column {name!r} has type {table.schema[name]}, not times")
+
+
+# a UTC offset or Z after a clock time: "...12:00+02:00", "...12:00:00.5Z", "...12:00 -0500"
+_ZONED = r"\d:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)\s*$"
+
+
+def _refuse_mixed_zones(table: _Table, name: str) -> None:
+    """``DataError`` when some times carry a UTC offset and others none: the naive ones
+    would be read as UTC and the two kinds interleaved, hours apart, silently."""
+    zoned = f"regexp_matches(trim({_q(name)}), '{_ZONED}')"
+    some = table.count(zoned)
+    if some == 0 or some == table.count("true"):
+        return
+    got = table.con.execute(
+        f"SELECT {zoned} AS z, CAST({_q(name)} AS VARCHAR) AS v FROM raw"
+    ).fetchnumpy()
+    z = np.ma.filled(got["z"], False).astype(bool)
+    v = np.ma.filled(got["v"].astype(object), None)
+    with_, without = int(np.argmax(z)), int(np.argmax(~z))
+    raise DataError(
+        f"{table.source}: column {name!r} mixes times with a UTC offset (row {with_ + 1}: "
+        f"{v[with_]!r}) and times without one (row {without + 1}: {v[without]!r}); the "
+        "ones without would be taken as UTC: give every time an offset, or none"
+    )
 
 
 def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:

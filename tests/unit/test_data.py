@@ -88,6 +88,23 @@ def test_a_text_status_beside_one_reading_per_time_is_not_a_long_file(tmp_csv):
     assert set(history.sensors) == {"FAULT", "OK"}
 
 
+def test_times_with_and_without_a_utc_offset_in_one_column_are_refused(tmp_path):
+    """Naive times were taken as UTC and sorted in between the offset ones, hours apart."""
+    times = ["2024-03-01 00:00:00", "2024-03-01 01:00:00+02:00", "2024-03-01 02:00:00"]
+    path = tmp_path / "mixed.csv"
+    pd.DataFrame({"time": [*times, "2024-03-01 03:00:00"], "a": [1.0, 2, 3, 4]}).assign(
+        b=[2.0, 1, 0, 3]
+    ).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"mixes times with a UTC offset \(row 2: .*row 1: "):
+        load_history(path)
+    every = [t + "+02:00" for t in ("2024-03-01 00:00:00", "2024-03-01 01:00:00")]
+    pd.DataFrame({"time": [*every, "2024-03-01T02:00:00Z", "2024-03-01T03:00:00.5-01"],
+                  "a": [1.0, 2, 3, 4], "b": [2.0, 1, 0, 3]}).to_csv(path, index=False)  # fmt: skip
+    history = load_history(path)  # every time has one: converted to UTC
+    assert str(history.times[0]) == "2024-02-29T22:00:00.000000000"
+    assert "times with a UTC offset were converted to UTC" in history.report.notes
+
+
 def test_parquet_wide_and_long(tmp_path):
     wide = make_wide(9, 4)
     wide.to_parquet(tmp_path / "wide.parquet", index=False)
