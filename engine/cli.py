@@ -85,6 +85,7 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         LoadOptions(
             layout=cast(Any, layout),
             time_column=getattr(args, "time_column", None),
+            numeric_time_unit=getattr(args, "time_unit", "s"),
             sensors=chosen,  # chosen before the row minimum: 3 of 10,000 columns need 5 rows
         ),
     )

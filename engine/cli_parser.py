@@ -61,6 +61,12 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--layout", default="auto", help="auto, wide or long")
     p.add_argument("--time-column", default=None, help="name of the time column")
+    p.add_argument(
+        "--time-unit",
+        default="s",
+        choices=("ns", "us", "ms", "s", "min", "h"),
+        help="unit of a numeric time column since 1970-01-01: ns, us, ms, s, min or h (default s)",
+    )
 
 
 FOLDS_HELP = f"cap the backtest folds, evenly spaced (default {DEFAULT_MAX_FOLDS}; 0: all)"

@@ -152,6 +152,30 @@ def cases() -> list[Case]:
             ("température", "湿度", "😀"),
             8,
         ),
+        Case(  # a status beside one reading per time: not sensor ids of a long file
+            "status_column.csv",
+            _csv(
+                "time,status,temp",
+                [f"{t},{'OK' if i % 3 else 'FAULT'},{20 + i}" for i, t in enumerate(_times(12))],
+            ),
+            "column 'status' holds text, not numbers, and every time appears once",
+        ),
+        Case(  # naive times would be taken as UTC, hours from the offset ones
+            "mixed_offsets.csv",
+            _csv(
+                "time,a,b",
+                [
+                    f"{t}{'+02:00' if i == 5 else ''},{i},{i * i % 7}"
+                    for i, t in enumerate(_times(12))
+                ],
+            ),
+            "mixes times with a UTC offset (row 6",
+        ),
+        Case(  # epoch milliseconds read as seconds: say which unit was assumed
+            "epoch_ms.csv",
+            _csv("time,a,b", [f"{1709251200000 + i * 3600000},{i},{i * i % 7}" for i in range(12)]),
+            "is out of range as seconds since 1970-01-01 (another unit?",
+        ),
         Case("bom.csv", b"\xef\xbb\xbf" + ok12, None, ("a", "b", "c"), 12),
         Case("semicolon.csv", ok12.replace(b",", b";"), None, ("a", "b", "c"), 12),
         Case("infinite.csv", _reading("inf"), None, ("a", "b", "c"), 12),

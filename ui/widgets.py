@@ -14,6 +14,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from engine.aggregates import AGGREGATE_NAMES
 from engine.data import LoadOptions
+from engine.data.options import UNIT_WORDS
 from engine.errors import EngineError
 from engine.planning import PlanParameters
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
@@ -34,8 +35,8 @@ def _seed(key: str, value: object) -> None:
 
 
 def load_options() -> LoadOptions:
-    """Layout and time column of an upload (auto-detected by default)."""
-    cols = st.columns(2)
+    """Layout, time column and numeric time unit of an upload (auto-detected by default)."""
+    cols = st.columns(3)
     layout = cols[0].selectbox(
         "Layout",
         ["auto", "wide", "long"],
@@ -45,7 +46,18 @@ def load_options() -> LoadOptions:
     time_column = cols[1].text_input(
         "Time column", "", placeholder="auto-detect", key="w_time_column"
     )
-    return LoadOptions(layout=layout, time_column=time_column.strip() or None)
+    units = list(UNIT_WORDS)
+    unit = cols[2].selectbox(
+        "Numeric time unit",
+        units,
+        index=units.index("s"),
+        format_func=lambda u: UNIT_WORDS[u],
+        help="how a time column of plain numbers counts from 1970-01-01 (epoch)",
+        key="w_time_unit",
+    )
+    return LoadOptions(
+        layout=layout, time_column=time_column.strip() or None, numeric_time_unit=unit
+    )
 
 
 def _set_selection(sensors: list[str]) -> None:

@@ -292,9 +292,11 @@ def _to_ns(table: _Table, name: str, raw: np.ndarray, unit: int | None) -> np.nd
     x = _as_float(raw)
     bad = np.flatnonzero(~np.isfinite(x) | (np.abs(x) * unit >= 9.2e18))
     if bad.size:
+        words = next(w for u, w in UNIT_WORDS.items() if UNIT_NS[u] == unit)
         raise DataError(
             f"{table.source}: column {name!r} row {bad[0] + 1}: time {float(x[bad[0]])!r} "
-            "is out of range"
+            f"is out of range as {words} since 1970-01-01 (another unit? the numeric time "
+            "unit option, --time-unit on the command line)"
         )
     if np.all(x == np.round(x)) and np.max(np.abs(x)) < 2**53:
         return x.astype(np.int64) * unit  # exact for integer offsets

@@ -70,3 +70,16 @@ def test_a_filesystem_error_is_a_message_not_a_crash(app, monkeypatch):  # type:
     _upload(app, "fine.csv", good.data)
     assert not app.exception
     assert len(app.error) == 1 and "No space left on device" in app.error[0].value
+
+
+def test_epoch_milliseconds_load_once_the_unit_is_chosen(app):  # type: ignore[no-untyped-def]
+    """Refused as seconds (the message says so); read as milliseconds when chosen."""
+    case = next(c for c in cases() if c.name == "epoch_ms.csv")
+    _upload(app, case.name, case.data)
+    assert len(app.error) == 1 and "as seconds since 1970-01-01" in app.error[0].value
+    app.selectbox(key="w_time_unit").set_value("ms").run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert "Dataset: epoch_ms.csv" in texts(app)
+    history = app.session_state["dataset"].history
+    assert str(history.times[0]) == "2024-03-01T00:00:00.000000000"
+    assert history.report.sampling_interval_s == 3600.0

@@ -157,6 +157,18 @@ def test_bad_input_is_one_line_and_exit_2(flags: list[str], needle: str) -> None
     assert done.stdout == ""
 
 
+def test_time_unit_reads_epoch_milliseconds(tmp_path: Path) -> None:
+    data = tmp_path / "epoch_ms.csv"
+    rows = [f"{1709251200000 + i * 3600000},{i % 5},{i * i % 7},{i % 3}" for i in range(60)]
+    data.write_text("\n".join(["time,a,b,c", *rows]) + "\n")
+    base = ["plan", "--data", str(data), "--eps", "1", "--delta", "0.05", "--window", "4"]
+    refused = run_cli(*base, "--no-backtest")
+    assert refused.returncode == 2 and "--time-unit" in refused.stderr
+    done = run_cli(*base, "--no-backtest", "--time-unit", "ms")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["validity"]["fit_start"].startswith("2024-03-01T00:00:00")
+
+
 def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "plan.json"
     bad.write_text('{"schema_version": 1, "surprise": true}')
