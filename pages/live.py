@@ -58,4 +58,5 @@ with panels.page_guard():
             "windows are rebuilt from the backup."
         )
         st.stop()
-    recovery.recovery_section(data.history, plan, report)
+    running = manager.status().state in live.ACTIVE
+    recovery.recovery_section(data.history, plan, report, running)

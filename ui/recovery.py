@@ -188,19 +188,29 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
 
 
 def recovery_section(
-    session_history: SensorHistory, session_plan: BackupPlan, report: RecoveryReport
+    session_history: SensorHistory,
+    session_plan: BackupPlan,
+    report: RecoveryReport,
+    running: bool = True,
 ) -> None:
-    """The last recovery: figures, recovered vs true, errors vs eps, rates vs delta, modes."""
+    """The last recovery: figures, recovered vs true, errors vs eps, rates vs delta, modes.
+    ``running``: the pipeline is still running, so pending windows may yet finish."""
     inputs = pipeline_inputs(report, session_history, session_plan)
     if inputs is None:
         st.info("The last recovery ran on data this server no longer holds: start a new run.")
         return
     history, plan = inputs
     st.subheader(f"Recovery report (mode {report.mode})")
-    st.session_state[PENDING] = report.windows_pending > 0
+    st.session_state[PENDING] = report.windows_pending > 0 and running
     report_metrics(report)
     if report.windows_recovered:
         report_charts(history, report)
+    elif report.windows_pending and not running:
+        st.info(
+            f"{plural(report.windows_pending, 'lost window')} reach past the failure and "
+            "stay unfinished: the pipeline stopped before the restarted query reached their "
+            "end. Start a new run to measure another recovery."
+        )
     elif report.windows_pending:
         st.info(
             f"{plural(report.windows_pending, 'lost window')} reach past the failure: the "

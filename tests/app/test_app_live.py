@@ -154,6 +154,25 @@ def test_recovery_report_renders_its_charts(app, fake):  # type: ignore[no-untyp
     assert list(table["figures"]) == ["measured", "projected (not run)", "projected (not run)"]
 
 
+@pytest.mark.parametrize(
+    ("state", "says"),
+    [("running", "this report updates when it does"), ("stopped", "stay unfinished")],
+)
+def test_pending_windows_are_promised_only_while_the_pipeline_runs(app, fake, state, says):  # type: ignore[no-untyped-def]
+    """Stopped with recovered windows still pending, the page promised an update that
+    could no longer come."""
+    from dataclasses import replace
+
+    report, results = make_report()
+    pending = replace(report, windows_recovered=0, windows_pending=2, violation_rates={})
+    fake(FakeManager(state, pending, results))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    notes = [i.value for i in app.info if "reach past the failure" in i.value]
+    assert len(notes) == 1 and says in notes[0], notes
+    assert app.session_state[live.PENDING] is (state == "running")
+
+
 def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ignore[no-untyped-def]
     report, results = make_report()
     monkeypatch.setattr(
