@@ -122,6 +122,7 @@ def start(
             "rows": str(len(history.times)),
             "split": replay_split(data).describe(data.history),
             "sensors": str(len(plan.sensors)),
+            "source": str(history.report.source),
         }
         log.history, log.plan, log.monitor = history, plan, monitor
         log.data_key = data.key

@@ -56,6 +56,7 @@ def page_plan() -> tuple[PlanningData, BackupPlan]:
     if live is not None:
         live_line(live)
         return data, live
+    other_pipeline_note(data)
     plan = current_plan(data, state.params())
     status_line(plan)
     return data, plan
@@ -75,6 +76,23 @@ def live_plan(data: PlanningData) -> BackupPlan | None:
     if manager.status().state not in LIVE_STATES:
         return None
     return log.monitor.plan_for(manager.spec_in_force().linear_map)
+
+
+def other_pipeline_note(data: PlanningData) -> None:
+    """A pipeline runs on other data than this session's (another browser session
+    started it): say so, as the Live page's status and controls are that pipeline's."""
+    log = resources.pipeline_log()
+    if log.data_key is None or log.data_key == data.key:
+        return
+    if resources.pipeline_manager().status().state not in LIVE_STATES:
+        return
+    started = log.started
+    st.warning(
+        f"A live pipeline is running on other data than this session's "
+        f"({started.get('source', 'another dataset')}, {started.get('sensors', '?')} "
+        f"sensors, started at {started.get('at', '?')}): the Live page's status, failure "
+        "and recovery are that pipeline's, not this plan's. Stop it to stream this data."
+    )
 
 
 def live_line(plan: BackupPlan) -> None:

@@ -173,6 +173,24 @@ def test_pending_windows_are_promised_only_while_the_pipeline_runs(app, fake, st
     assert app.session_state[live.PENDING] is (state == "running")
 
 
+def test_a_pipeline_on_other_data_is_said_on_every_page(app, fake, monkeypatch):  # type: ignore[no-untyped-def]
+    """Session B, with its own data loaded, saw its own plan beside session A's running
+    pipeline, and nothing said the status and the failure button were A's."""
+    fake(FakeManager("running"))
+    log = resources.PipelineLog()
+    log.data_key = "another session's data"
+    log.started = {"source": "plant_a.csv", "sensors": "40", "at": "12:00:00 UTC"}
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    for page in ("live", "plan"):
+        app.switch_page(f"pages/{page}.py").run()
+        assert not app.exception
+        said = [w.value for w in app.warning if "running on other data" in w.value]
+        assert len(said) == 1 and "plant_a.csv, 40 sensors" in said[0], page
+    log.data_key = None  # no pipeline of another dataset: nothing said
+    app.run()
+    assert not [w for w in app.warning if "running on other data" in w.value]
+
+
 def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ignore[no-untyped-def]
     report, results = make_report()
     monkeypatch.setattr(
