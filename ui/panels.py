@@ -120,7 +120,23 @@ def start_backtest(data: PlanningData, params: PlanParameters) -> None:
         progress(0.0, "fitting the model and calibrating targets")
         return plans.measure_plan(data, params, cache, progress)
 
+    cancel_superseded_backtest(st.session_state.get(_LAST_BACKTEST), key)
+    st.session_state[_LAST_BACKTEST] = key
     background.submit(key, "backtest", work)
+
+
+_LAST_BACKTEST = "_last_backtest"  # the key of the backtest this session started last
+
+
+def cancel_superseded_backtest(previous: tuple | None, key: tuple) -> None:
+    """Cancel ``previous``, this session's last backtest, if it still runs for other
+    parameters: each setting an operator passed through left one running (six shared
+    two cores). Another session's backtests are left alone (sessions may differ)."""
+    if previous is None or previous == key:
+        return
+    job = background.runner().get(previous)
+    if job is not None and job.state == "running":
+        background.runner().forget(previous)
 
 
 def current_plan(data: PlanningData, params: PlanParameters) -> BackupPlan:

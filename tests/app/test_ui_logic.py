@@ -159,3 +159,33 @@ def test_backup_table_rates_count_only_rebuilt_windows() -> None:
     never = [s for s, (_, r, _) in plan.backtest.per_sensor.items() if r == 0]
     shown = dict(zip(table["sensor"], table["backtest miss rate (rebuilt windows)"], strict=True))
     assert all(shown[s] == "never rebuilt" for s in never)
+
+
+def test_a_new_backtest_cancels_the_one_it_supersedes() -> None:
+    """Each eps the operator passed through left a backtest running (six on two cores)."""
+    import threading
+
+    from ui import panels
+    from ui.jobs import get_runner
+
+    release = threading.Event()
+
+    def slow(progress):  # type: ignore[no-untyped-def]
+        while not release.wait(0.01):
+            progress(0.5, "working")  # raises Cancelled once cancel is asked
+
+    runner = get_runner()
+    keys = [("backtest", "d1", 1), ("backtest", "d1", 2)]
+    jobs = [runner.submit(k, "test", slow) for k in keys]
+    try:
+        panels.cancel_superseded_backtest(keys[0], ("backtest", "d1", 3))
+        assert jobs[0].join(5.0) and jobs[0].state == "cancelled"
+        assert runner.get(keys[0]) is None
+        assert jobs[1].state == "running"  # not this session's last: left alone
+        panels.cancel_superseded_backtest(keys[1], keys[1])  # itself: kept
+        panels.cancel_superseded_backtest(None, keys[1])  # none before
+        assert jobs[1].state == "running"
+    finally:
+        release.set()
+        for k in keys:
+            runner.forget(k)
