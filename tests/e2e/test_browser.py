@@ -28,7 +28,19 @@ def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def shoot(page, shots: Path, name: str) -> None:  # type: ignore[no-untyped-def]
-    wait_idle(page)
+    """A screenshot for a person to look at; it asserts nothing, so it never fails a test.
+
+    A page whose fragments poll (the Live page while a pipeline runs: two fragments
+    every 1.5 s) need not be idle at any moment: in one clean-clone run on a busy 2-core
+    machine the journey's Live page stayed 'running' for the whole 60 s wait, after
+    every assertion of the recovery had passed.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        wait_idle(page, 20_000)
+    except PlaywrightTimeout:
+        print(f"shoot({name}): the page did not go idle in 20 s; taken while it runs")
     page.wait_for_timeout(800)  # let plotly finish drawing
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
@@ -156,6 +168,7 @@ def test_first_visit_every_page_shows_the_sample(browser, app_url, shots_dir):  
             page.get_by_text(text).first.wait_for()
             if charts:  # plotly draws after the text; under load seconds later
                 page.locator(".js-plotly-plot").nth(charts - 1).wait_for()
+            wait_idle(page)  # the page's whole run is over: an error would be drawn by now
             shoot(page, shots_dir, f"first_{i}_{title.split()[0].lower()}")
             assert page.get_by_test_id("stException").count() == 0, title
             assert page.get_by_test_id("stAlertContentError").count() == 0, title
