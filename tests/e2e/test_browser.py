@@ -122,6 +122,9 @@ def plan_in_force(page) -> int:  # type: ignore[no-untyped-def]
 def second_session_sees_the_same_pipeline(browser, app_url: str) -> None:  # type: ignore[no-untyped-def]
     """Another browser session shows the shared pipeline and cannot start a second one."""
     other = browser.new_page(viewport={"width": 1400, "height": 1600})
+    # A new session's first run (the sample loaded and planned for it) beside a running
+    # pipeline: the sidebar took over Playwright's default 30 s in one loaded CI run.
+    other.set_default_timeout(120_000)
     try:
         other.goto(app_url)
         open_page(other, "Live pipeline")
