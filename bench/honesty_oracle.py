@@ -178,7 +178,7 @@ def run(cases: list[B.Case]) -> Iterator[dict[str, Any]]:
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    halves = sorted({r["half"] for r in rows}) + ["all"]
+    halves = [*sorted({r["half"] for r in rows}), "all"]
     out = {}
     for half in halves:
         rs = [r for r in rows if half in ("all", r["half"])]

@@ -63,9 +63,8 @@ def test_fewest_misses_search_every_backup_set() -> None:
 def test_the_direct_rebuild_is_the_products_linear_map() -> None:
     """The search's own solve against ``GaussianModel.linear_map(...).apply``, a constant
     sensor included (the product gives it coefficient 0)."""
-    from engine.model import GaussianModel
-
     from bench.honesty_oracle import rebuild
+    from engine.model import GaussianModel
 
     rng = np.random.default_rng(11)
     x = rng.normal(size=(200, 5)) @ rng.normal(size=(5, 5))
