@@ -189,3 +189,37 @@ def test_a_new_backtest_cancels_the_one_it_supersedes() -> None:
         release.set()
         for k in keys:
             runner.forget(k)
+
+
+def test_each_event_is_a_line_through_every_panel_of_the_timeline() -> None:
+    """Failures, recoveries, re-plans and alerts cross all five panels, on each panel's own
+    axes (panel 4 has a second y axis, so panel 5's is y6), and keep the two hlines."""
+    import pandas as pd
+
+    from ui import timeline
+
+    times = pd.date_range("2026-11-26 06:00", periods=6, freq="3s", tz="UTC")
+    frame = pd.DataFrame(
+        {
+            "time": times,
+            **{c: 1.0 for c in ("rows_per_second", "duration_ms", "backlog")},
+            **{c: 10 for c in ("backup_rows", "backup_bytes")},
+            "shadow_pooled": 0.01,
+        }
+    )
+    events = pd.DataFrame(
+        {"time": times[[1, 3, 4]], "kind": ["failure", "recovery", "replan"], "text": "x"}
+    )
+    fig = timeline.pipeline_timeline(frame, events, 0.05, 1.0)
+    vertical = [s for s in fig.layout.shapes if s.x0 == s.x1 and s.yref.endswith("domain")]
+    panels = {(s.xref, s.yref) for s in vertical}
+    assert panels == {
+        ("x", "y domain"), ("x2", "y2 domain"), ("x3", "y3 domain"),
+        ("x4", "y4 domain"), ("x5", "y6 domain"),
+    }  # fmt: skip
+    for t, kind in zip(events["time"], events["kind"], strict=True):
+        at = [s for s in vertical if pd.Timestamp(s.x0) == t]
+        assert len(at) == 5 and {s.line.color for s in at} == {timeline.EVENT_COLOURS[kind]}
+    assert len(fig.layout.shapes) == 3 * 5 + 2  # the trigger and delta lines stay
+    markers = [tr for tr in fig.data if getattr(tr, "mode", None) == "markers"]
+    assert sorted(tr.name for tr in markers) == ["failure", "recovery", "replan"]
