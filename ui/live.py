@@ -329,8 +329,12 @@ _DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
 
 
 def _watch(s: PipelineStatus) -> tuple[object, ...]:
-    # While recovered windows are pending, each new window may finish one: rerun the page.
-    return (s.state, s.windows_emitted if st.session_state.get(PENDING) else None)
+    # A new plan version reruns the page: its plan-of-record banner and the plan shown
+    # are drawn by the full run, and stayed on the old version while the polled metric
+    # showed the new one. While recovered windows are pending, each new window may
+    # finish one: rerun the page.
+    pending = s.windows_emitted if st.session_state.get(PENDING) else None
+    return (s.state, s.plan_version, pending)
 
 
 @st.fragment(run_every=POLL_SECONDS)

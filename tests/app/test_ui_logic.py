@@ -223,3 +223,14 @@ def test_each_event_is_a_line_through_every_panel_of_the_timeline() -> None:
     assert len(fig.layout.shapes) == 3 * 5 + 2  # the trigger and delta lines stay
     markers = [tr for tr in fig.data if getattr(tr, "mode", None) == "markers"]
     assert sorted(tr.name for tr in markers) == ["failure", "recovery", "replan"]
+
+
+def test_a_new_plan_version_reruns_the_live_page() -> None:
+    """The Live page's banner (the plan of record) is drawn by the full run: a new version
+    must rerun it, or the banner stays on the old version beside the polled metric."""
+    from engine.stream.status import PipelineStatus
+    from ui import live
+
+    before = live._watch(PipelineStatus(state="running", plan_version=1))
+    assert live._watch(PipelineStatus(state="running", plan_version=2)) != before
+    assert live._watch(PipelineStatus(state="running", plan_version=1)) == before
