@@ -274,13 +274,18 @@ def score(folds: list[dict[str, Any]], sensors: list[str]) -> dict[str, Any]:
     }
 
 
-def run_case(case: Case, folds: int, live: bool = True) -> dict[str, Any]:
+def case_folds(case: Case, folds: int = FOLDS) -> tuple[Any, list[str], int, int, np.ndarray]:
+    """The case's readings (its sensors only), their names, H, S and the fold origins."""
     data = load_history(DATASETS / case.dataset / "wide.csv")
     names = [x for x in data.sensors if any(fnmatchcase(x, g) for g in case.sensors)]
     data = data.select(names)
     rows = data.values.shape[0]
     h, s = history_and_horizon(case, rows)
-    origins = np.linspace(h, rows - s, folds).round().astype(int)
+    return data, names, h, s, np.linspace(h, rows - s, folds).round().astype(int)
+
+
+def run_case(case: Case, folds: int, live: bool = True) -> dict[str, Any]:
+    data, names, h, s, origins = case_folds(case, folds)
     out: dict[str, Any] = {"case": case.name, "half": case.half, "sensors": len(names)}
     out |= {"aggregate": case.aggregate, "window": case.window, "eps": case.eps, "H": h, "S": s}
     plans: dict[str, list[dict[str, Any]]] = {}

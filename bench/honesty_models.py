@@ -33,14 +33,12 @@ import math
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.bench_honesty import CASES, DATASETS, FOLDS, history_and_horizon, run_fold, tumbling
-from engine.data import load_history
+from bench.bench_honesty import CASES, case_folds, run_fold, tumbling
 
 RESULTS = Path(__file__).resolve().parent / "results" / "honesty_models.json"
 
@@ -172,13 +170,8 @@ def greedy_small(values_hist, eps_read, k):
 
 
 def run_case(case):
-    data = load_history(DATASETS / case.dataset / "wide.csv")
-    names = [x for x in data.sensors if any(fnmatchcase(x, g) for g in case.sensors)]
-    data = data.select(names)
+    data, names, h, s, origins = case_folds(case)
     values, times = np.asarray(data.values, float), data.times
-    rows = values.shape[0]
-    h, s = history_and_horizon(case, rows)
-    origins = np.linspace(h, rows - s, FOLDS).round().astype(int)
     n = len(names)
     out = {
         "case": case.name,

@@ -127,11 +127,8 @@ def pooled_bound(fewest: list[np.ndarray], windows: int, n: int, delta: float) -
 
 
 def case_bound(case: B.Case) -> dict[str, Any]:
-    data = B.load_history(B.DATASETS / case.dataset / "wide.csv")
-    names = [x for x in data.sensors if any(B.fnmatchcase(x, g) for g in case.sensors)]
-    values = data.select(names).values
-    h, s = B.history_and_horizon(case, values.shape[0])
-    origins = np.linspace(h, values.shape[0] - s, B.FOLDS).round().astype(int)
+    data, names, h, s, origins = B.case_folds(case)
+    values = data.values
     fewest = [fewest_misses_by_size(values[t - h : t], values[t : t + s], case) for t in origins]
     per_fold = [  # each fold alone at <= delta, for comparison
         1.0 - min(k for k in range(len(names) + 1)

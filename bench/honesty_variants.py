@@ -358,12 +358,7 @@ def cases(halves: list[str]) -> Any:
     for case in B.CASES:
         if case.half not in halves:
             continue
-        data = B.load_history(B.DATASETS / case.dataset / "wide.csv")
-        names = [x for x in data.sensors if any(B.fnmatchcase(x, g) for g in case.sensors)]
-        data = data.select(names)
-        h, s = B.history_and_horizon(case, data.values.shape[0])
-        origins = np.linspace(h, data.values.shape[0] - s, B.FOLDS).round().astype(int)
-        yield case, data, names, h, s, origins
+        yield case, *B.case_folds(case)
 
 
 def oracle(case: Any, data: Any, names: list[str], h: int, s: int, origins: Any) -> str:
