@@ -31,7 +31,7 @@ from ui import background, plans, resources
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData
 
-RATES = (5, 10, 20, 50, 100)  # history rows replayed per second
+RATES = (1, 2, 5, 10, 20, 50, 100)  # history rows replayed per second
 POLL_SECONDS = 1.5
 ACTIVE = ("running", "failed", "recovering", "error")  # Start off, Stop on
 PENDING = "_live_pending"  # the last report still waits for windows

@@ -218,7 +218,11 @@ def recovery_section(
             "when it does."
         )
     elif report.windows_lost == 0:
-        st.info("No window was lost: the failure came between two committed batches.")
+        st.info(
+            "No window was lost: every window the stream had completed was out before the "
+            "query died (the failure came between two committed batches, or after the "
+            "replay had ended). Nothing needed rebuilding."
+        )
     st.subheader("approx vs full vs none")
     table = mode_table(plan, report)
     st.dataframe(table, hide_index=True)

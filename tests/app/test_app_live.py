@@ -154,6 +154,21 @@ def test_recovery_report_renders_its_charts(app, fake):  # type: ignore[no-untyp
     assert list(table["figures"]) == ["measured", "projected (not run)", "projected (not run)"]
 
 
+def test_a_failure_that_lost_no_window_says_why_nothing_was_rebuilt(app, fake):  # type: ignore[no-untyped-def]
+    """A failure pressed after the replay had ended loses nothing; the page said only
+    'between two committed batches', which is not what happened then."""
+    from dataclasses import replace
+
+    report, results = make_report()
+    nothing = replace(report, windows_lost=0, windows_recovered=0, violation_rates={})
+    fake(FakeManager("running", nothing, results))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    notes = [i.value for i in app.info if i.value.startswith("No window was lost")]
+    assert len(notes) == 1 and "after the replay had ended" in notes[0], notes
+    assert len(app.get("plotly_chart")) == 1  # the modes only: no recovered windows to draw
+
+
 @pytest.mark.parametrize(
     ("state", "says"),
     [("running", "this report updates when it does"), ("stopped", "stay unfinished")],
