@@ -234,3 +234,44 @@ def test_a_new_plan_version_reruns_the_live_page() -> None:
     before = live._watch(PipelineStatus(state="running", plan_version=1))
     assert live._watch(PipelineStatus(state="running", plan_version=2)) != before
     assert live._watch(PipelineStatus(state="running", plan_version=1)) == before
+
+
+def test_the_dashboard_redraws_its_figures_only_when_the_history_changes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The fragment polls every 1.5 s; a figure is built again only for a new batch, a
+    patched batch, a new event or other parameters, never for an unchanged history."""
+    from dataclasses import replace
+
+    from engine.stream.metrics import BatchPoint, PipelineEvent
+    from ui import dashboard, timeline
+
+    built: list[int] = []
+    real = timeline.pipeline_timeline
+
+    def counting(frame, marks, delta, trigger_s):  # type: ignore[no-untyped-def]
+        built.append(len(frame))
+        return real(frame, marks, delta, trigger_s)
+
+    monkeypatch.setattr(timeline, "pipeline_timeline", counting)
+    cache: dict[str, object] = {}
+    points = [
+        BatchPoint(at=f"2026-11-26T06:00:0{i}+00:00", run=0, batch_id=i, input_rows=10)
+        for i in range(3)
+    ]
+    events: list[PipelineEvent] = []
+    first, disorder = dashboard.timeline_figures(cache, points, events, 0.05, 1.0)
+    assert disorder is None  # no disorder stage: no K to draw
+    for _ in range(3):  # polls with nothing new
+        again, _ = dashboard.timeline_figures(cache, tuple(points), list(events), 0.05, 1.0)
+        assert again is first
+    assert len(built) == 1
+    patched = [*points[:2], replace(points[2], store_ms=12.0)]  # a batch's commit time lands
+    changed = [
+        (patched, events, 0.05),
+        ([*points, replace(points[2], batch_id=3)], events, 0.05),
+        (points, [PipelineEvent(at=points[1].at, kind="failure", text="run 0 killed")], 0.05),
+        (points, events, 0.1),
+    ]
+    for pts, evs, delta in changed:
+        fig, _ = dashboard.timeline_figures(cache, pts, evs, delta, 1.0)
+        assert fig is not first
+    assert len(built) == 5
