@@ -248,11 +248,13 @@ class PipelineManager(ManagerViews):
             self.board.update(state="failed", mode=config.mode, run=run)
             return self.status()
 
-    def simulate_failure(self, grace_seconds: float = 5.0) -> PipelineStatus:
+    def simulate_failure(self, grace_seconds: float = 20.0) -> PipelineStatus:
         """Kill the query and destroy everything that was not backed up.
 
-        The next batch raises inside ``foreachBatch``; if no batch comes within
-        ``grace_seconds`` the query is stopped mid-stream instead.
+        The first batch that starts with a window open raises inside ``foreachBatch``
+        (``LivePipeline.request_failure``: one that would lose nothing is let through);
+        if none comes within ``grace_seconds`` (the feed has ended) the query is
+        stopped mid-stream instead.
         """
         with self._lock:
             pipeline = self._require_pipeline()

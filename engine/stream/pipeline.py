@@ -42,6 +42,7 @@ from engine.stream.batch import (
 from engine.stream.failure import query_failure_line
 from engine.stream.listener import _make_listener
 from engine.stream.quiet import stopping
+from engine.stream.recovery import find_lost_range
 from engine.stream.reporting import BatchReporting
 from engine.stream.source import LandingDirSource, StreamSource
 from engine.stream.spec import (
@@ -175,8 +176,19 @@ class LivePipeline(PlanSwitching, BatchReporting):
         return self._state
 
     def request_failure(self) -> None:
-        """Make the next batch raise, killing the query."""
+        """Kill the query at the first batch that starts with a window open.
+
+        A crash just after a batch that closed every window (tumbling windows whose
+        edge the batch ended on) loses nothing, so an operator's simulated failure
+        there would show no recovery at all: such a batch is processed, and the
+        failure strikes at the next one. ``fail_after_readings`` strikes where it says.
+        """
         self._fail.set()
+
+    def _loses_a_window(self) -> bool:
+        """Would a crash now lose a window? (the committed rows reach an open one)"""
+        slide = self.spec.slide
+        return find_lost_range(self.store, slide).lost_windows(slide).size > 0
 
     def process_all_available(self) -> None:
         """Block until everything that has landed is processed (raises if the query died)."""
@@ -218,7 +230,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         limit = self.options.fail_after_readings
-        if self._fail.is_set() or (limit is not None and self._readings >= limit):
+        reached = limit is not None and self._readings >= limit
+        if reached or (self._fail.is_set() and self._loses_a_window()):
             self._fail.set()
             raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
         if self.store.is_committed(self.run, batch_id):

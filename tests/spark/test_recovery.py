@@ -211,6 +211,36 @@ def test_simulation_recovers_every_lost_window(
     assert RecoveryReport.__dataclass_fields__.keys() <= report.to_dict().keys()
 
 
+def test_a_simulated_failure_strikes_inside_an_open_window(
+    spark: Any, history: Any, spec_factory: Any, tmp_path: Path
+) -> None:
+    """A crash just after a batch that ended on the edge of tumbling windows loses
+    nothing: the operator's Simulate failure pressed then showed no recovery at all (two
+    CI runs of the browser journey). The batch that would lose nothing is let through and
+    the failure strikes at the next one, which starts inside an open window."""
+    spec = spec_factory(window=4, slide=4)
+    short = type(history)(history.times[:8], history.values[:8], history.sensors)
+    manager = PipelineManager(LOCAL)
+    paths = PipelinePaths(tmp_path)
+    one = PipelineOptions(max_files_per_trigger=1, trigger_seconds=0.0)  # a row a batch
+    try:
+        manager.start(short, spec, "approx", paths, rows_per_file=1, options=one, stop_row=4)
+        manager.drain(120)
+        assert manager.rows_seen() == 4 and manager.status().windows_emitted == 1
+        manager._pipeline.request_failure()  # failing now would lose nothing: rows 0-3 are out
+        manager.feed_rest()
+        status = manager.simulate_failure(grace_seconds=120)
+        assert status.state == "failed"
+        report = manager.recover()
+        # row 4's batch was let through (it opened window 1), row 5's failed
+        assert report.windows_lost == 1 and report.lost_rows == (4, 4)
+        manager.drain(120)
+        final = manager.report()
+        assert final.windows_recovered == 1 and final.window_ids == (1,)
+    finally:
+        manager.close()
+
+
 def test_mode_none_loses_the_windows_and_says_so(
     spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
 ) -> None:
