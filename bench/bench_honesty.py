@@ -68,7 +68,7 @@ Fixed before any run (not tuned):
   history is too short for one backtest fold, so every plan backs up every
   mote and the case could only read 0 % savings.
 * **fresh-3**: thirteen more cases, fixed and committed (eleventh session) before
-  any of them was run, with the method unchanged since fresh-2: the remaining
+  any of them was run, with the method unchanged since fresh-2: thirteen more
   aggregates of variables whose unit has a rule above (Beijing temperature max,
   PM2.5 sum and pressure min; five cities' temperature avg, PM max and dew point
   max; appliances indoor temperature min and humidity sum; room temperature min

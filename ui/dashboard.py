@@ -214,7 +214,7 @@ def fail_and_recover(already_failed: bool) -> None:
 
     def work(progress: background.Progress) -> object:
         if not already_failed:
-            progress(0.05, "simulating a failure: the next batch inside an open window dies")
+            progress(0.05, "simulating a failure: the first batch to start with a window open dies")
             manager.simulate_failure()
         progress(0.3, "recovering the lost windows from the backup (Spark batch job)")
         report = manager.recover()

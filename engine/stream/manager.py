@@ -248,13 +248,13 @@ class PipelineManager(ManagerViews):
             self.board.update(state="failed", mode=config.mode, run=run)
             return self.status()
 
-    def simulate_failure(self, grace_seconds: float = 20.0) -> PipelineStatus:
+    def simulate_failure(self, grace_seconds: float = 15.0) -> PipelineStatus:
         """Kill the query and destroy everything that was not backed up.
 
         The first batch that starts with a window open raises inside ``foreachBatch``
-        (``LivePipeline.request_failure``: one that would lose nothing is let through);
-        if none comes within ``grace_seconds`` (the feed has ended) the query is
-        stopped mid-stream instead.
+        (``LivePipeline.request_failure``: up to two that would lose nothing are let
+        through); if no batch comes within ``grace_seconds`` (the feed has ended, or
+        the query is stuck) the query is stopped where it is instead.
         """
         with self._lock:
             pipeline = self._require_pipeline()

@@ -69,6 +69,7 @@ RUN_FILE = "lacuna_run.json"
 
 
 END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
+LET_THROUGH = 2  # batches a requested failure lets through while none would lose a window
 
 
 class LivePipeline(PlanSwitching, BatchReporting):
@@ -112,6 +113,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
         self._fail = threading.Event()
+        self._let_through = 0  # batches processed since the failure was requested
         self._seed = seed
         self._state = seed or WindowState.empty(len(spec.sensors))
         self._readings = 0
@@ -181,9 +183,20 @@ class LivePipeline(PlanSwitching, BatchReporting):
         A crash just after a batch that closed every window (tumbling windows whose
         edge the batch ended on) loses nothing, so an operator's simulated failure
         there would show no recovery at all: such a batch is processed, and the
-        failure strikes at the next one. ``fail_after_readings`` strikes where it says.
+        failure strikes at the next one. At most ``LET_THROUGH`` batches are let
+        through: when every batch ends on an edge (files of whole windows) waiting
+        longer shows nothing more. ``fail_after_readings`` strikes where it says.
         """
         self._fail.set()
+
+    def _strikes(self) -> bool:
+        """Does a requested failure strike at the batch starting now?"""
+        if not self._fail.is_set():
+            return False
+        if self._let_through >= LET_THROUGH or self._loses_a_window():
+            return True
+        self._let_through += 1
+        return False
 
     def _loses_a_window(self) -> bool:
         """Would a crash now lose a window? (the committed rows reach an open one)"""
@@ -230,8 +243,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         limit = self.options.fail_after_readings
-        reached = limit is not None and self._readings >= limit
-        if reached or (self._fail.is_set() and self._loses_a_window()):
+        if (limit is not None and self._readings >= limit) or self._strikes():
             self._fail.set()
             raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
         if self.store.is_committed(self.run, batch_id):

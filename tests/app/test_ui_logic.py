@@ -265,13 +265,17 @@ def test_the_dashboard_redraws_its_figures_only_when_the_history_changes(monkeyp
         assert again is first
     assert len(built) == 1
     patched = [*points[:2], replace(points[2], store_ms=12.0)]  # a batch's commit time lands
-    changed = [
-        (patched, events, 0.05),
-        ([*points, replace(points[2], batch_id=3)], events, 0.05),
-        (points, [PipelineEvent(at=points[1].at, kind="failure", text="run 0 killed")], 0.05),
-        (points, events, 0.1),
+    failure = [PipelineEvent(at=points[1].at, kind="failure", text="run 0 killed")]
+    changed = [  # each differs from the first drawing in one thing only
+        (patched, events, 0.05, 1.0),
+        ([*points, replace(points[2], batch_id=3)], events, 0.05, 1.0),
+        (points, failure, 0.05, 1.0),
+        (points, events, 0.1, 1.0),
+        (points, events, 0.05, 2.0),
     ]
-    for pts, evs, delta in changed:
-        fig, _ = dashboard.timeline_figures(cache, pts, evs, delta, 1.0)
-        assert fig is not first
-    assert len(built) == 5
+    for pts, evs, delta, trigger_s in changed:
+        baseline: dict[str, object] = {}
+        drawn, _ = dashboard.timeline_figures(baseline, points, events, 0.05, 1.0)
+        fig, _ = dashboard.timeline_figures(baseline, pts, evs, delta, trigger_s)
+        assert fig is not drawn, (len(pts), len(evs), delta, trigger_s)
+    assert len(built) == 1 + 2 * len(changed)
