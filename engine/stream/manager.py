@@ -252,8 +252,8 @@ class PipelineManager(ManagerViews):
         """Kill the query and destroy everything that was not backed up.
 
         The first batch that starts with a window open raises inside ``foreachBatch``
-        (``LivePipeline.request_failure``: up to two that would lose nothing are let
-        through); if no batch comes within ``grace_seconds`` (the feed has ended, or
+        (``LivePipeline.request_failure``: up to ``LET_THROUGH`` that would lose nothing
+        are let through); if no batch comes within ``grace_seconds`` (the feed has ended, or
         the query is stuck) the query is stopped where it is instead.
         """
         with self._lock:
