@@ -52,6 +52,7 @@ from engine import backup_parquet
 from engine.errors import StoreError
 from engine.store_records import (
     BACKUP_COLUMNS,
+    INDEXED_KINDS,
     LATE_COLUMNS,
     RESULT_COLUMNS,
     VERSION_COLUMNS,
@@ -299,8 +300,17 @@ class BackupStore:
         return -1 if value is None else int(value)
 
     def last_window(self) -> int:
-        """The largest window id with a final result of any kind (-1 if none)."""
-        value = self._scalar("SELECT coalesce(max(window_id), -1) FROM results WHERE final")
+        """The largest reading-indexed window id with a final result (-1 if none).
+
+        Only ``INDEXED_KINDS`` count: a disorder stage's final results are windows of
+        event time, whose ids run ahead after a gap in the data (a lost range judged
+        from them started late, and the windows between got no result).
+        """
+        value = self._scalar(
+            "SELECT coalesce(max(window_id), -1) FROM results WHERE final"
+            " AND list_contains(?, kind)",
+            [list(INDEXED_KINDS)],
+        )
         return -1 if value is None else int(value)
 
     def load_state(self, run: int) -> bytes | None:

@@ -15,7 +15,10 @@ import pandas as pd
 
 __all__ = [
     "BACKUP_COLUMNS",
+    "INDEXED_KINDS",
     "LATE_COLUMNS",
+    "LIVE",
+    "RECOVERED",
     "RESULT_COLUMNS",
     "VERSION_COLUMNS",
     "BackupWritten",
@@ -36,6 +39,12 @@ RESULT_COLUMNS = (
     "final",
 )
 LATE_COLUMNS = ("seq", "event_time", "sensor", "value", "arrival_time")
+# Result kinds of the reading-indexed windows (window j holds readings j*slide ..
+# j*slide + window - 1), the ids a lost range is counted in. A disorder stage's
+# results ("provisional", "correction", "final") are windows of event time: after a
+# gap in the data their ids run ahead of these.
+LIVE, RECOVERED = "live", "recovered"
+INDEXED_KINDS = (LIVE, RECOVERED)
 
 
 @dataclass(frozen=True)

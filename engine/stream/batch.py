@@ -24,6 +24,7 @@ import pandas as pd
 
 from engine.aggregates import window_aggregates, window_errors
 from engine.model.linear import LinearMap, column_indices
+from engine.store_records import LIVE, RECOVERED
 
 FEED_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
 BACKUP_COLUMNS: tuple[str, ...] = ("seq", "event_time", "sensor", "value")
@@ -296,7 +297,7 @@ def shadow_errors(closed: ClosedWindows, params: WindowParams, linear_map: Linea
 def results_frame(closed: ClosedWindows, sensors: Sequence[str], version: int = 1) -> pd.DataFrame:
     """Long rows for the store's ``results`` table, one per (window, sensor)."""
     n = len(sensors)
-    kinds = np.where(closed.recovered, "recovered", "live")
+    kinds = np.where(closed.recovered, RECOVERED, LIVE)
     return pd.DataFrame(
         {
             "window_id": np.repeat(closed.ids, n),

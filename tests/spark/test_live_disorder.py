@@ -12,7 +12,9 @@ from engine.aggregates import window_aggregates
 from engine.disorder import DisorderStage
 from engine.store import BackupStore
 from engine.stream.feeder import Feeder, FeedOptions
+from engine.stream.manager import PipelineManager
 from engine.stream.pipeline import LivePipeline
+from engine.stream.session import SparkSettings
 from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 
 pytestmark = pytest.mark.spark
@@ -82,3 +84,47 @@ def test_late_tuples_are_recorded_and_corrections_land_in_the_results(
         if 0 <= row.window_id < truth.shape[0]:
             expected = truth[row.window_id, history.sensors.index(row.sensor)]
             assert row.value == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_a_failure_after_a_gap_in_time_recovers_every_lost_window(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    """The stage's windows are aligned to event time, the pipeline's to readings, so
+    after a day missing from the data their ids differ by a day's windows. The lost
+    range must start after the last reading-indexed window with a final result: judged
+    from the stage's ids it began six windows late, and those windows got no result."""
+    times = history.times.copy()
+    times[48:] = times[48:] + np.timedelta64(1, "D")  # a day missing from the feed
+    gapped = type(history)(times, history.values, history.sensors)
+
+    def stage() -> DisorderStage:
+        return DisorderStage.for_history(
+            times, spec.window, spec.slide, spec.aggregate, eps_thr=spec.eps, delta=0.05,
+            backup_sensors=spec.backup_sensors,
+        )  # fmt: skip
+
+    manager = PipelineManager(SparkSettings(master="local[2]", shuffle_partitions=2))
+    paths = PipelinePaths(tmp_path)
+    options = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0)
+    try:
+        # rows 0-81 processed: windows 0-18 (8 rows, slide 4) are closed, 19 and 20 open
+        manager.start(
+            gapped, spec, "approx", paths, rows_per_file=4, options=options,
+            stage_factory=stage, stop_row=82,
+        )  # fmt: skip
+        manager.drain(120)
+        manager.simulate_failure(grace_seconds=0.5)
+        first = manager.recover()
+        manager.feed_rest()
+        manager.drain(120)
+        final = manager.report()
+    finally:
+        manager.close()
+    assert first.lost_rows[0] == 19 * spec.slide and first.windows_lost >= 1
+    assert final.windows_recovered == final.windows_lost and final.windows_pending == 0
+    with BackupStore(paths.store_file) as store:
+        results = store.read_results()
+    indexed = results[results["kind"].isin(["live", "recovered"])]
+    n_windows = (len(times) - spec.window) // spec.slide + 1
+    assert sorted(set(indexed["window_id"])) == list(range(n_windows))  # none lost
+    assert not indexed.duplicated(["window_id", "sensor"]).any()  # none twice

@@ -193,6 +193,18 @@ def test_recovery_results_are_idempotent_too(store: BackupStore) -> None:
     assert store.last_window() == 5
 
 
+def test_the_last_window_counts_reading_indexed_results_only(store: BackupStore) -> None:
+    """A disorder stage's final results are windows of event time: after a gap in the
+    data their ids run ahead, and a lost range judged from them would start late."""
+    staged = result_rows(9).assign(kind="final")
+    store.commit_batch(BatchWrite(run=0, batch_id=0, results=pd.concat([result_rows(3), staged])))
+    assert store.last_window() == 3
+    store.commit_batch(
+        BatchWrite(run=0, batch_id=RECOVERY_BATCH, results=result_rows(4).assign(kind="recovered"))
+    )
+    assert store.last_window() == 4
+
+
 def test_plan_log_and_late_rows(store: BackupStore) -> None:
     store.log_plan("start", ["a"])
     late = backup_rows(range(1)).assign(arrival_time=pd.Timestamp("2020-01-01"))
