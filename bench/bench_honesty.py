@@ -208,6 +208,20 @@ CASES = [
 HALVES = tuple(dict.fromkeys(c.half for c in CASES))  # in the order they were fixed
 
 
+def chosen_cases(names: str | None) -> list[Case]:
+    """The cases named (comma-separated; None: all), in the order they were fixed.
+
+    ``ValueError`` naming every unknown name: a typo must not run nothing and then
+    write an empty result over the committed one.
+    """
+    wanted = set(names.split(",")) if names else None
+    cases = [c for c in CASES if wanted is None or c.name in wanted]
+    unknown = sorted((wanted or set()) - {c.name for c in cases})
+    if unknown:
+        raise ValueError(f"unknown case(s): {', '.join(unknown)}")
+    return cases
+
+
 def history_and_horizon(case: Case, rows: int) -> tuple[int, int]:
     """(H, S) in rows by the rule in the module docstring."""
     if case.week_rows is not None and 3 * case.week_rows + FOLDS * case.week_rows <= rows:
@@ -365,7 +379,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 folds a case")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
@@ -374,9 +388,13 @@ def main(argv: list[str] | None = None) -> None:
         "--no-live", action="store_true", help="skip the shadow-monitored run (honesty_live)"
     )
     args = ap.parse_args(argv)
-    chosen = args.cases.split(",") if args.cases else [c.name for c in CASES]
+    try:
+        chosen = chosen_cases(args.cases)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     results = []
-    for case in (c for c in CASES if c.name in chosen):
+    for case in chosen:
         start = time.perf_counter()
         results.append(run_case(case, 3 if args.quick else FOLDS, live=not args.no_live))
         r = results[-1]
@@ -409,7 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

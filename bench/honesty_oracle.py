@@ -197,11 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", help="comma-separated case names (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    wanted = set(args.cases.split(",")) if args.cases else None
-    cases = [c for c in B.CASES if wanted is None or c.name in wanted]
-    if wanted is not None and len(cases) != len(wanted):
-        unknown = sorted(wanted - {c.name for c in cases})
-        print(f"error: unknown case(s): {', '.join(unknown)}", file=sys.stderr)
+    try:
+        cases = B.chosen_cases(args.cases)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     rows = list(run(cases))
     report = {

@@ -4,8 +4,10 @@ the savings the README reads the 40 % target against must be the true optimum.""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import bench.bench_honesty as B
 from bench.honesty_oracle import fewest_misses_by_size, pooled_bound
@@ -77,3 +79,20 @@ def test_the_direct_rebuild_is_the_products_linear_map() -> None:
                 continue
             expected = model.linear_map(list(sub)).apply(future[:, list(sub)])
             assert np.allclose(rebuild(model, sub, future), expected), sub
+
+
+def test_an_unknown_case_is_refused_before_anything_runs_or_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in --cases ran nothing and wrote an empty result over the committed one."""
+    import bench.honesty_oracle as oracle
+
+    out = tmp_path / "result.json"
+    first = B.CASES[0].name
+    for main in (B.main, oracle.main):
+        assert main(["--cases", f"{first},nope,beijing_nope", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == "error: unknown case(s): beijing_nope, nope\n"
+        assert not out.exists()
+    assert [c.name for c in B.chosen_cases(None)] == [c.name for c in B.CASES]
+    assert [c.name for c in B.chosen_cases(first)] == [first]
