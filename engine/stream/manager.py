@@ -253,13 +253,14 @@ class PipelineManager(ManagerViews):
 
         The first batch that starts with a window open raises inside ``foreachBatch``
         (``LivePipeline.request_failure``: up to ``LET_THROUGH`` that would lose nothing
-        are let through); if no batch comes within ``grace_seconds`` (the feed has ended, or
-        the query is stuck) the query is stopped where it is instead.
+        are let through). When no batch can come (the feed has ended and every landed
+        file is processed) the query is stopped where it is at once; when none comes
+        within ``grace_seconds`` (the query is stuck), then.
         """
         with self._lock:
             pipeline = self._require_pipeline()
             pipeline.request_failure()
-            if not pipeline.await_termination(grace_seconds):
+            if not _await_end(pipeline, self._feeder, self._clock, grace_seconds):
                 pipeline.stop()
             pipeline.stop()
             deleted = discard_lost_state(
@@ -320,18 +321,8 @@ class PipelineManager(ManagerViews):
 
     def wait_for_failure(self, timeout: float) -> bool:
         """Wait until the running query dies (e.g. ``fail_after_readings``)."""
-        pipeline, feeder = self._pipeline, self._feeder
-        deadline = self._clock() + timeout
-        while pipeline is not None and self._clock() < deadline:
-            if pipeline.await_termination(0.5):
-                return True
-            if feeder is not None and feeder.progress().done:
-                try:
-                    pipeline.process_all_available()
-                except PipelineError:
-                    return True
-                return not pipeline.query.isActive
-        return False
+        pipeline = self._pipeline
+        return pipeline is not None and _await_end(pipeline, self._feeder, self._clock, timeout)
 
     def stop(self) -> PipelineStatus:
         """Stop everything (idempotent)."""
@@ -351,6 +342,27 @@ class PipelineManager(ManagerViews):
         self.stop()
         with self._lock:
             self._release()
+
+
+def _await_end(
+    pipeline: LivePipeline, feeder: Feeder | None, clock: Callable[[], float], timeout: float
+) -> bool:
+    """Wait until the query dies (``True``), or until no batch can come or ``timeout`` passes.
+
+    No batch can come once the feed is over (or there is no feeder: an attached run) and
+    every landed file is processed: waiting longer would only hold the caller.
+    """
+    deadline = clock() + timeout
+    while clock() < deadline:
+        if pipeline.await_termination(0.5):
+            return True
+        if feeder is None or feeder.progress().done:
+            try:
+                pipeline.process_all_available()
+            except PipelineError:
+                return True
+            return not pipeline.query.isActive
+    return False
 
 
 def _spark(settings: SparkSettings) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,28 @@ def test_a_simulated_failure_strikes_inside_an_open_window(
         manager.drain(120)
         final = manager.report()
         assert final.windows_recovered == 1 and final.window_ids == (1,)
+    finally:
+        manager.close()
+
+
+def test_a_failure_after_the_feed_has_ended_does_not_wait_for_a_batch(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    """Once every landed file is processed no batch can come: the query is stopped at
+    once. It waited the whole grace (15 s in the app) holding the manager's lock, and
+    the Live page's reruns waited with it."""
+    manager = PipelineManager(LOCAL)
+    paths = PipelinePaths(tmp_path)
+    try:
+        manager.start(history, spec, "approx", paths, rows_per_file=4, options=OPTIONS, stop_row=42)
+        manager.drain(120)
+        t0 = time.monotonic()
+        status = manager.simulate_failure(grace_seconds=300)
+        waited = time.monotonic() - t0
+        assert status.state == "failed" and waited < 60, waited
+        report = manager.recover()
+        # windows 0-8 closed (8 rows, slide 4); 9 (rows 36-43) and 10 (40-47) were open
+        assert report.lost_rows == (36, 41) and report.windows_lost == 2
     finally:
         manager.close()
 
