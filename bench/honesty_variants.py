@@ -4,6 +4,7 @@
     python -m bench.honesty_variants margin=1.0,nodrift choose
     python -m bench.honesty_variants oracle choose   # upper bounds, see below
     python -m bench.honesty_variants horizons held-out appliances_T_avg
+    python -m bench.honesty_variants base choose --json /tmp/base.json  # rows, full precision
 
 A study tool, not product code: each variant patches one piece of
 ``engine.planning`` in this process only, then runs ``bench.bench_honesty``'s
@@ -417,6 +418,10 @@ def horizons(case: Any, data: Any, names: list[str], h: int, s: int, origins: An
 
 
 def main(argv: list[str]) -> None:
+    out_json = None
+    if "--json" in argv:  # per-case rows at full precision (bench.honesty_frontier reads them)
+        i = argv.index("--json")
+        out_json, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2 :]
     variant, halves = argv[0], argv[1].split(",")
     only = set(argv[2].split(",")) if len(argv) > 2 else None
     opts = dict([*kv.split("="), ""][:2] for kv in variant.split(",") if kv != "base")
@@ -435,7 +440,7 @@ def main(argv: list[str]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folds = [B.run_fold(case, data, int(t), h, s, "ours", Path(tmp)) for t in origins]
         r = B.score(folds, names)
-        rows.append((case.half, r))
+        rows.append((case.half, r | {"case": case.name}))
         print(
             f"{variant} {case.name:20s} {r['pooled_rate']:.3f}/{r['worst_rate']:.3f} "
             f"{'ok ' if r['honest'] else 'NOT'} savings {r['savings']:.0%}",
@@ -448,6 +453,9 @@ def main(argv: list[str]) -> None:
                 f"{variant} {half}: honest {sum(r['honest'] for r in rs)}/{len(rs)}, "
                 f"mean savings {np.mean([r['savings'] for r in rs]):.1%}"
             )
+    if out_json is not None:
+        cases_out = [{"case": r["case"], "half": h_} | r for h_, r in rows]
+        out_json.write_text(json.dumps({"variant": variant, "cases": cases_out}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
