@@ -154,6 +154,19 @@ class DisorderStage:
         self.last_batch_id: int | None = None
         self._last_output: tuple[list[Item], list[LateItem]] = ([], [])
         self._dtypes: dict[str, Any] = {}
+        self.emit_from_s: float | None = None  # see ``resume_at``
+
+    def resume_at(self, ts: float) -> DisorderStage:
+        """A stage restarted after a failure: report no window that began before ``ts``.
+
+        The failure discarded the readings it held of the windows open then, and a new
+        stage sees only the readings from the restart (event time ``ts``) on, so its
+        results for those windows would be computed from part of them and, in time,
+        marked final. Their results are the pipeline's reading-indexed windows
+        (``recovered``, or ``live`` once the restarted query completes them).
+        """
+        self.emit_from_s = float(ts)
+        return self
 
     @classmethod
     def for_history(
@@ -245,7 +258,8 @@ class DisorderStage:
 
     def _finish_batch(self, batch_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
         released, late, rows = self.processor.drain()
-        self.rows.extend(rows)
+        start = self.emit_from_s
+        self.rows.extend(r for r in rows if start is None or r.start_s >= start)
         if batch_id is not None:
             self.last_batch_id = batch_id
             self._last_output = (released, late)
@@ -288,6 +302,7 @@ class DisorderStage:
                 "late": [list(x) for x in late if keep is None or x[4] in keep],
             },
             "dtypes": {name: str(dtype) for name, dtype in self._dtypes.items()},
+            "emit_from_s": self.emit_from_s,
         }
 
     def restore(self, state: dict[str, Any]) -> DisorderStage:
@@ -302,6 +317,7 @@ class DisorderStage:
             [parse_late_item(x) for x in out["late"]],
         )
         self._dtypes = {name: pd.api.types.pandas_dtype(d) for name, d in state["dtypes"].items()}
+        self.emit_from_s = state.get("emit_from_s")  # absent in snapshots of earlier releases
         return self
 
     def _save(self) -> None:

@@ -196,8 +196,15 @@ class PipelineManager(ManagerViews):
             self._feeder = Feeder(cfg.history, cfg.spec.sensors, landing, None, feed)
             self._feeder.start()
 
-    def _new_pipeline(self, version: PlanVersion, seed: Any) -> LivePipeline:
+    def _new_pipeline(
+        self, version: PlanVersion, seed: Any, resume_row: int | None = None
+    ) -> LivePipeline:
+        """The pipeline of ``version``; ``resume_row``: the row a restart after a failure
+        resumes at (its disorder stage reports no window begun before it)."""
         cfg = self._require_config()
+        stage = self._stage_factory() if self._stage_factory else None
+        if stage is not None and resume_row is not None:
+            _resume_stage(stage, cfg.history, resume_row)
         return LivePipeline(
             self._spark,
             version.spec,
@@ -207,7 +214,7 @@ class PipelineManager(ManagerViews):
             board=self.board,
             options=cfg.options,
             monitor=cfg.monitor,
-            stage=self._stage_factory() if self._stage_factory else None,
+            stage=stage,
             seed=seed,
             version=version,
         )
@@ -302,7 +309,9 @@ class PipelineManager(ManagerViews):
             # The restarted run must not fail again on its own.
             options = replace(cfg.options, fail_after_readings=None)
             self._config = replace(cfg, options=options)
-            self._pipeline = self._new_pipeline(current, seed=outcome.seed).start()
+            self._pipeline = self._new_pipeline(
+                current, seed=outcome.seed, resume_row=lost.last_row + 1
+            ).start()
             if self._carry is not None:
                 self._pipeline.queue(self._carry)
             self._failed_run, self._carry = None, None
@@ -315,8 +324,12 @@ class PipelineManager(ManagerViews):
             if feeder is not None:
                 feeder.join(timeout)
             pipeline.process_all_available()
-            if feeder is None or feeder.progress().done:
-                pipeline.finish_stage()  # a disorder stage releases and finalises the rest
+            cfg = self._config
+            paused = cfg is not None and cfg.feed is not None and cfg.feed.stop_row is not None
+            if (feeder is None or feeder.progress().done) and not paused:
+                # the feed is over: a disorder stage releases and finalises the rest (not
+                # at a pause, ``start(stop_row=...)``: the rest of its windows is to come)
+                pipeline.finish_stage()
             return self.status()
 
     def wait_for_failure(self, timeout: float) -> bool:
@@ -342,6 +355,21 @@ class PipelineManager(ManagerViews):
         self.stop()
         with self._lock:
             self._release()
+
+
+def _resume_stage(stage: Stage, history: HistoryLike | None, row: int) -> None:
+    """A restarted pipeline's disorder stage reports no window begun before ``row``.
+
+    (``DisorderStage.resume_at``: the failure discarded the readings it held of them.)
+    """
+    resume = getattr(stage, "resume_at", None)
+    if resume is None or history is None:
+        return
+    times = np.asarray(history.times)
+    if 0 <= row < len(times):
+        resume(float(times[row : row + 1].astype("datetime64[ns]").view(np.int64)[0]) / 1e9)
+    else:
+        resume(float("inf"))  # the restart starts past the history: nothing to report
 
 
 def _await_end(

@@ -862,6 +862,26 @@ def test_stage_replayed_batch_returns_the_same_output_once(tmp_path: Path) -> No
     assert sorted(released["seq"].tolist() + late["seq"].tolist()) == list(range(len(tuples)))
 
 
+def test_a_stage_resumed_after_a_failure_reports_no_window_begun_before_it() -> None:
+    """A restarted stage sees the readings from the restart on only: its results for
+    windows open then would be computed from part of them and, in time, marked final."""
+    origin = pd.Timestamp("2024-01-01", tz="UTC").value / 1e9
+    config = DisorderConfig(window=4, origin_s=origin, policy="none")
+    tuples = [(float(t), s, float(t), float(t)) for t in range(6, 20) for s in ("a", "b")]
+    fresh = DisorderStage(config)
+    fresh.process(stage_frame(tuples), batch_id=0)
+    fresh.flush()
+    assert fresh.pop_results()["window_id"].min() == 1  # window 1 (4-7) from readings 6 and 7
+    resumed = DisorderStage(config).resume_at(origin + 6.0)
+    resumed = DisorderStage(config).restore(resumed.snapshot())  # kept in the state
+    resumed.process(stage_frame(tuples), batch_id=0)
+    resumed.flush()
+    results = resumed.pop_results()
+    assert results["window_id"].min() == 2 and results["final"].any()  # window 2 starts at 8
+    whole = results[results["final"]].groupby("sensor")["value"].first()
+    assert whole.to_dict() == {"a": 9.5, "b": 9.5}  # (8 + 9 + 10 + 11) / 4, all there
+
+
 def test_stage_for_history_lines_windows_up_with_the_history() -> None:
     times = pd.date_range("2024-01-01", periods=10, freq="h").to_numpy()
     stage = DisorderStage.for_history(
