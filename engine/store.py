@@ -194,11 +194,28 @@ class BackupStore:
         if w.version is not None:
             self._insert_version(cur, w.version)
 
-    def _insert_version(self, cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> None:
-        """Insert ``v`` unless its id exists; close the open versions before it."""
-        cur.execute("SELECT 1 FROM plan_versions WHERE id = ?", [v.id])
-        if cur.fetchone() is not None:
-            return
+    def _insert_version(self, cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> bool:
+        """Insert ``v`` unless its id exists (``False``); close the open versions before it.
+
+        The same version written again (a replayed batch, a restart) is skipped; another
+        plan under an existing id is a ``StoreError``: skipping it would tag rows with a
+        version that says another plan governed them.
+        """
+        cur.execute(
+            "SELECT first_seq, backup_sensors, reconstruction FROM plan_versions WHERE id = ?",
+            [v.id],
+        )
+        row = cur.fetchone()
+        if row is not None:
+            same = (int(row[0]), json.loads(row[1]), row[2]) == (
+                v.first_seq, list(v.backup_sensors), v.reconstruction,
+            )  # fmt: skip
+            if not same:
+                raise StoreError(
+                    f"plan version {v.id} is already stored with another plan (from reading "
+                    f"{int(row[0])}, backup {json.loads(row[1])}); not overwriting it"
+                )
+            return False
         cur.execute(
             "UPDATE plan_versions SET last_seq = ?, last_time = ? "
             "WHERE id < ? AND last_seq IS NULL",
@@ -221,24 +238,24 @@ class BackupStore:
                 v.calibration,
             ],
         )
+        return True
 
     def write_version(self, version: VersionRecord) -> bool:
         """Write a plan version on its own (idempotent by id); ``False`` if it existed."""
         with self._cursor() as cur:
             cur.begin()
             try:
-                cur.execute("SELECT 1 FROM plan_versions WHERE id = ?", [version.id])
-                if cur.fetchone() is not None:
-                    cur.rollback()
-                    return False
-                self._insert_version(cur, version)
+                inserted = self._insert_version(cur, version)
                 cur.commit()
             except duckdb.Error as err:
                 cur.rollback()
                 raise StoreError(
                     f"cannot write plan version {version.id} to {str(self.path)!r}: {err}"
                 ) from err
-        return True
+            except BaseException:
+                cur.rollback()
+                raise
+        return inserted
 
     def read_versions(self) -> list[VersionRecord]:
         """Every plan version, oldest first."""
@@ -266,6 +283,13 @@ class BackupStore:
                 "INSERT INTO plan_log VALUES (?, ?, ?)",
                 [self._stamp(), reason, json.dumps(list(backup_sensors))],
             )
+
+    def save_state(self, run: int, batch_id: int, snapshot: bytes) -> None:
+        """The window-state snapshot of ``run`` on its own (no batch marker), e.g. the
+        seed a run restarted after a recovery begins with; a committed batch replaces it."""
+        with self._cursor() as cur:
+            cur.execute("DELETE FROM state WHERE run = ?", [run])
+            cur.execute("INSERT INTO state VALUES (?, ?, ?)", [run, batch_id, snapshot])
 
     def delete_state(self, run: int) -> None:
         """Forget the window-state snapshot of ``run`` (part of a simulated failure)."""

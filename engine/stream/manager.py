@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +36,7 @@ from engine.stream.ownership import (
     run_identity,
 )
 from engine.stream.pipeline import LivePipeline
-from engine.stream.recovery import find_lost_range, recover_lost_range
+from engine.stream.recovery import LostRange, find_lost_range, recover_lost_range
 from engine.stream.recovery_report import RecoveryReport
 from engine.stream.run_config import RunConfig, _calibration, _Recovery, default_rows_per_file
 from engine.stream.session import SparkSettings, get_spark
@@ -139,8 +139,10 @@ class PipelineManager(ManagerViews):
             truth_dir = None if action == "resume" else paths.truth_dir
             self._feeder = Feeder(history, spec.sensors, paths.landing_dir, truth_dir, feed)
             initial = PlanVersion.initial(spec, self._now(), _calibration(monitor))
+            stored = read_versions(self._require_store(), spec) if action == "resume" else []
             try:
-                self._pipeline = self._new_pipeline(initial, seed=None).start()
+                # a resumed run goes on under its plan of record, not the plan it began with
+                self._pipeline = self._new_pipeline(stored[-1] if stored else initial, None).start()
             except BaseException:
                 self._feeder, self._pipeline = None, None
                 self._release()
@@ -300,8 +302,9 @@ class PipelineManager(ManagerViews):
             )
             seconds = self._clock() - t0
             self._recovery = _Recovery(
-                lost, seconds, outcome.rows_read, outcome.seed.next_window, outcome.rows_by_version
-            )
+                lost, seconds, outcome.rows_read, outcome.seed.next_window,
+                outcome.rows_by_version, _stored_throughout(versions or [current], lost, cfg.mode),
+            )  # fmt: skip
             rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
             self.board.mark(
                 "recovery", f"{cfg.mode}: {rows} rebuilt", seconds=seconds, rows=outcome.rows_read
@@ -355,6 +358,19 @@ class PipelineManager(ManagerViews):
         self.stop()
         with self._lock:
             self._release()
+
+
+def _stored_throughout(
+    versions: Sequence[PlanVersion], lost: LostRange, mode: str
+) -> tuple[str, ...]:
+    """Sensors every version governing a row of ``lost`` backs up (in ``mode``)."""
+    governing = [
+        v
+        for v in versions
+        if v.first_seq <= lost.last_row and (v.last_seq is None or v.last_seq >= lost.first_row)
+    ] or list(versions[-1:])
+    sensors = governing[0].spec.sensors
+    return tuple(s for s in sensors if all(s in v.spec.stored_sensors(mode) for v in governing))
 
 
 def _resume_stage(stage: Stage, history: HistoryLike | None, row: int) -> None:

@@ -69,6 +69,7 @@ RUN_FILE = "lacuna_run.json"
 
 
 END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
+SEED_STATE = -2  # the batch id a restarted run's seeded state is saved under (no batch)
 LET_THROUGH = 2  # batches a requested failure lets through while none would lose a window
 
 
@@ -161,6 +162,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
                 blob = self.store.load_state(run)
                 if blob is not None:
                     self._state = self._unpack(blob)
+                self.board.update(plan_version=self._version.id)
                 return run
             ck.mkdir(parents=True, exist_ok=True)
             run = self.store.next_run()
@@ -170,6 +172,11 @@ class LivePipeline(PlanSwitching, BatchReporting):
         reason = "start" if self._seed is None else "restart after recovery"
         self.store.log_plan(f"run {run}: {reason} in mode {self.mode}", self.spec.backup_sensors)
         self.store.write_version(self._version.record())  # idempotent: a restart keeps it
+        if self._seed is not None:
+            # The recovery's seed (rebuilt tail rows, the next window) lives in memory
+            # until the first batch commits: a stop before that, then Resume, would
+            # start from an empty state and never close a window again.
+            self.store.save_state(run, SEED_STATE, self._pack(self._state))
         self.board.update(plan_version=self._version.id)
         return run
 

@@ -102,17 +102,22 @@ def score_recovery(
     rows_read: int,
     input_rows: int,
     truth_first_seq: int = 0,
+    stored: tuple[str, ...] | None = None,
 ) -> RecoveryReport:
     """Compare every recovered window of the lost range with the truth.
 
     ``truth`` is (T, n) in ``spec.sensors`` order, row ``i`` = reading ``truth_first_seq + i``.
+    ``stored``: the sensors backed up throughout the lost range (default: ``spec``'s in
+    ``mode``); the others are scored as rebuilt. A plan in force by the time the report
+    is read may back up a sensor the lost rows had to rebuild.
     """
+    stored = spec.stored_sensors(mode) if stored is None else stored
     lost_ids = lost.lost_windows(spec.slide)
     ids, recovered = _recovered_windows(store, spec, lost_ids)
     errors = np.abs(recovered - _truth_aggregates(truth, ids, spec, truth_first_seq))
     eps = spec.eps_vector
     rates = violation_rates(errors, eps) if ids.size else np.full(len(spec.sensors), np.nan)
-    targets = [i for i, s in enumerate(spec.sensors) if s not in spec.stored_sensors(mode)]
+    targets = [i for i, s in enumerate(spec.sensors) if s not in stored]
     pairs = errors[:, targets] if mode == "approx" else np.zeros((len(ids), 0))
     missed = pairs > eps[targets] if mode == "approx" else pairs > spec.eps
     size = store.size()
@@ -141,7 +146,7 @@ def score_recovery(
         window_ids=tuple(int(j) for j in ids),
         errors=tuple(tuple(float(v) for v in row) for row in errors),
         sensors=spec.sensors,
-        backup_sensors=spec.stored_sensors(mode),
+        backup_sensors=stored,
         note=_note(mode, int(lost_ids.size), int(ids.size)),
         eps_by_sensor=spec.eps_by_sensor,
     )

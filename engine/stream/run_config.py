@@ -31,6 +31,9 @@ class _Recovery:
     rows_read: int
     seed_next_window: int  # lost windows from here on are finished by the live query
     rows_by_version: dict[int, int] = field(default_factory=dict)
+    # Sensors backed up throughout the lost range (by every version governing its rows):
+    # the report scores the others as rebuilt, whatever plan is in force when it is read.
+    stored: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ class ManagerViews:
                 seconds=rec.seconds,
                 rows_read=rec.rows_read,
                 input_rows=self.board.snapshot().input_rows,
+                stored=rec.stored,
             )
             emitted = set(report.window_ids)
             pending = [

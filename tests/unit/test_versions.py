@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.errors import ParameterError
+from engine.errors import ParameterError, StoreError
 from engine.store import BackupStore
 from engine.store_records import BackupWritten, BatchWrite
 from engine.stream.rebuild import reconstruct_frame
@@ -46,6 +46,25 @@ def test_a_map_round_trips_through_json_bit_for_bit() -> None:
     back = map_from_json(map_to_json(lm))
     assert back.backup == lm.backup and back.targets == lm.targets
     assert np.array_equal(back.coef, lm.coef) and np.array_equal(back.intercept, lm.intercept)
+
+
+def test_another_plan_under_a_stored_version_id_is_refused_not_skipped(tmp_path: Path) -> None:
+    """A resumed run that numbered its versions from 0 again wrote its next re-plan as
+    id 1, which was silently skipped: its rows were tagged with another plan's id."""
+    x = values()
+    first = PlanVersion.initial(spec(("a",), x), T0)
+    one = first.following(PendingPlan(spec(("a", "c"), x), "scheduled", "", T0), 20)
+    other = first.following(PendingPlan(spec(("a", "d"), x), "manual", "", T0), 30)
+    with BackupStore(tmp_path / "s.duckdb") as store:
+        assert store.write_version(first.record()) and store.write_version(one.record())
+        assert not store.write_version(one.record())  # the same version again: skipped
+        with pytest.raises(StoreError, match="plan version 1 is already stored"):
+            store.write_version(other.record())
+        got = read_versions(store, first.spec)
+    assert [(v.id, v.first_seq, v.spec.backup_sensors) for v in got] == [
+        (0, 0, ("a",)),
+        (1, 20, ("a", "c")),
+    ]
 
 
 def test_versions_are_written_with_their_batch_and_close_the_one_before(tmp_path: Path) -> None:
