@@ -203,6 +203,12 @@ def recovery_section(
     st.subheader(f"Recovery report (mode {report.mode})")
     st.session_state[PENDING] = report.windows_pending > 0 and running
     report_metrics(report)
+    if report.windows_unrecoverable:
+        st.warning(
+            f"{plural(report.windows_unrecoverable, 'lost window')} cannot be rebuilt and "
+            "stay without a result: a row they need had no whole backup when recovery ran "
+            "(with arrival delays, its backed-up readings can arrive after the failure)."
+        )
     if report.windows_recovered:
         report_charts(history, report)
     elif report.windows_pending and not running:

@@ -74,6 +74,9 @@ class RecoveryReport:
     rows_by_version: dict[str, int] = field(default_factory=dict)
     # The plan versions of the stream (``PlanVersion.to_dict``, the open one up to now).
     plan_versions: tuple[dict[str, Any], ...] = ()
+    # Lost windows that will get no result: a row they need had no whole backup when
+    # recovery ran (with arrival delays, its backed-up readings can come after the failure).
+    windows_unrecoverable: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; NaN becomes ``None``."""

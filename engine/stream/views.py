@@ -137,17 +137,21 @@ class ManagerViews:
                 stored=rec.stored,
             )
             emitted = set(report.window_ids)
-            pending = [
-                j
-                for j in rec.lost.lost_windows(spec.slide)
-                if j >= rec.seed_next_window and j not in emitted
-            ]
+            missing = [j for j in rec.lost.lost_windows(spec.slide) if j not in emitted]
+            pending = [j for j in missing if j >= rec.seed_next_window]
+            gone = len(missing) - len(pending)  # recovery skipped them: nothing will come
+            note = report.note if not gone else (
+                f"{report.note}: {gone} of them cannot be rebuilt (a row they need had no "
+                "whole backup when recovery ran) and stay without a result"
+            )  # fmt: skip
             served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
             last = self.rows_seen() - 1
             versions = tuple(v.to_dict(last) for v in self.versions())
             return replace(
                 report,
                 windows_pending=len(pending),
+                windows_unrecoverable=gone,
+                note=note,
                 rows_by_version=served,
                 plan_versions=versions,
             )

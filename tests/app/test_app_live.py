@@ -169,6 +169,18 @@ def test_a_failure_that_lost_no_window_says_why_nothing_was_rebuilt(app, fake): 
     assert len(app.get("plotly_chart")) == 1  # the modes only: no recovered windows to draw
 
 
+def test_windows_that_cannot_be_rebuilt_are_said_to_stay_without_a_result(app, fake):  # type: ignore[no-untyped-def]
+    """A lost window recovery had to skip was shown only as 'not (yet) recovered'."""
+    from dataclasses import replace
+
+    report, results = make_report()
+    fake(FakeManager("running", replace(report, windows_lost=4, windows_unrecoverable=2), results))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    said = [w.value for w in app.warning if "cannot be rebuilt" in w.value]
+    assert len(said) == 1 and said[0].startswith("2 lost windows cannot be rebuilt"), said
+
+
 @pytest.mark.parametrize(
     ("state", "says"),
     [("running", "this report updates when it does"), ("stopped", "stay unfinished")],
