@@ -189,8 +189,7 @@ class BackupStore:
             [w.run, w.batch_id, w.backup_rows, w.backup_bytes, w.max_seq, self._stamp()],
         )
         if w.state is not None:
-            cur.execute("DELETE FROM state WHERE run = ?", [w.run])
-            cur.execute("INSERT INTO state VALUES (?, ?, ?)", [w.run, w.batch_id, w.state])
+            self._write_state(cur, w.run, w.batch_id, w.state)
         if w.version is not None:
             self._insert_version(cur, w.version)
 
@@ -288,8 +287,15 @@ class BackupStore:
         """The window-state snapshot of ``run`` on its own (no batch marker), e.g. the
         seed a run restarted after a recovery begins with; a committed batch replaces it."""
         with self._cursor() as cur:
-            cur.execute("DELETE FROM state WHERE run = ?", [run])
-            cur.execute("INSERT INTO state VALUES (?, ?, ?)", [run, batch_id, snapshot])
+            self._write_state(cur, run, batch_id, snapshot)
+
+    @staticmethod
+    def _write_state(
+        cur: duckdb.DuckDBPyConnection, run: int, batch_id: int, snapshot: bytes
+    ) -> None:
+        """The run's one state row (the latest snapshot replaces the one before)."""
+        cur.execute("DELETE FROM state WHERE run = ?", [run])
+        cur.execute("INSERT INTO state VALUES (?, ?, ?)", [run, batch_id, snapshot])
 
     def delete_state(self, run: int) -> None:
         """Forget the window-state snapshot of ``run`` (part of a simulated failure)."""

@@ -269,8 +269,7 @@ class PipelineManager(ManagerViews):
         with self._lock:
             pipeline = self._require_pipeline()
             pipeline.request_failure()
-            if not _await_end(pipeline, self._feeder, self._clock, grace_seconds):
-                pipeline.stop()
+            _await_end(pipeline, self._feeder, self._clock, grace_seconds)
             pipeline.stop()
             deleted = discard_lost_state(
                 pipeline.paths, self._require_store(), pipeline.run, pipeline.source
@@ -381,9 +380,9 @@ def _resume_stage(stage: Stage, history: HistoryLike | None, row: int) -> None:
     resume = getattr(stage, "resume_at", None)
     if resume is None or history is None:
         return
-    times = np.asarray(history.times)
+    times = np.asarray(history.times).astype("datetime64[ns]")  # as the stage's origin
     if 0 <= row < len(times):
-        resume(float(times[row : row + 1].astype("datetime64[ns]").view(np.int64)[0]) / 1e9)
+        resume(int(times[row].astype(np.int64)) / 1e9)
     else:
         resume(float("inf"))  # the restart starts past the history: nothing to report
 
