@@ -107,8 +107,8 @@ def best_of(fn: Any, repeats: int = 3) -> tuple[float, Any]:
 
 
 def readers(root: Path, batches: int) -> dict[str, Any]:
-    from engine.export.backup_dataset import TimeRange, read_backup
-    from engine.export.job_status import read_job_status
+    from engine.backup import TimeRange, read_backup
+    from engine.job import read_job_status
 
     end = START + pd.Timedelta(minutes=batches)
     hour = TimeRange((end - pd.Timedelta(hours=1)).tz_localize("UTC"), end.tz_localize("UTC"))
@@ -127,7 +127,7 @@ def readers(root: Path, batches: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    from engine.export.compaction import compact
+    from engine.job import compact
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=10_000, help="one-minute micro-batches")

@@ -59,7 +59,7 @@ def make_config(rows: Rows, path: Path) -> Any:
 
 
 def one_mode(spark: Any, rows: Rows, config: Any, root: Path, wait: bool, pace: float) -> dict:
-    from engine.stream.job import run_job
+    from engine.job import run_job
 
     landing = root / "landing"
     first = FIT_ROWS + HORIZON - 2 * FILE_ROWS  # just before valid_until
@@ -123,7 +123,7 @@ def summarise(logged: list[dict[str, Any]], caught_up: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    from engine.stream.session import SparkSettings, get_spark
+    from engine.stream import SparkSettings, get_spark
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pace", type=float, default=0.4, help="seconds between landing files")

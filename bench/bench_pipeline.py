@@ -37,16 +37,22 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import print_json  # noqa: E402
 from engine.data.history import load_history  # noqa: E402
+from engine.live import (  # noqa: E402  # noqa: E402  # noqa: E402
+    BackupStore,
+    Feeder,
+    FeedOptions,
+    LivePipeline,
+    LostRange,
+    PipelineOptions,
+    PipelinePaths,
+    StreamSpec,
+    recover_lost_range,
+    score_recovery,
+)
 from engine.model.gaussian import GaussianModel  # noqa: E402
 from engine.planning.guarantee import variance_target  # noqa: E402
 from engine.selection.greedy import select_backups  # noqa: E402
-from engine.store import BackupStore  # noqa: E402
-from engine.stream.feeder import Feeder, FeedOptions  # noqa: E402
-from engine.stream.pipeline import LivePipeline  # noqa: E402
-from engine.stream.recovery import LostRange, recover_lost_range  # noqa: E402
-from engine.stream.recovery_report import score_recovery  # noqa: E402
-from engine.stream.session import SparkSettings, get_spark  # noqa: E402
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec  # noqa: E402
+from engine.stream import SparkSettings, get_spark  # noqa: E402
 
 DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
 MODES = ("none", "full", "approx")

@@ -18,7 +18,7 @@ interval too): at the Beijing file's hourly clock 10,000 rows span 417 days,
 per-file cost rather than the jobs (README). Each
 job reads one file per micro-batch (``maxFilesPerTrigger=1``, ``availableNow``):
 
-* ``lacuna``: ``engine.stream.job.run_job``: backup of the plan's sensors,
+* ``lacuna``: ``engine.job.run.run_job``: backup of the plan's sensors,
   window aggregates, shadow check, results and metrics;
 * ``plain_full``: every reading through Spark's Parquet file sink (by date);
 * ``plain_approx``: the same, filtered to the backup sensors;
@@ -209,7 +209,7 @@ def data_sets(args: argparse.Namespace) -> dict[str, Rows]:
 
 
 def run_local(args: argparse.Namespace, sets: dict[str, Rows], root: Path) -> dict:
-    from engine.stream.session import SparkSettings, get_spark
+    from engine.stream import SparkSettings, get_spark
 
     spark = get_spark(SparkSettings(master="local[2]", shuffle_partitions=2))
     out: dict[str, Any] = {}
@@ -246,7 +246,7 @@ def _files(args: argparse.Namespace, per_file: int, rows: Rows) -> int:
 def run_clusters(args: argparse.Namespace, rows: Rows, root: Path) -> dict:
     if not args.cluster:
         return {"skipped": "run with --cluster 1,2"}
-    from engine.stream.session import SparkSettings, get_spark
+    from engine.stream import SparkSettings, get_spark
     from tests.cluster.standalone import ClusterError, StandaloneCluster
 
     config = make_plan(rows, root / "cluster_plan.json", args)

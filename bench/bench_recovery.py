@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import print_json  # noqa: E402
 from bench.recovery_core import compare_range  # noqa: E402
-from engine.export.backup_dataset import read_backup  # noqa: E402
+from engine.backup import read_backup  # noqa: E402
 from tests.production_reference import Rows  # noqa: E402
 
 DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
@@ -150,7 +150,7 @@ def write_landing(stream: Rows, landing: Path, steps_per_file: int = 24) -> int:
 
 
 def lacuna_backup(spark: Any, config: Any, landing: Path, out: Path, files_per_batch: int) -> dict:
-    from engine.stream.job import JobSettings, run_job
+    from engine.job import JobSettings, run_job
 
     settings = JobSettings(
         source=str(landing),
@@ -258,7 +258,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--offset-days", type=int, default=14, help="lost range starts after")
     args = p.parse_args()
-    from engine.stream.session import SparkSettings, get_spark
+    from engine.stream import SparkSettings, get_spark
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     load_start = os.getloadavg()

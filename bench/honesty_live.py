@@ -5,7 +5,7 @@ which is how issue 10 asks it to be measured. The production job (``engine run``
 and the app's live pipeline do not use a plan alone: every sensor still flows
 through them, so after each closed window they compare the rebuilt aggregate with
 the true one (``engine.planning.monitor.ViolationMonitor``), and an alert re-plans
-at once on the latest readings (``engine.stream.job_plans.Replanner``: one alert
+at once on the latest readings (``engine.job.plans.Replanner``: one alert
 re-plan per version, a sensor alerting again under the version its alert made is
 pinned to the backup).
 
@@ -36,8 +36,8 @@ import pandas as pd
 
 from engine.export.config import BackupConfig
 from engine.export.plan_book import JobPlan
+from engine.job import Replanner, at_once
 from engine.planning.monitor import ViolationMonitor
-from engine.stream.job_plans import Replanner, at_once
 
 
 @dataclass

@@ -92,7 +92,7 @@ MUTANTS = (
            "",
            ("tests/unit/test_replan.py",)),
     Mutant("f5: the pipeline reports shadow errors without the version",
-           "engine/stream/reporting.py",
+           "engine/live/reporting.py",
            "reconstructed=targets, version=version.id)",
            "reconstructed=targets)",
            ("tests/unit/test_versions.py",)),

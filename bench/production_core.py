@@ -149,8 +149,8 @@ def run_plain(spark: Any, kind: str, landing: Path, out: Path, *more: Any) -> di
 def run_lacuna(
     spark: Any, config: Any, landing: Path, out: Path, files_per_trigger: int = 1
 ) -> dict:
-    from engine.export.backup_dataset import read_backup
-    from engine.stream.job import JobSettings, run_job
+    from engine.backup import read_backup
+    from engine.job import JobSettings, run_job
 
     settings = JobSettings(
         source=str(landing),

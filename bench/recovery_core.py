@@ -22,12 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.export.backup_dataset import (
-    TimeRange,
-    committed_files,
-    read_backup,
-    read_backup_arrow,
-)
+from engine.backup import TimeRange, committed_files, read_backup, read_backup_arrow
 from engine.export.recover import recover_dataset
 
 

@@ -251,7 +251,7 @@ def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.export.job_status import read_job_status
+    from engine.job import read_job_status
 
     if args.events < 0:
         raise ParameterError(f"--events must be >= 0, got {args.events!r}")
@@ -259,19 +259,19 @@ def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.export.compaction import compact
+    from engine.job import compact
 
     return compact(args.backup, keep=args.keep).to_dict()
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.stream.job import run_from_args
+    from engine.job import run_from_args
 
     return run_from_args(args)
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.stream.simulate import simulate_from_cli
+    from engine.live import simulate_from_cli
 
     if args.mode not in ("approx", "full", "none"):
         raise ParameterError(f"--mode must be approx, full or none, got {args.mode!r}")

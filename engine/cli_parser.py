@@ -18,9 +18,8 @@ import argparse
 from typing import NoReturn
 
 from engine.errors import ParameterError
-from engine.export.compaction import KEEP
+from engine.job import KEEP, add_run_flags
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
-from engine.stream.job import add_run_flags
 
 __all__ = ["FOLDS_HELP", "build_parser"]
 

@@ -112,7 +112,7 @@ def _savings(m: int, n: int) -> dict[str, float]:
 def feed(
     rows: Rows, landing: Path, rows_per_file: int = 12, start: int = 0, stop: int | None = None
 ):
-    from engine.stream.feeder import Feeder, FeedOptions
+    from engine.live.feeder import Feeder, FeedOptions
 
     options = FeedOptions(rows_per_file=rows_per_file, start_row=start, stop_row=stop)
     return Feeder(rows, rows.sensors, landing, None, options).run()
@@ -207,7 +207,7 @@ def read_results(backup: Path) -> pd.DataFrame:
 
 def job_settings(tmp: Path, **kw: Any) -> Any:
     """``JobSettings`` reading ``tmp/landing``, backup and checkpoint under ``tmp``."""
-    from engine.stream.job import JobSettings
+    from engine.job.run import JobSettings
 
     return JobSettings(
         source=str(tmp / "landing"),
@@ -223,7 +223,7 @@ def run_landed(spark: Any, tmp: Path, config: Path, **kw: Any) -> tuple[Any, lis
     import threading
 
     from engine.export import load_config
-    from engine.stream.job import run_job
+    from engine.job.run import run_job
 
     settings = job_settings(tmp, available_now=True, **kw)
     logged: list[dict[str, Any]] = []

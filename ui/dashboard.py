@@ -1,7 +1,7 @@
 """The live dashboard: the pipeline over time, its status level, backup and recovery history.
 
 Reads the metrics history the engine keeps on the status board
-(``engine.stream.metrics``); a fragment redraws it every ``POLL_SECONDS``, so
+(``engine.live.metrics``); a fragment redraws it every ``POLL_SECONDS``, so
 series grow while the page is open and the panel stays visible during a
 recovery (the recovery runs as a background job, ``fail_and_recover``).
 """
@@ -15,8 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine.stream.metrics import BatchPoint, PipelineEvent, summarise
-from engine.stream.status import PipelineStatus
+from engine.live import BatchPoint, PipelineEvent, PipelineStatus, summarise
 from ui import background, live, resources, timeline
 from ui.format import format_quantity, plural
 

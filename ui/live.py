@@ -19,14 +19,19 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from engine.data import SensorHistory
 from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
+from engine.live import (
+    PipelineOptions,
+    PipelinePaths,
+    PipelineStatus,
+    RecoveryReport,
+    ReplaySplit,
+    StreamSpec,
+    changes,
+    find_leftovers,
+    replanning_monitor,
+    split_for_replay,
+)
 from engine.planning import BackupPlan, PlanParameters
-from engine.stream.live import replanning_monitor
-from engine.stream.ownership import find_leftovers
-from engine.stream.recovery_report import RecoveryReport
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
-from engine.stream.split import ReplaySplit, split_for_replay
-from engine.stream.status import PipelineStatus
-from engine.stream.versions import changes
 from ui import background, plans, resources
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData

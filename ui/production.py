@@ -1,7 +1,7 @@
 """The production console: a ``python -m engine run`` job, watched from its backup location.
 
 Everything shown is read back from what the job keeps beside its backup
-(``engine.export.job_status``, DuckDB, no Spark): the plan versions, each
+(``engine.job.status``, DuckDB, no Spark): the plan versions, each
 micro-batch's metrics, every closed window's shadow check and the job's
 alerts and re-plans. A lost range is rebuilt here as ``recover --backup``
 rebuilds it, each time step with the plan version that wrote it.
@@ -17,9 +17,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from engine.export.compaction import KEEP, compact, uncompacted
-from engine.export.job_status import JobStatus, read_job_status
 from engine.export.recover import recover_dataset
+from engine.job import KEEP, JobStatus, compact, read_job_status, uncompacted
 from ui import charts
 from ui.format import format_percent
 from ui.panels import QUIET

@@ -13,9 +13,8 @@ import streamlit as st
 
 from engine.aggregates import window_aggregates
 from engine.data import SensorHistory
+from engine.live import PipelineManager, RecoveryReport
 from engine.planning import BackupPlan
-from engine.stream.manager import PipelineManager
-from engine.stream.recovery_report import RecoveryReport
 from ui import charts, resources
 from ui.format import plural, span
 from ui.live import PENDING, plan_signature

@@ -16,7 +16,7 @@ from typing import Any
 import streamlit as st
 
 from engine.data import SensorHistory, load_history
-from engine.stream.manager import PipelineManager, get_manager
+from engine.live import PipelineManager, get_manager
 from ui.plans import PlanCache
 
 HOME_ENV = "LACUNA_HOME"

@@ -11,8 +11,8 @@ recomputation from a complete history that the ledger must equal).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,9 @@ from engine.disorder.delays import DelayModel, parse_delays
 from engine.disorder.items import LateItem
 from engine.disorder.ledger import DisorderProcessor, ResultRow
 from engine.errors import ParameterError
+
+# Called with ours' late tuples and result rows of a replay (see ``run_disorder_experiment``).
+Recorder = Callable[[Sequence[LateItem], Sequence[ResultRow]], object]
 
 METHODS: dict[str, str] = {
     "ours": "adaptive",
@@ -310,7 +313,7 @@ def run_disorder_experiment(
     slide: int | None = None,
     gamma: float | None = None,
     fixed_k_s: float | None = None,
-    store_path: str | Path | None = None,
+    record: Recorder | None = None,
     **controller: Any,
 ) -> DisorderReport:
     """Replay a history out of order and run ours and the three baselines on it.
@@ -323,8 +326,8 @@ def run_disorder_experiment(
     window, slide : in readings (``slide=None``: tumbling).
     gamma : batch trigger in readings of event time (``None``: one window).
     fixed_k_s : the fixed watermark's ``K`` in seconds (``None``: one window width).
-    store_path : if given, ours' late tuples and result rows are recorded in
-        this DuckDB backup store (``late`` and ``results`` tables, one new run).
+    record : if given, called with ours' late tuples and result rows (for example
+        ``engine.live.offline.record_replay`` into a live store).
     controller : other ``DisorderConfig`` fields for ours (``kp``, ``kd``,
         ``alpha0``, ``alpha_max``, ``target_model``, ``control_tuples``, ...).
     rng : draws the delays.
@@ -350,10 +353,8 @@ def run_disorder_experiment(
         methods[name], proc, rows, late = evaluate(config, stream, truth)
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
-            if store_path is not None:
-                from engine.disorder.stage import record_to_store
-
-                record_to_store(store_path, late, rows)
+            if record is not None:
+                record(late, rows)
     skip = ("policy", "origin_s", "fixed_k_s", "gamma_s")
     parameters = {k: v for k, v in base.to_dict().items() if k not in skip}
     parameters.update(

@@ -111,31 +111,6 @@ def results_frame(rows: Sequence[ResultRow]) -> pd.DataFrame:
     return frame
 
 
-def record_to_store(
-    store_path: str | Path, late: Sequence[LateItem], rows: Sequence[ResultRow]
-) -> int:
-    """Write late tuples and result rows to the DuckDB store as one new run's batch 0.
-
-    Returns the run number. (The live pipeline writes the stage's frames with
-    its own batches; this is for offline replays such as the experiment.)
-    """
-    from engine.store import BackupStore
-    from engine.store_records import BatchWrite
-
-    with BackupStore(store_path) as store:
-        run = store.next_run()
-        seqs = [x[7] for x in late]
-        write = BatchWrite(
-            run,
-            0,
-            results=results_frame(rows),
-            late=late_frame(late),
-            max_seq=max(seqs, default=-1),
-        )
-        store.commit_batch(write)
-    return run
-
-
 class DisorderStage:
     """The pipeline's disorder stage: ``process``, ``snapshot``, ``restore``."""
 

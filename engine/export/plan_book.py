@@ -1,7 +1,7 @@
 """The plan book of a production job's backup: which plan wrote which rows.
 
 ``<backup>/_lacuna/plans/v000001.json``, one file per plan version, written by
-the job (``engine.stream.job_plans``) and read here without Spark by
+the job (``engine.job.plans``) and read here without Spark by
 ``recover --backup``. Each holds the exported config (schema v2) of the
 version, the first micro-batch written under it and why it was made.
 """
@@ -94,7 +94,7 @@ def same_plan(a: BackupConfig, b: BackupConfig) -> bool:
 
 def read_plan_book(backup: str | Path) -> dict[int, BackupConfig]:
     """Each version's config from a local (or mounted) backup; empty without a plan book."""
-    from engine.export.backup_dataset import local_path
+    from engine.backup.dataset import local_path
 
     root = local_path(backup).joinpath(*PLANS_DIR)
     if not root.is_dir():

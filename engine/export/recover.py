@@ -155,7 +155,7 @@ class RangeRecoverResult:
 
 def is_backup_dataset(backup: str | Path) -> bool:
     """A directory (or ``file:`` URI of one) is the production job's Parquet backup dataset."""
-    from engine.export.backup_dataset import is_dataset
+    from engine.backup.dataset import is_dataset
 
     return is_dataset(backup)
 
@@ -178,7 +178,7 @@ def recover_dataset(
     it (the newest one among its readings), and ``config_path`` must be one of
     them. Without a plan book every row is rebuilt with ``config_path``.
     """
-    from engine.export.backup_dataset import TimeRange, local_path, nothing_in, read_backup_arrow
+    from engine.backup.dataset import TimeRange, local_path, nothing_in, read_backup_arrow
 
     config = load_config(config_path)
     out = _check_out(out_path, local_path(backup))

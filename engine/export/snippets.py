@@ -17,9 +17,8 @@ from typing import Any
 
 import yaml
 
+from engine.backup.dataset import partition_columns
 from engine.errors import ConfigError
-
-HOURLY_BELOW_S = 60.0  # as engine.stream.transforms: sub-minute data is partitioned by hour too
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ if __name__ == "__main__":
 def spark_script(
     backup_sensors: tuple[str, ...], paths: ProductionPaths, sampling_interval_s: float
 ) -> str:
-    partitions = ["date", "hour"] if sampling_interval_s < HOURLY_BELOW_S else ["date"]
+    partitions = list(partition_columns(sampling_interval_s))
     return SCRIPT.format(
         partition_doc=" and ".join(partitions),
         config=shlex.quote(paths.config),

@@ -6,7 +6,7 @@ interrupted call:
 * the ``SimulatedFailure`` that ``foreachBatch`` raises on purpose (the status
   board already reports the failure, as state ``failed``);
 * ``KeyboardInterrupt while sending command`` when Ctrl-C or SIGTERM (see
-  ``engine.stream.simulate``) stops a run: the interrupt itself is reported by the CLI;
+  ``engine.live.simulate``) stops a run: the interrupt itself is reported by the CLI;
 * while a pipeline is being stopped on purpose (``stopping(True)``, from
   ``LivePipeline.stop``), the exception py4j logs for the micro-batch the stop
   interrupted: that batch is not committed and is replayed by the next run.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from engine.stream.spec import FAILURE_MARK, SimulatedFailure
+from engine.stream.query_errors import FAILURE_MARK, SimulatedFailure
 
 _LOGGERS = ("py4j.clientserver", "py4j.java_gateway", "")  # "" = root: py4j logs there too
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from engine.live.pipeline import RUN_FILE
+from engine.live.status import PipelineStatus, StatusBoard
 from engine.planning import ReplanningMonitor
-from engine.stream.pipeline import RUN_FILE
-from engine.stream.status import PipelineStatus, StatusBoard
 from ui import live, resources
 
 pytestmark = pytest.mark.app

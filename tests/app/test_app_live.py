@@ -16,8 +16,8 @@ import pytest
 from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
-from engine.stream.recovery_report import RecoveryReport
-from engine.stream.status import PipelineStatus, StatusBoard
+from engine.live.recovery_report import RecoveryReport
+from engine.live.status import PipelineStatus, StatusBoard
 from tests.app.apphelpers import SMALL, metric, settle, texts
 from ui import dashboard, live, recovery, resources
 from ui.jobs import get_runner
@@ -280,8 +280,8 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     import json
     from types import SimpleNamespace
 
+    from engine.live.spec import StreamSpec
     from engine.planning import PlanParameters, make_plan
-    from engine.stream.spec import StreamSpec
 
     app.switch_page("pages/plan.py").run()
     key = app.session_state["_planning_data"].key
@@ -316,8 +316,8 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
 def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  # type: ignore[no-untyped-def]
     from datetime import UTC, datetime
 
-    from engine.stream.spec import StreamSpec
-    from engine.stream.versions import PlanVersion
+    from engine.live.spec import StreamSpec
+    from engine.live.versions import PlanVersion
     from tests.helpers import fit_map
 
     history = load_history(SMALL).select(TEMP)

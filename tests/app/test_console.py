@@ -14,8 +14,8 @@ import pytest
 
 from engine.disorder import DisorderReport, MethodReport
 from engine.errors import Cancelled, ParameterError
-from engine.stream.metrics import BatchPoint
-from engine.stream.status import FeedProgress, PipelineStatus, StatusBoard
+from engine.live.metrics import BatchPoint
+from engine.live.status import FeedProgress, PipelineStatus, StatusBoard
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
 from ui import (

@@ -228,7 +228,7 @@ def test_each_event_is_a_line_through_every_panel_of_the_timeline() -> None:
 def test_a_new_plan_version_reruns_the_live_page() -> None:
     """The Live page's banner (the plan of record) is drawn by the full run: a new version
     must rerun it, or the banner stays on the old version beside the polled metric."""
-    from engine.stream.status import PipelineStatus
+    from engine.live.status import PipelineStatus
     from ui import live
 
     before = live._watch(PipelineStatus(state="running", plan_version=1))
@@ -241,7 +241,7 @@ def test_the_dashboard_redraws_its_figures_only_when_the_history_changes(monkeyp
     patched batch, a new event or other parameters, never for an unchanged history."""
     from dataclasses import replace
 
-    from engine.stream.metrics import BatchPoint, PipelineEvent
+    from engine.live.metrics import BatchPoint, PipelineEvent
     from ui import dashboard, timeline
 
     built: list[int] = []

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import read_backup
 from engine.export import load_config
-from engine.export.backup_dataset import read_backup
 from tests.cluster.standalone import StandaloneCluster
 from tests.production_reference import (
     BACKUP,

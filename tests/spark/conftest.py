@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.stream.spec import StreamSpec
+from engine.live.spec import StreamSpec
 from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
 SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP

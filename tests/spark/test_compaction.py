@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import read_backup
 from engine.errors import DataError, ParameterError, PipelineError
-from engine.export.backup_dataset import read_backup
-from engine.export.compaction import compact
-from engine.export.job_status import read_job_status
+from engine.job.compaction import compact
+from engine.job.status import read_job_status
 from tests.production_reference import (
     BACKUP,
     feed,

@@ -18,11 +18,11 @@ import pytest
 
 from engine.aggregates import window_aggregates
 from engine.errors import PipelineError
-from engine.store import BackupStore
-from engine.stream.manager import PipelineManager
+from engine.live.manager import PipelineManager
+from engine.live.simulation import run_simulation
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
-from engine.stream.simulation import run_simulation
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 
 pytestmark = pytest.mark.spark
 
@@ -89,7 +89,7 @@ def test_a_backup_on_a_shared_mount_outlives_the_drivers_disk(
     """The simulated failure keeps the backup; then the whole work directory (store,
     checkpoint, landing) is lost, and the shared Parquet backup alone rebuilds every
     row without Spark, as the plan's map does on the truth."""
-    from engine.export.backup_dataset import read_backup
+    from engine.backup.dataset import read_backup
     from engine.export.recover import recover_dataset
     from tests.production_reference import write_config
 

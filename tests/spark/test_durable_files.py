@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.stream.durable import DurableFiles
+from engine.backup.durable import DurableFiles
 
 pytestmark = pytest.mark.spark
 

@@ -10,12 +10,12 @@ import pytest
 
 from engine.aggregates import window_aggregates
 from engine.disorder import DisorderStage
-from engine.store import BackupStore
-from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.manager import PipelineManager
-from engine.stream.pipeline import LivePipeline
+from engine.live.feeder import Feeder, FeedOptions
+from engine.live.manager import PipelineManager
+from engine.live.pipeline import LivePipeline
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 
 pytestmark = pytest.mark.spark
 

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import read_backup
 from engine.errors import PipelineError
-from engine.export.backup_dataset import read_backup
-from engine.export.job_status import read_job_status
 from engine.export.recover import recover_dataset
+from engine.job.status import read_job_status
 from tests.production_reference import (
     BACKUP,
     feed,

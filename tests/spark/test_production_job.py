@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import PipelineError
 from engine.export import load_config
-from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.recover import recover_dataset
 from tests.production_reference import (
     BACKUP,
@@ -235,7 +235,7 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
 
     # what the console and `engine status` read back, with DuckDB, from the backup alone
     from engine.cli import main as cli_main
-    from engine.export.job_status import read_job_status
+    from engine.job.status import read_job_status
 
     status = read_job_status(tmp_path / "backup")
     assert [p.version for p in status.versions] == sorted(book)
@@ -305,7 +305,7 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     import time
 
     from engine.export import load_config
-    from engine.stream.job import run_job
+    from engine.job.run import run_job
 
     path = tmp_path / "plan.json"
     history, _ = wrong_map_config(path)
@@ -344,7 +344,7 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     assert replan["first_batch"] >= started["batch_id"] + 2  # at least one batch went on
     under_v1 = [r for r in logged if r["event"] == "shadow" and r["plan_version"] == 1]
     assert max(r["batch_id"] for r in under_v1) == replan["first_batch"] - 1
-    from engine.export.job_status import read_job_status
+    from engine.job.status import read_job_status
 
     kept = {e["event"] for e in read_job_status(tmp_path / "backup").events}
     assert {"alert", "replan_started", "replan"} <= kept  # what the console shows

@@ -14,16 +14,16 @@ import pytest
 
 from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.store import BackupStore
-from engine.store_records import BatchWrite
-from engine.stream.backup_writer import write_batch
-from engine.stream.manager import PipelineManager
-from engine.stream.recovery import LostRange, recover_lost_range
-from engine.stream.recovery_report import RecoveryReport
+from engine.live.backup_writer import write_batch
+from engine.live.manager import PipelineManager
+from engine.live.records import BatchWrite
+from engine.live.recovery import LostRange, recover_lost_range
+from engine.live.recovery_report import RecoveryReport
+from engine.live.simulation import run_simulation
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
+from engine.live.versions import PlanVersion
 from engine.stream.session import SparkSettings, get_spark
-from engine.stream.simulation import run_simulation
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
-from engine.stream.versions import PlanVersion
 
 pytestmark = pytest.mark.spark
 

@@ -15,15 +15,15 @@ import pytest
 
 from engine.aggregates import window_aggregates
 from engine.data import SensorHistory, load_history
+from engine.live.manager import PipelineManager
+from engine.live.recovery import LostRange, recover_lost_range
+from engine.live.replanning import replanning_monitor
+from engine.live.run_config import RunConfig
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
+from engine.live.versions import PlanVersion, read_versions
 from engine.planning import BackupPlan, PlanParameters, make_plan
-from engine.store import BackupStore
-from engine.stream.live import replanning_monitor
-from engine.stream.manager import PipelineManager
-from engine.stream.recovery import LostRange, recover_lost_range
-from engine.stream.run_config import RunConfig
 from engine.stream.session import SparkSettings
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
-from engine.stream.versions import PlanVersion, read_versions
 
 pytestmark = pytest.mark.spark
 

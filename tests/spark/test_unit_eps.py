@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from engine.aggregates import window_errors
-from engine.store import BackupStore
+from engine.live.simulation import run_simulation
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
-from engine.stream.simulation import run_simulation
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec
 from tests.spark.test_pipeline import ONCE, feed, run_once
 
 pytestmark = pytest.mark.spark

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from engine.backup.dataset import TimeRange, committed_files, read_backup
 from engine.errors import DataError
-from engine.export.backup_dataset import TimeRange, committed_files, read_backup
 
 
 def _part(root: Path, date: str, name: str, hours: list[int], value: float) -> Path:

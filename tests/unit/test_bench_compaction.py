@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.bench_compaction import readers, write_backup
-from engine.export.compaction import compact
+from engine.job.compaction import compact
 
 
 def test_the_benchmark_backup_reads_the_same_after_compaction(tmp_path: Path) -> None:

@@ -200,11 +200,11 @@ def test_simulate_refuses_a_bad_horizon_or_replay_before_spark_starts(
 
 def test_simulate_passes_its_backup_uri_to_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
     """``simulate --backup URI`` puts the Parquet backup there (default: WORKDIR/backup)."""
-    import engine.stream.simulation as simulation
+    import engine.live.simulation as simulation
     from engine.cli_parser import build_parser
     from engine.data import load_history
+    from engine.live.simulate import simulate_from_cli
     from engine.planning import PlanParameters
-    from engine.stream.simulate import simulate_from_cli
 
     seen: list[object] = []
 

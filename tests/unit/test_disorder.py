@@ -895,12 +895,13 @@ def test_stage_for_history_lines_windows_up_with_the_history() -> None:
 
 
 def test_experiment_records_late_tuples_and_versioned_results_in_the_store(tmp_path: Path) -> None:
-    from engine.store import BackupStore
+    from engine.live.offline import record_replay
+    from engine.live.store import BackupStore
 
     path = tmp_path / "store.duckdb"
     report = run_disorder_experiment(
         small_history(), "exp:7200", eps_thr=1.0, delta=0.1, window=12,
-        rng=np.random.default_rng(0), store_path=path,
+        rng=np.random.default_rng(0), record=lambda late, rows: record_replay(path, late, rows),
     ).to_dict()  # fmt: skip
     with BackupStore(path) as store:
         late = store.read_table("late")

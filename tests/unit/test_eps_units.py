@@ -10,6 +10,8 @@ import pytest
 
 from engine.aggregates import violation_rates
 from engine.data import load_history
+from engine.live.spec import StreamSpec
+from engine.live.status import StatusBoard
 from engine.model import GaussianModel
 from engine.planning import (
     BacktestSettings,
@@ -20,8 +22,6 @@ from engine.planning import (
     run_backtest,
 )
 from engine.planning.plan import eps_units
-from engine.stream.spec import StreamSpec
-from engine.stream.status import StatusBoard
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 SETTINGS = BacktestSettings(history=240, max_folds=8)

@@ -18,8 +18,8 @@ from engine.errors import ConfigError, DataError, PipelineError
 from engine.export import BackupConfig, load_config, plan_to_config
 from engine.export.plan_book import JobPlan, read_plan_book
 from engine.export.recover import recover_dataset
+from engine.job.plans import PlanBook, Replanner, at_once, parameters_of
 from engine.planning import PlanParameters, make_plan
-from engine.stream.job_plans import PlanBook, Replanner, at_once, parameters_of
 from tests.helpers import SMALL_SAMPLE
 
 HOUR_US = 3_600_000_000
@@ -310,7 +310,7 @@ def test_a_re_plan_computes_in_the_background_while_batches_go_on(first, history
 
 
 def test_the_background_runner_hands_back_results_and_errors() -> None:
-    from engine.stream.job_plans import in_background
+    from engine.job.plans import in_background
 
     assert in_background(lambda: 42).result(timeout=10) == 42
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.stream.landed_files import batch_files, lacking_columns
+from engine.job.landed_files import batch_files, lacking_columns
 
 
 def _log(path: Path, entries: list[tuple[str, int]]) -> None:

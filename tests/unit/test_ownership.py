@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ParameterError, PipelineError
-from engine.store import BackupStore
-from engine.stream.manager import PipelineManager
-from engine.stream.ownership import (
+from engine.live.manager import PipelineManager
+from engine.live.ownership import (
     LOCK_NAME,
     DirectoryLock,
     archive_leftovers,
@@ -33,9 +32,10 @@ from engine.stream.ownership import (
     record_run,
     run_identity,
 )
-from engine.stream.pipeline import RUN_FILE
-from engine.stream.simulation import run_simulation
-from engine.stream.spec import PipelinePaths, StreamSpec
+from engine.live.pipeline import RUN_FILE
+from engine.live.simulation import run_simulation
+from engine.live.spec import PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
 from tests.helpers import fit_map
 from tests.unit.test_stream_batch import SENSORS, make_history
 
@@ -71,7 +71,7 @@ def other_owner(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
         import sys, time
         from datetime import UTC, datetime
         from pathlib import Path
-        from engine.stream.ownership import DirectoryLock
+        from engine.live.ownership import DirectoryLock
         lock = DirectoryLock(Path({str(tmp_path)!r}), lambda: datetime.now(UTC))
         lock.acquire()
         print("locked", flush=True)
@@ -198,8 +198,8 @@ def killed_store(paths: PipelinePaths, batches: int) -> Path:
         f"""
         import os, signal
         import pandas as pd
-        from engine.store import BackupStore
-        from engine.store_records import BatchWrite
+        from engine.live.store import BackupStore
+        from engine.live.records import BatchWrite
         from tests.helpers import write_backup_batch
         store = BackupStore({str(paths.store_file)!r})
         store._con.execute("CHECKPOINT")
@@ -245,7 +245,7 @@ def test_a_damaged_wal_is_a_named_gap_not_an_empty_store(tmp_path: Path, damage:
 
 
 def test_an_intact_wal_after_a_kill_reconciles(tmp_path: Path) -> None:
-    from engine.stream.ownership import reconcile
+    from engine.live.ownership import reconcile
 
     paths = PipelinePaths(tmp_path)
     killed_store(paths, 6)
@@ -258,7 +258,7 @@ def test_an_intact_wal_after_a_kill_reconciles(tmp_path: Path) -> None:
 def test_a_resume_is_refused_when_a_committed_batch_lost_its_parquet_backup(
     tmp_path: Path,
 ) -> None:
-    from engine.stream.ownership import reconcile
+    from engine.live.ownership import reconcile
 
     paths = PipelinePaths(tmp_path)
     killed_store(paths, 4)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from engine.errors import PipelineError
-from engine.stream.partials import (
+from engine.job.partials import (
     PARTIAL_COLUMNS,
     WindowState,
     collected_partials,

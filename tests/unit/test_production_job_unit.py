@@ -6,13 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import partition_columns
 from engine.cli import main
 from engine.errors import ParameterError
+from engine.job.partials import rebuild_window_extremes
+from engine.job.run import JobSettings
+from engine.job.sink import SinkPaths, join_uri
+from engine.job.transforms import WindowSpec
 from engine.model import LinearMap
-from engine.stream.job import JobSettings
-from engine.stream.partials import rebuild_window_extremes
-from engine.stream.sink import SinkPaths, join_uri
-from engine.stream.transforms import WindowSpec, partition_columns
 
 
 def _map() -> LinearMap:
@@ -120,14 +121,14 @@ def test_cli_recover_range_of_a_missing_dataset_is_one_line(
 def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
     import argparse
 
-    from engine.stream.job import add_run_flags, settings_from_args
+    from engine.job.run import add_run_flags, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_run_flags(parser)
     base = ["--config", "p.json", "--source", "in", "--backup", "b", "--checkpoint", "c"]
     assert settings_from_args(parser.parse_args(base)).replan is True
     assert settings_from_args(parser.parse_args([*base, "--no-replan"])).replan is False
-    from engine.stream.job import _replan_waits
+    from engine.job.run import _replan_waits
 
     stream = settings_from_args(parser.parse_args(base))
     assert stream.replan_wait is None and not _replan_waits(stream)  # background

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.stream.failure import query_failure_line
+from engine.stream.query_errors import query_failure_line
 
 HEAD = (
     "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "

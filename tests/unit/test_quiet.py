@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from engine.stream.query_errors import FAILURE_MARK, SimulatedFailure
 from engine.stream.quiet import ExpectedPy4jNoise, quiet_py4j
-from engine.stream.spec import FAILURE_MARK, SimulatedFailure
 
 PY4J = "/venv/lib/python3.11/site-packages/py4j/clientserver.py"
 
@@ -31,7 +31,7 @@ def record(pathname: str, err: BaseException | None, msg: str = "There was an ex
         (PY4J, KeyboardInterrupt("signal 15"), False),
         (PY4J, ValueError("a real problem in a callback"), True),
         (PY4J, None, True),
-        ("/work/engine/stream/pipeline.py", KeyboardInterrupt(), True),  # not py4j's
+        ("/work/engine/live/pipeline.py", KeyboardInterrupt(), True),  # not py4j's
     ],
 )
 def test_only_expected_py4j_records_are_dropped(

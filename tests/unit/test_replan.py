@@ -180,7 +180,7 @@ def test_an_operator_can_re_plan_now(drift: SensorHistory, plan: BackupPlan) -> 
 def test_the_plan_behind_a_stream_spec_is_found_by_its_map(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
-    from engine.stream.spec import StreamSpec
+    from engine.live.spec import StreamSpec
 
     monitor, applied, _ = stream(drift, 600, 1000, plan, every_rows=200)
     assert monitor.plans == [plan, *(new for new, _, _ in applied)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.stream.screening import late_readings, overfull_windows, screen_partials
+from engine.job.screening import late_readings, overfull_windows, screen_partials
 
 
 def test_partials_of_unplanned_sensors_are_counted_and_left_out() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.store import BackupStore
-from engine.store_records import RESULT_COLUMNS, BatchWrite
-from engine.stream.pipeline import LET_THROUGH, LivePipeline
-from engine.stream.spec import PipelinePaths, StreamSpec
+from engine.live.pipeline import LET_THROUGH, LivePipeline
+from engine.live.records import RESULT_COLUMNS, BatchWrite
+from engine.live.spec import PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
 from tests.helpers import fit_map
 
 SENSORS = ("a", "b", "c")

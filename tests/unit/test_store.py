@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.backup.dataset import read_backup as production_read_backup
 from engine.errors import EngineError, StoreError
-from engine.export.backup_dataset import read_backup as production_read_backup
-from engine.store import RECOVERY_BATCH, BackupStore
-from engine.store_records import BatchWrite
+from engine.live.records import BatchWrite
+from engine.live.store import RECOVERY_BATCH, BackupStore
 from tests.helpers import write_backup_batch
 
 

@@ -17,8 +17,7 @@ import pytest
 
 from engine.aggregates import window_aggregates, window_errors
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
-from engine.model import LinearMap
-from engine.stream.batch import (
+from engine.live.batch import (
     WindowParams,
     WindowState,
     advance_windows,
@@ -26,10 +25,11 @@ from engine.stream.batch import (
     select_backup_rows,
     shadow_errors,
 )
-from engine.stream.feeder import Feeder, FeedOptions
-from engine.stream.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
-from engine.stream.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
-from engine.stream.status import StatusBoard
+from engine.live.feeder import Feeder, FeedOptions
+from engine.live.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
+from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
+from engine.live.status import StatusBoard
+from engine.model import LinearMap
 from tests.helpers import fit_map, write_backup_batch
 
 SENSORS = ("a", "b", "c", "d")
@@ -386,9 +386,10 @@ class FakeBatch:
 
 
 def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: Path) -> None:
-    from engine.store import BackupStore
-    from engine.stream.pipeline import LivePipeline
-    from engine.stream.spec import Fault, SimulatedFailure
+    from engine.live.pipeline import LivePipeline
+    from engine.live.spec import Fault
+    from engine.live.store import BackupStore
+    from engine.stream.query_errors import SimulatedFailure
 
     h = make_history(16)
     spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)

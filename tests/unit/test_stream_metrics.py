@@ -10,14 +10,14 @@ import pytest
 
 from engine.disorder import DisorderStage
 from engine.errors import ParameterError
-from engine.stream.metrics import (
+from engine.live.metrics import (
     BatchPoint,
     MetricsHistory,
     PipelineEvent,
     summarise,
     worst_sensors,
 )
-from engine.stream.status import StatusBoard
+from engine.live.status import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -30,7 +30,7 @@ def test_tooling_is_clean(command: list[str]) -> None:
 def test_engine_never_imports_streamlit_or_starts_spark() -> None:
     code = (
         "import sys, engine, engine.planning, engine.cli,"
-        " engine.stream.manager, engine.stream.live;"
+        " engine.live.manager, engine.live.replanning;"
         "assert 'streamlit' not in sys.modules, 'engine imported streamlit';"
         "assert 'pyspark' not in sys.modules, 'engine imported pyspark at import time'"
     )

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from engine.errors import ParameterError, StoreError
-from engine.store import BackupStore
-from engine.store_records import BackupWritten, BatchWrite
-from engine.stream.rebuild import reconstruct_frame
-from engine.stream.spec import StreamSpec
-from engine.stream.versions import (
+from engine.live.rebuild import reconstruct_frame
+from engine.live.records import BackupWritten, BatchWrite
+from engine.live.spec import StreamSpec
+from engine.live.store import BackupStore
+from engine.live.versions import (
     PendingPlan,
     PlanVersion,
     changes,
@@ -124,7 +124,7 @@ def test_each_row_is_rebuilt_with_the_version_that_governed_it() -> None:
 
 def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None:
     """Reference: NumPy counts of errors above eps over each version's windows and all."""
-    from engine.stream.status import StatusBoard
+    from engine.live.status import StatusBoard
 
     rng = np.random.default_rng(5)
     errors = np.abs(rng.normal(0.0, 0.5, size=(30, 4)))
@@ -151,9 +151,9 @@ def _reporting() -> tuple[Any, Any]:
     eps 0.5, and a batch's window advance that closed nothing."""
     from types import SimpleNamespace
 
+    from engine.live.reporting import BatchReporting
+    from engine.live.status import StatusBoard
     from engine.planning import ViolationMonitor
-    from engine.stream.reporting import BatchReporting
-    from engine.stream.status import StatusBoard
 
     reporting = BatchReporting()
     reporting.board = StatusBoard(lambda: T0)

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.recovery_core import write_dataset
+from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import DataError
-from engine.export.backup_dataset import TimeRange, read_backup
 from engine.export.config import load_config
 from engine.export.recover import recover_dataset, recover_file
 from engine.export.wide import rebuild, widen

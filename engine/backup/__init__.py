@@ -1,0 +1,24 @@
+"""The backup datasets' layouts on storage, the lowest of the stream products (no Spark).
+
+``dataset``: the production job's backup (``batch_id=N/date=D[/hour=H]``, ``_SUCCESS``), read
+with DuckDB; ``runs``: the live pipeline's (``run=R/batch_id=N/date=D``); ``durable``:
+small files at any URI Spark can write, from the driver.
+"""
+
+from engine.backup.dataset import (
+    TimeRange,
+    committed_files,
+    partition_columns,
+    read_backup,
+    read_backup_arrow,
+)
+from engine.backup.durable import DurableFiles
+
+__all__ = [
+    "DurableFiles",
+    "TimeRange",
+    "committed_files",
+    "partition_columns",
+    "read_backup",
+    "read_backup_arrow",
+]

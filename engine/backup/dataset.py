@@ -1,0 +1,313 @@
+"""Read the production job's backup (a Parquet dataset written by Spark) with DuckDB.
+
+No Spark needed. Exactly once, for either layout:
+
+* the job's own (``engine.job.sink``): one ``batch_id=N`` directory per
+  micro-batch, read only when it holds ``_SUCCESS`` (Spark writes it after the
+  batch's files are all in place; a replay overwrites the whole directory), so
+  files of an attempt that failed before its commit are never counted;
+* compacted batches (``engine.job.compaction``): ``batch_id=A-B`` holds
+  batches ``A`` to ``B`` rewritten as one directory; once its ``_SUCCESS`` is
+  there it supersedes every ``batch_id=N`` with ``A <= N <= B`` (skipped here
+  even before the compaction deletes them);
+* Spark's file sink (a user's own job, the exported snippet): when the
+  directory has its log (``_spark_metadata``), only the files it committed.
+
+Otherwise every ``*.parquet`` under the directory is read. Names that start
+with ``_`` or ``.`` are skipped (as Spark and Hive do).
+
+The directory is taken exactly as named: the files are listed here, never
+through a glob, so ``[ ] * ?`` in a path are ordinary characters. A time range
+reads only the files of its ``date`` (and ``hour``) partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from engine.errors import DataError
+
+META_DIR = "_spark_metadata"
+BATCH_PREFIX = "batch_id="
+COMMIT_MARKER = "_SUCCESS"
+TIME = "CAST(event_time AS TIMESTAMP)"
+HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
+
+
+def partition_columns(sampling_interval_s: float) -> tuple[str, ...]:
+    """Coarse time keys of the backup: a day, or an hour for sub-minute data."""
+    return ("date", "hour") if sampling_interval_s < HOURLY_BELOW_S else ("date",)
+
+
+def local_path(uri: str | Path) -> Path:
+    """A local path from a plain path or a ``file:`` URI; other schemes are a ``DataError``."""
+    text = str(uri)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # "C:" is a drive, not a scheme
+        if parsed.scheme != "file":
+            return Path(text)
+        # Hadoop (so Spark) takes a file: URI's path literally ("a%20b" is a directory
+        # named so); a percent-encoded URI of an existing directory is decoded.
+        raw = Path(parsed.path)
+        return raw if raw.exists() else Path(unquote(parsed.path))
+    raise DataError(
+        f"recover, status and compact read local or mounted paths; copy or mount "
+        f"{text!r} first (scheme {parsed.scheme!r})"
+    )
+
+
+def is_dataset(uri: str | Path) -> bool:
+    return local_path(uri).is_dir()
+
+
+def committed_files(root: Path) -> list[Path]:
+    """The Parquet files of the dataset at ``root`` (see the module docstring)."""
+    meta = root / META_DIR
+    if meta.is_dir():
+        return _logged_files(root, meta)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        visible = [d for d in dirs if not d.startswith(("_", "."))]
+        batches = set(live_batches(folder, visible, marked=True))
+        dirs[:] = sorted(d for d in visible if d in batches or batch_range(d) is None)
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(".parquet")]
+    return found
+
+
+def batch_range(name: str) -> tuple[int, int] | None:
+    """The micro-batches a directory holds: ``batch_id=N`` is ``(N, N)``, a compacted
+    ``batch_id=A-B`` is ``(A, B)``; None for any other name."""
+    value = name.removeprefix(BATCH_PREFIX)
+    if value == name:
+        return None
+    first, dash, last = value.partition("-")
+    if first.isdigit() and (last.isdigit() if dash else not last):
+        return int(first), int(last or first)
+    return None
+
+
+def is_compacted(name: str) -> bool:
+    """Whether a batch directory name is a compaction's (``batch_id=A-B``)."""
+    return batch_range(name) is not None and "-" in name.removeprefix(BATCH_PREFIX)
+
+
+def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str]:
+    """The batch directories among ``names`` in ``folder`` a reader counts, in batch order.
+
+    A compacted ``batch_id=A-B`` counts once its commit marker is there, and then
+    hides every batch directory within ``A..B`` (a smaller compaction's too). A
+    plain ``batch_id=N`` counts when ``marked`` is False (results and metrics: each
+    a single file renamed into place) or when its own marker is there (backup rows).
+    """
+    found = []
+    for name in names:
+        span = batch_range(name)
+        if span is None:
+            continue
+        compacted = is_compacted(name)
+        if (compacted or marked) and not os.path.exists(os.path.join(folder, name, COMMIT_MARKER)):
+            continue
+        found.append((span, compacted, name))
+    covers = [span for span, compacted, _ in found if compacted]
+    return [
+        name
+        for span, _, name in sorted(found)
+        if not any(a <= span[0] and span[1] <= b and (a, b) != span for a, b in covers)
+    ]
+
+
+def batch_files(folder: Path, suffix: str, marked: bool) -> list[tuple[str, Path]]:
+    """(batch directory, file) for the ``*<suffix>`` files of ``folder``'s live batches
+    (``live_batches``), in batch order; hidden names skipped."""
+    if not folder.is_dir():
+        return []
+    names = [d.name for d in os.scandir(folder) if d.is_dir()]
+    return [
+        (name, folder / name / f)
+        for name in live_batches(folder, names, marked)
+        for f in sorted(os.listdir(folder / name))
+        if f.endswith(suffix) and not f.startswith((".", "_"))
+    ]
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace a local file atomically: a hidden temporary file, flushed to disk, renamed.
+
+    Drops the checksum file Hadoop's local file system keeps beside a file it
+    wrote (``.name.crc``): it would no longer match, and Hadoop (so Spark)
+    refuses to read a file whose checksum does not match.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    os.replace(tmp, path)
+
+
+def _logged_files(root: Path, meta: Path) -> list[Path]:
+    """Files added (and not deleted) by the batches of Spark's file-sink log."""
+    entries = {}
+    for f in meta.iterdir():
+        stem = f.name.removesuffix(".compact")
+        if stem.isdigit() and not f.name.startswith("."):
+            entries[int(stem)] = f
+    compacts = [b for b, f in entries.items() if f.name.endswith(".compact")]
+    first = max(compacts, default=0)
+    live: dict[str, Path] = {}
+    for batch in sorted(b for b in entries if b >= first):
+        for line in entries[batch].read_text().splitlines()[1:]:
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            path = _relocated(root, item["path"])
+            if item.get("action", "add") == "delete":
+                live.pop(str(path), None)
+            else:
+                live[str(path)] = path
+    return sorted(live.values())
+
+
+def _relocated(root: Path, uri: str) -> Path:
+    """The logged file under ``root``: keep its partition directories and name.
+
+    The log holds absolute URIs from when it was written; the dataset may since
+    have been copied or mounted elsewhere.
+    """
+    parts = Path(unquote(urlparse(uri).path)).parts
+    tail = [parts[-1]]
+    for part in reversed(parts[:-1]):
+        if "=" not in part:
+            break
+        tail.insert(0, part)
+    return root.joinpath(*tail)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """``[start, end)`` in UTC; ``None`` is open."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.start and self.end and self.end <= self.start:
+            raise DataError(f"--to must be after --from, got {self.start} and {self.end}")
+
+    @classmethod
+    def parse(cls, start: str | None, end: str | None) -> TimeRange:
+        return cls(_parse_time(start, "--from"), _parse_time(end, "--to"))
+
+    def keeps(self, partition: dict[str, str]) -> bool:
+        """Whether a file of this ``date``/``hour`` partition can hold readings in range."""
+        if "date" not in partition:
+            return True
+        try:
+            lo = datetime.fromisoformat(partition["date"]).replace(tzinfo=UTC)
+            span = timedelta(days=1)
+            if "hour" in partition:
+                lo, span = lo + timedelta(hours=int(partition["hour"])), timedelta(hours=1)
+        except ValueError:  # e.g. Hive's __HIVE_DEFAULT_PARTITION__ for readings without a time
+            return True  # read it: the time filter on the rows decides
+
+        return (self.end is None or lo < self.end) and (
+            self.start is None or lo + span > self.start
+        )
+
+
+def _parse_time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DataError(f"{flag} must be an ISO time like 2014-03-01T00:00, got {text!r}") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _partition_of(root: Path, file: Path) -> dict[str, str]:
+    rel = file.relative_to(root).parts[:-1]
+    return dict(p.split("=", 1) for p in rel if "=" in p)
+
+
+def read_backup(uri: str | Path, span: TimeRange | None = None) -> pd.DataFrame:
+    """Long backup rows ``event_time, sensor, value, plan_version`` in ``span``, time ordered.
+
+    ``event_time`` is a naive UTC timestamp.
+    """
+    found = _query(uri, span, "ORDER BY event_time, sensor")
+    if found is None:
+        return pd.DataFrame(columns=["event_time", "sensor", "value", "plan_version"])
+    return found.df()
+
+
+def read_backup_arrow(uri: str | Path, span: TimeRange | None = None) -> pa.Table | None:
+    """The rows of ``read_backup`` as Arrow, in no order; None when no file is in ``span``.
+
+    For a caller that widens the rows itself: at 1,056 sensors and 12 weeks the
+    sort and the pandas strings took 0.45 s of ``read_backup``'s 0.65 s.
+    """
+    found = _query(uri, span, "")
+    return None if found is None else found.to_arrow_table()
+
+
+def nothing_in(uri: str | Path, span: TimeRange) -> str:
+    """Why ``read_backup`` found no reading in ``span``, as one sentence: no committed batch
+    at all (not a job's backup, an empty mount), or none in the range (the dates it holds)."""
+    root = local_path(uri)
+    files = committed_files(root)
+    if not files:
+        return (
+            f"{str(uri)!r} holds no committed backup batch (no Parquet files in a batch "
+            "directory with _SUCCESS, nor in a _spark_metadata log): point --backup at the "
+            "job's --backup"
+        )
+    dates = sorted({d for f in files if (d := _partition_of(root, f).get("date"))})
+    held = f" (its date partitions run from {dates[0]} to {dates[-1]})" if dates else ""
+    start = "the start" if span.start is None else span.start.isoformat()
+    end = "the end" if span.end is None else span.end.isoformat()
+    return f"the backup holds no reading from {start} to {end}{held}: nothing to rebuild"
+
+
+def _query(uri: str | Path, span: TimeRange | None, order: str) -> duckdb.DuckDBPyConnection | None:
+    root = local_path(uri)
+    if not root.is_dir():
+        raise DataError(f"backup dataset {str(root)!r} is not a directory")
+    span = span or TimeRange()
+    files = [f for f in committed_files(root) if span.keeps(_partition_of(root, f))]
+    if not files:
+        return None
+    # no partition columns: the query needs none (the time range already chose the
+    # files), and a compacted batch_id=A-B beside batch_id=N would not merge as one type
+    dataset = pads.dataset([str(f) for f in files], format="parquet")
+    where, args = _where(span)
+    con = duckdb.connect()
+    # Spark writes INT96 (read as naive UTC) or TIMESTAMP_MICROS (UTC-adjusted): in a
+    # UTC session both cast to the same naive UTC timestamp.
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("backup", dataset)
+    sql = f"SELECT {TIME} AS event_time, sensor, value, plan_version FROM backup {where} {order}"
+    return con.execute(sql, args)
+
+
+def _where(span: TimeRange) -> tuple[str, list[datetime]]:
+    clauses, args = [], []
+    if span.start is not None:
+        clauses.append(f"{TIME} >= ?")
+        args.append(span.start.replace(tzinfo=None))
+    if span.end is not None:
+        clauses.append(f"{TIME} < ?")
+        args.append(span.end.replace(tzinfo=None))
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args

@@ -1,0 +1,459 @@
+"""Where and how the production job writes, per micro-batch: one durable location.
+
+``<backup>/batch_id=N/date=D[/hour=H]/part-*.parquet``
+    the backup sensors' readings of micro-batch ``N``, long format, written by
+    the executors. ``_SUCCESS`` in ``batch_id=N`` marks the batch committed; a
+    replayed batch overwrites its own directory (exactly once, idempotent);
+    ``engine.backup.dataset`` reads only committed batches.
+``<backup>/_lacuna/results/batch_id=N/part-00000.parquet``
+    the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss;
+``<backup>/_lacuna/metrics/batch_id=N/part-00000.json``
+    one JSON line per micro-batch;
+``<backup>/_lacuna/events/NNNNNNNNNNNN-<event>.json``
+    alerts, re-plans and expiries (``engine.job.events``);
+``<backup>/_lacuna/plans/vNNNNNN.json``
+    the plan versions (``engine.export.plan_book``): which plan wrote which batches;
+``<checkpoint>/job``
+    Spark's offsets and commits of the one streaming query;
+``<checkpoint>/lacuna_state/N.arrow``
+    the open windows' partials and the monitor's tally after micro-batch ``N``
+    (the last two kept).
+
+Spark and Hive-style readers skip names starting with ``_``, so the results
+never show up as backup rows. Any URI Spark can write works the same.
+
+PySpark is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.backup.dataset import COMMIT_MARKER
+from engine.backup.durable import DurableFiles
+from engine.errors import PipelineError
+from engine.job.events import EVENTS_DIR
+from engine.job.partials import (
+    PARTIAL_COLUMNS,
+    WindowState,
+    collected_partials,
+    shadow_results,
+)
+from engine.job.plans import JobPlan, PlanBook, Replanner
+from engine.job.screening import (
+    FUTURE_S,
+    future_readings,
+    late_readings,
+    overfull_windows,
+    screen_partials,
+)
+from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
+from engine.model.linear import LinearMap
+from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
+from engine.stream.readings import backup_rows
+
+Log = Callable[[dict[str, Any]], None]
+STATE_SUFFIX = ".arrow"
+MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """``base/part/...`` for a path or a URI (no normalisation of the user's part)."""
+    return "/".join([base.rstrip("/"), *parts])
+
+
+@dataclass(frozen=True)
+class SinkPaths:
+    """The job's durable locations, derived from the backup URI and the checkpoint URI."""
+
+    backup: str
+    checkpoint: str
+
+    @property
+    def results(self) -> str:
+        return join_uri(self.backup, "_lacuna", "results")
+
+    @property
+    def metrics(self) -> str:
+        return join_uri(self.backup, "_lacuna", "metrics")
+
+    @property
+    def events(self) -> str:
+        return join_uri(self.backup, *EVENTS_DIR)
+
+    @property
+    def state(self) -> str:
+        return join_uri(self.checkpoint, "lacuna_state")
+
+    def query_checkpoint(self, name: str) -> str:
+        return join_uri(self.checkpoint, name)
+
+    def backup_batch(self, batch_id: int) -> str:
+        return join_uri(self.backup, f"batch_id={batch_id}")
+
+
+@dataclass
+class BatchWriter:
+    """``foreachBatch`` of the job: backup, partial aggregates, shadow check, per batch.
+
+    The executors filter and write the backup and reduce the batch to partials
+    per (window, sensor); the driver merges those into ``WindowState`` and
+    scores the windows that closed (``windows x sensors`` numbers, not readings).
+    """
+
+    spark: Any
+    spec: WindowSpec
+    paths: SinkPaths
+    plans: PlanBook
+    partitions: tuple[str, ...]
+    log: Log
+    replanner: Replanner | None = None
+    monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
+    now: Callable[[], float] = time.time
+    totals: dict[str, int] = field(
+        default_factory=lambda: {"batches": 0, "readings": 0, "windows": 0, "misses": 0, "pairs": 0}
+    )
+
+    def __post_init__(self) -> None:
+        self.files = DurableFiles(self.spark)
+        self._state: WindowState | None = None
+        self._maps: dict[int, LinearMap] = {}
+        self.version: JobPlan = self.plans.in_force(0)
+        self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
+        self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
+
+    @property
+    def plan_version(self) -> int:
+        return self.version.version
+
+    @property
+    def backup_sensors(self) -> tuple[str, ...]:
+        return self.version.config.backup_sensors
+
+    @property
+    def linear_map(self) -> LinearMap:
+        """The version in force's reconstruction map (built once per version)."""
+        v = self.version.version
+        if v not in self._maps:
+            self._maps[v] = self.version.config.linear_map()
+        return self._maps[v]
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        clock = _Phases(self.now)
+        group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
+        self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
+        self.version = self.plans.in_force(int(batch_id))
+        state = self._state_before(int(batch_id))
+        if not self._resumed:
+            self._resume_monitor(state, int(batch_id))
+        readings = batch.select("event_time", "sensor", "value")
+        partials, screened = self._screen(*self._outputs(readings, batch_id, group), batch_id)
+        if screened["unusable_readings"] or screened["missing_values"]:
+            self._check_landed_columns(int(batch_id))  # a file without a column: stop
+        if screened["unplanned_sensors"]:  # rare: the plan cannot rebuild them, so keep them
+            # readers take _SUCCESS as "the batch is complete": withdraw it until the
+            # append commits (Spark writes it again), so no reader sees half a batch
+            self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
+            self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
+        clock.mark("backup_and_partials")
+        # readings stamped in the future would move the watermark past every later one
+        cutoff = int((self.now() + FUTURE_S) * 1e6)
+        partials, screened["future_readings"], event = future_readings(partials, cutoff)
+        self._say(event, batch_id)
+        latest = partials["max_event_us"].max()
+        max_event = state.max_event_us if pd.isna(latest) else int(latest)
+        late, event = late_readings(partials, state.watermark_us)  # before merge moves it
+        self._say(event, batch_id)
+        screened["late_readings"] = late
+        closed = state.merge(partials[PARTIAL_COLUMNS], max_event, self.spec.watermark_us)
+        results = shadow_results(
+            closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
+        )
+        clock.mark("merge_and_shadow")
+        screened["overfull_pairs"] = self._overfull(results, batch_id)
+        self._write_results(results, batch_id)
+        alert = self._watch(results, int(batch_id))
+        screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
+        state.batch_id = int(batch_id)
+        if self.monitor is not None:  # the tally after this batch, kept with its state
+            tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
+            state.extra = {**state.extra, MONITOR_KEY: [self.plan_version, tally]}
+        self._save_state(state)
+        clock.mark("results_and_state")
+        jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+        self._report(results, batch_id, jobs, clock, screened)
+        if self.replanner is not None:  # a new version governs the next batch on
+            self.replanner.after_batch(int(batch_id), state.watermark_us, alert)
+
+    def _eps(self) -> dict[str, float]:
+        config = self.version.config
+        return dict(zip(config.sensors, map(float, config.eps_vector()), strict=True))
+
+    def _screen(
+        self, partials: pd.DataFrame, unusable: int, batch_id: int
+    ) -> tuple[pd.DataFrame, dict]:
+        """The plan's sensors' partials and the batch's counts (``screening``)."""
+        screened = screen_partials(partials, self.version.config.sensors, unusable)
+        self._say(screened.event, batch_id)
+        return screened.partials, {
+            **screened.counts,
+            "unplanned_sensors": screened.unplanned_sensors,
+        }
+
+    def _check_landed_columns(self, batch_id: int) -> None:
+        """``PipelineError`` when a file of the batch lacks a landing column: Spark reads
+        it as nulls, and its readings would be dropped or missing for good. Raised
+        before the batch's results and state: the batch is not committed, and once the
+        file is fixed or moved the job replays it (its backup directory rewritten)."""
+        from engine.job.landed_files import batch_files, lacking_columns
+
+        bad = lacking_columns(batch_files(self.paths.query_checkpoint("job"), batch_id))
+        if bad:
+            file, columns = bad[0]
+            raise PipelineError(
+                f"input file {file} has no column {', '.join(columns)} (a landing file needs "
+                "event_time, sensor and value): its readings would be lost. Fix it or move it "
+                "out of the source directory and start again: the job resumes from its "
+                "checkpoint, and the micro-batch that failed was not committed"
+            )
+
+    def _overfull(self, results: pd.DataFrame, batch_id: int) -> int:
+        """Closed (window, sensor) pairs with more readings than time steps (``screening``)."""
+        pairs, event = overfull_windows(results, int(self.version.config.parameters["window"]))
+        self._say(event, batch_id)
+        return pairs
+
+    def _say(self, event: dict[str, Any] | None, batch_id: int) -> None:
+        if event is not None:
+            self.log({**event, "batch_id": batch_id, "plan_version": self.plan_version})
+
+    def _resume_monitor(self, state: WindowState, batch_id: int) -> None:
+        """Start the monitor from the tally an earlier run kept with the state before
+        ``batch_id`` (the version in force's rebuilt windows and misses).
+
+        Without it a job restarted more often than it takes to see the monitor's
+        ``min_windows`` per sensor would never alert. Kept with the window state,
+        the tally of a replayed batch is counted once, by the replay.
+        """
+        self._resumed = True
+        saved = state.extra.get(MONITOR_KEY)
+        if self.monitor is None or not saved or int(saved[0]) != self.plan_version:
+            return  # nothing seen yet, or a new version starts at this batch
+        counts = {s: (int(v), int(w)) for s, (v, w) in saved[1].items()}
+        self.monitor.resume(self.plan_version, counts)
+        self.log(
+            {
+                "event": "monitor_resumed",
+                "plan_version": self.plan_version,
+                "before_batch": batch_id,
+                "windows": sum(w for _, w in counts.values()),
+                "misses": sum(v for v, _ in counts.values()),
+            }
+        )
+
+    def _watch(self, results: pd.DataFrame, batch_id: int) -> MonitorAlert | None:
+        """Feed the closed windows to the monitor and return its alert (the re-planner's
+        cue); log it when it names a sensor not yet said under the version."""
+        if self.monitor is None or results.empty:
+            return None
+        sensors = self.monitor.sensors
+        rebuilt = results[~results["backed_up"].astype(bool)]
+        errors = (
+            rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
+            .abs()
+            .reindex(columns=list(sensors))
+        )
+        targets = self.linear_map.targets
+        alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
+        if alert is None:
+            return None
+        # `status` counts alert events: one per sensor and version, not one per batch
+        if new := newly_alerting(self._alerting, self.plan_version, alert.sensors):
+            self.log(
+                {
+                    "event": "alert",
+                    "batch_id": batch_id,
+                    "plan_version": self.plan_version,
+                    "sensors": list(alert.sensors),
+                    "new_sensors": new,
+                    "rates": alert.rates,
+                    "reason": alert.reason,
+                }
+            )
+        return alert
+
+    def _outputs(self, readings: Any, batch_id: int, group: str) -> tuple[pd.DataFrame, int]:
+        """Write the backup and collect the partials, as two Spark jobs at once.
+
+        A landing file is one scan task, so one job alone keeps one core busy;
+        run side by side the backup write and the aggregation use two. Each job
+        scans the file itself: caching it first cost more than the second scan.
+        """
+
+        def write_backup() -> None:
+            self.spark.sparkContext.setJobGroup(group, f"lacuna backup {batch_id}")
+            self._write_backup(readings, self.backup_sensors, batch_id, "overwrite")
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            backup = pool.submit(write_backup)
+            partials = self._partials(readings)
+            backup.result()
+        return partials
+
+    def _write_backup(
+        self, readings: Any, sensors: Sequence[str], batch_id: int, mode: str
+    ) -> None:
+        """``sensors``' readings into micro-batch ``batch_id``'s directory.
+
+        ``overwrite`` first (a replayed batch replaces its directory), then
+        ``append`` for sensors outside the plan, found by the partials: naming
+        every planned sensor in the first filter instead cost a 1,056-literal
+        predicate in every batch's plan (0.2-0.6 s a batch at 1,056 sensors).
+        """
+        rows = backup_rows(readings, sensors, self.plan_version, self.partitions)
+        rows.write.mode(mode).partitionBy(*self.partitions).parquet(
+            self.paths.backup_batch(batch_id)
+        )
+
+    def _partials(self, readings: Any) -> tuple[pd.DataFrame, int]:
+        """The batch's partials (``partials.collected_partials``) and its unusable readings.
+
+        Collected as Arrow. At 1,056 sensors and 10,000 rows a file (440,000 partials),
+        these slimmer partials (no ``window_end``, no constant columns, no sentinel
+        sensor name) took 1.47 s a batch against 1.69 s before (medians, A/B).
+        """
+        frame = batch_partials(readings, self.spec)
+        if self.spec.aggregate in ("max", "min"):
+            rebuilt = rebuilt_partials(readings, self.linear_map, self.spec)
+            frame = frame.unionByName(rebuilt, allowMissingColumns=True)
+        return collected_partials(frame.toArrow(), self.spec.window_us)
+
+    def _state_before(self, batch_id: int) -> WindowState:
+        """The state after the latest batch before ``batch_id`` (memory, else checkpoint)."""
+        if self._state is not None and self._state.batch_id < batch_id:
+            return replace(self._state)
+        stored = [
+            int(name.removesuffix(STATE_SUFFIX))
+            for name in self.files.names(self.paths.state)
+            if name.endswith(STATE_SUFFIX) and name.removesuffix(STATE_SUFFIX).isdigit()
+        ]
+        before = [b for b in stored if b < batch_id]
+        if not before:
+            return WindowState(self.spec.aggregate)
+        return WindowState.restore(self.files.read(self._state_uri(max(before))))
+
+    def _state_uri(self, batch_id: int) -> str:
+        return join_uri(self.paths.state, f"{batch_id:012d}{STATE_SUFFIX}")
+
+    def _save_state(self, state: WindowState) -> None:
+        """Store under the batch id; keep the one before it too, for a replay of this batch."""
+        self.files.write(self._state_uri(state.batch_id), state.snapshot())
+        names = self.files.names(self.paths.state)
+        ids = sorted(int(n.removesuffix(STATE_SUFFIX)) for n in names if n.endswith(STATE_SUFFIX))
+        for old in ids[:-2]:
+            self.files.delete(self._state_uri(old))
+        self._state = state
+
+    def _write_results(self, results: pd.DataFrame, batch_id: int) -> None:
+        if results.empty:
+            return
+        frame = results.copy()
+        for col in ("window_start", "window_end"):
+            frame[col] = pd.to_datetime(frame[col].astype("int64"), unit="us", utc=True)
+        frame["plan_version"] = int(self.plan_version)
+        buf = io.BytesIO()
+        # Microseconds, as Spark stores timestamps: Spark cannot read pandas' nanoseconds.
+        pq.write_table(
+            pa.Table.from_pandas(frame, preserve_index=False), buf, coerce_timestamps="us"
+        )
+        uri = join_uri(self.paths.results, f"batch_id={batch_id}", "part-00000.parquet")
+        self.files.write(uri, buf.getvalue())
+
+    def _report(
+        self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, counts: dict
+    ) -> None:
+        readings = int(counts["readings"])
+        # checked windows: rebuilt and true aggregates both numbers (as the monitor counts)
+        rebuilt = results[~results["backed_up"].astype(bool) & results["error"].notna()]
+        windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
+        misses = int(rebuilt["miss"].sum())
+        metrics = {
+            "event": "shadow",
+            "batch_id": int(batch_id),
+            "plan_version": int(self.plan_version),
+            "readings": readings,
+            "windows": windows,
+            "rebuilt_pairs": pairs,
+            "misses": misses,
+            "miss_rate": misses / pairs if pairs else None,
+            "missing_values": int(counts["missing_values"]),
+            "unusable_readings": int(counts["unusable_readings"]),
+            "unplanned_readings": int(counts["unplanned_readings"]),
+            "overfull_pairs": int(counts["overfull_pairs"]),
+            "late_readings": int(counts["late_readings"]),
+            "future_readings": int(counts["future_readings"]),
+            # sensors above delta under the version (the alert event names each once)
+            "alerting_sensors": int(counts["alerting_sensors"]),
+            "last_window_end": (
+                str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
+                if windows
+                else None
+            ),
+            "spark_jobs": jobs,
+            "seconds": round(clock.total(), 3),
+            "phase_seconds": clock.phases,
+        }
+        uri = join_uri(self.paths.metrics, f"batch_id={batch_id}", "part-00000.json")
+        self.files.write(uri, (json.dumps(metrics) + "\n").encode())
+        adds = (
+            ("batches", 1),
+            ("readings", readings),
+            ("windows", windows),
+            ("misses", misses),
+            ("pairs", pairs),
+        )
+        for key, add in adds:
+            self.totals[key] += add
+        self.log(metrics)
+
+
+class _Phases:
+    """Wall seconds of each phase of a micro-batch (for the metrics and the profile)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now, self._start = now, now()
+        self._last = self._start
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        t = self._now()
+        self.phases[name] = round(t - self._last, 3)
+        self._last = t
+
+    def total(self) -> float:
+        return self._now() - self._start
+
+
+def start_job_query(
+    readings: Any, writer: BatchWriter, paths: SinkPaths, trigger: tuple[bool, float]
+) -> Any:
+    """The one streaming query: each micro-batch handed to ``writer`` once per attempt."""
+    stream = (
+        readings.writeStream.queryName("lacuna_job")
+        .foreachBatch(writer)
+        .option("checkpointLocation", paths.query_checkpoint("job"))
+    )
+    available_now, interval_s = trigger
+    if available_now:
+        return stream.trigger(availableNow=True).start()
+    return stream.trigger(processingTime=f"{interval_s:g} seconds").start()

@@ -1,0 +1,224 @@
+"""What a production job has done, read from its backup location with DuckDB (no Spark).
+
+The ``run`` job (``engine.job.run``) keeps beside its backup:
+
+* ``_lacuna/plans/vNNNNNN.json``: the plan versions and why each was made;
+* ``_lacuna/metrics/batch_id=N/part-00000.json``: one JSON line per micro-batch
+  (readings, closed windows, rebuilt windows, misses, seconds);
+* ``_lacuna/results/batch_id=N/part-00000.parquet``: every closed window's true
+  and rebuilt aggregate per sensor, its miss and its plan version;
+* ``_lacuna/events/NNNNNNNNNNNN-<event>.json``: alerts, re-plans, expiries.
+
+``read_job_status`` gathers them for the console and ``engine status``: a local
+or mounted path, as ``recover --backup`` reads. Live rates count rebuilt
+windows only (a backed-up sensor is recovered exactly), each sensor judged as
+the job's monitor judges it: above ``delta`` when the one-sided 95 %
+Clopper-Pearson lower bound of its rate is, over at least ``MIN_WINDOWS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from engine.backup.dataset import batch_files, local_path
+from engine.errors import ConfigError, DataError
+from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
+from engine.planning.monitor import (
+    CONFIDENCE,
+    MIN_WINDOWS,
+    rate_lower_bounds,
+    rate_upper_bound,
+)
+
+BATCH_COLUMNS = (
+    "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
+    "seconds", "last_window_end",
+)  # fmt: skip
+RATE_COLUMNS = (
+    "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A production job's record: versions, per-batch metrics, live rates, events."""
+
+    backup: str
+    versions: tuple[JobPlan, ...]  # oldest first
+    batches: pd.DataFrame  # BATCH_COLUMNS, one row per micro-batch, in order
+    rates: pd.DataFrame  # RATE_COLUMNS, per version and sensor, rebuilt windows only
+    events: tuple[dict, ...]  # newest first
+
+    @property
+    def in_force(self) -> JobPlan:
+        return self.versions[-1]
+
+    @property
+    def delta(self) -> float:
+        return float(self.in_force.config.parameters["delta"])
+
+    def version_rates(self, version: int | None = None) -> pd.DataFrame:
+        """Rates under ``version`` (default: the version in force), worst first."""
+        v = self.in_force.version if version is None else int(version)
+        rows = self.rates[self.rates["plan_version"] == v]
+        return rows.sort_values(["rate", "windows"], ascending=False).reset_index(drop=True)
+
+    def summary(self) -> dict[str, object]:
+        """The headline: how much ran, under which plan, and is it holding."""
+        b, current = self.batches, self.version_rates()
+        windows, misses = int(current["windows"].sum()), int(current["misses"].sum())
+        validity = self.in_force.config.validity or {}
+        return {
+            "batches": len(b),
+            "readings": int(b["readings"].sum()) if len(b) else 0,
+            "last_window_end": b["last_window_end"].dropna().iloc[-1]
+            if b["last_window_end"].notna().any()
+            else None,
+            "plan_version": self.in_force.version,
+            "plan_reason": self.in_force.reason,
+            "versions": len(self.versions),
+            "valid_until": validity.get("valid_until"),
+            "backup_sensors": len(self.in_force.config.backup_sensors),
+            "sensors": len(self.in_force.config.sensors),
+            "rebuilt_windows": windows,
+            "misses": misses,
+            "miss_rate": misses / windows if windows else None,
+            "delta": self.delta,
+            "sensors_above_delta": int(current["above_delta"].sum()),
+            "alerts": sum(1 for e in self.events if e.get("event") == "alert"),
+        }
+
+    def to_dict(self, events: int = 20) -> dict[str, object]:
+        """``engine status``'s answer: the headline, the versions, the version in force's
+        sensors with their live rates (worst first) and the latest ``events``."""
+        return {
+            "backup": self.backup,
+            "summary": self.summary(),
+            "versions": [
+                {
+                    "plan_version": p.version,
+                    "first_batch": p.first_batch,
+                    "reason": p.reason,
+                    "detail": p.detail,
+                    "valid_until": (p.config.validity or {}).get("valid_until"),
+                    "backup_sensors": list(p.config.backup_sensors),
+                    "pinned": list(p.pinned),
+                }
+                for p in self.versions
+            ],
+            "live_rates": self.version_rates().to_dict(orient="records"),
+            "events": list(self.events[:events]),
+        }
+
+
+def read_job_status(backup: str | Path) -> JobStatus:
+    """The job's record at ``backup`` (``DataError`` when there is none to read, or the
+    file system refuses the path: a name too long, no permission)."""
+    root = local_path(backup)
+    try:
+        return _read_job_status(root, backup)
+    except OSError as err:
+        raise DataError(
+            f"cannot read the backup at {str(backup)!r}: {err.strerror or err}"
+        ) from None
+
+
+def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
+    if not root.is_dir():
+        raise DataError(f"no backup directory at {str(backup)!r}")
+    plans = root.joinpath(*PLANS_DIR)
+    names = (
+        sorted(f.name for f in plans.iterdir() if is_plan_file(f.name)) if plans.is_dir() else []
+    )
+    if not names:
+        raise DataError(
+            f"{str(backup)!r} holds no production job's plan book (_lacuna/plans): "
+            "point at the --backup of `python -m engine run`"
+        )
+    try:
+        versions = tuple(
+            sorted(
+                (JobPlan.from_bytes((plans / n).read_bytes(), str(plans / n)) for n in names),
+                key=lambda p: p.version,
+            )
+        )
+    except ConfigError as err:
+        raise DataError(str(err)) from None
+    lacuna = root / "_lacuna"
+    return JobStatus(
+        backup=str(backup),
+        versions=versions,
+        batches=_batches(lacuna / "metrics"),
+        rates=_rates(lacuna / "results", versions[-1]),
+        events=_events(lacuna / "events"),
+    )
+
+
+def _files(folder: Path, suffix: str) -> list[Path]:
+    """``batch_id=N/*<suffix>`` under ``folder``, in batch order (hidden names skipped;
+    batches a compaction holds read from it, once)."""
+    return [f for _, f in batch_files(folder, suffix, marked=False)]
+
+
+def _batches(folder: Path) -> pd.DataFrame:
+    rows = []
+    for f in _files(folder, ".json"):
+        try:
+            rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as err:
+            raise DataError(f"job metrics file {f} is unreadable: {err}") from None
+    frame = pd.DataFrame(rows)
+    for c in BATCH_COLUMNS:
+        if c not in frame:
+            frame[c] = pd.Series(dtype=float)
+    out = frame[list(BATCH_COLUMNS)].drop_duplicates("batch_id", keep="last")
+    return out.sort_values("batch_id").reset_index(drop=True)
+
+
+def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
+    files = _files(folder, ".parquet")
+    if not files:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in RATE_COLUMNS})
+    con = duckdb.connect()
+    try:
+        frame = con.execute(
+            "SELECT plan_version, sensor, count(*) AS windows, "
+            "count(*) FILTER (WHERE miss) AS misses "
+            "FROM read_parquet(?) "
+            # a checked window: rebuilt and true aggregates both numbers (a NaN reading
+            # leaves its window unchecked), as the job's monitor counts them
+            "WHERE NOT backed_up AND error IS NOT NULL AND NOT isnan(error) "
+            "GROUP BY plan_version, sensor",
+            [[str(f) for f in files]],
+        ).df()
+    except duckdb.Error as err:
+        raise DataError(f"the job's results under {folder} are unreadable: {err}") from None
+    finally:
+        con.close()
+    delta = float(current.config.parameters["delta"])
+    w, m = frame["windows"].astype(int), frame["misses"].astype(int)
+    frame["rate"] = m / w
+    frame["lower95"] = rate_lower_bounds(m.to_numpy(), w.to_numpy(), CONFIDENCE)
+    frame["upper95"] = [rate_upper_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
+    frame["above_delta"] = (frame["lower95"] > delta) & (w >= MIN_WINDOWS)
+    return frame[list(RATE_COLUMNS)]
+
+
+def _events(folder: Path) -> tuple[dict, ...]:
+    if not folder.is_dir():
+        return ()
+    out = []
+    for name in sorted(os.listdir(folder), reverse=True):
+        if name.startswith((".", "_")) or not name.endswith(".json"):
+            continue
+        try:
+            out.append(json.loads((folder / name).read_text()))
+        except (OSError, ValueError) as err:
+            raise DataError(f"job event file {folder / name} is unreadable: {err}") from None
+    return tuple(out)

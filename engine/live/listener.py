@@ -1,0 +1,58 @@
+"""The StreamingQueryListener that feeds a live pipeline's status board.
+
+Spark's progress events give the batch rates and durations; a terminated
+query with an exception marks the board failed (simulated) or in error.
+PySpark is imported inside the function only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.stream.query_errors import FAILURE_MARK, query_failure_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.live.pipeline import LivePipeline
+
+
+def _make_listener(pipeline: LivePipeline) -> Any:
+    """A StreamingQueryListener feeding the pipeline's status board."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class _Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if pipeline.query is None or str(p.id) != str(pipeline.query.id):
+                return
+            durations = dict(p.durationMs or {})
+            pipeline.board.update(
+                input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
+                processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
+            )
+            if "triggerExecution" in durations:  # Spark's figures replace our own estimate
+                pipeline.board.patch_batch(
+                    pipeline.run,
+                    int(p.batchId),
+                    duration_ms=float(durations["triggerExecution"]),
+                    rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                )
+            pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if pipeline.query is None or str(event.id) != str(pipeline.query.id):
+                return
+            if event.exception:
+                failed = FAILURE_MARK in str(event.exception)
+                pipeline.board.update(
+                    state="failed" if failed else "error",
+                    last_error=query_failure_line(event.exception),
+                )
+
+    return _Listener()

@@ -1,0 +1,434 @@
+"""The live query: Spark Structured Streaming over the landing directory.
+
+``foreachBatch`` turns each micro-batch into pandas (Arrow) and calls the pure
+functions of ``engine.live.batch``: (a) the backup writer keeps the readings
+the mode asks for, (b) window aggregates are emitted as windows complete, (c)
+the shadow check measures what recovery from the backup sensors would have
+missed. Spark writes the batch's backup rows to its own Parquet directory
+(``engine.backup.runs``, overwritten by a replay) first; then its results,
+late readings, marker and window-state snapshot go to the store in one DuckDB
+transaction, keyed by ``(run, batch_id)``.
+
+PySpark is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import PipelineError
+from engine.live.backup_writer import write_batch
+from engine.live.batch import (
+    LATE_COLUMNS,
+    WindowAdvance,
+    WindowParams,
+    WindowState,
+    advance_windows,
+    results_frame,
+    select_backup_rows,
+    shadow_errors,
+)
+from engine.live.listener import _make_listener
+from engine.live.records import BackupWritten, BatchWrite
+from engine.live.recovery import find_lost_range
+from engine.live.reporting import BatchReporting
+from engine.live.spec import (
+    Fault,
+    Monitor,
+    PipelineOptions,
+    PipelinePaths,
+    Stage,
+    StreamSpec,
+    check_mode,
+)
+from engine.live.status import StatusBoard
+from engine.live.store import BackupStore
+from engine.live.switching import PlanSwitching, _last_time
+from engine.live.versions import PendingPlan, PlanVersion
+from engine.stream.query_errors import FAILURE_MARK, SimulatedFailure, query_failure_line
+from engine.stream.quiet import stopping
+from engine.stream.source import LandingDirSource, StreamSource
+
+__all__ = ["END_OF_FEED", "RUN_FILE", "BackupWriter", "LivePipeline"]
+
+# (micro-batch DataFrame, target URI, sensors, plan version) -> Parquet bytes written
+BackupWriter = Callable[[Any, str, Sequence[str], int], int]
+
+RUN_FILE = "lacuna_run.json"
+
+
+END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
+SEED_STATE = -2  # the batch id a restarted run's seeded state is saved under (no batch)
+LET_THROUGH = 2  # batches a requested failure lets through while none would lose a window
+
+
+class LivePipeline(PlanSwitching, BatchReporting):
+    """One streaming query over ``paths.landing`` writing to ``store``.
+
+    A checkpoint directory that already holds a run resumes it (Spark replays
+    the batch it had not committed; the window state comes from the store).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        spec: StreamSpec,
+        mode: str,
+        paths: PipelinePaths,
+        store: BackupStore,
+        *,
+        board: StatusBoard | None = None,
+        options: PipelineOptions | None = None,
+        monitor: Monitor | None = None,
+        stage: Stage | None = None,
+        seed: WindowState | None = None,
+        fault: Fault | None = None,
+        source: StreamSource | None = None,
+        version: PlanVersion | None = None,
+        backup_writer: BackupWriter = write_batch,
+    ) -> None:
+        check_mode(mode)
+        self.spark, self.mode, self.paths, self.store = spark, mode, paths, store
+        self.board = board or StatusBoard()
+        self.options = options or PipelineOptions()
+        self.monitor, self.stage, self.fault = monitor, stage, fault
+        self._write_backup = backup_writer
+        self.source: StreamSource = source or LandingDirSource(
+            paths.landing_dir, self.options.max_files_per_trigger
+        )
+        self._version = version or PlanVersion.initial(spec, store.now())
+        if self._version.spec is not spec:
+            raise PipelineError("the plan version given is not the spec given")
+        self._pending: PendingPlan | None = None
+        self._last_time: datetime | None = None
+        self._spec_lock = threading.Lock()
+        self._fail = threading.Event()
+        self._let_through = 0  # batches processed since the failure was requested
+        self._seed = seed
+        self._state = seed or WindowState.empty(len(spec.sensors))
+        self._readings = 0
+        self._inflight: int | None = None
+        self._stage_start = stage.snapshot() if stage is not None else {}
+        self._kinds: dict[str, int] = {}  # the stage's result rows of this batch, by kind
+        self._alerts = 0
+        self._alerting: dict[int, set[str]] = {}
+        self.run = -1
+        self.query: Any = None
+        self._listener: Any = None
+
+    # -- control ------------------------------------------------------------
+
+    def start(self) -> LivePipeline:
+        """Start the query (resuming the checkpoint's run if there is one)."""
+        self.run = self._claim_run()
+        self.board.update(state="running", mode=self.mode, run=self.run, last_error=None)
+        reader = self.source.read_stream(self.spark)
+        writer = (
+            reader.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.paths.checkpoint_dir))
+            .queryName(f"lacuna_run_{self.run}")
+        )
+        if self.options.available_now:
+            writer = writer.trigger(availableNow=True)
+        elif self.options.trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
+        self._listener = _make_listener(self)
+        self.spark.streams.addListener(self._listener)
+        stopping(False)
+        try:
+            self.query = writer.start()
+        except Exception as err:  # py4j raises many types; report one readable line
+            self._remove_listener()
+            raise PipelineError(f"the streaming query could not start: {err}") from err
+        return self
+
+    def _claim_run(self) -> int:
+        ck = self.paths.checkpoint_dir
+        run_file = ck / RUN_FILE
+        try:
+            if run_file.exists():
+                run = int(json.loads(run_file.read_text())["run"])
+                blob = self.store.load_state(run)
+                if blob is not None:
+                    self._state = self._unpack(blob)
+                self.board.update(plan_version=self._version.id)
+                return run
+            ck.mkdir(parents=True, exist_ok=True)
+            run = self.store.next_run()
+            run_file.write_text(json.dumps({"run": run}))
+        except OSError as err:
+            raise PipelineError(f"checkpoint directory {str(ck)!r} is not usable: {err}") from err
+        reason = "start" if self._seed is None else "restart after recovery"
+        self.store.log_plan(f"run {run}: {reason} in mode {self.mode}", self.spec.backup_sensors)
+        self.store.write_version(self._version.record())  # idempotent: a restart keeps it
+        if self._seed is not None:
+            # The recovery's seed (rebuilt tail rows, the next window) lives in memory
+            # until the first batch commits: a stop before that, then Resume, would
+            # start from an empty state and never close a window again.
+            self.store.save_state(run, SEED_STATE, self._pack(self._state))
+        self.board.update(plan_version=self._version.id)
+        return run
+
+    @property
+    def state(self) -> WindowState:
+        return self._state
+
+    def request_failure(self) -> None:
+        """Kill the query at the first batch that starts with a window open.
+
+        A crash just after a batch that closed every window (tumbling windows whose
+        edge the batch ended on) loses nothing, so an operator's simulated failure
+        there would show no recovery at all: such a batch is processed, and the
+        failure strikes at the next one. At most ``LET_THROUGH`` batches are let
+        through: when every batch ends on an edge (files of whole windows) waiting
+        longer shows nothing more. ``fail_after_readings`` strikes where it says.
+        """
+        self._fail.set()
+
+    def _strikes(self) -> bool:
+        """Does a requested failure strike at the batch starting now?"""
+        if not self._fail.is_set():
+            return False
+        if self._let_through >= LET_THROUGH or self._loses_a_window():
+            return True
+        self._let_through += 1
+        return False
+
+    def _loses_a_window(self) -> bool:
+        """Would a crash now lose a window? (the committed rows reach an open one)"""
+        slide = self.spec.slide
+        return find_lost_range(self.store, slide).lost_windows(slide).size > 0
+
+    def process_all_available(self) -> None:
+        """Block until everything that has landed is processed (raises if the query died)."""
+        try:
+            self.query.processAllAvailable()
+        except Exception as err:
+            raise PipelineError(f"the streaming query failed: {query_failure_line(err)}") from err
+
+    def await_termination(self, timeout: float) -> bool:
+        """Wait for the query to end; ``True`` if it has (with or without an error)."""
+        try:
+            return bool(self.query.awaitTermination(timeout))
+        except Exception:  # the query died with an exception: it has terminated
+            return True
+
+    def stop(self) -> None:
+        """Detach the listener, then stop the query (if it runs).
+
+        In that order so Spark's listener bus never calls back into a Python side
+        that a SIGTERM is tearing down (its failed call was logged with a stack);
+        the listener reacts only to a query that failed, not to one stopped. py4j's
+        record of the micro-batch the stop interrupts is expected and kept quiet
+        (``engine.stream.quiet``): that batch is not committed, the next run
+        replays it.
+        """
+        stopping(True)
+        try:
+            self._remove_listener()
+        finally:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+
+    def _remove_listener(self) -> None:
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
+    # -- one micro-batch ----------------------------------------------------
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        limit = self.options.fail_after_readings
+        if (limit is not None and self._readings >= limit) or self._strikes():
+            self._fail.set()
+            raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
+        if self.store.is_committed(self.run, batch_id):
+            self._reload_state()  # a replay of a batch whose effects are stored
+            self._install_stored_version()
+            return
+        if self._inflight is not None:
+            self._reload_state()  # the last attempt died part-way (the stage may have moved)
+        self._inflight = batch_id
+        t0 = time.perf_counter()
+        pdf = df.toPandas()
+        t1 = time.perf_counter()
+        version = self._batch_version(pdf)
+        spec = version.spec
+        advance, late, errors = self._compute(pdf, spec)
+        t2 = time.perf_counter()
+        backup = self._backup(df, pdf, batch_id, spec.stored_sensors(self.mode), version.id)
+        t_backup = time.perf_counter()
+        write = BatchWrite(
+            run=self.run,
+            batch_id=batch_id,
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
+            results=self._results(advance, spec),
+            late=late,
+            max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
+            state=self._pack(advance.state),
+            version=None if version is self.version else version.record(self._last_time),
+        )
+        self.store.commit_batch(write, before_commit=self._fault_hook(batch_id, "before_commit"))
+        self._install(version)
+        self._last_time = _last_time(pdf) or self._last_time
+        t3 = time.perf_counter()
+        self._fault_hook(batch_id, "after_commit")()
+        self._state, self._inflight = advance.state, None
+        self._readings += len(pdf)
+        self._report(pdf, advance, late, errors, backup, version)
+        self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
+        self.board.add_profile(
+            {
+                "to_pandas": t1 - t0,
+                "windows_and_shadow": t2 - t1,
+                "backup_write": t_backup - t2,
+                "store": t3 - t_backup,
+                "batches": 1,
+            }
+        )
+
+    def _backup(
+        self, df: Any, pdf: pd.DataFrame, batch_id: int, sensors: Sequence[str], version: int
+    ) -> BackupWritten:
+        """Spark writes the rows of ``sensors`` to the batch's Parquet directory (before
+        the store commits the batch); their count comes from the same rows in pandas."""
+        rows = len(select_backup_rows(pdf, sensors)) if sensors else 0
+        if rows == 0:
+            return BackupWritten()
+        target = self.store.batch_uri(self.run, batch_id)
+        return BackupWritten(rows, self._write_backup(df, target, sensors, version))
+
+    def _results(self, advance: WindowAdvance, spec: StreamSpec) -> pd.DataFrame:
+        """Live window results plus, with a disorder stage, its versioned results
+        (provisional, then corrections once late tuples span Gamma, then final)."""
+        live = results_frame(advance.closed, spec.sensors)
+        pop = getattr(self.stage, "pop_results", None)  # a stage may keep no results
+        if pop is None:
+            return live
+        staged = pop()
+        if not len(staged):
+            return live
+        self._kinds = staged["kind"].value_counts().to_dict()
+        staged = staged[list(live.columns)].copy()
+        for name in ("window_start", "window_end"):
+            staged[name] = _naive_utc(staged[name])
+            live[name] = _naive_utc(live[name])
+        return pd.concat([live, staged], ignore_index=True)
+
+    def _reload_state(self) -> None:
+        """Window (and stage) state as of the run's last committed batch."""
+        blob = self.store.load_state(self.run)
+        if blob is not None:
+            self._state = self._unpack(blob)
+            return
+        self._state = self._seed or WindowState.empty(len(self.spec.sensors))
+        if self.stage is not None:
+            self.stage.restore(self._stage_start)
+
+    def _compute(
+        self, pdf: pd.DataFrame, spec: StreamSpec
+    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
+        released, late = pdf, pdf.iloc[0:0][list(LATE_COLUMNS)]
+        if self.stage is not None:
+            released, late = self.stage.process(pdf)
+        return self._advance(released, late, spec)
+
+    def _advance(
+        self, released: pd.DataFrame, late: pd.DataFrame, spec: StreamSpec
+    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
+        """Window the released readings (plus a stage's late ones) and shadow-check them."""
+        params = WindowParams(spec.sensors, spec.window, spec.slide, spec.aggregate)
+        late = late[list(LATE_COLUMNS)]
+        # A stage's own results are the low-latency path; the reading-indexed windows
+        # below wait for every reading, so late ones still complete them.
+        if self.stage is not None and len(late):
+            released = pd.concat([released, _like(late, released)], ignore_index=True)
+        repair = spec.recovery_map(self.mode) if self.mode != "none" else None
+        advance = advance_windows(self._state, released, params, repair)
+        late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
+        errors = None
+        if self.options.shadow and len(advance.closed):
+            errors = shadow_errors(advance.closed, params, spec.linear_map)
+        return advance, late, errors
+
+    def finish_stage(self) -> int:
+        """End of feed: flush the disorder stage so every window gets its final result.
+
+        Releases what the K-slack buffer still holds, applies every pending
+        correction and marks results final, committed as one more store batch
+        (``END_OF_FEED``; idempotent). Call only while no micro-batch runs (after
+        ``process_all_available``). Returns the number of windows it closed.
+        """
+        flush = getattr(self.stage, "flush", None)
+        if flush is None or self.store.is_committed(self.run, END_OF_FEED):
+            return 0
+        version = self.version
+        spec = version.spec
+        released, late = flush()
+        advance, late, errors = self._advance(released, late, spec)
+        write = BatchWrite(
+            run=self.run,
+            batch_id=END_OF_FEED,
+            results=self._results(advance, spec),
+            late=late,
+            max_seq=int(released["seq"].max()) if len(released) else -1,
+            state=self._pack(advance.state),
+        )
+        self.store.commit_batch(write)
+        self._state = advance.state
+        none = released.iloc[0:0]
+        self._report(none, advance, late, errors, BackupWritten(), version)
+        self._record(END_OF_FEED, none, advance, late, BackupWritten(), None, None)
+        return len(advance.closed)
+
+    def _fault_hook(self, batch_id: int, point: str) -> Callable[[], None]:
+        fault = self.fault
+
+        def hook() -> None:
+            if fault is not None and fault.batch_id == batch_id and fault.point == point:
+                self.fault = None  # fire once
+                raise SimulatedFailure(f"{FAILURE_MARK}: injected {point} in batch {batch_id}")
+
+        return hook
+
+    def _pack(self, state: WindowState) -> bytes:
+        stage = json.dumps(self.stage.snapshot() if self.stage is not None else None).encode()
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            window=np.frombuffer(state.to_bytes(), np.uint8),
+            stage=np.frombuffer(stage, np.uint8),
+        )
+        return buf.getvalue()
+
+    def _unpack(self, blob: bytes) -> WindowState:
+        with np.load(io.BytesIO(blob)) as data:
+            stage = json.loads(data["stage"].tobytes().decode())
+            state = WindowState.from_bytes(data["window"].tobytes())
+        if self.stage is not None and stage is not None:
+            self.stage.restore(stage)
+        return state
+
+
+def _like(late: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
+    """Late readings in the released frame's columns and time zone handling."""
+    out = late[["seq", "event_time", "sensor", "value"]].copy()
+    times = pd.to_datetime(out["event_time"], utc=True)
+    tz = getattr(released["event_time"].dtype, "tz", None)
+    out["event_time"] = times.dt.tz_convert(tz) if tz is not None else times.dt.tz_localize(None)
+    return out
+
+
+def _naive_utc(times: pd.Series) -> pd.Series:
+    """Timestamps as naive UTC, the store's TIMESTAMP columns."""
+    return pd.to_datetime(times, utc=True).dt.tz_localize(None)

@@ -1,0 +1,74 @@
+"""Wire the live violation monitor and re-planning into a running pipeline.
+
+The pipeline calls ``monitor.observe`` from inside ``foreachBatch``. A re-plan
+is computed on a worker thread (``ReplanningMonitor``), never on the batch
+thread, and handed to the manager, which queues it in the pipeline: it takes
+effect at a following micro-batch as a new plan version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.data.history import SensorHistory
+from engine.errors import EngineError
+from engine.live.manager import PipelineManager
+from engine.live.spec import StreamSpec
+from engine.planning.plan import BackupPlan
+from engine.planning.replan import ReplanningMonitor, calibration_state, run_in_thread
+
+RECENT_ROWS = 336  # rows a re-plan learns from, like the planner's default history
+
+
+def replanning_monitor(
+    manager: PipelineManager,
+    history: SensorHistory,
+    plan: BackupPlan,
+    *,
+    first_row: int = 0,
+    every_rows: int | None = None,
+    recent_rows: int = RECENT_ROWS,
+    on_error: Callable[[str], None] | None = None,
+    run: Callable[[Callable[[], None]], None] = run_in_thread,
+) -> ReplanningMonitor:
+    """A ``ReplanningMonitor`` for the pipeline ``manager`` runs.
+
+    ``history`` is the whole file; the stream replays it from ``first_row``
+    (reading ``seq`` 0), after the rows ``plan`` was fitted on. "Recent" is the
+    last ``recent_rows`` file rows up to what the query has processed: every
+    sensor flows through the pipeline, so that is what it has seen.
+    ``every_rows`` is the horizon (re-plan on schedule; None: only on alerts).
+    """
+
+    def rows_seen() -> int:
+        return manager.rows_seen()
+
+    def recent() -> SensorHistory:
+        end = min(first_row + rows_seen(), len(history.times))
+        return history.rows(max(0, end - recent_rows), end)
+
+    holder: dict[str, ReplanningMonitor] = {}
+
+    def apply(new: BackupPlan, kind: str, reason: str) -> None:
+        scale = holder["monitor"].scale
+        try:
+            manager.set_spec(
+                StreamSpec.from_plan(new), reason, kind=kind,
+                calibration=calibration_state(new, scale),
+            )  # fmt: skip
+        except EngineError as err:  # the pipeline stopped meanwhile: say so
+            if on_error is not None:
+                on_error(f"re-plan not applied: {err}")
+            raise
+
+    def failed(message: str) -> None:  # the status shows it at the next poll
+        manager.board.update(last_error=message)
+        if on_error is not None:
+            on_error(message)
+
+    monitor = ReplanningMonitor(
+        plan, recent, apply, every_rows=every_rows, rows_seen=rows_seen, run=run,
+        on_failure=failed,
+    )  # fmt: skip
+    holder["monitor"] = monitor
+    return monitor

@@ -1,0 +1,102 @@
+"""What a live micro-batch reports: status-board totals, shadow errors, metrics.
+
+``_report`` adds the batch to the board's totals and feeds its shadow errors
+to the board and the monitor; ``_record`` puts the batch's point on the
+metrics history, with the disorder stage's counts when there is a stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine.live.batch import WindowAdvance
+from engine.live.records import BackupWritten
+from engine.live.spec import Monitor, Stage
+from engine.live.status import StatusBoard
+from engine.live.versions import PlanVersion
+from engine.planning.monitor import newly_alerting
+
+
+class BatchReporting:
+    """Mixin of ``LivePipeline``: a batch's outcome on the status board."""
+
+    board: StatusBoard
+    monitor: Monitor | None
+    stage: Stage | None
+    _kinds: dict[str, int]
+    _alerts: int
+    _alerting: dict[int, set[str]]  # plan version -> sensors an alert has named
+
+    def _report(
+        self,
+        pdf: pd.DataFrame,
+        advance: WindowAdvance,
+        late: pd.DataFrame,
+        errors: np.ndarray | None,
+        backup: BackupWritten,
+        version: PlanVersion,
+    ) -> None:
+        spec = version.spec
+        self.board.add(
+            batches=1,
+            input_rows=len(pdf),
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
+            windows_emitted=len(advance.closed),
+            late_rows=len(late),
+            duplicate_readings=advance.duplicates,
+            stale_readings=advance.stale,
+        )
+        self.board.update(buffered_rows=advance.state.buffered_rows)
+        if errors is None:
+            return
+        targets = spec.linear_map.targets
+        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
+        if self.monitor is not None:
+            alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
+            if alert is not None:
+                reason = str(getattr(alert, "reason", alert))
+                self.board.update(last_alert=reason)
+                # marked once per sensor and version (the monitor alerts every batch
+                # while a rate stays above delta, e.g. while the re-plan computes)
+                sensors = getattr(alert, "sensors", ())
+                if newly_alerting(self._alerting, version.id, sensors) or not sensors:
+                    self.board.mark("alert", reason)
+                    self._alerts += 1
+
+    def _record(
+        self,
+        batch_id: int,
+        pdf: pd.DataFrame,
+        advance: WindowAdvance,
+        late: pd.DataFrame,
+        backup: BackupWritten,
+        duration_ms: float | None,
+        store_ms: float | None,
+    ) -> None:
+        """The batch's point on the metrics history (and the stage's K, watermark, results)."""
+        kinds, self._kinds = self._kinds, {}
+        metrics = getattr(self.stage, "metrics", None)  # a stage may expose none
+        if metrics is not None:
+            self.board.update(**metrics())
+            self.board.add(
+                provisional_results=int(kinds.get("provisional", 0)),
+                corrected_results=int(kinds.get("correction", 0)),
+                final_results=int(kinds.get("final", 0)),
+            )
+        alerts, self._alerts = self._alerts, 0
+        self.board.record_batch(
+            batch_id,
+            input_rows=len(pdf),
+            duration_ms=duration_ms,
+            store_ms=store_ms,
+            backup_rows=backup.rows,
+            backup_bytes=backup.bytes,
+            windows=len(advance.closed),
+            alerts=alerts,
+            late=len(late),
+            provisional=int(kinds.get("provisional", 0)),
+            corrections=int(kinds.get("correction", 0)),
+            final=int(kinds.get("final", 0)),
+        )

@@ -1,0 +1,120 @@
+"""``python -m engine simulate``: plan, then run the live Spark pipeline with one
+failure and recovery, and report how recovery did against the truth.
+
+The temporary work directory is removed on a normal end, an error, Ctrl-C and
+SIGTERM (turned into ``KeyboardInterrupt`` while the simulation runs). SIGKILL
+cannot be caught: a killed run leaves ``$TMPDIR/lacuna-sim-*`` behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from engine.data import SensorHistory
+from engine.errors import ParameterError
+from engine.live.split import split_for_replay
+from engine.planning import BacktestSettings, PlanParameters, default_history, make_plan
+
+SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute
+
+
+def simulate_from_cli(
+    history: SensorHistory, params: PlanParameters, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
+    ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
+
+    The live monitor re-plans on alerts and every horizon (``--horizon ROWS``, else the
+    plan's own horizon) stream rows; the report lists the plan versions and the rows each served."""
+    from engine.live.replanning import replanning_monitor
+    from engine.live.simulation import run_simulation
+    from engine.live.spec import PipelinePaths, StreamSpec
+    from engine.stream.session import SparkSettings
+
+    split = split_for_replay(len(history.times), args.rows)
+    horizon = getattr(args, "horizon", None)
+    if horizon is not None and horizon < 1:
+        raise ParameterError(f"--horizon must be a number of rows >= 1, got {horizon!r}")
+    fit = split.fit(history)
+    rows = params.history or default_history(fit.values.shape[0], params.window)
+    settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
+    plan = make_plan(fit, params, backtest=settings)
+    replay = split.replay(history)
+    managers: list[Any] = []  # the run's manager: its status outlives the run
+    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
+        root = Path(args.workdir) if args.workdir else Path(tmp)
+        report = run_simulation(
+            replay,
+            StreamSpec.from_plan(plan),
+            args.mode,
+            args.fail_at,
+            PipelinePaths(root, backup=getattr(args, "backup", None)),
+            SparkSettings(master=args.master),
+            monitor_factory=lambda manager: replanning_monitor(
+                _kept(managers, manager),
+                history,
+                plan,
+                first_row=split.fit_rows,
+                every_rows=horizon or plan.horizon_rows or None,
+            ),
+        )
+    out = report.to_dict()
+    # Top level: every plan version of the run; the report keeps rows_by_version.
+    out["plan_versions"] = out.pop("plan_versions")
+    out["horizon_rows"] = horizon or plan.horizon_rows
+    out["live_monitor"] = live_monitor(managers[0].status())
+    out["split"] = {**split.to_dict(), "note": split.describe(history)}
+    out["plan"] = {
+        "backup_sensors": list(plan.backup_sensors),
+        "backup_fraction": plan.backup_fraction,
+        "backtest": None if plan.backtest is None else plan.backtest.to_dict(),
+        "model_worst_violation_probability": plan.model_worst_probability,
+    }
+    return out
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises ``KeyboardInterrupt`` so cleanup code runs.
+
+    Only the main thread can install signal handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    from engine.stream.quiet import stopping
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        stopping(True)  # what py4j logs from here on is the shutdown, said by the CLI
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _kept(managers: list[Any], manager: Any) -> Any:
+    managers.append(manager)
+    return manager
+
+
+def live_monitor(status: Any) -> dict[str, Any]:
+    """The shadow check's tallies at the end of the run: overall and per plan version."""
+    return {
+        "windows": status.shadow_windows,
+        "violation_rate_overall": status.shadow_violation_rate,
+        "worst_sensor_rate_overall": status.shadow_worst_rate,
+        "by_version": {str(k): v for k, v in status.shadow_by_version.items()},
+        "last_alert": status.last_alert,
+    }

@@ -1,0 +1,235 @@
+"""The live pipeline's status: frozen snapshots and the thread-safe board behind them.
+
+``StatusBoard`` is where the feeder, the query, Spark's listener and the
+manager write what happens (counters, shadow misses overall and per plan
+version, phase timings, the metrics history); a UI polls ``snapshot()`` for a
+frozen ``PipelineStatus``. Pure Python (no PySpark).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from engine.live.metrics import (
+    BatchPoint,
+    MetricsHistory,
+    PipelineEvent,
+    make_point,
+    worst_sensors,
+)
+
+__all__ = ["STATES", "FeedProgress", "PipelineStatus", "StatusBoard"]
+
+STATES: tuple[str, ...] = ("idle", "running", "failed", "recovering", "stopped", "error")
+
+
+@dataclass(frozen=True)
+class FeedProgress:
+    """How far the feeder got."""
+
+    files: int = 0
+    readings: int = 0
+    rows: int = 0  # history rows whose every reading was written
+    total_readings: int = 0
+    last_event_time: str | None = None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    """A snapshot of the live pipeline for a UI to show. Rates are per second."""
+
+    state: str = "idle"
+    mode: str | None = None
+    run: int | None = None
+    batches: int = 0
+    input_rows: int = 0
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    batch_duration_ms: float = 0.0
+    backup_rows: int = 0
+    backup_bytes: int = 0
+    windows_emitted: int = 0
+    late_rows: int = 0
+    duplicate_readings: int = 0
+    stale_readings: int = 0  # readings of windows lost in a failure, dropped
+    buffered_rows: int = 0
+    shadow_windows: int = 0
+    shadow_violations: dict[str, int] = field(default_factory=dict)
+    shadow_violation_rate: float | None = None  # over (window, reconstructed sensor) pairs
+    shadow_worst_rate: float | None = None
+    # The same tallies per plan version (id -> figures); the fields above are overall.
+    shadow_by_version: dict[int, dict[str, Any]] = field(default_factory=dict)
+    plan_version: int | None = None  # the version in force
+    plan_changes: int = 0
+    replan_every_rows: int | None = None  # the plan's horizon (None: no schedule)
+    scheduled_replanning: bool = False  # False: the plan is kept past its horizon
+    rows_under_plan: int = 0  # rows the stream has run since the version in force began
+    plan_expired: bool = False  # the horizon passed without a re-plan
+    # With a disorder stage: buffer size K, arrival clock minus watermark, result rows.
+    k_s: float | None = None
+    watermark_gap_s: float | None = None
+    provisional_results: int = 0
+    corrected_results: int = 0
+    final_results: int = 0
+    last_alert: str | None = None
+    last_error: str | None = None
+    feed: FeedProgress = field(default_factory=FeedProgress)
+    profile: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
+    updated_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StatusBoard:
+    """Thread-safe, mutable home of the status; readers get frozen snapshots."""
+
+    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._lock = threading.Lock()
+        self._now = now
+        self._status = PipelineStatus()
+        self._shadow_pairs = 0
+        self._shadow_misses = 0
+        self._per_sensor_windows: dict[str, int] = {}
+        self._versions: dict[int, _Tally] = {}
+        self.history = MetricsHistory()
+        self._feed_probe: Callable[[], int] | None = None
+
+    def watch_feed(self, probe: Callable[[], int] | None) -> None:
+        """``probe()`` -> readings the feeder has landed so far (for the backlog)."""
+        self._feed_probe = probe
+
+    def record_batch(self, batch_id: int, **fields: Any) -> BatchPoint:
+        """Append the batch's point, after its counters were added to the status.
+
+        ``fields`` are ``BatchPoint`` fields (input_rows, backup_rows, ...). The
+        rate is the batch's rows over the time since the previous point, until
+        Spark's listener patches in its own (``patch_batch``).
+        """
+        probe = self._feed_probe
+        landed = probe() if probe is not None else None
+        with self._lock:
+            s = self._status
+            worst = worst_sensors(s.shadow_violations, self._per_sensor_windows)
+        point = make_point(
+            self._now(), self.history.last(), batch_id, landed, worst, s.to_dict(), fields
+        )
+        self.history.append(point)
+        return point
+
+    def patch_batch(self, run: int, batch_id: int, **changes: Any) -> bool:
+        """Spark's own figures for a batch already recorded (duration, rates)."""
+        return self.history.patch(run, batch_id, **changes)
+
+    def mark(self, kind: str, text: str, **details: Any) -> PipelineEvent:
+        """Record an alert, re-plan, failure or recovery on the metrics time axis."""
+        last = self.history.last()
+        s = self.snapshot()
+        event = PipelineEvent(
+            at=self._now().isoformat(),
+            kind=kind,
+            text=text,
+            run=s.run,
+            batch_id=None if last is None else last.batch_id,
+            **details,
+        )
+        self.history.add_event(event)
+        return event
+
+    def snapshot(self) -> PipelineStatus:
+        with self._lock:
+            return self._status
+
+    def update(self, **changes: Any) -> None:
+        """Set fields of the status (unknown names are a programming error)."""
+        with self._lock:
+            self._status = replace(self._status, updated_at=self._now().isoformat(), **changes)
+
+    def add(self, **increments: int) -> None:
+        """Add to counters of the status."""
+        with self._lock:
+            values = {k: getattr(self._status, k) + v for k, v in increments.items()}
+            self._status = replace(self._status, updated_at=self._now().isoformat(), **values)
+
+    def record_shadow(
+        self,
+        errors: np.ndarray,
+        sensors: Sequence[str],
+        targets: Sequence[str],
+        eps: float | np.ndarray,
+        version: int = 0,
+    ) -> None:
+        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order, found under
+        plan ``version``, kept overall and per version (a re-plan resets nothing);
+        ``eps`` a number or one per sensor (n,)."""
+        mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
+        finite = np.isfinite(np.asarray(errors, dtype=float))
+        misses = (np.asarray(errors) > eps) & mask & finite
+        with self._lock:
+            counts = dict(self._status.shadow_violations)
+            for i, s in enumerate(sensors):
+                if mask[i]:
+                    counts[s] = counts.get(s, 0) + int(misses[:, i].sum())
+                    seen = int(finite[:, i].sum())
+                    self._per_sensor_windows[s] = self._per_sensor_windows.get(s, 0) + seen
+            self._shadow_pairs += int((finite & mask).sum())
+            self._shadow_misses += int(misses.sum())
+            rates = [counts[s] / w for s, w in self._per_sensor_windows.items() if w]
+            tally = self._versions.setdefault(int(version), _Tally())
+            tally.add(misses, finite & mask, sensors)
+            by_version = {k: t.figures() for k, t in sorted(self._versions.items())}
+            self._status = replace(
+                self._status,
+                shadow_by_version=by_version,
+                shadow_windows=self._status.shadow_windows + len(errors),
+                shadow_violations=counts,
+                shadow_violation_rate=(
+                    self._shadow_misses / self._shadow_pairs if self._shadow_pairs else None
+                ),
+                shadow_worst_rate=max(rates) if rates else None,
+                updated_at=self._now().isoformat(),
+            )
+
+    def add_profile(self, seconds: dict[str, float]) -> None:
+        """Add phase timings (seconds) to the profile."""
+        with self._lock:
+            profile = dict(self._status.profile)
+            for key, value in seconds.items():
+                profile[key] = profile.get(key, 0.0) + float(value)
+            self._status = replace(self._status, profile=profile)
+
+
+class _Tally:
+    """Shadow misses of one plan version: windows and misses per sensor."""
+
+    def __init__(self) -> None:
+        self.windows: dict[str, int] = {}
+        self.misses: dict[str, int] = {}
+        self.closed = 0
+
+    def add(self, misses: np.ndarray, counted: np.ndarray, sensors: Sequence[str]) -> None:
+        self.closed += len(misses)
+        for i, s in enumerate(sensors):
+            if counted[:, i].any():
+                self.windows[s] = self.windows.get(s, 0) + int(counted[:, i].sum())
+                self.misses[s] = self.misses.get(s, 0) + int(misses[:, i].sum())
+
+    def figures(self) -> dict[str, Any]:
+        pairs, missed = sum(self.windows.values()), sum(self.misses.values())
+        rates = {s: self.misses[s] / w for s, w in self.windows.items() if w}
+        worst = max(rates, key=lambda s: rates[s]) if rates else None
+        return {
+            "windows": self.closed,
+            "pairs": pairs,
+            "misses": missed,
+            "violation_rate": missed / pairs if pairs else None,
+            "worst_rate": rates[worst] if worst is not None else None,
+            "worst_sensor": worst,
+        }

@@ -1,0 +1,183 @@
+"""What a ``PipelineManager`` tells about its run, and its plan controls.
+
+The read side (the polled status, stored results, plan log, plan versions,
+the recovery report, the plan in force) and the re-plan controls that act on
+the running pipeline's plan without taking the manager's control lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import PipelineError
+from engine.live.feeder import Feeder
+from engine.live.pipeline import LivePipeline
+from engine.live.recovery_report import RecoveryReport, score_recovery
+from engine.live.run_config import RunConfig, _Recovery
+from engine.live.spec import StreamSpec
+from engine.live.status import PipelineStatus, StatusBoard
+from engine.live.store import BackupStore
+from engine.live.versions import PlanVersion, read_versions
+from engine.planning.replan import ReplanningMonitor
+
+
+class ManagerViews:
+    """Mixin of ``PipelineManager``: reports, plan versions and re-plan controls."""
+
+    board: StatusBoard
+    _lock: threading.RLock
+    _pipeline: LivePipeline | None
+    _feeder: Feeder | None
+    _store: BackupStore | None
+    _spark: Any
+    _truth: np.ndarray | None
+    _recovery: _Recovery | None
+    _config: RunConfig | None
+
+    def status(self) -> PipelineStatus:
+        """A snapshot for polling; never blocks on a running control call."""
+        status, feeder, cfg = self.board.snapshot(), self._feeder, self._config
+        monitor = cfg.monitor if cfg is not None else None
+        if isinstance(monitor, ReplanningMonitor):
+            plan = monitor.schedule()
+            status = replace(
+                status,
+                replan_every_rows=plan.every_rows,
+                scheduled_replanning=plan.enabled,
+                rows_under_plan=plan.rows_under_plan,
+                plan_expired=plan.expired,
+            )
+        if feeder is None:
+            return status
+        status = replace(status, feed=feeder.progress())
+        problem = feeder.failure()
+        if problem is None or status.state in ("stopped", "failed"):
+            return status
+        if status.state != "error" or problem not in (status.last_error or ""):
+            # A dead background thread must show at once, not as a quiet "running".
+            error = problem if not status.last_error else f"{problem}; {status.last_error}"
+            self.board.update(state="error", last_error=error)
+            status = replace(status, state="error", last_error=error)
+        return status
+
+    def set_spec(
+        self,
+        spec: StreamSpec,
+        reason: str,
+        *,
+        kind: str = "manual",
+        calibration: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue a new plan for the running pipeline: it becomes a plan version at
+        the next micro-batch (stored with the rows it governs; logged to ``plan_log``).
+
+        Does not take the control lock: a re-plan worker must not wait for a
+        ``drain`` that holds it while the very batches that install the plan run.
+        The pipeline's own lock makes the queueing safe.
+        """
+        self._require_pipeline().set_spec(spec, reason, kind=kind, calibration=calibration)
+
+    def set_replanning(self, enabled: bool) -> None:
+        """Switch scheduled re-planning on or off (off: the plan expires at its horizon)."""
+        monitor = self._require_config().monitor
+        if not isinstance(monitor, ReplanningMonitor) or monitor.every_rows is None:
+            raise PipelineError("this pipeline was started without a re-planning schedule")
+        monitor.scheduled = bool(enabled)
+
+    def replan_now(self) -> bool:
+        """An operator's re-plan: a fresh plan on recent rows (reason ``manual``)."""
+        monitor = self._require_config().monitor
+        if not isinstance(monitor, ReplanningMonitor):
+            raise PipelineError("this pipeline was started without a re-planning monitor")
+        return monitor.request()
+
+    def rows_seen(self) -> int:
+        """Stream rows the committed batches carried (the largest ``seq`` + 1)."""
+        store = self._store
+        return 0 if store is None else store.horizon() + 1
+
+    def versions(self) -> list[PlanVersion]:
+        """Every plan version of the stream, from the store (oldest first)."""
+        store, cfg = self._store, self._config
+        return [] if store is None or cfg is None else read_versions(store, cfg.spec)
+
+    def results(self, kind: str | None = None) -> pd.DataFrame | None:
+        """Stored window results of the current run's store (None before any start)."""
+        store = self._store
+        return None if store is None else store.read_results(kind)
+
+    def plan_log(self) -> pd.DataFrame | None:
+        """Every plan change of the live pipeline, with its reason."""
+        store = self._store
+        return None if store is None else store.read_table("plan_log")
+
+    def report(self) -> RecoveryReport:
+        """The last recovery, scored against the truth with the results stored so far."""
+        with self._lock:
+            rec = self._recovery
+            if rec is None or self._truth is None:
+                raise PipelineError("no recovery has run yet")
+            cfg = self._require_config()
+            spec, mode = self._current_spec(), cfg.mode
+            report = score_recovery(
+                self._require_store(),
+                spec,
+                mode,
+                rec.lost,
+                self._truth,
+                spark_version=str(self._spark.version),
+                seconds=rec.seconds,
+                rows_read=rec.rows_read,
+                input_rows=self.board.snapshot().input_rows,
+                stored=rec.stored,
+            )
+            emitted = set(report.window_ids)
+            missing = [j for j in rec.lost.lost_windows(spec.slide) if j not in emitted]
+            pending = [j for j in missing if j >= rec.seed_next_window]
+            gone = len(missing) - len(pending)  # recovery skipped them: nothing will come
+            note = report.note if not gone else (
+                f"{report.note}: {gone} of them cannot be rebuilt (a row they need had no "
+                "whole backup when recovery ran) and stay without a result"
+            )  # fmt: skip
+            served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
+            last = self.rows_seen() - 1
+            versions = tuple(v.to_dict(last) for v in self.versions())
+            return replace(
+                report,
+                windows_pending=len(pending),
+                windows_unrecoverable=gone,
+                note=note,
+                rows_by_version=served,
+                plan_versions=versions,
+            )
+
+    def _require_pipeline(self) -> LivePipeline:
+        if self._pipeline is None:
+            raise PipelineError(f"no pipeline is running (state: {self.board.snapshot().state})")
+        return self._pipeline
+
+    def _require_config(self) -> RunConfig:
+        if self._config is None:
+            raise PipelineError("the pipeline has not been started")
+        return self._config
+
+    def spec_in_force(self) -> StreamSpec:
+        """The plan the stream runs with now (the version of the last batch)."""
+        return self._current_spec()
+
+    def _current_spec(self) -> StreamSpec:
+        """The plan in force: the running pipeline's, else the newest stored version's."""
+        if self._pipeline is not None:
+            return self._pipeline.spec
+        versions = self.versions()
+        return versions[-1].spec if versions else self._require_config().spec
+
+    def _require_store(self) -> BackupStore:
+        if self._store is None:
+            raise PipelineError("the pipeline has not been started")
+        return self._store

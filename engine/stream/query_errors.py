@@ -1,0 +1,64 @@
+"""How a streaming query's failure reads on one line, for the job and the live pipeline.
+
+Spark wraps every error in py4j and Java text; an operator needs the cause: the
+input file that cannot be read and why, our own error raised inside a
+micro-batch, or the simulated failure's mark.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["FAILURE_MARK", "SimulatedFailure", "query_failure_line"]
+
+FAILURE_MARK = "lacuna simulated failure"
+
+
+class SimulatedFailure(RuntimeError):
+    """Raised inside ``foreachBatch`` to kill the query on purpose."""
+
+
+# Spark's reason for an unreadable input file, and Python's for our own errors raised
+# inside foreachBatch (the proxy's traceback is in the exception's text).
+_READ_FILE = re.compile(
+    r"\[FAILED_READ_FILE\.(?P<kind>[A-Z_]+)\] Encountered error while reading file "
+    r"(?P<file>\S+?)\.\s+(?P<why>[^\n]*?)(?:\s*SQLSTATE[^\n]*)?$",
+    re.MULTILINE,
+)
+_OWN_ERROR = re.compile(r"^engine\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+_NANOS = "actual Parquet type INT64"
+
+
+def query_failure_line(err: object) -> str:
+    """A streaming query's failure as one line an operator can act on.
+
+    An input file Spark cannot read names the file, says why (pandas' default
+    nanosecond timestamps, a column of the wrong type, not Parquet) and what to
+    do; an error of ours raised inside a micro-batch gives its own message;
+    otherwise the line with ``FAILURE_MARK`` or the first line.
+    """
+    text = str(err).strip()
+    bad = _READ_FILE.search(text)
+    if bad is not None:
+        return _unreadable_file(bad)
+    own = _OWN_ERROR.findall(text)
+    if own:
+        return str(own[-1]).strip()
+    for line in text.splitlines():
+        if FAILURE_MARK in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _unreadable_file(bad: re.Match[str]) -> str:
+    why = bad["why"].strip().rstrip(".") or "not a readable Parquet file"
+    if bad["kind"] == "PARQUET_COLUMN_DATA_TYPE_MISMATCH" and _NANOS in why and "timestamp" in why:
+        why += (
+            " (nanosecond timestamps, pandas' default: Spark reads microseconds; write the "
+            "file with coerce_timestamps='us')"
+        )
+    return (
+        f"input file {bad['file']} cannot be read: {why}. Fix it or move it out "
+        "of the source directory and start again: the job resumes from its checkpoint, "
+        "and the micro-batch that failed was not committed, so nothing is lost"
+    )
