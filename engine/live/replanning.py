@@ -15,9 +15,12 @@ from engine.errors import EngineError
 from engine.live.manager import PipelineManager
 from engine.live.spec import StreamSpec
 from engine.planning.plan import BackupPlan
-from engine.planning.replan import ReplanningMonitor, calibration_state, run_in_thread
-
-RECENT_ROWS = 336  # rows a re-plan learns from, like the planner's default history
+from engine.planning.replan import (
+    ReplanningMonitor,
+    calibration_state,
+    learning_rows,
+    run_in_thread,
+)
 
 
 def replanning_monitor(
@@ -27,16 +30,17 @@ def replanning_monitor(
     *,
     first_row: int = 0,
     every_rows: int | None = None,
-    recent_rows: int = RECENT_ROWS,
     on_error: Callable[[str], None] | None = None,
     run: Callable[[Callable[[], None]], None] = run_in_thread,
 ) -> ReplanningMonitor:
     """A ``ReplanningMonitor`` for the pipeline ``manager`` runs.
 
     ``history`` is the whole file; the stream replays it from ``first_row``
-    (reading ``seq`` 0), after the rows ``plan`` was fitted on. "Recent" is the
-    last ``recent_rows`` file rows up to what the query has processed: every
-    sensor flows through the pipeline, so that is what it has seen.
+    (reading ``seq`` 0), after the rows ``plan`` was fitted on. A re-plan learns from
+    the file's rows up to what the query has processed (every sensor flows through
+    the pipeline, so that is what it has seen), as many as the first plan would learn
+    from (``learning_rows``: the history it was made on plus the stream's rows, up to
+    the same cost cap).
     ``every_rows`` is the horizon (re-plan on schedule; None: only on alerts).
     """
 
@@ -45,7 +49,7 @@ def replanning_monitor(
 
     def recent() -> SensorHistory:
         end = min(first_row + rows_seen(), len(history.times))
-        return history.rows(max(0, end - recent_rows), end)
+        return history.rows(end - learning_rows(plan, end), end)
 
     holder: dict[str, ReplanningMonitor] = {}
 

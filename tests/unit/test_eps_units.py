@@ -215,12 +215,12 @@ def test_scheduled_replan_plans_in_eps_units(mixed) -> None:
     recent = mixed.rows(400, 720)
     fresh = fresh_plan(plan, recent)
     # the same plan make_plan gives on those rows (in eps units), not one with eps=1 for all
-    # (the re-plan calibrates over the parameters' horizon, 4 windows when none is given)
-    want = make_plan(recent, replace(params, horizon=96), run_backtest_now=False)
+    # (the re-plan is made as the first plan was: its resolved horizon, backtested)
+    want = make_plan(recent, replace(params, horizon=plan.horizon_rows))
     assert fresh.backup_sensors == want.backup_sensors
     np.testing.assert_allclose(fresh.targets, want.targets, rtol=1e-9)
     assert fresh.eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
     assert fresh.horizon_rows == plan.horizon_rows > 0
-    single = replace(params, horizon=96, eps_by_sensor=())
-    one_eps = make_plan(recent, single, run_backtest_now=False)
+    single = replace(params, horizon=plan.horizon_rows, eps_by_sensor=())
+    one_eps = make_plan(recent, single)
     assert fresh.backup_sensors != one_eps.backup_sensors

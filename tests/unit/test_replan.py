@@ -299,3 +299,61 @@ def test_pinned_sensors_are_backed_up_with_the_models_own_map(plan: BackupPlan) 
     assert pin_backups(plan, plan.backup_sensors, "already") is plan
     with pytest.raises(ParameterError, match="outside the plan"):
         pin_backups(plan, ("nope",), "unknown")
+
+
+def _stationary(rows: int, sensors: int, seed: int) -> SensorHistory:
+    """Correlated sensors that never change regime: clusters of four share an AR(1)
+    factor, each sensor adds its own AR(1) noise (errors autocorrelated in time)."""
+    from engine.data import history_from_frame
+
+    rng = np.random.default_rng(seed)
+
+    def ar1(n: int) -> np.ndarray:
+        out = np.empty((rows, n))
+        out[0] = rng.standard_normal(n)
+        for t in range(1, rows):
+            out[t] = 0.9 * out[t - 1] + np.sqrt(1 - 0.81) * rng.standard_normal(n)
+        return out
+
+    factors = ar1(sensors // 4)
+    values = np.repeat(factors, 4, axis=1) + rng.uniform(0.15, 0.35, sensors) * ar1(sensors)
+    frame = {f"s{i:02d}": 20.0 + 5.0 * values[:, i] for i in range(sensors)}
+    import pandas as pd
+
+    times = pd.date_range("2024-01-01", periods=rows, freq="min")
+    return history_from_frame(pd.DataFrame({"time": times, **frame}), source="stationary")
+
+
+def test_scheduled_replans_of_a_stationary_stream_keep_the_first_plans_savings() -> None:
+    """Re-plans learn from as much history as the first plan did (its rows plus the
+    stream's, up to the cost cap): on a stationary stream every version backs up about
+    the first version's set. Learning from a few hundred recent rows, a re-plan could
+    measure few sensors and backed up most of them."""
+    from engine.planning.replan import learning_rows
+
+    history = _stationary(8000, 20, seed=3)
+    params = PlanParameters(eps=3.0, delta=0.05, window=30)
+    plan = make_plan(history.rows(0, 4000), params)
+    assert 0 < len(plan.backup_sensors) <= 10
+    applied: list[BackupPlan] = []
+    position = {"row": 4000}
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: history.rows(
+            position["row"] - learning_rows(plan, position["row"]), position["row"]
+        ),
+        apply=lambda new, kind, reason: applied.append(new),
+        every_rows=plan.horizon_rows,
+        rows_seen=lambda: position["row"] - 4000,
+        run=lambda job: job(),
+    )
+    for row in range(4000, 8000 - 120 + 1, 120):  # four windows a micro-batch
+        position["row"] = row + 120
+        in_force = applied[-1] if applied else plan
+        segment = history.rows(row, row + 120)
+        backup = segment.select(list(in_force.backup_sensors)).values
+        errors = window_errors(segment.values, in_force.linear_map.apply(backup), 30, 30, "avg")
+        monitor.observe(errors, in_force.linear_map.targets, version=len(applied))
+    assert len(applied) >= 2
+    sizes = [len(new.backup_sensors) for new in applied]
+    assert all(abs(size - len(plan.backup_sensors)) <= 2 for size in sizes), sizes
