@@ -7,7 +7,8 @@
 ``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest);
 ``savings``: ``Savings``, the backup volume and cost a plan saves;
 ``monitor``: the live violation tally and its confidence bounds;
-``replan``: re-planning when the live monitor alerts.
+``replan``: re-planning when the live monitor alerts;
+``control``: per-sensor online control of the backup set from every closed window.
 """
 
 from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
@@ -17,6 +18,12 @@ from engine.planning.calibration import (
     PlanningSpec,
     Progress,
     plan_on,
+)
+from engine.planning.control import (
+    ControlConfig,
+    ControlDecision,
+    SensorController,
+    ShadowFeedback,
 )
 from engine.planning.guarantee import (
     check_parameters,
@@ -38,8 +45,10 @@ from engine.planning.verdict import BacktestResult
 
 __all__ = [
     "BYTES_PER_READING", "CALIBRATIONS", "BacktestResult", "BacktestSettings", "BackupPlan",
-    "CalibrationInfo", "MonitorAlert", "PlanChange", "PlanParameters", "PlanningSpec", "Progress",
-    "ReplanningMonitor", "Savings", "ViolationMonitor", "check_parameters", "default_history",
-    "fold_origins", "make_plan", "plan_on", "rate_lower_bound", "rate_upper_bound", "retarget",
-    "run_backtest", "variance_target", "widen_plan", "window_violation_probability", "z_value",
+    "CalibrationInfo", "ControlConfig", "ControlDecision", "MonitorAlert", "PlanChange",
+    "PlanParameters", "PlanningSpec", "Progress", "ReplanningMonitor", "Savings",
+    "SensorController", "ShadowFeedback", "ViolationMonitor", "check_parameters",
+    "default_history", "fold_origins", "make_plan", "plan_on", "rate_lower_bound",
+    "rate_upper_bound", "retarget", "run_backtest", "variance_target", "widen_plan",
+    "window_violation_probability", "z_value",
 ]  # fmt: skip
