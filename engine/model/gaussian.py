@@ -184,10 +184,14 @@ class GaussianModel:
         obs = _check_observed(observed, self.cov_.shape[0])
         informative = [j for j in obs if not self.constant_[j]]
         var = np.diag(self.cov_).copy()
-        if informative:
+        # Only the unobserved columns: the observed ones are 0 by definition, and solving
+        # for them too cost O(n m^2) for nothing (all of it when every sensor is observed).
+        rest = np.setdiff1d(np.arange(var.size), obs)
+        if informative and rest.size:
             factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
-            proj = scipy.linalg.solve_triangular(factor, self.cov_[informative, :], lower=True)
-            var -= np.einsum("ij,ij->j", proj, proj)
+            proj = scipy.linalg.solve_triangular(factor, self.cov_[np.ix_(informative, rest)],
+                                                 lower=True)  # fmt: skip
+            var[rest] -= np.einsum("ij,ij->j", proj, proj)
         if not np.all(np.isfinite(var)):
             raise DataError(
                 "conditional variances are not finite (the covariance is too large for "
