@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from engine.errors import DataError, NotFittedError, ParameterError
 from engine.model import GaussianModel, MomentStats
+from engine.model.gaussian import RIDGE_FLOOR, RIDGE_TRIGGER
 
 
 def correlated(rng: np.random.Generator, t: int = 500, n: int = 6) -> np.ndarray:
@@ -228,3 +229,32 @@ def test_more_observed_sensors_never_increase_conditional_variance(seed, n, data
     v_big = model.conditional_variance(big)
     assert np.all(v_big <= v_small + 1e-9 * np.trace(model.cov_))
     assert np.all(v_small <= np.diag(model.cov_) + 1e-12)
+
+
+def _eigen_repair_reference(cov: np.ndarray, ridge: float | None) -> tuple[float, bool]:
+    """The ridge decision read off the smallest eigenvalue directly: (ridge, repaired)."""
+    mean_var = float(np.trace(cov)) / cov.shape[0]
+    added = 0.0 if ridge is None else ridge
+    smallest = float(np.linalg.eigvalsh(cov)[0]) + added
+    if smallest < RIDGE_TRIGGER * mean_var:
+        return added + RIDGE_FLOOR * mean_var - smallest, True
+    return added, False
+
+
+@pytest.mark.parametrize("ridge", [None, 0.0, 1e-11])
+@pytest.mark.parametrize("factor", [0.0, 0.01, 0.5, 2.0, 100.0, 1e6])
+def test_the_ridge_decision_follows_the_smallest_eigenvalue(factor, ridge):
+    """The repair checks the smallest eigenvalue by a shifted Cholesky factorisation and
+    sizes the ridge by the eigenvalue only when it fails: the same ridge as reading the
+    eigenvalue always, for eigenvalues from 0 to a million times the trigger."""
+    rng = np.random.default_rng(int(factor * 10) + (0 if ridge is None else 1))
+    n = 30
+    q, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    eig = rng.uniform(0.5, 2.0, size=n)
+    eig[0] = factor * RIDGE_TRIGGER * float(eig.mean())
+    cov = (q * eig) @ q.T
+    cov = (cov + cov.T) / 2
+    model = GaussianModel(ridge).fit_stats(MomentStats(1000, np.zeros(n), cov * 999))
+    expected, repaired = _eigen_repair_reference(cov, ridge)
+    assert model.ridge_ == pytest.approx(expected, rel=1e-6, abs=1e-15)
+    assert ("near-singular" in model.repair_note_) == repaired
