@@ -202,6 +202,8 @@ def _select_greedy(c: np.ndarray, t: np.ndarray) -> tuple[tuple[int, ...], np.nd
     """Excess-variance greedy with rank-one downdates, then pruning and exchanges."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         state = _Greedy(c, t, pool if c.shape[0] ** 2 >= _PARALLEL_MIN else None)
+        if state.complete:  # every sensor is in every feasible set: nothing to choose or prune
+            return tuple(state.chosen), state.var
         while np.any(state.var > state.tol):
             state.add(state.best_candidate())
     return improve_backups(
@@ -228,7 +230,16 @@ class _Greedy:
         self.pool = pool
         self.cov, self.tol, self.atol = c, compute_tolerance(c, t), compute_abs_tol(c)
         self.scale = max(float(np.mean(np.diag(c))), 1e-300)
-        forced = self._indispensable()
+        forced, live = self._indispensable()
+        # Every informative sensor indispensable (all targets 0, as when a miss rate cannot
+        # be measured): the answer is all of them, with no factor to build (at 10,000
+        # sensors that factor and its solve took minutes).
+        self.complete = len(forced) == live
+        self.chosen: list[int] = list(forced)
+        if self.complete:  # the others' variance is within the absolute tolerance already
+            self.var = np.diag(c).copy()
+            self.var[forced] = 0.0
+            return
         # Sensors nothing else can cover are in every feasible set: add them as one
         # block (BLAS-3) instead of one rank-one step each. lines = L^T, one row each.
         lines = np.zeros((0, n))
@@ -238,7 +249,6 @@ class _Greedy:
             )
             lines = scipy.linalg.solve_triangular(factor, c[forced, :], lower=True)
         self.lines = np.vstack([lines, np.zeros((max(8, len(forced)), n))])
-        self.chosen: list[int] = list(forced)
         self.var = np.maximum(np.diag(c) - np.einsum("ij,ij->j", lines, lines), 0.0)
         self.var[forced] = 0.0
         self.rows = np.flatnonzero(self.var > self.tol)
@@ -246,15 +256,16 @@ class _Greedy:
         self.pending: np.ndarray | None = None
         self._rebuild()
 
-    def _indispensable(self) -> list[int]:
-        """Sensors whose variance given all the others is still above target."""
+    def _indispensable(self) -> tuple[list[int], int]:
+        """Sensors whose variance given all the others is still above target, and the
+        number of informative sensors (variance above the absolute tolerance)."""
         diag = np.diag(self.cov)
         live = [int(i) for i in np.flatnonzero(diag > self.atol)]
         solved = solve_alone_variance(self.cov, live) if live else None
         if solved is None:
-            return []
+            return [], len(live)
         above = is_clearly_above(solved[1], self.tol[live], diag[live], self.atol)
-        return [live[p] for p in np.flatnonzero(above)]
+        return [live[p] for p in np.flatnonzero(above)], len(live)
 
     def best_candidate(self) -> int:
         """Candidate whose addition removes the most excess variance.

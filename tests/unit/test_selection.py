@@ -7,6 +7,7 @@ import functools
 import numpy as np
 import pytest
 
+from bench.common import random_covariance
 from engine.errors import ParameterError
 from engine.selection import Selection, brute_force_min_backup, select_backups
 
@@ -251,3 +252,26 @@ def test_exchange_pass_fixes_the_greedy_trap_on_a_chain(monkeypatch):
     assert select_backups(cov, 0.2, "greedy").cost == 2
     monkeypatch.setattr(selection, "_EXCHANGE_ROUNDS", 0)
     assert select_backups(cov, 0.2, "greedy").cost == 3
+
+
+@pytest.mark.parametrize("structure", ["factor", "cluster", "toeplitz"])
+def test_zero_targets_back_up_every_informative_sensor(structure):
+    """Every target 0 (a plan that cannot measure a miss rate): every sensor with
+    variance is indispensable, so the answer is all of them, and a constant sensor
+    (zero variance, known exactly) is left out; the same set the brute force finds."""
+    rng = np.random.default_rng(4)
+    cov = random_covariance(12, rng, structure)
+    cov[3, :] = cov[:, 3] = 0.0  # a constant sensor
+    sel = select_backups(cov, 0.0)
+    assert sorted(sel.backup) == [i for i in range(12) if i != 3]
+    assert sel.feasible and np.all(sel.conditional_variance == 0.0)
+    assert sorted(sel.backup) == sorted(brute_force_min_backup(cov, 0.0).backup)
+
+
+def test_zero_targets_with_duplicate_sensors_still_choose_a_feasible_set():
+    """Exact duplicates: no sensor is indispensable (its twin covers it), so the greedy
+    runs as usual and keeps one of each pair."""
+    base = random_covariance(4, np.random.default_rng(8), "factor")
+    twin = np.kron(np.ones((2, 2)), base)  # sensors i and i + 4 are the same
+    sel = select_backups(twin, 0.0)
+    assert sel.feasible and sel.cost == 4
