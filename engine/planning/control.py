@@ -53,7 +53,9 @@ its last ``evidence_windows`` measured windows as a dropped sensor (actual misse
 while rebuilt, counterfactual ones while backed up) hold at most ``aim`` misses per
 window, it has been backed up for ``hold_windows`` windows, and its removal keeps
 every sensor whose variance rises within ``release_margin`` of its target
-(hysteresis: a release is not undone by the next small move). Adding is immediate.
+(hysteresis: a release is not undone by the next small move); at most
+``max_releases`` sensors are released per decision, so the set shrinks step by
+step, each step measured, and a decision stays cheap. Adding is immediate.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class ControlConfig:
     evidence_windows: int = 24  # measured windows needed to release a sensor
     hold_windows: int = 6  # a sensor stays backed up at least this many windows once added
     release_margin: float = 0.8  # a release keeps every rising variance within this x target
+    max_releases: int = 2  # sensors released per decision at most (adds are not limited)
     refresh_every: int = REFRESH_EVERY
 
     def __post_init__(self) -> None:
@@ -104,7 +107,7 @@ class ControlConfig:
                 f"s_start must be in [s_min, s_max] = [{self.s_min}, {self.s_max}], "
                 f"got {self.s_start!r}"
             )
-        for name in ("evidence_windows", "hold_windows", "refresh_every"):
+        for name in ("evidence_windows", "hold_windows", "refresh_every", "max_releases"):
             value = getattr(self, name)
             low = 0 if name == "hold_windows" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -216,7 +219,10 @@ class SensorController:
         targets = self.effective_targets()
         added = self.selection.repair(targets)
         self.added_at[added] = self.windows
-        released = self.selection.release(targets, self._releasable(), self.config.release_margin)
+        cfg = self.config
+        released = self.selection.release(
+            targets, self._releasable(), cfg.release_margin, cfg.max_releases
+        )
         if added or released:
             self.changes += 1
             self.added_total += len(added)

@@ -126,7 +126,7 @@ class IncrementalSelection:
             self.inert.add(j)
             return
         u = self.B[j, :].copy()
-        self.C -= np.outer(c / pivot, c)
+        _rank_one(self.C, c, -1.0 / pivot)
         m = len(self.order)
         p_new = np.empty((m + 1, m + 1))
         p_new[:m, :m] = self.P + np.outer(u, u) / pivot
@@ -150,11 +150,11 @@ class IncrementalSelection:
         p, b = self.P[k, k], self.B[:, k].copy()
         rest = [q for q in range(len(self.order)) if q != k]
         row = self.P[k, rest]
-        self.C += np.outer(b / p, b)
         self.B = self.B[:, rest] - np.outer(b, row) / p
         self.P = self.P[np.ix_(rest, rest)] - np.outer(row, row) / p
         self.order.pop(k)
-        self._zero_backed_up(None)
+        b[[*self.order, *self.inert]] = 0.0  # the others stay backed up: their rows stay 0
+        _rank_one(self.C, b, 1.0 / p)
         self._count_change()
 
     def repair(self, targets: np.ndarray) -> list[int]:
@@ -178,21 +178,26 @@ class IncrementalSelection:
             added.append(j)
 
     def release(
-        self, targets: np.ndarray, candidates: Sequence[int], margin: float = 1.0
+        self,
+        targets: np.ndarray,
+        candidates: Sequence[int],
+        margin: float = 1.0,
+        limit: int | None = None,
     ) -> list[int]:
         """Drop ``candidates`` (backed-up sensors) whose removal keeps every target met.
 
         A removal is kept only if every sensor whose conditional variance rises ends
         at most ``margin * targets_i`` (``0 < margin <= 1``). Among the removable
         candidates the one leaving the most slack (smallest largest ratio of
-        variance to target) goes first; repeated until none is removable.
+        variance to target) goes first; repeated until none is removable, or
+        ``limit`` sensors are released.
         """
         t = self._check_targets(targets)
         if not 0.0 < margin <= 1.0:
             raise ParameterError(f"margin must be in (0, 1], got {margin!r}")
         pool = [j for j in _check_indices(candidates, self.n) if j in self]
         released: list[int] = []
-        while pool:
+        while pool and (limit is None or len(released) < limit):
             j = self._best_release(t, pool, margin)
             if j is None:
                 return released
@@ -215,8 +220,13 @@ class IncrementalSelection:
                 ) from None
             inv = scipy.linalg.solve_triangular(factor, np.eye(len(order)), lower=True)
             self.P = inv.T @ inv
-            self.B = self.cov[:, order] @ self.P
-            self.C = self.cov - self.B @ self.cov[order, :]
+            # W = L^{-1} Sigma_O: gives C = Sigma - W^T W (a symmetric product) and
+            # B^T = L^{-T} W, cheaper than forming B and C from P.
+            w = scipy.linalg.solve_triangular(factor, self.cov[order, :], lower=True)
+            self.B = np.ascontiguousarray(
+                scipy.linalg.solve_triangular(factor, w, lower=True, trans="T").T
+            )
+            self.C = self.cov - w.T @ w
         else:
             self.P, self.B, self.C = np.zeros((0, 0)), np.zeros((self.n, 0)), self.cov.copy()
         self.C = (self.C + self.C.T) / 2.0
@@ -282,6 +292,13 @@ class IncrementalSelection:
                 f"targets must be ({self.n},) finite and >= 0, got shape {t.shape}"
             )
         return t
+
+
+def _rank_one(c: np.ndarray, x: np.ndarray, alpha: float) -> None:
+    """``c += alpha x x^T`` in place (BLAS ``dger`` on the Fortran view: no n x n temporary)."""
+    out = scipy.linalg.blas.dger(alpha, x, x, a=c.T, overwrite_a=True)
+    if not np.shares_memory(out, c):  # not updated in place (c not C-contiguous)
+        c[...] = out.T
 
 
 def _check_indices(idx: Iterable[int], n: int) -> list[int]:

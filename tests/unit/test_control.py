@@ -331,3 +331,13 @@ def test_feedback_of_the_wrong_shape_or_range_is_refused() -> None:
 def test_the_stated_bound_is_the_formula() -> None:
     config = ControlConfig(delta=0.1, margin=0.5, gamma=0.25, s_start=0.0, s_min=-2.0)
     assert config.miss_bound(100, delay=3) == pytest.approx(0.05 + (2.0 + 1.0) / 0.25 / 100)
+
+
+def test_releases_are_limited_per_decision() -> None:
+    """Five sensors ready to go leave two, two and one at a time."""
+    config = ControlConfig(delta=0.1, evidence_windows=1, hold_windows=0, max_releases=2)
+    ctl = _controller(config, 5, backup=(0, 1, 2, 3, 4))
+    clean = np.zeros(5)
+    sizes = [len(ctl.observe([ShadowFeedback(t, clean, np.zeros(5, bool), clean)]).released)
+             for t in range(4)]  # fmt: skip
+    assert sizes == [2, 2, 1, 0] and ctl.backup == ()
