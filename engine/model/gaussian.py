@@ -189,8 +189,8 @@ class GaussianModel:
         rest = np.setdiff1d(np.arange(var.size), obs)
         if informative and rest.size:
             factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
-            proj = scipy.linalg.solve_triangular(factor, self.cov_[np.ix_(informative, rest)],
-                                                 lower=True)  # fmt: skip
+            cross = self.cov_[informative][:, rest]
+            proj = scipy.linalg.solve_triangular(factor, cross, lower=True)
             var[rest] -= np.einsum("ij,ij->j", proj, proj)
         if not np.all(np.isfinite(var)):
             raise DataError(
