@@ -1,0 +1,135 @@
+"""Planning speed at many sensors: ``make_plan`` at n = 10,000, this checkout against another.
+
+    python -m bench.bench_plan_scale                       # n = 10,000, this checkout
+    python -m bench.bench_plan_scale --before fcd0392      # and the same run at that commit
+    python -m bench.bench_plan_scale --n 2000 --profile    # where the time goes (cProfile)
+
+Protocol: synthetic correlated readings (40 AR(1) latent factors, loadings and sensor
+noise drawn once from a fixed seed), one reading a minute, a window of 30 readings,
+``avg``, eps 1.0, delta 0.05, every other setting at ``plan``'s default. The file holds
+exactly the rows the default history learns from (``default_history``): 11,442 rows at
+n = 10,000 (a first calibration fit needs n + 2 rows, plus one horizon). That is also
+too short for one backtest fold, so the plan is unmeasured and backs up every sensor:
+what ``plan`` gives an operator on such a file, and where its time went (the fit, the
+covariance check, the selection of every sensor, the conditional variances).
+
+``--before REF`` checks REF out into a temporary git worktree and runs the same
+measurement there in a subprocess (same data, same seed), so both figures come from
+one run on the same machine. Prints one JSON object: wall and CPU seconds of
+``make_plan`` (data generation not included), the backup size, the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW, EPS, DELTA, INTERVAL_S, FACTORS = 30, 1.0, 0.05, 60, 40
+
+
+def readings(n: int, rows: int, seed: int) -> np.ndarray:
+    """(rows, n) readings: AR(1) latent factors through random loadings, plus noise."""
+    rng = np.random.default_rng(seed)
+    load = rng.normal(size=(n, FACTORS)) * rng.uniform(0.3, 1.0, size=FACTORS)
+    shocks = rng.normal(size=(rows, FACTORS))
+    factors = np.empty_like(shocks)
+    factors[0] = shocks[0]
+    for t in range(1, rows):
+        factors[t] = 0.95 * factors[t - 1] + shocks[t]
+    noise = rng.normal(size=(rows, n)) * rng.uniform(0.2, 1.0, size=n)
+    return np.asarray(factors @ load.T + noise)
+
+
+def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
+    """Time ``make_plan`` on the synthetic file in this interpreter's checkout."""
+    import engine  # noqa: F401  (single-threaded BLAS, as the CLI runs)
+    from engine.data.history import DataReport, SensorHistory
+    from engine.planning import PlanParameters, default_history, make_plan
+    from engine.planning.parameters import resolve_horizon
+
+    params = PlanParameters(eps=EPS, delta=DELTA, window=WINDOW, aggregate="avg")
+    rows = default_history(10**9, WINDOW, n, resolve_horizon(params, 10**9, INTERVAL_S))
+    x = readings(n, rows, seed)
+    step = np.timedelta64(INTERVAL_S, "s")
+    times = (np.datetime64("2024-01-01T00:00:00", "ns") + np.arange(rows) * step).astype(
+        "datetime64[ns]"
+    )
+    sensors = tuple(f"s{i:05d}" for i in range(n))
+    report = DataReport("synthetic", "wide", "time", rows, rows, sensors, float(INTERVAL_S), 0,
+                        0, dict.fromkeys(sensors, 0.0), (), (), "drop", 0, 0, ())  # fmt: skip
+    history = SensorHistory(times, x, sensors, report)
+    profiler = cProfile.Profile() if profile else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    plan = make_plan(history, params)
+    if profiler:
+        profiler.disable()
+    out: dict[str, Any] = {
+        "n": n,
+        "rows": rows,
+        "seconds": time.perf_counter() - wall,
+        "cpu_seconds": time.process_time() - cpu,
+        "backup": len(plan.backup_sensors),
+        "measured": plan.measured,
+        "load_average": os.getloadavg(),
+    }
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)
+        out["profile"] = text.getvalue().splitlines()
+    return out
+
+
+def measure_at(ref: str, n: int, seed: int) -> dict[str, Any]:
+    """``measure`` in a temporary worktree of ``ref`` (this script run from outside it)."""
+    with tempfile.TemporaryDirectory(prefix="lacuna-before-") as tmp:
+        where = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            env = {**os.environ, "PYTHONPATH": str(where)}
+            code = f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); " \
+                   "from bench.bench_plan_scale import measure; " \
+                   f"print(json.dumps(measure({n}, {seed}, False)))"  # fmt: skip
+            done = subprocess.run([sys.executable, "-c", code], cwd=where, env=env,
+                                  check=True, capture_output=True, text=True)  # fmt: skip
+            return dict(json.loads(done.stdout.splitlines()[-1]))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
+                           check=False, capture_output=True)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=20240501)
+    ap.add_argument("--before", default=None, help="a git ref to measure beside this checkout")
+    ap.add_argument("--profile", action="store_true", help="add cProfile's top 30 (this run)")
+    args = ap.parse_args(argv)
+    result: dict[str, Any] = {"benchmark": "plan_scale", "cpus": os.cpu_count()}
+    if args.before:
+        result["before"] = {"ref": args.before, **measure_at(args.before, args.n, args.seed)}
+    result["after"] = measure(args.n, args.seed, args.profile)
+    if args.before:
+        result["speedup"] = result["before"]["seconds"] / result["after"]["seconds"]
+        result["speedup_cpu"] = result["before"]["cpu_seconds"] / result["after"]["cpu_seconds"]
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
