@@ -26,27 +26,28 @@ below the floor it is forced into the backup. Each applied window moves
 
 **Guarantee** (exact, for any sequence of errors). Assume (A1) a sensor backed up
 for a whole window has error 0 in it (its readings are in the backup);
-(A2) ``s_min <= s_0 <= s_max``; (A3) at any moment at most ``d + 1`` windows in which
-``i`` is rebuilt have their feedback outstanding (with feedback for window ``t``
-applied before the decision for window ``t + d + 1``: ``d`` is the delay in
-windows, batches and out-of-order arrival included). Then for every sensor, over
-the ``T`` windows whose feedback has been applied so far,
+(A2) ``s_min <= s_0 <= s_max``; (A3) the feedback of window ``t`` is applied before
+the decision for window ``t + d + 1``, so at any moment at most ``d + 1`` windows
+(rebuilt or not) have their feedback outstanding: ``d`` is the delay in windows,
+batches and out-of-order arrival included. Then for every sensor, over the ``T``
+windows whose feedback has been applied so far,
 
     sum_t e_t  <=  aim T + (s_0 - s_min + gamma (d + 1)) / gamma,
 
 so its miss fraction over all windows (backed-up windows count as hits) is at most
-``aim + (s_0 - s_min + gamma (d + 1)) / (gamma T)``; over any later stretch of
-windows applied one after another, the same with ``s_max`` in place of ``s_0``.
-Proof: clipping only lowers ``s``, so ``s_now <= s_0 + gamma sum (aim - u_t)``,
-and ``u_t >= e_t`` (equal when rebuilt, ``>= 0 = e_t`` when backed up); it remains
-to bound ``s_now`` below. Let ``v`` be the last moment ``s > s_min``. Every decision
-after ``v`` forces the sensor, so a window applied after ``v`` that moves ``s`` down
-was rebuilt under a decision before ``v`` (a forced one cannot move down below the
-floor), hence outstanding at ``v``: at most ``d + 1`` of them, each lowering ``s``
-by at most ``gamma (1 - aim)``. So ``s_now >= s_min - gamma (d + 1)``. The bound is
-on the miss fraction over all windows, not conditional on being rebuilt, and it
-holds whatever selection rule decides the rest: every other rule here (the
-evidence to release, hysteresis, the incremental re-selection) only backs up more.
+``aim + (s_0 - s_min + gamma (d + 1)) / (gamma T)``; over the windows applied between
+any two later moments, the same with ``s_max`` in place of ``s_0``.
+Proof: clipping only lowers ``s``, so ``s_now <= s_0 + gamma sum (aim - u_t)``, and
+``u_t >= e_t`` (equal when rebuilt, ``>= 0 = e_t`` when backed up); it remains to
+bound ``s_now`` below. Let ``v`` be the last moment ``s > s_min``. After ``v`` every
+decision forces the sensor, and a backed-up window applied while ``s <= s_min`` does
+not move ``s`` down; so every window that moves ``s`` down after ``v`` was rebuilt
+under a decision before ``v`` or is the one whose feedback crossed the floor: both
+outstanding at ``v``, at most ``d + 1``, each lowering ``s`` by at most
+``gamma (1 - aim)``. So ``s_now >= s_min - gamma (d + 1)``. The bound is on the miss
+fraction over all windows, not conditional on being rebuilt, and it holds whatever
+selection rule decides the rest: every other rule here (the evidence to release,
+hysteresis, the incremental re-selection) only backs up more.
 
 **Never trusted without a measurement.** A backed-up sensor is released only when
 its last ``evidence_windows`` measured windows as a dropped sensor (actual misses
@@ -134,7 +135,8 @@ class ShadowFeedback:
 
     miss : the window's miss per sensor in [0, 1] (only rebuilt sensors' entries are read);
         NaN: not measured.
-    rebuilt : which sensors were rebuilt (not backed up) in the window.
+    rebuilt : which sensors were rebuilt in the window: True where any of the sensor's
+        readings in it was not backed up (a set changed mid-window counts as rebuilt).
     counterfactual : the miss a backed-up sensor would have had were it dropped, in
         [0, 1] or NaN (not measured); None: none measured.
     """
