@@ -101,10 +101,14 @@ def measure_at(ref: str, n: int, seed: int) -> dict[str, Any]:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
                        check=True, capture_output=True)  # fmt: skip
         try:
+            # This file is loaded by its path; ``engine`` must come from the worktree only
+            # (the worktree first on the path, this checkout not on it at all).
             env = {**os.environ, "PYTHONPATH": str(where)}
-            code = f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); " \
-                   "from bench.bench_plan_scale import measure; " \
-                   f"print(json.dumps(measure({n}, {seed}, False)))"  # fmt: skip
+            code = ("import importlib.util, json; "
+                    f"spec = importlib.util.spec_from_file_location('scale', {__file__!r}); "
+                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); "
+                    "import engine; assert engine.__file__.startswith(" + repr(str(where)) + "); "
+                    f"print(json.dumps(mod.measure({n}, {seed}, False)))")  # fmt: skip
             done = subprocess.run([sys.executable, "-c", code], cwd=where, env=env,
                                   check=True, capture_output=True, text=True)  # fmt: skip
             return dict(json.loads(done.stdout.splitlines()[-1]))
