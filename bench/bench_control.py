@@ -4,13 +4,15 @@
     python -m bench.bench_control --latency-only
     python -m bench.bench_control --cases eeg_avg,room_temp_avg --folds 3
 
-**Latency** (n = 100 and 1,000): a factor-model covariance (``bench.common``), the
-greedy's set for a target of 0.3 x the median variance, then windows close one at a
-time with per-sensor miss rates drawn from Beta(0.5, 10) (mean 0.048; a few sensors
-miss often), counterfactual misses at the same rates. Each window: the controller's
-``observe`` (ours: incremental re-selection) and, on the same effective targets, a
-greedy ``select_backups`` from scratch (today's way), both timed; their set sizes and
-how many sensors each changes per window.
+**Latency** (n = 100 and 1,000; wall and CPU milliseconds per decision, the CPU
+figure being what a shared machine's load does not inflate): a factor-model
+covariance (``bench.common``), the greedy's set for a target of 0.3 x the median
+variance, then windows close one at a time with per-sensor miss rates drawn from
+Beta(0.5, 10) (mean 0.048; a few sensors miss often), counterfactual misses at the
+same rates. Each window: the controller's ``observe`` (ours: incremental
+re-selection) and, on the same effective targets, a greedy ``select_backups`` from
+scratch (today's way), both timed; their set sizes and how many sensors each changes
+per window.
 
 **Honesty, range contract** (``bench.bench_honesty``'s cases, folds, H and S, eps and
 windows; read its docstring). Per fold the plan is made as the CLI's ``plan`` makes it
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -73,21 +76,24 @@ def bench_latency(n: int, windows: int, greedy_windows: int, seed: int) -> dict[
     start_set = select_backups(cov, targets).backup
     ctl = SensorController(ControlConfig(delta=0.05), cov, targets, start_set)
     rate = rng.beta(0.5, 10.0, size=n)
-    ours, greedy, sizes, churn, greedy_churn = [], [], [], [], []
+    ours, ours_cpu, greedy, greedy_cpu = [], [], [], []
+    sizes, churn, greedy_churn = [], [], []
     last_greedy: set[int] | None = None
     for k in range(windows):
         rebuilt = ~np.isin(np.arange(n), ctl.backup)
         miss = np.where(rebuilt, rng.random(n) < rate, 0.0).astype(float)
         counter = np.where(rebuilt, np.nan, rng.random(n) < rate)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         decision = ctl.observe([ShadowFeedback(k, miss, rebuilt, counter)])
         ours.append(time.perf_counter() - start)
+        ours_cpu.append(time.thread_time() - cpu)
         sizes.append(len(decision.backup))
         churn.append(len(decision.added) + len(decision.released))
         if k < greedy_windows:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fresh = select_backups(cov, ctl.effective_targets())
             greedy.append(time.perf_counter() - start)
+            greedy_cpu.append(time.process_time() - cpu)  # its scoring uses two threads
             chosen = set(fresh.backup)
             if last_greedy is not None:
                 greedy_churn.append(len(chosen ^ last_greedy))
@@ -97,7 +103,10 @@ def bench_latency(n: int, windows: int, greedy_windows: int, seed: int) -> dict[
         "n": n,
         "windows": windows,
         "ours_ms": _quantiles(ours),
+        "ours_cpu_ms": _quantiles(ours_cpu),
         "greedy_ms": _quantiles(greedy) | {"windows": greedy_windows},
+        "greedy_cpu_ms": _quantiles(greedy_cpu),
+        "load_average": os.getloadavg(),
         "speedup_median": float(np.median(greedy) / np.median(ours)),
         "ours_backup_mean": float(np.mean(sizes)),
         "greedy_backup_last": sizes_greedy,
