@@ -248,6 +248,13 @@ class SensorController:
         self.targets = _check_targets(targets, self.targets.size)
         return self.observe(())
 
+    def changes_per_day(self, window_seconds: float) -> float:
+        """Decisions that changed the set, per day of applied windows of ``window_seconds``."""
+        if not window_seconds > 0:
+            raise ParameterError(f"window_seconds must be > 0, got {window_seconds!r}")
+        days = self.windows * window_seconds / 86_400.0
+        return self.changes / days if days > 0 else 0.0
+
     def miss_fraction(self) -> np.ndarray:
         """(n,) each sensor's miss fraction over the applied windows (0 before any)."""
         return self.misses / max(self.windows, 1)

@@ -341,3 +341,15 @@ def test_releases_are_limited_per_decision() -> None:
     sizes = [len(ctl.observe([ShadowFeedback(t, clean, np.zeros(5, bool), clean)]).released)
              for t in range(4)]  # fmt: skip
     assert sizes == [2, 2, 1, 0] and ctl.backup == ()
+
+
+def test_set_changes_are_counted_per_day() -> None:
+    """Hourly windows: one change (a forced add) in 48 windows is half a change a day."""
+    config = ControlConfig(delta=0.1, gamma=1.0, s_min=-1.0)
+    ctl = _controller(config, 1)
+    for t in range(48):
+        ctl.observe([ShadowFeedback(t, np.ones(1), ~np.isin([0], ctl.backup), None)])
+    assert ctl.changes == 1 and ctl.backup == (0,)
+    assert ctl.changes_per_day(3600.0) == pytest.approx(0.5)
+    with pytest.raises(ParameterError, match="window_seconds"):
+        ctl.changes_per_day(0.0)
