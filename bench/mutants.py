@@ -1,4 +1,4 @@
-"""Mutation check of calibration, K-slack and re-planning (issue 10, item 7).
+"""Mutation check of calibration, K-slack, re-planning and online control.
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -26,7 +26,12 @@ from pathlib import Path
 from bench.common import print_json
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ("engine", "tests", "sample_data", "pyproject.toml")
+COPY = ("engine", "tests", "sample_data", "bench", "pyproject.toml")
+
+
+CTRL = "tests/unit/test_control.py::"
+INC = "tests/unit/test_incremental_selection.py::"
+BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,91 @@ MUTANTS = (
            "reconstructed=targets, version=version.id)",
            "reconstructed=targets)",
            ("tests/unit/test_versions.py",)),
+    Mutant("g1: the control update's sign flipped",
+           "engine/planning/control.py",
+           "self.scale + self.config.gamma * (aim - u)",
+           "self.scale - self.config.gamma * (aim - u)",
+           (BOUND, CTRL + "test_an_adversary_that_always_misses_is_held_to_the_bound_and_forced",)),
+    Mutant("g2: no floor: a sensor at s_min is not forced into the backup",
+           "engine/planning/control.py",
+           "return np.where(forced, 0.0, self.targets",
+           "return np.where(False, 0.0, self.targets",
+           (BOUND, CTRL + "test_an_adversary_that_always_misses_is_held_to_the_bound_and_forced",)),
+    Mutant("g3: a forced sensor sinks on counterfactual misses",
+           "engine/planning/control.py",
+           "backed = np.where(forced, np.minimum(backed, aim), backed)",
+           "backed = np.where(forced, backed, backed)",
+           (BOUND, CTRL + "test_a_forced_sensor_does_not_sink_on_counterfactual_misses",)),
+    Mutant("g4: an unmeasured rebuilt window counts as a hit",
+           "engine/planning/control.py",
+           "np.where(np.isnan(miss), 1.0, miss)",
+           "np.where(np.isnan(miss), 0.0, miss)",
+           (CTRL + "test_an_unmeasured_rebuilt_window_counts_as_a_miss",)),
+    Mutant("g5: release without a full record of measured windows",
+           "engine/planning/control.py",
+           "full = self.evidence_count >= cfg.evidence_windows",
+           "full = self.evidence_count >= 0",
+           (CTRL + "test_release_needs_a_full_record_of_measured_clean_windows",)),
+    Mutant("g6: release whatever the record's misses",
+           "engine/planning/control.py",
+           "clean = self.evidence.sum(axis=1) <= cfg.aim * cfg.evidence_windows",
+           "clean = self.evidence.sum(axis=1) >= 0",
+           (CTRL + "test_release_is_refused_while_the_recent_record_holds_misses",)),
+    Mutant("g7: no hold after an add",
+           "engine/planning/control.py",
+           "held = self.windows - self.added_at < cfg.hold_windows",
+           "held = self.windows - self.added_at < 0",
+           (CTRL + "test_a_sensor_added_by_the_controller_is_held",)),
+    Mutant("g8: no hysteresis margin on release",
+           "engine/planning/control.py",
+           "cfg.release_margin, cfg.max_releases",
+           "1.0, cfg.max_releases",
+           (CTRL + "test_hysteresis_keeps_a_sensor_whose_release_would_leave_little_slack",)),
+    Mutant("g9: no cap on releases per decision",
+           "engine/planning/control.py",
+           "cfg.release_margin, cfg.max_releases",
+           "cfg.release_margin, None",
+           (CTRL + "test_releases_are_limited_per_decision",)),
+    Mutant("g10: the scale is not clipped above",
+           "engine/planning/control.py",
+           "self.scale = np.minimum(self.config.s_max, self.scale + self.config.gamma * (aim - u))",
+           "self.scale = self.scale + self.config.gamma * (aim - u)",
+           (BOUND,)),
+    Mutant("g11: a replayed window is applied again",
+           "engine/planning/control.py",
+           "if f.window < self.watermark or f.window in self.recent:",
+           "if f.window < self.watermark and f.window in self.recent:",
+           (CTRL + "test_a_replayed_or_late_window_is_applied_once",)),
+    Mutant("i1: adding a sensor updates C with the wrong sign",
+           "engine/selection/incremental.py",
+           "_rank_one(self.C, c, -1.0 / pivot)",
+           "_rank_one(self.C, c, 1.0 / pivot)",
+           (INC + "test_adds_and_removals_match_direct_solves",)),
+    Mutant("i2: removing a sensor updates C with the wrong sign",
+           "engine/selection/incremental.py",
+           "_rank_one(self.C, b, 1.0 / p)",
+           "_rank_one(self.C, b, -1.0 / p)",
+           (INC + "test_adds_and_removals_match_direct_solves",)),
+    Mutant("i3: a sensor with target 0 is left to the greedy",
+           "engine/selection/incremental.py",
+           "np.flatnonzero(t <= 0.0)",
+           "np.flatnonzero(t < 0.0)",
+           (INC + "test_a_sensor_with_target_zero_is_backed_up_itself",)),
+    Mutant("i4: a release ignores its margin",
+           "engine/selection/incremental.py",
+           "(raised <= margin * tol[:, None])",
+           "(raised <= tol[:, None])",
+           (INC + "test_release_refuses_a_removal_that_breaks_a_target",)),
+    Mutant("s1: every greedy run taken as all-indispensable",
+           "engine/selection/greedy.py",
+           "self.complete = len(forced) == live",
+           "self.complete = len(forced) >= 0",
+           ("tests/unit/test_selection.py",)),
+    Mutant("s2: the ridge check shifts the diagonal the wrong way",
+           "engine/model/gaussian.py",
+           "shifted.flat[:: block.shape[0] + 1] -= level",
+           "shifted.flat[:: block.shape[0] + 1] += level",
+           ("tests/unit/test_model.py",)),
 )  # fmt: skip
 
 
