@@ -94,10 +94,11 @@ def test_repair_adds_nothing_to_a_feasible_set() -> None:
 
 
 def test_a_sensor_with_target_zero_is_backed_up_itself() -> None:
-    """Nothing rebuilds a sensor exactly but its own readings (its twin would not do:
-    the model's fit is never exact)."""
-    cov = np.array([[1.0, 0.999, 0.0], [0.999, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    """A target of 0 means "back it up": even an exact twin in the set, which makes its
+    model variance 0, does not stand in for its own readings (the model is never exact)."""
+    cov = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     inc = IncrementalSelection(cov, [1])
+    assert inc.variance[0] == 0.0
     added = inc.repair(np.array([0.0, 1.0, 1.0]))
     assert added == [0] and inc.backup == (0, 1)
 
