@@ -120,7 +120,10 @@ def _params(args: argparse.Namespace) -> PlanParameters:
 
 
 def parse_eps_by_unit(text: str) -> dict[str, float]:
-    """``'degC=1,ug/m3=20'`` -> ``{"degC": 1.0, "ug/m3": 20.0}``; each eps finite > 0."""
+    """``'degC=1,ug/m3=20'`` -> ``{"degC": 1.0, "ug/m3": 20.0}``; each eps as ``--eps``
+    takes it (finite, > 0, at most ``engine.query.MAX_EPS``)."""
+    from engine.query import check_eps
+
     out: dict[str, float] = {}
     for item in (i.strip() for i in text.split(",")):
         unit, sep, value = item.partition("=")
@@ -130,6 +133,7 @@ def parse_eps_by_unit(text: str) -> dict[str, float]:
             eps = float("nan")
         if not sep or not unit.strip() or not eps > 0 or eps == float("inf"):
             raise ParameterError(f"--eps-by-unit items must be UNIT=EPS with EPS > 0, got {item!r}")
+        check_eps(eps, f"--eps-by-unit {unit.strip()!r}")
         out[unit.strip()] = eps
     return out
 
@@ -162,6 +166,10 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
         check_config_out(args.out)  # not after a minute of planning
     history = _history(args)
     params = _with_unit_eps(params, history, args)
+    if params.horizon is not None and len(history.times):  # not after a minute of planning
+        from engine.export.config import valid_until
+
+        valid_until(history.times[-1], params.horizon, history.report.sampling_interval_s)
     plan = make_plan(
         history,
         params,

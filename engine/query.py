@@ -32,10 +32,21 @@ def check_eps(eps: object, name: str = "eps") -> None:
         raise ParameterError(f"{name} must be at most {MAX_EPS:g}, got {eps!r}")
 
 
+# Below this the guarantee's quantile levels (1 - 0.7 delta, (1 - delta) ** (1 / w) for
+# max/min over long windows) round to 1 in double precision, so every target would be 0
+# or a division by zero; and no history could measure so small a rate anyway.
+MIN_DELTA = 1e-12
+
+
 def check_delta(delta: object) -> None:
-    """An error rate is strictly between 0 and 1."""
+    """An error rate is strictly between 0 and 1, and at least ``MIN_DELTA``."""
     if not _is_real(delta) or not 0.0 < float(delta) < 1.0:  # type: ignore[arg-type]
         raise ParameterError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
+    if float(delta) < MIN_DELTA:  # type: ignore[arg-type]
+        raise ParameterError(
+            f"delta must be at least {MIN_DELTA:g} (a smaller miss rate rounds to 0 in the "
+            f"guarantee's arithmetic and no history can measure it), got {delta!r}"
+        )
 
 
 def check_window_query(

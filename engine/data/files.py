@@ -71,11 +71,17 @@ def shorten_path(path: Path, limit: int = 80) -> str:
 
 
 def check_names(source: str, names: list[str]) -> None:
-    """Reject no columns or a duplicate column name, naming it and its position."""
+    """Reject no columns, a duplicate column name or a NUL in a name, naming it and its
+    position."""
     if not names:
         raise DataError(f"{source}: no columns")
     seen: set[str] = set()
     for position, name in enumerate(names, start=1):
+        if "\x00" in name:  # SQL text cannot hold it: DuckDB refuses the query itself
+            raise DataError(
+                f"{source}: column {position} ({name.replace(chr(0), '<NUL>')!r}) has a NUL "
+                "character in its name; rename the column"
+            )
         if name in seen:
             raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
         seen.add(name)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ParameterError
+from engine.query import check_eps
 
 UNKNOWN = "unknown:"
 # Explicit unit tokens at the end of a name (case-insensitive), as written in the file.
@@ -196,14 +197,14 @@ def eps_for_units(
 
 
 def check_eps_pairs(value: object) -> tuple[tuple[str, float], ...]:
-    """Validated (sensor, eps) pairs: names unique, each eps a finite number > 0."""
+    """Validated (sensor, eps) pairs: names unique, each eps a finite number > 0 and at
+    most ``engine.query.MAX_EPS``, as ``--eps`` is."""
     pairs = _pairs(value, "eps_by_sensor")
     out = []
     for name, eps in pairs:
         if isinstance(eps, bool) or not isinstance(eps, int | float | np.floating):
             raise ParameterError(f"eps of {name!r} must be a number, got {eps!r}")
-        if not np.isfinite(eps) or eps <= 0:
-            raise ParameterError(f"eps of {name!r} must be a finite number > 0, got {eps!r}")
+        check_eps(eps, f"eps of {name!r}")  # the one cap of every eps (engine.query)
         out.append((name, float(eps)))
     return tuple(out)
 

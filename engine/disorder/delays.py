@@ -30,13 +30,35 @@ import pandas as pd
 from engine.errors import DataError, ParameterError
 
 DELAY_KINDS: tuple[str, ...] = ("exp", "pareto", "const", "mix", "file")
+# A delay parameter (mean, scale, constant) is at most 1e7 s (116 days), and a drawn
+# delay at most 1e9 s (32 years): arrival times must stay within what a timestamp holds
+# (up to 2262) and latency sums finite, as eps is capped so that its square is. An
+# exponential mean of 1e7 s draws beyond 1e9 s with probability e^-100.
+MAX_DELAY_PARAMETER_S = 1e7
+MAX_DELAY_S = 1e9
 
 
-def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+def _check_positive(
+    name: str, value: float, *, allow_zero: bool = False, cap: float | None = None
+) -> None:
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise ParameterError(f"{name} must be a finite number {bound}, got {value!r}")
+    if cap is not None and value > cap:
+        raise ParameterError(f"{name} must be at most {cap:g} seconds, got {value!r}")
+
+
+def _within_cap(delays: np.ndarray, spec: str) -> np.ndarray:
+    """``delays`` unchanged, or a ``ParameterError`` when one is beyond ``MAX_DELAY_S``
+    (a heavy tail, e.g. a Pareto shape near 0, draws astronomically long delays)."""
+    worst = float(delays.max(initial=0.0))
+    if not worst <= MAX_DELAY_S:
+        raise ParameterError(
+            f"delay spec {spec!r} drew a delay of {worst:.3g} s, beyond the cap of "
+            f"{MAX_DELAY_S:g} s (32 years); lower its scale or raise its shape"
+        )
+    return delays
 
 
 @dataclass(frozen=True)
@@ -46,11 +68,11 @@ class ExponentialDelays:
     mean_s: float
 
     def __post_init__(self) -> None:
-        _check_positive("exponential mean", self.mean_s)
+        _check_positive("exponential mean", self.mean_s, cap=MAX_DELAY_PARAMETER_S)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n,) delays in seconds."""
-        return rng.exponential(self.mean_s, size=n)
+        return _within_cap(rng.exponential(self.mean_s, size=n), self.describe())
 
     def describe(self) -> str:
         return f"exp:{self.mean_s:g}"
@@ -65,12 +87,14 @@ class ParetoDelays:
 
     def __post_init__(self) -> None:
         _check_positive("pareto shape", self.shape)
-        _check_positive("pareto scale", self.scale_s)
+        _check_positive("pareto scale", self.scale_s, cap=MAX_DELAY_PARAMETER_S)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n,) delays in seconds, each ``>= scale_s``."""
         # numpy's pareto is the Lomax (Pareto II) law; +1 then scale gives the classic one.
-        return (rng.pareto(self.shape, size=n) + 1.0) * self.scale_s
+        with np.errstate(over="ignore"):  # an infinite draw is refused by _within_cap
+            drawn = (rng.pareto(self.shape, size=n) + 1.0) * self.scale_s
+        return _within_cap(drawn, self.describe())
 
     def describe(self) -> str:
         return f"pareto:{self.shape:g},{self.scale_s:g}"
@@ -83,7 +107,7 @@ class ConstantDelays:
     delay_s: float
 
     def __post_init__(self) -> None:
-        _check_positive("constant delay", self.delay_s, allow_zero=True)
+        _check_positive("constant delay", self.delay_s, allow_zero=True, cap=MAX_DELAY_PARAMETER_S)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n,) delays in seconds, all equal."""
@@ -138,6 +162,11 @@ class EmpiricalDelays:
         if not np.all(np.isfinite(d)) or np.any(d < 0):
             raise ParameterError(f"recorded delays must be finite and >= 0 ({self.source})")
         _check_positive("delay scale", self.scale)
+        if float(d.max()) * self.scale > MAX_DELAY_S:
+            raise ParameterError(
+                f"recorded delays times scale reach {float(d.max()) * self.scale:.3g} s, "
+                f"beyond the cap of {MAX_DELAY_S:g} s ({self.source})"
+            )
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n,) delays in seconds drawn from the recorded ones."""

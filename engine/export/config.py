@@ -26,7 +26,7 @@ import pandas as pd
 import yaml
 
 from engine.data.units import sensor_units
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ParameterError
 from engine.export.guard import check_plain_values, parse_config_text, read_config_text
 from engine.export.reconstruction import coefficient_matrix, schema_problem
 from engine.export.snippets import (
@@ -96,13 +96,34 @@ def horizon_rows(plan: BackupPlan) -> int:
     return int(rows)
 
 
+LAST_TIME = pd.Timestamp.max.floor("s").to_datetime64()  # 2262-04-11T23:47:16: ns timestamps
+
+
+def valid_until(fit_end: np.datetime64, rows: int, sampling_interval_s: float) -> np.datetime64:
+    """``fit_end + rows x sampling interval``; a ``ParameterError`` when that passes the
+    last time a timestamp holds (it would wrap around to a date centuries back)."""
+    seconds = rows * sampling_interval_s
+    end = np.datetime64(fit_end, "ns")
+    # in whole seconds as Python ints: ns arithmetic near 2262 or before 1970 overflows int64
+    room = int(LAST_TIME.astype("datetime64[s]").astype(np.int64)) - int(
+        end.astype("datetime64[s]").astype(np.int64)
+    )
+    if not seconds <= room:
+        raise ParameterError(
+            f"a horizon of {rows:,} rows of {sampling_interval_s:g} s from the fit's end "
+            f"{iso_utc(end)} runs past {iso_utc(LAST_TIME)}, the last time a timestamp "
+            f"holds; use a horizon of at most {int(room // sampling_interval_s):,} rows"
+        )
+    return end + np.timedelta64(round(seconds * 1e9), "ns")
+
+
 def validity(plan: BackupPlan) -> dict[str, Any]:
     """Fit period, horizon and ``valid_until = fit_end + horizon x sampling interval``."""
     if plan.fit_start is None or plan.fit_end is None:
         raise ConfigError("the plan does not know the times it was fitted on")
     rows = horizon_rows(plan)
     seconds = rows * float(plan.sampling_interval_s)
-    until = plan.fit_end + np.timedelta64(round(seconds * 1e9), "ns")
+    until = valid_until(plan.fit_end, rows, float(plan.sampling_interval_s))
     return {
         "fit_start": iso_utc(plan.fit_start),
         "fit_end": iso_utc(plan.fit_end),

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +39,51 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def read_config_text(path: Path) -> str:
-    """The file's text, refusing a directory, a missing file or one over the size limit."""
+    """The file's text, refusing a directory, a device, a FIFO or a socket (also behind a
+    symlink), a missing file, or one over the size limit.
+
+    The file is opened without blocking (a FIFO would wait for a writer forever), checked
+    on its open descriptor to be a regular file (so a swap after a check cannot slip a
+    device in), and read up to the limit plus one byte: a file that grows past the limit
+    while it is read (or a ``/proc`` file whose size says 0) is refused, never read
+    without bound.
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{path.name}: config is {size:,} bytes, larger than the limit of "
-                f"{MAX_CONFIG_BYTES:,}"
-            )
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise ConfigError(f"config {_shown(path)} is a directory, not a file")
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(
+                    f"config {_shown(path)} is not a regular file (a device, FIFO or socket)"
+                )
+            if info.st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(_too_large(path, info.st_size))
+            # one byte past the stated size shows a file still growing (read() would
+            # allocate its whole argument up front, so not the limit's 64 MiB)
+            data = handle.read(info.st_size + 1)
+            if len(data) > info.st_size:
+                data += handle.read(MAX_CONFIG_BYTES + 1 - len(data))
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(_too_large(path, len(data)))
+        return data.decode("utf-8")
     except OSError as err:
-        where = str(path) if len(str(path)) <= 80 else f"{str(path)[:40]}...{str(path)[-40:]}"
-        raise ConfigError(f"cannot read config {where}: {err.strerror or err}") from err
+        raise ConfigError(f"cannot read config {_shown(path)}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path.name}: config is not UTF-8 text ({err.reason})") from err
+
+
+def _shown(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-40:]}"
+
+
+def _too_large(path: Path, size: int) -> str:
+    return (
+        f"{path.name}: config is {size:,} bytes or more, larger than the limit of "
+        f"{MAX_CONFIG_BYTES:,}"
+    )
 
 
 def parse_config_text(text: str, name: str, fmt: str) -> Any:
