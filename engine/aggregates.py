@@ -149,7 +149,8 @@ class _Extreme(Aggregate):
 
     def miss_probability(self, var: np.ndarray, eps: float, window: int) -> np.ndarray:
         tail = _gaussian_tail(var, eps, 1.0)
-        return np.asarray(-np.expm1(window * np.log1p(-np.minimum(tail, 1.0))), dtype=float)
+        with np.errstate(divide="ignore"):  # a tail of 1 (a sensor far beyond eps): log1p -> -inf
+            return np.asarray(-np.expm1(window * np.log1p(-np.minimum(tail, 1.0))), dtype=float)
 
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
         s = self.sign * x

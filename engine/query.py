@@ -21,7 +21,7 @@ def _is_real(x: object) -> bool:
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
-MAX_EPS = 1e100  # the loader's bound on readings (engine.data.range); variances square it
+MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
 
 
 def check_eps(eps: object, name: str = "eps") -> None:
