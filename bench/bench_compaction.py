@@ -9,9 +9,10 @@ The backup is the production job's layout for ``--batches`` one-minute
 micro-batches of 20 backup sensors out of 132 (one reading each per batch):
 ``batch_id=N/date=D/part-00000.parquet`` with ``_SUCCESS``, each batch's
 results (one closed one-minute window of 112 rebuilt sensors every batch) and
-metrics line, and a real plan book (the shipped Beijing sample's plan). It is
-written here by PyArrow, not by Spark, to build thousands of batches in
-seconds: the readers only list and open files, whoever wrote them.
+metrics line (listing the batch's file, as the job does), and a real plan
+book (the shipped Beijing sample's plan). It is written here by PyArrow, not
+by Spark, to build thousands of batches in seconds: the readers only list and
+open files, whoever wrote them.
 
 Readers: ``read_job_status`` (what ``engine status`` and the Production page
 read), ``read_backup`` of everything and of the last hour (what ``recover
@@ -70,6 +71,8 @@ def write_backup(root: Path, batches: int) -> None:
         )
         pq.write_table(rows, folder / "part-00000.parquet")
         (root / f"batch_id={b}" / "_SUCCESS").write_bytes(b"")
+        part = folder / "part-00000.parquet"
+        written = {f"date={t:%Y-%m-%d}/{part.name}": part.stat().st_size}  # as the job lists
         error = rng.normal(scale=0.5, size=len(rebuilt))
         results = pa.table(
             {
@@ -87,13 +90,14 @@ def write_backup(root: Path, batches: int) -> None:
         )
         out = root / "_lacuna" / "results" / f"batch_id={b}"
         out.mkdir(parents=True)
-        pq.write_table(results, out / "part-00000.parquet")
+        pq.write_table(results, out / "part-00000.pq")
         metrics = root / "_lacuna" / "metrics" / f"batch_id={b}"
         metrics.mkdir(parents=True)
         misses = int((np.abs(error) > 1).sum())
         line = {"event": "shadow", "batch_id": b, "plan_version": 1, "readings": SENSORS,
                 "windows": 1, "rebuilt_pairs": len(rebuilt), "misses": misses,
-                "seconds": 0.3, "last_window_end": str(t)}  # fmt: skip
+                "seconds": 0.3, "last_window_end": str(t),
+                "backup_files": written}  # fmt: skip
         (metrics / "part-00000.json").write_text(json.dumps(line) + "\n")
 
 

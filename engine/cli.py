@@ -245,7 +245,9 @@ def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export.recover import is_backup_dataset, recover_dataset, recover_file
 
     if is_backup_dataset(args.backup):
-        result: Any = recover_dataset(args.config, args.backup, args.out, args.start, args.end)
+        result: Any = recover_dataset(
+            args.config, args.backup, args.out, args.start, args.end, args.allow_incomplete
+        )
     elif args.start or args.end:
         raise ParameterError(
             f"--from and --to choose a range of a production job's backup directory; "

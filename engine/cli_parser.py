@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--out", required=True, help="CSV or Parquet to write all sensors to")
     rec.add_argument("--from", dest="start", default=None, help="ISO time (inclusive, UTC)")
     rec.add_argument("--to", dest="end", default=None, help="ISO time (exclusive, UTC)")
+    rec.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="rebuild around a committed batch that is not whole (a lost _SUCCESS or part "
+        "file), naming it in a warning (default: refuse)",
+    )
     st = sub.add_parser("status", help="what a production job did: versions, live rates, alerts")
     st.add_argument("--backup", required=True, help="the job's --backup (a local or mounted path)")
     st.add_argument("--events", type=int, default=20, help="latest events to show (default 20)")

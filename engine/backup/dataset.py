@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import duckdb
@@ -42,6 +43,11 @@ BATCH_PREFIX = "batch_id="
 COMMIT_MARKER = "_SUCCESS"
 TIME = "CAST(event_time AS TIMESTAMP)"
 HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
+# The job's shadow-check results beside the backup (``_lacuna/results/batch_id=N/``) are
+# Parquet files named ``.pq``, so that ``<backup>/**/*.parquet`` (DuckDB's first query
+# of a dataset) reads the backup rows alone; jobs before named them ``.parquet``.
+RESULTS_SUFFIX = ".pq"
+RESULTS_SUFFIXES = (RESULTS_SUFFIX, ".parquet")
 
 
 def partition_columns(sampling_interval_s: float) -> tuple[str, ...]:
@@ -126,7 +132,9 @@ def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str
     ]
 
 
-def batch_files(folder: Path, suffix: str, marked: bool) -> list[tuple[str, Path]]:
+def batch_files(
+    folder: Path, suffix: str | tuple[str, ...], marked: bool
+) -> list[tuple[str, Path]]:
     """(batch directory, file) for the ``*<suffix>`` files of ``folder``'s live batches
     (``live_batches``), in batch order; hidden names skipped."""
     if not folder.is_dir():
@@ -242,25 +250,29 @@ def _partition_of(root: Path, file: Path) -> dict[str, str]:
     return dict(p.split("=", 1) for p in rel if "=" in p)
 
 
-def read_backup(uri: str | Path, span: TimeRange | None = None) -> pd.DataFrame:
+def read_backup(
+    uri: str | Path, span: TimeRange | None = None, allow_incomplete: bool = False
+) -> pd.DataFrame:
     """Long backup rows ``event_time, sensor, value, plan_version`` in ``span``, time ordered.
 
-    ``event_time`` is a naive UTC timestamp.
+    ``event_time`` is a naive UTC timestamp. A committed batch that is not whole is a
+    ``DataError`` (``engine.backup.integrity``) unless ``allow_incomplete``.
     """
-    found = _query(uri, span, "ORDER BY event_time, sensor")
+    found = _query(uri, span, "ORDER BY event_time, sensor", allow_incomplete, "df")
     if found is None:
         return pd.DataFrame(columns=["event_time", "sensor", "value", "plan_version"])
-    return found.df()
+    return found
 
 
-def read_backup_arrow(uri: str | Path, span: TimeRange | None = None) -> pa.Table | None:
+def read_backup_arrow(
+    uri: str | Path, span: TimeRange | None = None, allow_incomplete: bool = False
+) -> pa.Table | None:
     """The rows of ``read_backup`` as Arrow, in no order; None when no file is in ``span``.
 
     For a caller that widens the rows itself: at 1,056 sensors and 12 weeks the
     sort and the pandas strings took 0.45 s of ``read_backup``'s 0.65 s.
     """
-    found = _query(uri, span, "")
-    return None if found is None else found.to_arrow_table()
+    return _query(uri, span, "", allow_incomplete, "to_arrow_table")
 
 
 def nothing_in(uri: str | Path, span: TimeRange) -> str:
@@ -281,25 +293,83 @@ def nothing_in(uri: str | Path, span: TimeRange) -> str:
     return f"the backup holds no reading from {start} to {end}{held}: nothing to rebuild"
 
 
-def _query(uri: str | Path, span: TimeRange | None, order: str) -> duckdb.DuckDBPyConnection | None:
+def _query(
+    uri: str | Path, span: TimeRange | None, order: str, allow_incomplete: bool, fetch: str
+) -> Any:
+    """The rows as ``fetch`` gives them (``df``: pandas, ``to_arrow_table``: Arrow), or None
+    when no committed file lies in ``span``."""
+    from engine.backup.integrity import check_batches
+
     root = local_path(uri)
     if not root.is_dir():
         raise DataError(f"backup dataset {str(root)!r} is not a directory")
+    skip = {f for gap in check_batches(root, allow_incomplete) for f in gap.skip}
     span = span or TimeRange()
-    files = [f for f in committed_files(root) if span.keeps(_partition_of(root, f))]
+    files = [
+        f for f in committed_files(root) if span.keeps(_partition_of(root, f)) and f not in skip
+    ]
     if not files:
         return None
+    _check_columns(root, files[0])
     # no partition columns: the query needs none (the time range already chose the
     # files), and a compacted batch_id=A-B beside batch_id=N would not merge as one type
-    dataset = pads.dataset([str(f) for f in files], format="parquet")
     where, args = _where(span)
     con = duckdb.connect()
     # Spark writes INT96 (read as naive UTC) or TIMESTAMP_MICROS (UTC-adjusted): in a
     # UTC session both cast to the same naive UTC timestamp.
     con.execute("SET TimeZone = 'UTC'")
-    con.register("backup", dataset)
     sql = f"SELECT {TIME} AS event_time, sensor, value, plan_version FROM backup {where} {order}"
-    return con.execute(sql, args)
+    try:
+        con.register("backup", pads.dataset([str(f) for f in files], format="parquet"))
+        return getattr(con.execute(sql, args), fetch)()
+    except (duckdb.Error, pa.ArrowException, OSError) as err:
+        _name_unreadable(root, files)  # DuckDB says "magic bytes not found", not which file
+        raise DataError(f"the backup at {str(uri)!r} cannot be read: {_first_line(err)}") from None
+
+
+BACKUP_COLUMNS = ("event_time", "sensor", "value", "plan_version")
+
+
+def _check_columns(root: Path, first: Path) -> None:
+    """A ``DataError`` when the dataset's files lack the backup's columns: a landing
+    directory (readings without ``plan_version``) is not a job backup."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(first).names
+    except (OSError, pa.ArrowException):
+        return  # the query names the unreadable file
+    lacking = [c for c in BACKUP_COLUMNS if c not in names]
+    if lacking:
+        landing = "plan_version" in lacking and {"event_time", "sensor"} <= set(names)
+        hint = " (it looks like a landing file)" if landing else ""
+        raise DataError(
+            f"{str(root)!r} is not a job backup: its file {first.relative_to(root)} has no "
+            f"{', '.join(lacking)} column{hint}; point --backup at the job's --backup"
+        )
+
+
+def _name_unreadable(root: Path, files: list[Path]) -> None:
+    """A ``DataError`` naming the first file that is not readable Parquet (garbage, empty,
+    truncated) or lacks the backup's columns; nothing when every file is fine."""
+    import pyarrow.parquet as pq
+
+    for f in files:
+        try:
+            names = pq.read_schema(f).names
+        except (OSError, pa.ArrowException) as err:
+            raise DataError(
+                f"backup file {f} is not a readable Parquet file ({_first_line(err)}): restore "
+                "it from a copy, or move it out of the backup (recover --allow-incomplete then "
+                "rebuilds around its batch)"
+            ) from None
+        if not set(BACKUP_COLUMNS) <= set(names):
+            _check_columns(root, f)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _where(span: TimeRange) -> tuple[str, list[datetime]]:

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from engine.backup.dataset import replace_file
+from engine.backup.integrity import manifest
 
 
 class DurableFiles:
@@ -75,6 +76,24 @@ class DurableFiles:
         if not fs.exists(path):
             return []
         return sorted(str(s.getPath().getName()) for s in fs.listStatus(path))
+
+    def tree(self, uri: str) -> dict[str, int]:
+        """``{relative path: bytes}`` of the files under the directory ``uri``, hidden names
+        (``_SUCCESS``, ``.crc``) and what is under them skipped; {} when it does not exist."""
+        local = self.local(uri)
+        if local is not None:
+            return manifest(local) if local.is_dir() else {}
+        path, fs = self._path(uri)
+        if not fs.exists(path):
+            return {}
+        base = str(fs.makeQualified(path).toUri().getPath()).rstrip("/") + "/"
+        found, files = {}, fs.listFiles(path, True)
+        while files.hasNext():
+            status = files.next()
+            rel = str(status.getPath().toUri().getPath()).removeprefix(base)
+            if not any(part.startswith(("_", ".")) for part in rel.split("/")):
+                found[rel] = int(status.getLen())
+        return found
 
     def delete(self, uri: str) -> None:
         path, fs = self._path(uri)

@@ -103,7 +103,7 @@ def valid_until(fit_end: np.datetime64, rows: int, sampling_interval_s: float) -
     """``fit_end + rows x sampling interval``; a ``ParameterError`` when that passes the
     last time a timestamp holds (it would wrap around to a date centuries back)."""
     seconds = rows * sampling_interval_s
-    end = np.datetime64(fit_end, "ns")
+    end: np.datetime64 = pd.Timestamp(fit_end).to_datetime64()
     # in whole seconds as Python ints: ns arithmetic near 2262 or before 1970 overflows int64
     room = int(LAST_TIME.astype("datetime64[s]").astype(np.int64)) - int(
         end.astype("datetime64[s]").astype(np.int64)

@@ -166,6 +166,7 @@ def recover_dataset(
     out_path: str | Path,
     start: str | None = None,
     end: str | None = None,
+    allow_incomplete: bool = False,
 ) -> RangeRecoverResult:
     """Rebuild every sensor over ``[start, end)`` from the job's backup dataset.
 
@@ -177,13 +178,18 @@ def recover_dataset(
     (``_lacuna/plans``); each time step is rebuilt with the version that wrote
     it (the newest one among its readings), and ``config_path`` must be one of
     them. Without a plan book every row is rebuilt with ``config_path``.
+
+    A committed batch that is not whole (``engine.backup.integrity``) is refused by
+    name; with ``allow_incomplete`` the rest is rebuilt and each gap is a warning.
     """
     from engine.backup.dataset import TimeRange, local_path, nothing_in, read_backup_arrow
+    from engine.backup.integrity import check_batches
 
     config = load_config(config_path)
     out = _check_out(out_path, local_path(backup))
     span = TimeRange.parse(start, end)
-    long = read_backup_arrow(backup, span)
+    gaps = check_batches(local_path(backup), allow_incomplete) if allow_incomplete else ()
+    long = read_backup_arrow(backup, span, allow_incomplete)
     if long is None or not long.num_rows:  # an empty answer would look like a recovery
         raise DataError(nothing_in(backup, span))
     readings = long.num_rows
@@ -219,7 +225,8 @@ def recover_dataset(
     rows = _write(values, times[kept], lm.sensors + outside, out)
     stamps = np.asarray(times[kept], dtype="datetime64[ns]")
     used = versions[kept]
-    warnings = [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
+    warnings = [gap.warning() for gap in gaps]
+    warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [odd] if odd else []
     if outside:
         warnings.append(

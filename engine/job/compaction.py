@@ -8,19 +8,21 @@ but the newest ``keep``) as one directory of each kind:
 
 ``<backup>/batch_id=A-B/date=D[/hour=H]/part-00000.parquet``
     the backup rows, one file per partition, sorted by time and sensor;
-``<backup>/_lacuna/results/batch_id=A-B/part-00000.parquet``
-    the closed windows' shadow checks;
+``<backup>/_lacuna/results/batch_id=A-B/part-00000.pq``
+    the closed windows' shadow checks (Parquet; results named ``.parquet`` by
+    jobs before are read and folded in as well);
 ``<backup>/_lacuna/metrics/batch_id=A-B/part-00000.json``
     the metrics lines.
 
 A compacted directory counts once its ``_SUCCESS`` is written (last, after its
-files are on disk), and from then on it hides every ``batch_id=N`` within
-``A..B`` from the readers (``backup_dataset.live_batches``): the switch is one
-file, so a reader sees the batches or their compaction, never both and never
-neither. The superseded directories are deleted after that; a crash in between
-leaves them hidden, and the next compaction deletes them. A crash before the
-marker leaves an unmarked directory that readers ignore and the next
-compaction replaces.
+files are on disk; the backup's lists its files and their sizes, so a reader can
+tell when one is lost: ``engine.backup.integrity``), and from then on it hides
+every ``batch_id=N`` within ``A..B`` from the readers
+(``backup_dataset.live_batches``): the switch is one file, so a reader sees the
+batches or their compaction, never both and never neither. The superseded
+directories are deleted after that; a crash in between leaves them hidden, and
+the next compaction deletes them. A crash before the marker leaves an unmarked
+directory that readers ignore and the next compaction replaces.
 
 Spark's own Parquet reader does not know the rule: pointed at the backup while
 the superseded directories still exist (seconds), it would read both.
@@ -47,6 +49,8 @@ import pyarrow.parquet as pq
 from engine.backup.dataset import (
     BATCH_PREFIX,
     COMMIT_MARKER,
+    RESULTS_SUFFIX,
+    RESULTS_SUFFIXES,
     batch_files,
     batch_range,
     committed_files,
@@ -55,6 +59,7 @@ from engine.backup.dataset import (
     local_path,
     replace_file,
 )
+from engine.backup.integrity import check_batches, manifest
 from engine.errors import DataError, ParameterError
 from engine.export.plan_book import PLANS_DIR
 
@@ -76,6 +81,7 @@ class CompactionReport:
     files_before: int  # backup Parquet files read
     partitions: int  # backup files written (one per partition)
     removed_dirs: int  # superseded directories deleted (all kinds)
+    renamed_results: int = 0  # results files of an earlier version renamed .parquet -> .pq
 
     def to_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -97,27 +103,41 @@ def compact(backup: str | Path, keep: int = KEEP) -> CompactionReport:
             "the --backup of `python -m engine run`"
         )
     _remove_superseded(root)  # what a crashed compaction left behind
+    renamed = rename_old_results(root)
+    # a committed batch that is not whole would be folded in as it is, its loss then
+    # hidden for good: the same check (and refusal) as every reader's
+    check_batches(root)
     plain = _plain_batches(root)
     ids = sorted(plain)
     fold = ids[: max(0, len(ids) - keep)]
     if not fold:
-        return CompactionReport(None, None, 0, 0, 0, 0, 0)
+        return CompactionReport(None, None, 0, 0, 0, 0, 0, renamed)
     first, last = fold[0], fold[-1]
-    stray = sorted(i for i in set(_plain_batches(root, marked=False)) - set(ids) if i <= last)
-    if stray:  # a batch without its marker among committed ones: the range would hide it
-        raise DataError(
-            f"{BATCH_PREFIX}{stray[0]} of the backup has no {COMMIT_MARKER} although later "
-            f"batches have theirs: its rows may be incomplete, and compacting batches "
-            f"{first}-{last} would hide it for good; check it, then restore its "
-            f"{COMMIT_MARKER} or move it aside, and compact again"
-        )
     name = f"{BATCH_PREFIX}{first}-{last}"
     rows, before, written = _compact_backup(root, [plain[i] for i in fold], root / name)
-    for kind, suffix in ((RESULTS, ".parquet"), (METRICS, ".json")):
+    for kind, suffix in ((RESULTS, RESULTS_SUFFIXES), (METRICS, ".json")):
         _compact_small(root.joinpath(*kind), first, last, suffix, name)
-    _mark(root / name)
+    _mark(root / name, listed=True)
     removed = _remove_superseded(root)
-    return CompactionReport(first, last, len(fold), rows, before, written, removed)
+    return CompactionReport(first, last, len(fold), rows, before, written, removed, renamed)
+
+
+def old_results(root: Path) -> list[Path]:
+    """Results files an earlier version of the job named ``*.parquet`` (``RESULTS_SUFFIX``)."""
+    return [f for _, f in batch_files(root.joinpath(*RESULTS), ".parquet", marked=False)]
+
+
+def rename_old_results(root: Path) -> int:
+    """Rename the results files of an earlier version to ``.pq``, so that
+    ``read_parquet('<backup>/**/*.parquet', hive_partitioning=true)`` reads the backup
+    rows alone; how many. Each rename is atomic and readers take either name."""
+    found = old_results(root)
+    for f in found:
+        if f.with_suffix(RESULTS_SUFFIX).exists():  # a replay by this version wrote it anew
+            f.unlink()
+        else:
+            os.replace(f, f.with_suffix(RESULTS_SUFFIX))
+    return len(found)
 
 
 def uncompacted(backup: str | Path) -> int:
@@ -156,7 +176,9 @@ def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int,
     return rows, read, len(by_partition)
 
 
-def _compact_small(folder: Path, first: int, last: int, suffix: str, name: str) -> None:
+def _compact_small(
+    folder: Path, first: int, last: int, suffix: str | tuple[str, ...], name: str
+) -> None:
     """The results or metrics files of batches ``first..last`` as one file."""
     if not folder.is_dir():
         return
@@ -168,15 +190,15 @@ def _compact_small(folder: Path, first: int, last: int, suffix: str, name: str) 
     target = folder / name
     if target.exists():
         shutil.rmtree(target)
-    if suffix == ".parquet":
+    if suffix == RESULTS_SUFFIXES:
         if files:
-            _write_parquet(target / f"{PART}{suffix}", _read_all(files))
+            _write_parquet(target / f"{PART}{RESULTS_SUFFIX}", _read_all(files))
     else:
         lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
         for line in lines:
             json.loads(line)  # a metrics file that is not JSON lines stops the compaction
         text = "".join(line + "\n" for line in lines)
-        replace_file(target / f"{PART}{suffix}", text.encode())
+        replace_file(target / f"{PART}.json", text.encode())
     _mark(target)
 
 
@@ -212,6 +234,8 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
     replace_file(path, buf.getvalue())
 
 
-def _mark(folder: Path) -> None:
-    """The commit point: ``_SUCCESS`` once every file of ``folder`` is on disk."""
-    replace_file(folder / COMMIT_MARKER, b"")
+def _mark(folder: Path, listed: bool = False) -> None:
+    """The commit point: ``_SUCCESS`` once every file of ``folder`` is on disk; with
+    ``listed``, holding those files and their sizes."""
+    text = json.dumps({"files": manifest(folder)}) if listed else ""
+    replace_file(folder / COMMIT_MARKER, text.encode())

@@ -5,10 +5,13 @@
     the executors. ``_SUCCESS`` in ``batch_id=N`` marks the batch committed; a
     replayed batch overwrites its own directory (exactly once, idempotent);
     ``engine.backup.dataset`` reads only committed batches.
-``<backup>/_lacuna/results/batch_id=N/part-00000.parquet``
-    the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss;
+``<backup>/_lacuna/results/batch_id=N/part-00000.pq``
+    the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss
+    (Parquet, named ``.pq`` so that a glob of the backup's ``*.parquet`` reads the
+    backup rows alone);
 ``<backup>/_lacuna/metrics/batch_id=N/part-00000.json``
-    one JSON line per micro-batch;
+    one JSON line per micro-batch, with the backup files it wrote and their sizes
+    (``backup_files``: how readers tell a lost part file, ``engine.backup.integrity``);
 ``<backup>/_lacuna/events/NNNNNNNNNNNN-<event>.json``
     alerts, re-plans and expiries (``engine.job.events``);
 ``<backup>/_lacuna/plans/vNNNNNN.json``
@@ -19,8 +22,9 @@
     the open windows' partials and the monitor's tally after micro-batch ``N``
     (the last two kept).
 
-Spark and Hive-style readers skip names starting with ``_``, so the results
-never show up as backup rows. Any URI Spark can write works the same.
+Spark and Hive-style readers skip names starting with ``_``, and DuckDB's
+``**/*.parquet`` does not match ``.pq``, so the results never show up as backup
+rows. Any URI Spark can write works the same.
 
 PySpark is imported inside functions only.
 """
@@ -39,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.backup.dataset import COMMIT_MARKER
+from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
 from engine.job.events import EVENTS_DIR
@@ -131,6 +135,7 @@ class BatchWriter:
         self.version: JobPlan = self.plans.in_force(0)
         self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
         self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
+        self._results_renamed = False
 
     @property
     def plan_version(self) -> int:
@@ -165,6 +170,7 @@ class BatchWriter:
             # append commits (Spark writes it again), so no reader sees half a batch
             self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
             self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
+        screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
         clock.mark("backup_and_partials")
         # readings stamped in the future would move the watermark past every later one
         cutoff = int((self.now() + FUTURE_S) * 1e6)
@@ -376,8 +382,11 @@ class BatchWriter:
         pq.write_table(
             pa.Table.from_pandas(frame, preserve_index=False), buf, coerce_timestamps="us"
         )
-        uri = join_uri(self.paths.results, f"batch_id={batch_id}", "part-00000.parquet")
-        self.files.write(uri, buf.getvalue())
+        folder = join_uri(self.paths.results, f"batch_id={batch_id}")
+        self.files.write(join_uri(folder, f"part-00000{RESULTS_SUFFIX}"), buf.getvalue())
+        if not self._results_renamed:  # a replay of a batch an earlier version wrote
+            self._results_renamed = True
+            self.files.delete(join_uri(folder, "part-00000.parquet"))
 
     def _report(
         self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, counts: dict
@@ -402,6 +411,7 @@ class BatchWriter:
             "overfull_pairs": int(counts["overfull_pairs"]),
             "late_readings": int(counts["late_readings"]),
             "future_readings": int(counts["future_readings"]),
+            "backup_files": counts["backup_files"],
             # sensors above delta under the version (the alert event names each once)
             "alerting_sensors": int(counts["alerting_sensors"]),
             "last_window_end": (
@@ -424,7 +434,7 @@ class BatchWriter:
         )
         for key, add in adds:
             self.totals[key] += add
-        self.log(metrics)
+        self.log({k: v for k, v in metrics.items() if k != "backup_files"})  # in the file
 
 
 class _Phases:

@@ -5,8 +5,9 @@ The ``run`` job (``engine.job.run``) keeps beside its backup:
 * ``_lacuna/plans/vNNNNNN.json``: the plan versions and why each was made;
 * ``_lacuna/metrics/batch_id=N/part-00000.json``: one JSON line per micro-batch
   (readings, closed windows, rebuilt windows, misses, seconds);
-* ``_lacuna/results/batch_id=N/part-00000.parquet``: every closed window's true
-  and rebuilt aggregate per sensor, its miss and its plan version;
+* ``_lacuna/results/batch_id=N/part-00000.pq``: every closed window's true and
+  rebuilt aggregate per sensor, its miss and its plan version (Parquet; named
+  ``.parquet`` by jobs before, still read);
 * ``_lacuna/events/NNNNNNNNNNNN-<event>.json``: alerts, re-plans, expiries.
 
 ``read_job_status`` gathers them for the console and ``engine status``: a local
@@ -26,7 +27,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from engine.backup.dataset import batch_files, local_path
+from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, local_path
 from engine.errors import ConfigError, DataError
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
@@ -130,6 +131,8 @@ def read_job_status(backup: str | Path) -> JobStatus:
 
 
 def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
+    from engine.backup.integrity import check_batches
+
     if not root.is_dir():
         raise DataError(f"no backup directory at {str(backup)!r}")
     plans = root.joinpath(*PLANS_DIR)
@@ -150,6 +153,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         )
     except ConfigError as err:
         raise DataError(str(err)) from None
+    check_batches(root)  # a committed batch not whole: its batches would be counted anyway
     lacuna = root / "_lacuna"
     return JobStatus(
         backup=str(backup),
@@ -160,7 +164,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
     )
 
 
-def _files(folder: Path, suffix: str) -> list[Path]:
+def _files(folder: Path, suffix: str | tuple[str, ...]) -> list[Path]:
     """``batch_id=N/*<suffix>`` under ``folder``, in batch order (hidden names skipped;
     batches a compaction holds read from it, once)."""
     return [f for _, f in batch_files(folder, suffix, marked=False)]
@@ -182,7 +186,7 @@ def _batches(folder: Path) -> pd.DataFrame:
 
 
 def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
-    files = _files(folder, ".parquet")
+    files = _files(folder, RESULTS_SUFFIXES)
     if not files:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in RATE_COLUMNS})
     con = duckdb.connect()
