@@ -196,7 +196,7 @@ def read_results(backup: Path) -> pd.DataFrame:
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    pattern = str(backup / "_lacuna" / "results" / "*" / "*.parquet")
+    pattern = str(backup / "_lacuna" / "results" / "*" / "part-*")  # Parquet named .pq
     frame = con.execute(
         "SELECT epoch(window_start)::BIGINT AS start_s, epoch(window_end)::BIGINT AS end_s, "
         "sensor, n, value, rebuilt, error, miss, backed_up, plan_version, batch_id "

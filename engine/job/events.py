@@ -19,6 +19,7 @@ from engine.backup.durable import DurableFiles
 NOTABLE = (
     "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
     "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
+    "nanosecond_timestamps", "unread_landing_files",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

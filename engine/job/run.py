@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -131,8 +132,38 @@ def run_job(
     ``config`` is an ``engine.export.BackupConfig``.
     """
     started = now()
-    with _session_conf(spark, JOB_CONF):
+    with _spark_errors_in_one_line(), _session_conf(spark, JOB_CONF):
         return _run_query(spark, config, settings, stop, log, now, started)
+
+
+JVM_DIED = (
+    "the Spark driver JVM died ({why}): the job stopped. Start it again: it resumes from "
+    "its checkpoint, and a micro-batch that was not committed is replayed"
+)
+
+
+@contextmanager
+def _spark_errors_in_one_line() -> Iterator[None]:
+    """What escapes the job from Spark or the storage as one ``PipelineError`` line: the
+    driver JVM gone (killed, out of memory), a write refused (permission, no space), a
+    second run on the same checkpoint; never py4j's tracebacks and Java's frames."""
+    from py4j.protocol import Py4JError, Py4JNetworkError
+    from pyspark.errors import PySparkException
+
+    from engine.stream.query_errors import query_failure_line
+
+    try:
+        yield
+    except EngineError:
+        raise
+    except (Py4JNetworkError, ConnectionError, EOFError) as err:
+        raise PipelineError(JVM_DIED.format(why=type(err).__name__)) from None
+    except Py4JError as err:
+        if "Answer from Java side is empty" in str(err) or "connect" in str(err).lower():
+            raise PipelineError(JVM_DIED.format(why="no answer from it")) from None
+        raise PipelineError(query_failure_line(err)) from None
+    except (PySparkException, OSError) as err:
+        raise PipelineError(query_failure_line(err)) from None
 
 
 # Parquet's standard UTC timestamps instead of Spark's legacy INT96: any reader agrees.
@@ -225,7 +256,10 @@ def _run_query(
     )
     partitions = partition_columns(interval)
     monitor = ViolationMonitor(sensors, config.eps_vector(), float(params["delta"]))
-    writer = BatchWriter(spark, spec, paths, book, partitions, log, replanner, monitor, now=now)
+    writer = BatchWriter(
+        spark, spec, paths, book, partitions, log, replanner, monitor, now=now,
+        source=settings.source,
+    )  # fmt: skip
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
     try:
         _watch([query], stop, log)
@@ -371,6 +405,9 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_from_args(args)
     config = load_config(args.config)
     _check_local_paths(settings)  # in one line, before a JVM starts
+    # py4j logs every failed call with its traceback (ten of them when the JVM dies):
+    # the job says what happened in one line instead
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     spark = get_spark(
         SparkSettings(
             master=settings.master,

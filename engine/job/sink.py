@@ -47,6 +47,8 @@ from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
 from engine.job.events import EVENTS_DIR
+from engine.job.landed_files import batch_files
+from engine.job.landing import LandingWatch
 from engine.job.partials import (
     PARTIAL_COLUMNS,
     WindowState,
@@ -124,6 +126,7 @@ class BatchWriter:
     replanner: Replanner | None = None
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     now: Callable[[], float] = time.time
+    source: str | None = None  # the landing directory, to say what it holds that is never read
     totals: dict[str, int] = field(
         default_factory=lambda: {"batches": 0, "readings": 0, "windows": 0, "misses": 0, "pairs": 0}
     )
@@ -136,6 +139,7 @@ class BatchWriter:
         self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
         self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
         self._results_renamed = False
+        self.landing = LandingWatch(self.source)
 
     @property
     def plan_version(self) -> int:
@@ -161,7 +165,9 @@ class BatchWriter:
         state = self._state_before(int(batch_id))
         if not self._resumed:
             self._resume_monitor(state, int(batch_id))
-        readings = batch.select("event_time", "sensor", "value")
+        files = batch_files(self.paths.query_checkpoint("job"), int(batch_id))
+        readings = self.landing.readings(self.spark, batch, files, self._say_for(batch_id))
+        self.landing.watch(self.now(), self._say_for(batch_id))
         partials, screened = self._screen(*self._outputs(readings, batch_id, group), batch_id)
         if screened["unusable_readings"] or screened["missing_values"]:
             self._check_landed_columns(int(batch_id))  # a file without a column: stop
@@ -238,6 +244,9 @@ class BatchWriter:
         pairs, event = overfull_windows(results, int(self.version.config.parameters["window"]))
         self._say(event, batch_id)
         return pairs
+
+    def _say_for(self, batch_id: int) -> Callable[[dict[str, Any]], None]:
+        return lambda event: self._say(event, batch_id)
 
     def _say(self, event: dict[str, Any] | None, batch_id: int) -> None:
         if event is not None:
@@ -345,7 +354,14 @@ class BatchWriter:
         return collected_partials(frame.toArrow(), self.spec.window_us)
 
     def _state_before(self, batch_id: int) -> WindowState:
-        """The state after the latest batch before ``batch_id`` (memory, else checkpoint)."""
+        """The state after batch ``batch_id - 1`` (memory, else checkpoint).
+
+        Spark numbers micro-batches one by one, so a batch continues the state of the
+        one before it, exactly: an older state (the newest file deleted) would count
+        the windows since then twice and close others never, and no state at all past
+        batch 0 (the directory deleted) would restart the windows and the monitor's
+        tally. Either is refused, as an unreadable state is.
+        """
         if self._state is not None and self._state.batch_id < batch_id:
             return replace(self._state)
         stored = [
@@ -353,10 +369,23 @@ class BatchWriter:
             for name in self.files.names(self.paths.state)
             if name.endswith(STATE_SUFFIX) and name.removesuffix(STATE_SUFFIX).isdigit()
         ]
-        before = [b for b in stored if b < batch_id]
-        if not before:
+        if batch_id == 0:
             return WindowState(self.spec.aggregate)
-        return WindowState.restore(self.files.read(self._state_uri(max(before))))
+        before = [b for b in stored if b < batch_id]
+        state = (
+            WindowState.restore(self.files.read(self._state_uri(batch_id - 1)))
+            if batch_id - 1 in before
+            else None
+        )
+        if state is None or state.batch_id != batch_id - 1:
+            found = f"the newest is after batch {max(before)}" if before else "there is none"
+            raise PipelineError(
+                f"the window state after micro-batch {batch_id - 1} is missing from "
+                f"{self.paths.state} ({found}): resuming would report windows twice or lose "
+                "them, and restart the live monitor's tally. Restore the checkpoint from a "
+                "copy, or start with a new --checkpoint and --backup"
+            )
+        return state
 
     def _state_uri(self, batch_id: int) -> str:
         return join_uri(self.paths.state, f"{batch_id:012d}{STATE_SUFFIX}")

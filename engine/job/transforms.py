@@ -181,3 +181,25 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
 
     rebuilt = backups.groupBy("window_start").applyInPandas(per_window, PARTIAL_SCHEMA)
     return rebuilt.drop("window_end")  # as batch_partials': the driver derives it
+
+
+def landed_readings(spark: Any, timestamps: list[str], nanos: list[str]) -> Any:
+    """A micro-batch's readings read from its landing files (URIs) directly: those whose
+    ``event_time`` Spark reads as a timestamp as usual, and those written in nanoseconds
+    (pandas' default, which Spark cannot read as a timestamp) as integers, truncated to
+    microseconds (towards the past, as a floor). Used only for a batch holding the latter."""
+    from pyspark.sql import functions as F
+
+    from engine.stream.readings import READING_SCHEMA
+
+    parts = []
+    if timestamps:
+        parts.append(spark.read.schema(READING_SCHEMA).parquet(*timestamps))
+    if nanos:
+        raw = spark.read.schema("event_time long, sensor string, value double").parquet(*nanos)
+        micros = F.expr("event_time div 1000 - if(event_time % 1000 < 0, 1, 0)")
+        parts.append(raw.select(F.timestamp_micros(micros).alias("event_time"), "sensor", "value"))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out.select("event_time", "sensor", "value")

@@ -27,6 +27,23 @@ _READ_FILE = re.compile(
 )
 _OWN_ERROR = re.compile(r"^engine\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
 _NANOS = "actual Parquet type INT64"
+# Two runs on one checkpoint: Spark's check when the second starts while the first runs,
+# or the loser of a race to write the same offsets (SparkConcurrentModificationException).
+_CONCURRENT = re.compile(
+    r"ConcurrentModificationException|CONCURRENT_QUERY|CONCURRENT_STREAM_LOG_UPDATE|"
+    r"Multiple streaming queries are concurrently using"
+)
+CONCURRENT_RUNS = (
+    "another run of the job is using this --checkpoint (two runs cannot share one): stop "
+    "the other run, or give this one its own --checkpoint and --backup"
+)
+# Storage refusing a write, as Python (our files, written from the driver) or Java (the
+# backup's Parquet, Spark's logs) says it; the cause is deep inside Spark's wrapping.
+_STORAGE = re.compile(
+    r"(?P<line>[^\n]*?(?P<cause>Permission denied|No space left on device|Read-only file "
+    r"system|Disk quota exceeded|AccessDeniedException|Mkdirs failed to create)[^\n]*)"
+)
+_PATH = re.compile(r"(?:'(?P<quoted>/[^']+)'|(?P<uri>(?:file:)?/[^\s,;:'\]]+))")
 
 
 def query_failure_line(err: object) -> str:
@@ -44,6 +61,11 @@ def query_failure_line(err: object) -> str:
     own = _OWN_ERROR.findall(text)
     if own:
         return str(own[-1]).strip()
+    if _CONCURRENT.search(text):
+        return CONCURRENT_RUNS
+    storage = _storage_cause(text)
+    if storage is not None:
+        return storage
     for line in text.splitlines():
         if FAILURE_MARK in line:
             return line.strip()
@@ -54,11 +76,30 @@ def _unreadable_file(bad: re.Match[str]) -> str:
     why = bad["why"].strip().rstrip(".") or "not a readable Parquet file"
     if bad["kind"] == "PARQUET_COLUMN_DATA_TYPE_MISMATCH" and _NANOS in why and "timestamp" in why:
         why += (
-            " (nanosecond timestamps, pandas' default: Spark reads microseconds; write the "
-            "file with coerce_timestamps='us')"
+            " (nanosecond timestamps, pandas' default, or integers such as epoch seconds: "
+            "Spark reads timestamps in microseconds; write the file with "
+            "coerce_timestamps='us', integers converted with pd.to_datetime(..., unit=...))"
         )
     return (
         f"input file {bad['file']} cannot be read: {why}. Fix it or move it out "
         "of the source directory and start again: the job resumes from its checkpoint, "
         "and the micro-batch that failed was not committed, so nothing is lost"
+    )
+
+
+def _storage_cause(text: str) -> str | None:
+    """"cannot write <path>: permission denied" from the first line naming such a cause."""
+    found = _STORAGE.search(text)
+    if found is None:
+        return None
+    cause = found["cause"]
+    cause = "permission denied" if cause == "AccessDeniedException" else cause.lower()
+    where = _PATH.search(found["line"])
+    path = "" if where is None else f" {where['quoted'] or where['uri']}"
+    if cause.startswith("mkdirs"):
+        cause = "cannot create the directory (permission denied or no space left?)"
+    return (
+        f"the storage refused a write{path}: {cause}. Fix the backup or checkpoint location "
+        "(permissions, free space) and start again: the job resumes from its checkpoint, "
+        "and the micro-batch that failed was not committed"
     )

@@ -1,8 +1,9 @@
 """The production job on hostile landing files: nothing lost, nothing silently wrong.
 
-* a file written with pandas' defaults (nanosecond timestamps, which Spark
-  cannot read) stops the job with one line naming the file and the fix; once
-  the file is rewritten, the job resumes and backs up every reading exactly once;
+* a file Spark cannot read (values written as text) stops the job with one
+  line naming the file and the column; once the file is rewritten, the job
+  resumes and backs up every reading exactly once (pandas' nanosecond
+  timestamps are read: ``tests/hostile/test_hostile_job.py``);
 * a sensor the plan does not know is backed up in full, readings without a
   sensor are counted and dropped, NaN readings are counted; each is an
   ``input_anomaly`` event kept beside the backup.
@@ -48,16 +49,16 @@ def test_a_file_spark_cannot_read_stops_the_job_and_loses_nothing(
 ) -> None:
     rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)
     later = long_readings(rows).iloc[24 * len(rows.sensors) :].copy()
-    later["event_time"] = later["event_time"].astype("datetime64[ns]")
-    bad = tmp_path / "landing" / "zz-from-pandas.parquet"
-    later.to_parquet(bad, index=False)  # pandas' default: nanosecond timestamps
+    later["event_time"] = later["event_time"].astype("datetime64[us]")
+    bad = tmp_path / "landing" / "zz-text-values.parquet"
+    later.astype({"value": str}).to_parquet(bad, index=False)  # values written as text
     with pytest.raises(PipelineError) as info:
         _run(spark, tmp_path)
     line = str(info.value)
-    assert "\n" not in line and "zz-from-pandas.parquet" in line
-    assert "coerce_timestamps='us'" in line and "[event_time]" in line
+    assert "\n" not in line and "zz-text-values.parquet" in line
+    assert "[value]" in line and "BINARY" in line
 
-    later.to_parquet(bad, index=False, coerce_timestamps="us")  # the operator's fix
+    later.to_parquet(bad, index=False)  # the operator's fix
     _run(spark, tmp_path)
     backup = read_backup(tmp_path / "backup")
     truth = long_readings(rows)
@@ -100,8 +101,8 @@ def test_the_cli_says_an_unreadable_file_in_one_line_without_spark_stack_traces(
     one line each (they were 300 lines of stack traces before that line)."""
     rows = sample_rows(24)
     write_config(tmp_path / "plan.json", rows)
-    frame = long_readings(rows)
-    frame["event_time"] = frame["event_time"].astype("datetime64[ns]")
+    frame = long_readings(rows).astype({"value": str})  # values written as text
+    frame["event_time"] = frame["event_time"].astype("datetime64[us]")
     (tmp_path / "landing").mkdir()
     frame.to_parquet(tmp_path / "landing" / "from-pandas.parquet", index=False)
     paths = {k: str(tmp_path / k) for k in ("landing", "backup", "checkpoint")}
