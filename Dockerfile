@@ -51,5 +51,7 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD curl --fail --silent http://127.0.0.1:8501/_stcore/health || exit 1
 
 # 0.0.0.0 inside the container is what a published port reaches; which host
-# interface is exposed is chosen by `docker run -p` (loopback above).
-CMD ["streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]
+# interface is exposed is chosen by `docker run -p` (loopback above). A port that
+# others can reach needs credentials: without LACUNA_TOKEN (or [auth] in a mounted
+# .streamlit/secrets.toml) the container refuses to start, in one line (ui/access.py).
+CMD ["sh", "-c", "python -m ui.access 0.0.0.0 && exec streamlit run app.py --server.port=8501 --server.address=0.0.0.0 --server.headless=true"]

@@ -47,6 +47,7 @@ with panels.page_guard():
     if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
         live.stop()
     live.ownership_note()
+    live.audit_history()
     live.split_note(data)
     live.status_panel(plan.parameters.delta)
     dashboard.live_dashboard(plan.parameters.delta)

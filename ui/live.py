@@ -20,6 +20,7 @@ from engine.data import SensorHistory
 from engine.disorder import DisorderStage, parse_delays
 from engine.errors import PipelineError
 from engine.live import (
+    AuditLog,
     PipelineOptions,
     PipelinePaths,
     PipelineStatus,
@@ -32,7 +33,7 @@ from engine.live import (
     split_for_replay,
 )
 from engine.planning import BackupPlan, PlanParameters
-from ui import background, plans, resources
+from ui import access, background, plans, resources
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData
 
@@ -169,6 +170,8 @@ def _start_now(
     data: PlanningData, params: PlanParameters, mode: str, rate: int, disorder: bool,
     scheduled: bool, action: str,
 ) -> None:  # fmt: skip
+    if action in ("archive", "delete"):  # recorded before anything is moved or deleted
+        audit_log().record(action, access.current_user(), f"earlier run in {pipeline_paths().root}")
     with st.status(
         "Starting Spark and the streaming query (the first start takes about half a minute)..."
     ) as box:
@@ -225,8 +228,29 @@ def _disorder(
     return np.asarray(delays, dtype=float).reshape(shape), stage
 
 
+def audit_log() -> AuditLog:
+    """Stop, Archive and Delete with who and when, under ``LACUNA_HOME`` (``engine.live.audit``)."""
+    return AuditLog(resources.work_dir())
+
+
 def stop() -> None:
-    resources.pipeline_manager().stop()
+    """Stop the pipeline: recorded first (who, when), and marked on the run's time axis."""
+    manager = resources.pipeline_manager()
+    who = access.current_user()
+    run = manager.status().run
+    audit_log().record("stop", who, f"run {run}")
+    manager.board.mark("stop", f"stopped by {who}")
+    manager.stop()
+
+
+def audit_history() -> None:
+    """The run history's destructive actions: who stopped, archived or deleted, when."""
+    entries = audit_log().entries()
+    with st.expander(f"Stops, archives and deletions ({len(entries)})", expanded=False):
+        if not entries:
+            st.caption("None yet. Each Stop, Archive and Delete is recorded with who and when.")
+            return
+        st.dataframe(pd.DataFrame([e.to_dict() for e in entries]), hide_index=True)
 
 
 def remember(report: RecoveryReport, log: resources.PipelineLog | None = None) -> None:

@@ -19,7 +19,8 @@ import streamlit as st
 
 from engine.export.recover import recover_dataset
 from engine.job import KEEP, JobStatus, compact, read_job_status, uncompacted
-from ui import charts
+from engine.live import AuditLog
+from ui import access, charts, resources
 from ui.format import format_percent
 from ui.panels import QUIET
 
@@ -251,6 +252,10 @@ def housekeeping(status: JobStatus) -> None:
         "missed, and the running job is not disturbed."
     )
     if st.button("Compact old micro-batches", key="prod_compact", disabled=left <= KEEP):
+        # it deletes the folded directories: recorded with who and when, as Stop is
+        AuditLog(resources.work_dir()).record(
+            "compact", access.current_user(), f"backup {status.backup}, keep {KEEP}"
+        )
         report = compact(status.backup, keep=KEEP)
         st.success(
             f"Folded micro-batches {report.first}-{report.last} ({report.batch_dirs:,} "

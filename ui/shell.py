@@ -17,6 +17,8 @@ from typing import NamedTuple
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from ui import access
+
 
 class PageSpec(NamedTuple):
     path: str  # relative to app.py
@@ -64,9 +66,14 @@ def _links() -> list[tuple[str, PageSpec]]:
 
 
 def frame() -> None:
-    """Page config and the sidebar links; call first on every page."""
+    """Page config, the access check and the sidebar links; call first on every page.
+
+    A session the access policy does not admit (``ui.access``) sees the sign-in, or
+    the reason it is refused, and the page stops there: no page acts without it.
+    """
     st.set_page_config(page_title="Lacuna", page_icon=":material/shield:", layout="wide")
     st.set_option("client.showErrorDetails", "type")  # never a traceback in the browser
+    access.require()
     with st.sidebar:
         st.markdown("**Lacuna**")
         for path, p in _links():

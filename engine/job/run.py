@@ -132,7 +132,7 @@ def run_job(
     ``config`` is an ``engine.export.BackupConfig``.
     """
     started = now()
-    with _spark_errors_in_one_line(), _session_conf(spark, JOB_CONF):
+    with _spark_errors_in_one_line(spark), _session_conf(spark, JOB_CONF):
         return _run_query(spark, config, settings, stop, log, now, started)
 
 
@@ -143,11 +143,11 @@ JVM_DIED = (
 
 
 @contextmanager
-def _spark_errors_in_one_line() -> Iterator[None]:
+def _spark_errors_in_one_line(spark: Any) -> Iterator[None]:
     """What escapes the job from Spark or the storage as one ``PipelineError`` line: the
     driver JVM gone (killed, out of memory), a write refused (permission, no space), a
     second run on the same checkpoint; never py4j's tracebacks and Java's frames."""
-    from py4j.protocol import Py4JError, Py4JNetworkError
+    from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     from engine.stream.query_errors import query_failure_line
@@ -156,14 +156,21 @@ def _spark_errors_in_one_line() -> Iterator[None]:
         yield
     except EngineError:
         raise
-    except (Py4JNetworkError, ConnectionError, EOFError) as err:
-        raise PipelineError(JVM_DIED.format(why=type(err).__name__)) from None
-    except Py4JError as err:
-        if "Answer from Java side is empty" in str(err) or "connect" in str(err).lower():
-            raise PipelineError(JVM_DIED.format(why="no answer from it")) from None
+    except (Py4JError, ConnectionError, EOFError) as err:
+        if not _jvm_alive(spark):
+            raise PipelineError(JVM_DIED.format(why=type(err).__name__)) from None
         raise PipelineError(query_failure_line(err)) from None
     except (PySparkException, OSError) as err:
         raise PipelineError(query_failure_line(err)) from None
+
+
+def _jvm_alive(spark: Any) -> bool:
+    """Whether the driver JVM still answers (a dead one fails every call at once)."""
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+    except Exception:  # any failure to answer means it is gone
+        return False
+    return True
 
 
 # Parquet's standard UTC timestamps instead of Spark's legacy INT96: any reader agrees.

@@ -9,9 +9,11 @@ what it writes); ``versions``: plan versions; ``failure``: what a crash destroys
 ``recovery``, ``rebuild``, ``recovery_report``: the recovery job and its report;
 ``replanning``: the live monitor and re-plans wired in; ``simulate``, ``simulation``,
 ``split``: ``python -m engine simulate``; ``ownership``: who owns a directory;
-``status``, ``metrics``: the status board; ``spec``, ``run_config``: what a run runs with.
+``status``, ``metrics``: the status board; ``spec``, ``run_config``: what a run runs with;
+``audit``: who stopped, archived or deleted a run, and when.
 """
 
+from engine.live.audit import AuditLog
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.manager import PipelineManager, get_manager
 from engine.live.metrics import BatchPoint, PipelineEvent, summarise
@@ -28,6 +30,7 @@ from engine.live.store import BackupStore
 from engine.live.versions import changes
 
 __all__ = [
+    "AuditLog",
     "BackupStore",
     "BatchPoint",
     "FeedOptions",

@@ -88,7 +88,7 @@ def _unreadable_file(bad: re.Match[str]) -> str:
 
 
 def _storage_cause(text: str) -> str | None:
-    """"cannot write <path>: permission denied" from the first line naming such a cause."""
+    """ "cannot write <path>: permission denied" from the first line naming such a cause."""
     found = _STORAGE.search(text)
     if found is None:
         return None
