@@ -37,6 +37,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -412,9 +413,7 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_from_args(args)
     config = load_config(args.config)
     _check_local_paths(settings)  # in one line, before a JVM starts
-    # py4j logs every failed call with its traceback (ten of them when the JVM dies):
-    # the job says what happened in one line instead
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    _quiet_a_dying_jvm()
     spark = get_spark(
         SparkSettings(
             master=settings.master,
@@ -425,6 +424,20 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     stop = threading.Event()
     stop_on_sigterm(stop)
     return run_job(spark, config, settings, stop).to_dict()
+
+
+def _quiet_a_dying_jvm() -> None:
+    """py4j logs every call that fails on a dead JVM with its traceback (on its own
+    loggers and, ``Exception while sending command.``, on the root one), and pyspark
+    warns about the Arrow transfer it broke: ten tracebacks before the job's own line,
+    which says what happened (``JVM_DIED``). This process's logging only."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger().addFilter(
+        lambda record: not str(record.msg).startswith(
+            ("Exception while sending command", "KeyboardInterrupt while sending command")
+        )
+    )
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"pyspark\.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
