@@ -182,8 +182,8 @@ def recover_dataset(
     A committed batch that is not whole (``engine.backup.integrity``) is refused by
     name; with ``allow_incomplete`` the rest is rebuilt and each gap is a warning.
     """
+    from engine.backup import check_batches
     from engine.backup.dataset import TimeRange, local_path, nothing_in, read_backup_arrow
-    from engine.backup.integrity import check_batches
 
     config = load_config(config_path)
     out = _check_out(out_path, local_path(backup))

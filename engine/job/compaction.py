@@ -46,6 +46,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.backup import check_batches, manifest
 from engine.backup.dataset import (
     BATCH_PREFIX,
     COMMIT_MARKER,
@@ -59,7 +60,6 @@ from engine.backup.dataset import (
     local_path,
     replace_file,
 )
-from engine.backup.integrity import check_batches, manifest
 from engine.errors import DataError, ParameterError
 from engine.export.plan_book import PLANS_DIR
 

@@ -131,7 +131,7 @@ def read_job_status(backup: str | Path) -> JobStatus:
 
 
 def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
-    from engine.backup.integrity import check_batches
+    from engine.backup import check_batches
 
     if not root.is_dir():
         raise DataError(f"no backup directory at {str(backup)!r}")

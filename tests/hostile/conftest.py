@@ -43,7 +43,7 @@ def write_job_backup(tmp: Path, batches: int = 6, rows_per_batch: int = 16) -> P
     ``--config`` at ``tmp/plan.json``. ``tests/hostile/test_hostile_job`` runs the job."""
     import json
 
-    from engine.backup.integrity import manifest
+    from engine.backup import manifest
     from engine.export import load_config
     from engine.export.plan_book import JobPlan, plan_file
     from tests.helpers import write_backup_batch
