@@ -140,7 +140,7 @@ def require() -> str:
         st.error(policy.reason)
         st.stop()
     if policy.kind == "local":
-        who = f"{getpass.getuser()} (this machine)"
+        who = f"{_os_user()} (this machine)"
     elif policy.kind == "oidc":
         who = _oidc_user()
     else:
@@ -155,6 +155,13 @@ def current_user() -> str:
     if not who:  # a page that did not ask first: never act anonymously
         return require()
     return str(who)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user without a name
+        return f"uid {os.getuid()}"
 
 
 def _oidc_configured() -> bool:
