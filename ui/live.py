@@ -250,7 +250,7 @@ def audit_history() -> None:
         if not entries:
             st.caption("None yet. Each Stop, Archive and Delete is recorded with who and when.")
             return
-        st.dataframe(pd.DataFrame([e.to_dict() for e in entries]), hide_index=True)
+        st.table(pd.DataFrame([e.to_dict() for e in entries]))
 
 
 def remember(report: RecoveryReport, log: resources.PipelineLog | None = None) -> None:

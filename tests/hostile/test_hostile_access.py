@@ -163,7 +163,7 @@ def test_stop_archive_and_delete_are_recorded_and_shown(address, tmp_path: Path)
         ("alice (token)", "stop", "2026-01-01T00:00:00+00:00"),
     ]
     at = _page("live").run()
-    table = next(d.value for d in at.dataframe if "who" in d.value.columns)
+    table = next(t.value for t in at.table if "who" in t.value.columns)
     assert table["action"].tolist() == ["delete", "archive", "stop"]
     assert table["who"].tolist()[0] == "bob (token)"
 
