@@ -117,9 +117,10 @@ def whatif_chart(
 
 
 def measured_miss_chart(
-    points: Sequence[tuple[float, float, float]], current: float, delta: float
+    points: Sequence[tuple[float, float, float]], current: float, delta: float, label: str = "eps"
 ) -> go.Figure:
-    """Backtest miss rates (worst sensor, its 95 % bound) against eps, delta as a line."""
+    """Backtest miss rates (worst sensor, its 95 % bound) against eps (or the factor
+    every unit group's eps is multiplied by: ``label``), delta as a line."""
     xs = [p[0] for p in points]
     fig = go.Figure(
         [
@@ -136,13 +137,16 @@ def measured_miss_chart(
     fig.add_hline(y=100 * delta, line_dash="dash", line_color=ACCENT,
                   annotation_text=f"delta {100 * delta:g} %")  # fmt: skip
     fig.add_trace(
-        go.Scatter(x=[current], y=[0], mode="markers", name="current eps",
+        go.Scatter(x=[current], y=[0], mode="markers", name=f"current {label}",
                    marker={"symbol": "triangle-up", "size": 12, "color": "#444"})
     )  # fmt: skip
     ticks = log_ticks(min(xs), max(xs)) if xs else []
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Measured miss rate vs eps (backtest)", 320, x="eps", y="% of windows")
+    return _layout(
+        fig, f"Measured miss rate vs {label} (backtest)", 320, x=label,
+        y="% of rebuilt windows (worst sensor)",
+    )  # fmt: skip
 
 
 def heatmap(

@@ -7,11 +7,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from engine.data.units import eps_summary
 from engine.planning import BackupPlan
 from ui import resources
 from ui.fleet import PRICE_SOURCE, FleetSpec, fleet_table
-from ui.format import format_money, format_percent, format_quantity
+from ui.format import eps_text, format_money, format_percent, format_quantity
 from ui.panels import QUIET
 
 TABLE_FORMAT = {
@@ -47,13 +46,9 @@ def measured_bytes_per_reading() -> float | None:
 
 def quality(plan: BackupPlan) -> str:
     bt, p = plan.backtest, plan.parameters
-    eps = (
-        eps_summary(plan.sensors, plan.eps_per_sensor, p.units).replace("eps ", "eps (", 1) + ")"
-        if p.eps_by_sensor
-        else f"eps {p.eps:g}"
-    )
+    eps = eps_text(plan.sensors, p)
     if plan.measured and bt is not None:
-        return f"{format_percent(bt.violation_rate_worst_sensor)} of windows miss {eps} (measured)"
+        return f"{eps}, measured: worst sensor {bt.worst_label()}; pooled {bt.pooled_label()}"
     return f"within {eps} by the model (not backtested)"
 
 

@@ -188,14 +188,22 @@ def parameter_widgets(
     p = state.params()
     _seed_parameters(p, n_sensors)
     c1, c2, c3 = st.columns(3)
-    eps = c1.number_input(
-        "eps: tolerance (unit of the aggregate)" if single_eps else "eps: set per unit below",
-        min_value=1e-6,
-        step=0.1,
-        format="%.3g",
-        key="w_eps",
-        disabled=not single_eps,
-    )
+    if single_eps:
+        eps = c1.number_input(
+            "eps: tolerance (unit of the aggregate)",
+            min_value=1e-6,
+            step=0.1,
+            format="%.3g",
+            key="w_eps",
+        )
+    else:  # the single eps is not in force: never show its stale value
+        c1.text_input(
+            "eps: tolerance (unit of the aggregate)",
+            "one eps per unit group, below",
+            disabled=True,
+            key="w_eps_per_unit_note",
+        )
+        eps = p.eps
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
     agg = c3.selectbox("Aggregate", AGGREGATE_NAMES, key="w_agg")
     c4, c5, c6 = st.columns(3)

@@ -54,7 +54,7 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
     lead = "Plan measured by a rolling-origin backtest (3 folds, each plan kept for its horizon"
     assert f"{lead} of 96 rows" in body
     assert "re-plan on that cadence" in body
-    assert metric(app, "Backtest rate, worst").endswith("%")
+    assert metric(app, "Backtest rate, worst sensor").endswith("%")
     assert metric(app, "Model P(miss), worst").endswith("%")
     assert "$" in metric(app, "Cost per month: plan")
     table = app.dataframe[0].value
