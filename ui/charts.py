@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.costs import CostReport
 from engine.data import SensorHistory
-from ui.fleet import FleetSpec
-from ui.format import format_money, format_quantity
+from ui.format import format_money
 
 BACKUP_COLOUR, REBUILT_COLOUR, ACCENT = "#d62728", "#1f77b4", "#2ca02c"
 MAX_POINTS = 4000
@@ -177,25 +177,36 @@ def heatmap(
     return _layout(fig, "Correlation, rows ordered by cluster (★ = backed up)", size)
 
 
-def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
-    """Storage held (and its cost per month) for full checkpointing, the plan and no backup."""
-    names = ("full checkpointing", "plan (approx)", "no backup")
-    costs = [fleet.cost_per_month(f) for f in (1.0, backup_fraction, 0.0)]
-    stored = [fleet.stored_bytes(f) for f in (1.0, backup_fraction, 0.0)]
-    fig = go.Figure(
-        go.Bar(
-            x=list(names),
-            y=stored,
-            marker_color=[REBUILT_COLOUR, BACKUP_COLOUR, "#999999"],
-            text=[
-                f"{format_money(c)} ({format_quantity(b, 'B')})"
-                for c, b in zip(costs, stored, strict=True)
-            ],
-            textposition="outside",
+LINE_COLOURS = {
+    "storage": REBUILT_COLOUR,
+    "write bandwidth": "#9467bd",
+    "requests": "#999999",
+    "compute": ACCENT,
+}
+
+
+def cost_bars(report: CostReport) -> go.Figure:
+    """$ per month of each strategy, stacked by what is paid for (storage, bandwidth,
+    requests, compute), the total on top."""
+    strategies = [report.full, report.contracts["crash"], report.contracts["range"], report.none]
+    names = [f"{s.name} contract" if s.name in report.contracts else s.name for s in strategies]
+    fig = go.Figure()
+    for line, colour in LINE_COLOURS.items():
+        fig.add_trace(
+            go.Bar(x=names, y=[s.lines()[line] for s in strategies], name=line,
+                   marker_color=colour)
+        )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=names, y=[s.total for s in strategies], mode="text",
+            text=[format_money(s.total) for s in strategies], textposition="top center",
+            showlegend=False, hoverinfo="skip",
         )
-    )
-    fig.update_yaxes(tickformat=".3s", ticksuffix="B", rangemode="tozero")
-    return _layout(fig, "Storage held at steady state ($ per month in the labels)", 320, y="bytes")
+    )  # fmt: skip
+    fig.update_layout(barmode="stack")
+    top = max(s.total for s in strategies)
+    fig.update_yaxes(rangemode="tozero", range=[0, 1.2 * top if top > 0 else 1.0])
+    return _layout(fig, "What backup costs per month, by what is paid for", 340, y="$ a month")
 
 
 def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:

@@ -52,12 +52,12 @@ def format_percent(p: float | None, digits: int = 1, floor: float = 1e-4) -> str
 
 
 def format_money(x: float) -> str:
-    """Dollars: "$1,234.50", "$0.42", "< $0.01" for amounts below a cent."""
+    """Dollars: "$1,234.50", "$0.42", "-$3.10", "< $0.01" for amounts below a cent."""
     if x == 0:
         return "$0.00"
     if 0 < abs(x) < 0.01:
-        return "< $0.01"
-    return f"${x:,.2f}"
+        return "< $0.01" if x > 0 else "> -$0.01"
+    return f"${x:,.2f}" if x > 0 else f"-${-x:,.2f}"
 
 
 def eps_text(sensors: Sequence[str], params: PlanParameters) -> str:

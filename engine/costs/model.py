@@ -215,6 +215,7 @@ class CostReport:
     inputs: CostInputs
     full: StrategyCost
     contracts: dict[str, StrategyCost]
+    none: StrategyCost  # no backup at all: nothing paid, lost windows stay lost
     break_even: dict[str, BreakEven]
     recovery_batch_s: dict[str, float]  # "lacuna" / "full": one lost micro-batch
     recovery_day_s: dict[str, float]  # "lacuna" / "full": one lost day
@@ -283,6 +284,7 @@ def compare_costs(inputs: CostInputs) -> CostReport:
     """Full backup against the crash and range contracts for ``inputs`` (all per month)."""
     rate = inputs.fleet.readings_per_second
     full = _strategy(inputs, rate, 1.0, "full backup", lacuna=False)
+    none = _strategy(inputs, rate, 0.0, "no backup", lacuna=False)
     contracts = {
         c: _strategy(inputs, rate, inputs.contracts.fraction(c), c, lacuna=True) for c in CONTRACTS
     }
@@ -294,6 +296,7 @@ def compare_costs(inputs: CostInputs) -> CostReport:
         inputs=inputs,
         full=full,
         contracts=contracts,
+        none=none,
         break_even={c: _break_even(inputs, c) for c in CONTRACTS},
         recovery_batch_s={s: inputs.recovery.seconds(batch, s) for s in ("lacuna", "full")},
         recovery_day_s={s: inputs.recovery.seconds(day, s) for s in ("lacuna", "full")},

@@ -56,7 +56,7 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
     assert "re-plan on that cadence" in body
     assert metric(app, "Backtest rate, worst sensor").endswith("%")
     assert metric(app, "Model P(miss), worst").endswith("%")
-    assert "$" in metric(app, "Cost per month: plan")
+    assert "$" in metric(app, "Range contract, per month")
     table = app.dataframe[0].value
     assert set(table["status"]) == {"backed up", "reconstructed"}
     rebuilt = table[table["status"] == "reconstructed"]

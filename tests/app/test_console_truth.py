@@ -88,3 +88,42 @@ def test_a_restored_session_names_each_units_eps(app):  # type: ignore[no-untype
     # a refresh, on a page that says what it restored
     note = next(c.value for c in fresh.caption if c.value.startswith("Restored the last"))
     assert "eps degC" in note and "ug/m3 20" in note, note
+
+
+def test_fleet_inputs_keep_their_values_when_the_page_is_revisited(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.number_input(key="w_fleet_sites").set_value(5000).run()
+    app.number_input(key="w_retention").set_value(90).run()
+    assert not app.exception
+    app.switch_page("pages/tune.py").run()
+    settle(app.switch_page("pages/plan.py").run())
+    assert app.number_input(key="w_fleet_sites").value == 5000
+    assert app.number_input(key="w_retention").value == 90
+
+
+def test_a_store_preset_sets_its_prices_and_they_keep(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.selectbox(key="w_cost_store").set_value("HDFS on EBS gp3, 3 replicas").run()
+    assert not app.exception
+    assert app.number_input(key="w_cost_replication").value == 3
+    assert app.number_input(key="w_price").value == 0.08
+    app.number_input(key="w_price").set_value(0.05).run()
+    app.switch_page("pages/tune.py").run()
+    settle(app.switch_page("pages/plan.py").run())
+    assert app.selectbox(key="w_cost_store").value == "HDFS on EBS gp3, 3 replicas"
+    assert app.number_input(key="w_price").value == 0.05
+    assert "prices edited on this page" in texts(app)
+
+
+def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.number_input(key="w_fleet_sites").set_value(20_000).run()
+    assert not app.exception and not app.error
+    shown = texts(app)
+    assert "Break-even:" in shown and "sensors per site" in shown
+    assert "Requests cost the same either way" in shown
+    assert "a lost micro-batch" in shown and "bench/results/recovery.json" in shown
+    assert "aws.amazon.com/s3/pricing" in shown and "bench/results/production.json" in shown
+    labels = [m.label for m in app.metric]
+    assert {"Full backup, per month", "Range contract, per month",
+            "Crash contract, per month", "Break-even (range)"} <= set(labels)  # fmt: skip
