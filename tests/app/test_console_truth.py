@@ -127,3 +127,41 @@ def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[n
     labels = [m.label for m in app.metric]
     assert {"Full backup, per month", "Range contract, per month",
             "Crash contract, per month", "Break-even (range)"} <= set(labels)  # fmt: skip
+
+
+class StoppableManager:
+    """A running pipeline that stops when told (``FakeManager`` with ``stop``)."""
+
+    def __init__(self) -> None:
+        from engine.live.status import PipelineStatus, StatusBoard
+
+        self._status = PipelineStatus(state="running", mode="approx", run=0, batches=3)
+        self.board = StatusBoard()
+
+    def status(self):  # type: ignore[no-untyped-def]
+        return self._status
+
+    def stop(self):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        self._status = replace(self._status, state="stopped")
+        return self._status
+
+    def report(self):  # type: ignore[no-untyped-def]
+        from engine.errors import PipelineError
+
+        raise PipelineError("no recovery has run yet")
+
+
+def test_start_is_enabled_right_after_stop(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from ui import resources
+
+    manager = StoppableManager()
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert app.button(key="start_pipeline").disabled
+    app.button(key="stop_pipeline").click().run()
+    assert not app.exception
+    assert manager.status().state == "stopped"
+    assert not app.button(key="start_pipeline").disabled  # no reload needed
+    assert app.button(key="stop_pipeline").disabled
