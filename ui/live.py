@@ -270,10 +270,12 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         **QUIET,
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
+    worst = s.shadow_worst
+    counted = f"{worst[0]}: {worst[1]:,} of {worst[2]:,} windows" if worst else "no window yet"
     c[5].metric(
-        "Shadow miss rate",
+        "Shadow miss rate, worst sensor",
         pct(s.shadow_worst_rate),
-        f"worst; delta {delta:g}",
+        f"{counted}; delta {delta:g}",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee.",
@@ -283,8 +285,8 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         done = feed.readings / feed.total_readings
         st.progress(
             min(1.0, done),
-            text=f"feed: {feed.readings:,} of {feed.total_readings:,} "
-            f"readings replayed" + (" (done)" if feed.done else ""),
+            text=f"feed: {feed.readings:,} of {feed.total_readings:,} readings replayed"
+            + (" (stopped)" if feed.stopped else " (done)" if feed.done else ""),
         )
     if s.last_error:
         show = {"failed": st.warning, "error": st.error}.get(s.state, st.info)
@@ -303,8 +305,14 @@ def plan_versions(s: PipelineStatus) -> None:
     horizon = f"{s.rows_under_plan} of {s.replan_every_rows} rows" if s.replan_every_rows else ""
     c = st.columns(4)
     c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
-    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
-                f"worst; {mine.get('windows', 0)} windows", **QUIET)  # fmt: skip
+    counted = (
+        f"{mine['worst_sensor']}: {mine.get('worst_misses', 0):,} of "
+        f"{mine.get('worst_windows', 0):,} windows"
+        if mine.get("worst_sensor")
+        else "no window yet"
+    )
+    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")), counted,
+                **QUIET)  # fmt: skip
     c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
                 f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
     c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")

@@ -165,3 +165,60 @@ def test_start_is_enabled_right_after_stop(app, monkeypatch):  # type: ignore[no
     assert manager.status().state == "stopped"
     assert not app.button(key="start_pipeline").disabled  # no reload needed
     assert app.button(key="stop_pipeline").disabled
+
+
+def _status(**changes):  # type: ignore[no-untyped-def]
+    from engine.live.status import FeedProgress, PipelineStatus
+
+    feed = FeedProgress(readings=600, total_readings=10_000)
+    return PipelineStatus(state="running", input_rows=600, feed=feed, plan_version=0, **changes)
+
+
+def _tally(misses: int, windows: int) -> dict:  # type: ignore[type-arg]
+    return {0: {"worst_rate": misses / windows, "worst_sensor": "T5_bathroom_degC",
+                "worst_misses": misses, "worst_windows": windows, "rebuilt_sensors": 8,
+                "windows": windows}}  # fmt: skip
+
+
+def test_the_status_line_puts_the_guarantee_first() -> None:
+    from ui.dashboard import status_level
+
+    # 2 of 10 windows (20 %) against delta 10 %: keeping up, but the guarantee is at risk
+    risk = status_level(_status(shadow_by_version=_tally(2, 10)), [], 1.0, delta=0.1)
+    assert risk.name == "at risk"
+    assert risk.reason.startswith("guarantee at risk: T5_bathroom_degC missed eps in 2 of 10")
+    broken = status_level(_status(shadow_by_version=_tally(15, 40)), [], 1.0, delta=0.1)
+    assert broken.name == "failing" and broken.reason.startswith("guarantee broken")
+    expired = _status(plan_expired=True, rows_under_plan=400, replan_every_rows=288)
+    level = status_level(expired, [], 1.0, delta=0.1)
+    assert level.name == "at risk" and level.reason.startswith("the plan has expired")
+    fine = status_level(_status(shadow_by_version=_tally(1, 40)), [], 1.0, delta=0.1)
+    assert fine.name == "OK" and fine.reason.startswith("guarantee holding so far")
+    assert "keeping up with the feed" in fine.reason
+
+
+def test_the_live_page_counts_across_restores_and_shows_the_latest(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from engine.live.status import FeedProgress, Restore
+    from ui import resources
+
+    manager = StoppableManager()
+    restore = Restore(
+        kind="recovery", at="2026-11-27T06:00:05+00:00", run=1, resumed_at_row=132,
+        lost_first_row=120, lost_last_row=131, windows=2, rows_read=48, seconds=1.25,
+        plan_version=0,
+    )  # fmt: skip
+    feed = FeedProgress(readings=800, total_readings=2_000, done=True, stopped=True)
+    manager._status = replace(
+        manager._status, state="stopped", restores=2, last_restore=restore, feed=feed
+    )
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    shown = texts(app)
+    assert "Latest restore" in shown and "2 restores so far" in shown
+    assert "rows 120..131 (12) rebuilt from the backup" in shown
+    bars = [p.proto.text for p in app.get("progress")]
+    assert any(text.endswith("(stopped)") for text in bars), bars
+    assert not any(text.endswith("(done)") for text in bars)

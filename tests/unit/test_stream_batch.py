@@ -7,6 +7,7 @@ whole history at once.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,6 +268,26 @@ def test_feeder_writes_atomic_ordered_files_that_replay_the_history(tmp_path: Pa
     np.testing.assert_array_equal(wide, h.values[:, [2, 0]])
     truth = pd.read_parquet(tmp_path / "truth" / "truth.parquet")
     np.testing.assert_array_equal(truth[["c", "a"]].to_numpy(), h.values[:, [2, 0]])
+
+
+def test_a_resumed_feed_counts_from_the_first_row_and_a_stop_says_stopped(
+    tmp_path: Path,
+) -> None:
+    h = make_history(50)
+    feeder = Feeder(h, ("c", "a"), tmp_path / "landing", None, FeedOptions(rows_per_file=7,
+                                                                         start_row=20))  # fmt: skip
+    first = feeder.progress()
+    assert (first.readings, first.rows, first.total_readings) == (40, 20, 100)
+    done = feeder.run()
+    assert done.readings == done.total_readings == 100 and done.rows == 50
+    assert done.done and not done.stopped
+    slow = Feeder(h, ("c", "a"), tmp_path / "slow", None, FeedOptions(rows_per_file=1, speed=1.0))
+    slow.start()
+    while slow.progress().files < 1:
+        time.sleep(0.01)
+    slow.stop()
+    stopped = slow.progress()
+    assert stopped.done and stopped.stopped and stopped.readings < stopped.total_readings
 
 
 def test_feeder_with_delays_writes_in_arrival_order(tmp_path: Path) -> None:
