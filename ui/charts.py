@@ -95,17 +95,17 @@ def whatif_chart(
                 line={"dash": "dot", "color": ACCENT},
             )
         )  # fmt: skip
-    # A trace, not add_vline: shapes on a log axis take log10 coordinates.
+    # A trace, not add_vline: shapes on a log axis take log10 coordinates. Its words go
+    # in the legend: written beside the marker they ran off a narrow chart's edge.
     fig.add_trace(
         go.Scatter(
             x=[current, current, current],
             y=[0, 100 * now, 105],
-            mode="lines+markers+text",
+            mode="lines+markers",
             line={"dash": "dash", "color": BACKUP_COLOUR},
             marker={"size": [0, 11, 0], "color": BACKUP_COLOUR},
-            text=["", f" now: {label} = {current:g}, {100 * now:.1f} %", ""],
-            textposition="top right",
-            name="current plan",
+            name=f"current plan: {label} = {current:g}, {100 * now:.1f} %",
+            hovertemplate=f"now: {label} = {current:g}, {100 * now:.1f} %<extra></extra>",
         )
     )
     ticks = log_ticks(min(x), max(x))
@@ -350,7 +350,7 @@ def mode_bars(table: pd.DataFrame) -> go.Figure:
     """Backup rows each mode stores, labelled with the windows it recovered."""
     rows = table["backup rows"].fillna(0)
     labels = [
-        f"{int(r)} rows, {w}/{lost} windows recovered ({f})"
+        f"{int(r)} rows, {w}/{lost} windows recovered, {f}"
         for r, w, lost, f in zip(
             rows, table["windows recovered"], table["windows lost"], table["figures"], strict=True
         )

@@ -326,9 +326,9 @@ def plan_versions(s: PipelineStatus) -> None:
         st.caption(f"{len(rows)} plan versions (newest first): what each changed and why")
         table = pd.DataFrame(rows[::-1])
         table["miss rate (worst)"] = [
-            s.shadow_by_version.get(r["id"], {}).get("worst_rate") for r in rows[::-1]
+            pct(s.shadow_by_version.get(r["id"], {}).get("worst_rate")) for r in rows[::-1]
         ]
-        st.dataframe(table, hide_index=True)
+        st.dataframe(table.astype(object).where(table.notna(), ""), hide_index=True)
 
 
 def status_panel(delta: float) -> None:

@@ -222,3 +222,75 @@ def test_the_live_page_counts_across_restores_and_shows_the_latest(app, monkeypa
     bars = [p.proto.text for p in app.get("progress")]
     assert any(text.endswith("(stopped)") for text in bars), bars
     assert not any(text.endswith("(done)") for text in bars)
+
+
+def test_graph_names_are_written_apart_or_left_to_the_hover() -> None:
+    import numpy as np
+
+    from ui.graph import _label_box, _overlaps, label_positions, visible_labels
+
+    # a cluster of two on a ring, side by side: each name goes outwards
+    pos = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0]])
+    labels = np.array([0, 0, 1])
+    where = label_positions(pos, labels)
+    assert where == ["middle left", "middle right", "bottom center"]
+    names = ["airport_wind_ms", "airport_press_mmHg", "lights_Wh"]
+    shown = visible_labels(names, pos, where, [0, 1, 2], px_per_unit=30.0)
+    assert shown == {0, 1, 2}
+    # names that would cover each other: the later one is left to the hover
+    crowded = np.array([[0.0, 0.0], [0.2, 0.05]])
+    two = label_positions(crowded, np.array([0, 1]))
+    kept = visible_labels(names[:2], crowded, two, [0, 1], px_per_unit=30.0)
+    assert kept == {0}
+    boxes = [_label_box(*(crowded[i] * 30.0), names[i], two[i]) for i in range(2)]
+    assert _overlaps(*boxes)
+
+
+def test_a_full_backup_recovery_draws_no_empty_charts_and_no_none(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from tests.app.test_app_live import TEMP, FakeManager, make_report
+    from ui import resources
+
+    report, results = make_report(mode="full")
+    report = replace(report, backup_sensors=tuple(TEMP))  # every sensor backed up
+    manager = FakeManager("running", report, results)
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert "nothing was rebuilt, so there is no rebuild error to chart" in texts(app)
+    # recovered vs true and the modes' bars; no error histogram, no per-sensor bars
+    assert len(app.get("plotly_chart")) == 2
+    table = app.dataframe[0].value
+    assert "None" not in table.astype(str).to_string()
+    assert set(table.loc[table["mode"] == "none", "max abs error"]) == {"not run"}
+    spec = app.get("plotly_chart")[-1].proto.spec
+    assert "))" not in spec and "recovered, projected (not run)" in spec
+
+
+def test_the_disorder_k_chart_draws_ours_on_top() -> None:
+    from engine.disorder import DisorderReport, MethodReport
+    from ui.disorder import k_chart
+
+    def method(k: float) -> MethodReport:
+        return MethodReport(
+            avg_latency_s=1.0, avg_k_s=k, max_k_s=k, provisional_accuracy=1.0,
+            final_accuracy=1.0, final_exact=1.0, corrections=0, batch_runs=0, reopened_final=0,
+            late_tuples=0, late_ratio=0.0, mean_coverage=1.0,
+            k_over_time=[(0.0, k), (3600.0, k)], cumulative_accuracy=[], alpha_over_time=[],
+        )  # fmt: skip
+
+    same = {m: method(1800.0) for m in ("ours", "mp_kslack", "fixed_watermark", "no_buffer")}
+    fig = k_chart(DisorderReport(parameters={}, stream={}, lambda_thr=0.5, methods=same))
+    mp, ours = fig.data
+    assert ours.name == "ours (adaptive K)"  # drawn last: over MP-K-slack where they agree
+    assert ours.line.width > mp.line.width and mp.line.dash == "dash"
+
+
+def test_the_whatif_marker_keeps_its_words_in_the_legend() -> None:
+    from ui.charts import whatif_chart
+
+    fig = whatif_chart([0.5, 1.0, 2.0], [0.8, 0.6, 0.4], 1.0, 0.6, "eps factor (all unit groups)")
+    marker = next(t for t in fig.data if t.name.startswith("current plan"))
+    assert "text" not in marker.mode  # drawn beside the marker it ran off the chart
+    assert marker.name == "current plan: eps factor (all unit groups) = 1, 60.0 %"
