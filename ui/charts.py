@@ -143,10 +143,8 @@ def measured_miss_chart(
     ticks = log_ticks(min(xs), max(xs)) if xs else []
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(
-        fig, f"Measured miss rate vs {label} (backtest)", 320, x=label,
-        y="% of rebuilt windows (worst sensor)",
-    )  # fmt: skip
+    title = f"Backtest miss rate vs {label.split(' (')[0]}"  # whole in a half-width column
+    return _layout(fig, title, 320, x=label, y="% of rebuilt windows (worst sensor)")
 
 
 def heatmap(
