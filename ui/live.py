@@ -328,7 +328,13 @@ def plan_versions(s: PipelineStatus) -> None:
         table["miss rate (worst)"] = [
             pct(s.shadow_by_version.get(r["id"], {}).get("worst_rate")) for r in rows[::-1]
         ]
-        st.dataframe(table.astype(object).where(table.notna(), ""), hide_index=True)
+        for name in table.columns[table.isna().any()]:  # None reads as "None": say nothing
+            table[name] = ["" if _missing(v) else str(v) for v in table[name]]
+        st.dataframe(table, hide_index=True)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
 
 def status_panel(delta: float) -> None:
