@@ -180,12 +180,15 @@ class PipelineManager(ManagerViews):
             )
         return board
 
-    def _restored(self, kind: str, row: int, text: str, **details: Any) -> None:
-        """Count a recovery or resume, keep it as the latest restore, mark it in time."""
+    def _restored(
+        self, kind: str, row: int, text: str, run: int | None = None, **details: Any
+    ) -> None:
+        """Count a recovery or resume of ``run`` (default: the run in force), keep it as
+        the latest restore, mark it on the metrics' time axis."""
         snap = self.board.snapshot()
         restore = Restore(
-            kind=kind, at=self._now().isoformat(), run=snap.run, resumed_at_row=row,
-            plan_version=snap.plan_version, **details,
+            kind=kind, at=self._now().isoformat(), run=snap.run if run is None else run,
+            resumed_at_row=row, plan_version=snap.plan_version, **details,
         )  # fmt: skip
         self.board.record_restore(restore)
         seconds, rows = details.get("seconds"), details.get("rows_read")
@@ -330,6 +333,7 @@ class PipelineManager(ManagerViews):
             if self._failed_run is None:
                 raise PipelineError("nothing to recover: simulate a failure first")
             store, cfg = self._require_store(), self._require_config()
+            failed = self._failed_run
             self.board.update(state="recovering")
             t0 = self._clock()
             versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
@@ -354,7 +358,7 @@ class PipelineManager(ManagerViews):
                 self._pipeline.queue(self._carry)
             self._failed_run, self._carry = None, None
             self._restored(
-                "recovery", lost.last_row + 1, text=f"{cfg.mode}: {rows} rebuilt",
+                "recovery", lost.last_row + 1, text=f"{cfg.mode}: {rows} rebuilt", run=failed,
                 lost_first_row=lost.first_row, lost_last_row=lost.last_row,
                 windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=outcome.rows_read,
                 seconds=seconds,
