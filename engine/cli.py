@@ -237,6 +237,7 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
         "parameters": params.to_dict(),
         "horizon_rows": horizon,
         "verdict": result.verdict(params.delta),
+        "verdict_state": result.assess(params.delta).state,
         **result.to_dict(),
     }
 

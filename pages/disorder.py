@@ -3,6 +3,7 @@
 import streamlit as st
 
 from ui import disorder, panels, shell, state
+from ui.format import eps_text
 
 shell.frame()
 st.title("Out-of-order streams")
@@ -26,22 +27,17 @@ with panels.page_guard():
     seed = c3.number_input("Random seed", 0, 10_000, key="w_seed")
     disorder.keep_choices()
     history = data.history.rows(0, int(rows))
-    report = disorder.run(
-        history,
-        disorder.PRESETS[preset],
-        params.eps,
-        params.delta,
-        params.window,
-        params.aggregate,
-        int(seed),
-    )
+    report = disorder.run(history, disorder.PRESETS[preset], params, int(seed))
     if report is None:
         st.stop()
+    target = eps_text(history.sensors, params)
+    if params.eps_by_sensor:
+        target += " (each sensor scored against its own unit's eps)"
     st.caption(
         f"{report.stream['n_tuples']:,.0f} readings, {100 * report.stream['late_ratio']:.1f} % "
-        f"out of order, max delay {report.stream['max_delay_s'] / 3600:.1f} h; quality target eps "
-        f"{params.eps:g}, delta {params.delta:g}, window {params.window} "
-        f"({params.aggregate}); target coverage lambda = {report.lambda_thr:.2f}."
+        f"out of order, max delay {report.stream['max_delay_s'] / 3600:.1f} h; quality target "
+        f"{target}, delta {params.delta:g}, window {params.window} ({params.aggregate}); "
+        f"target coverage lambda = {report.lambda_thr:.2f}."
     )
     st.dataframe(disorder.summary(report), hide_index=True, column_config=disorder.TABLE_FORMAT)
     st.info("\n\n".join(disorder.verdict(report, params.delta)))

@@ -31,7 +31,8 @@ with panels.page_guard():
         charts.heatmap(corr, plan.sensors, graph.cluster_order(corr), plan.backup_sensors)
     )
     st.caption(
-        "Stars are backed up; names show for up to 40 sensors (else hover). Node colour: "
+        "Stars are backed up; a name is written where it covers no other (the rest, and "
+        "beyond 40 sensors all but the backed-up ones, show on hover). Node colour: "
         "the sensor's conditional variance given the backed-up sensors, as a share of its "
         "target (1 = at the limit). Hover a node for its variance, target, model error "
         "bound and the sensors it is rebuilt from."

@@ -44,8 +44,12 @@ with panels.page_guard():
         disabled=manager.status().state not in ("running", "failed"),
     ):
         dashboard.fail_and_recover(already_failed=failed)
-    if c5.button("Stop", disabled=manager.status().state not in live.ACTIVE, key="stop_pipeline"):
-        live.stop()
+    c5.button(  # a callback: the page then draws Start enabled in the same run
+        "Stop",
+        disabled=manager.status().state not in live.ACTIVE,
+        key="stop_pipeline",
+        on_click=live.stop,
+    )
     live.ownership_note()
     live.audit_history()
     live.split_note(data)

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from ui import charts, panels, plans, savings, shell, widgets
+from engine.costs import compare_costs
+from ui import charts, fleet, panels, plans, savings, shell
 
 shell.frame()
 st.title("Backup plan and savings")
@@ -19,11 +20,8 @@ with panels.page_guard():
     )
     with st.expander("Model variances (conditional variance given the backup, and target)"):
         st.dataframe(table[savings.VARIANCE_COLUMNS], hide_index=True)
-    st.subheader("Projected savings at fleet scale")
-    fleet = widgets.fleet_inputs(
-        len(plan.sensors), plan.sampling_interval_s, savings.measured_bytes_per_reading()
-    )
-    savings.metrics(plan, fleet)
-    compare = savings.comparison(plan, fleet)
-    st.dataframe(compare, hide_index=True, column_config=savings.FLEET_FORMAT)
-    st.plotly_chart(charts.savings_bars(fleet, plan.backup_fraction))
+    st.subheader("Projected savings at fleet scale: what an operator pays for")
+    inputs = fleet.cost_inputs(plan, savings.measured_bytes_per_reading())
+    report = compare_costs(inputs)
+    savings.cost_section(report, plan)
+    st.plotly_chart(charts.cost_bars(report))

@@ -37,8 +37,8 @@ with panels.page_guard():
     measured = whatif.measured_points(data, params)
     st.subheader("What if: backup fraction (model projection; diamonds: backtests)")
     c1, c2 = st.columns(2)
-    scale = params.eps if params.eps_by_sensor else 1.0  # the axis is a factor then
-    by_eps = [(m.eps / scale, m.backup_fraction) for m in measured]
+    # with one eps per unit group the axis is the factor every group's eps is scaled by
+    by_eps = [(m.factor if params.eps_by_sensor else m.eps, m.backup_fraction) for m in measured]
     now = curves.now  # the shown plan's own figure: marker = headline
     eps_x, eps_now, eps_label = plans.eps_axis(curves, params)
     c1.plotly_chart(

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.costs import CostReport
 from engine.data import SensorHistory
-from ui.fleet import FleetSpec
-from ui.format import format_money, format_quantity
+from ui.format import format_money
 
 BACKUP_COLOUR, REBUILT_COLOUR, ACCENT = "#d62728", "#1f77b4", "#2ca02c"
 MAX_POINTS = 4000
@@ -95,17 +95,17 @@ def whatif_chart(
                 line={"dash": "dot", "color": ACCENT},
             )
         )  # fmt: skip
-    # A trace, not add_vline: shapes on a log axis take log10 coordinates.
+    # A trace, not add_vline: shapes on a log axis take log10 coordinates. Its words go
+    # in the legend: written beside the marker they ran off a narrow chart's edge.
     fig.add_trace(
         go.Scatter(
             x=[current, current, current],
             y=[0, 100 * now, 105],
-            mode="lines+markers+text",
+            mode="lines+markers",
             line={"dash": "dash", "color": BACKUP_COLOUR},
             marker={"size": [0, 11, 0], "color": BACKUP_COLOUR},
-            text=["", f" now: {label} = {current:g}, {100 * now:.1f} %", ""],
-            textposition="top right",
-            name="current plan",
+            name=f"current plan: {label} = {current:g}, {100 * now:.1f} %",
+            hovertemplate=f"now: {label} = {current:g}, {100 * now:.1f} %<extra></extra>",
         )
     )
     ticks = log_ticks(min(x), max(x))
@@ -117,9 +117,10 @@ def whatif_chart(
 
 
 def measured_miss_chart(
-    points: Sequence[tuple[float, float, float]], current: float, delta: float
+    points: Sequence[tuple[float, float, float]], current: float, delta: float, label: str = "eps"
 ) -> go.Figure:
-    """Backtest miss rates (worst sensor, its 95 % bound) against eps, delta as a line."""
+    """Backtest miss rates (worst sensor, its 95 % bound) against eps (or the factor
+    every unit group's eps is multiplied by: ``label``), delta as a line."""
     xs = [p[0] for p in points]
     fig = go.Figure(
         [
@@ -136,13 +137,14 @@ def measured_miss_chart(
     fig.add_hline(y=100 * delta, line_dash="dash", line_color=ACCENT,
                   annotation_text=f"delta {100 * delta:g} %")  # fmt: skip
     fig.add_trace(
-        go.Scatter(x=[current], y=[0], mode="markers", name="current eps",
+        go.Scatter(x=[current], y=[0], mode="markers", name=f"current {label}",
                    marker={"symbol": "triangle-up", "size": 12, "color": "#444"})
     )  # fmt: skip
     ticks = log_ticks(min(xs), max(xs)) if xs else []
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Measured miss rate vs eps (backtest)", 320, x="eps", y="% of windows")
+    title = f"Backtest miss rate vs {label.split(' (')[0]}"  # whole in a half-width column
+    return _layout(fig, title, 320, x=label, y="% of rebuilt windows (worst sensor)")
 
 
 def heatmap(
@@ -173,25 +175,36 @@ def heatmap(
     return _layout(fig, "Correlation, rows ordered by cluster (★ = backed up)", size)
 
 
-def savings_bars(fleet: FleetSpec, backup_fraction: float) -> go.Figure:
-    """Storage held (and its cost per month) for full checkpointing, the plan and no backup."""
-    names = ("full checkpointing", "plan (approx)", "no backup")
-    costs = [fleet.cost_per_month(f) for f in (1.0, backup_fraction, 0.0)]
-    stored = [fleet.stored_bytes(f) for f in (1.0, backup_fraction, 0.0)]
-    fig = go.Figure(
-        go.Bar(
-            x=list(names),
-            y=stored,
-            marker_color=[REBUILT_COLOUR, BACKUP_COLOUR, "#999999"],
-            text=[
-                f"{format_money(c)} ({format_quantity(b, 'B')})"
-                for c, b in zip(costs, stored, strict=True)
-            ],
-            textposition="outside",
+LINE_COLOURS = {
+    "storage": REBUILT_COLOUR,
+    "write bandwidth": "#9467bd",
+    "requests": "#999999",
+    "compute": ACCENT,
+}
+
+
+def cost_bars(report: CostReport) -> go.Figure:
+    """$ per month of each strategy, stacked by what is paid for (storage, bandwidth,
+    requests, compute), the total on top."""
+    strategies = [report.full, report.contracts["crash"], report.contracts["range"], report.none]
+    names = [f"{s.name} contract" if s.name in report.contracts else s.name for s in strategies]
+    fig = go.Figure()
+    for line, colour in LINE_COLOURS.items():
+        fig.add_trace(
+            go.Bar(x=names, y=[s.lines()[line] for s in strategies], name=line,
+                   marker_color=colour)
+        )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=names, y=[s.total for s in strategies], mode="text",
+            text=[format_money(s.total) for s in strategies], textposition="top center",
+            showlegend=False, hoverinfo="skip",
         )
-    )
-    fig.update_yaxes(tickformat=".3s", ticksuffix="B", rangemode="tozero")
-    return _layout(fig, "Storage held at steady state ($ per month in the labels)", 320, y="bytes")
+    )  # fmt: skip
+    fig.update_layout(barmode="stack")
+    top = max(s.total for s in strategies)
+    fig.update_yaxes(rangemode="tozero", range=[0, 1.2 * top if top > 0 else 1.0])
+    return _layout(fig, "What backup costs per month, by what is paid for", 340, y="$ a month")
 
 
 def _band(x: pd.Series, truth: pd.Series, eps: float) -> list[go.Scatter]:
@@ -335,7 +348,7 @@ def mode_bars(table: pd.DataFrame) -> go.Figure:
     """Backup rows each mode stores, labelled with the windows it recovered."""
     rows = table["backup rows"].fillna(0)
     labels = [
-        f"{int(r)} rows, {w}/{lost} windows recovered ({f})"
+        f"{int(r)} rows, {w}/{lost} windows recovered, {f}"
         for r, w, lost, f in zip(
             rows, table["windows recovered"], table["windows lost"], table["figures"], strict=True
         )

@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine.live import BatchPoint, PipelineEvent, PipelineStatus, summarise
+from engine.live import BatchPoint, PipelineEvent, PipelineStatus, Restore, summarise
+from engine.planning.monitor import binomial_p_value
 from ui import background, live, resources, timeline
-from ui.format import format_quantity, plural
+from ui.format import format_quantity, plural, span
 
 POLL_SECONDS = 1.5
 FIGURES = "_dashboard_figures"  # session state: the history the figures were drawn from
@@ -28,7 +29,8 @@ SLOW_TRIGGERS = 2.0  # median batch duration over this many trigger intervals: b
 
 @dataclass(frozen=True)
 class Level:
-    """Flink-style status: ``OK``, ``behind``, ``failing`` or ``idle``, and why."""
+    """The status an operator acts on: ``OK``, ``at risk``, ``behind``, ``failing`` or
+    ``idle``, and why (the guarantee first)."""
 
     name: str
     reason: str
@@ -66,33 +68,86 @@ def events_frame(events: Sequence[PipelineEvent]) -> pd.DataFrame:
     return frame
 
 
-def status_level(s: PipelineStatus, points: Sequence[BatchPoint], trigger_s: float) -> Level:
-    """OK / behind / failing, like Flink's back-pressure view, from the last few batches."""
+GUARANTEE_ALPHA = 0.05  # a sensor's live misses "break" delta at p < 5 % / rebuilt sensors
+
+
+def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
+    """What the guarantee of the plan in force needs from the operator, if anything:
+    ``failing`` when the worst sensor's shadow misses reject "rate <= delta" (one-sided
+    binomial test, Bonferroni over the sensors rebuilt), ``at risk`` when its rate is
+    above delta on too few windows to tell, or when the plan has expired; None when the
+    shadow check has nothing against it."""
+    if s.plan_expired:
+        return Level(
+            "at risk",
+            f"the plan has expired: version {s.plan_version} has run {s.rows_under_plan:,} rows, "
+            f"past its horizon of {s.replan_every_rows:,}, and scheduled re-planning is off: "
+            "its guarantee is not measured for these rows (re-plan now or turn it on)",
+        )
+    mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
+    rate, sensor = mine.get("worst_rate"), mine.get("worst_sensor")
+    if rate is None or sensor is None or rate <= delta:
+        return None
+    misses, windows = int(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
+    counted = (
+        f"{sensor} missed eps in {misses:,} of {windows:,} shadow windows ({100 * rate:.1f} %) "
+        f"under plan version {s.plan_version}, against delta {100 * delta:g} %"
+    )
+    level = GUARANTEE_ALPHA / max(int(mine.get("rebuilt_sensors", 1)), 1)
+    if binomial_p_value(misses, windows, delta) < level:
+        return Level("failing", f"guarantee broken: {counted}; the live monitor re-plans")
+    return Level("at risk", f"guarantee at risk: {counted}; too few windows to tell yet")
+
+
+def status_level(
+    s: PipelineStatus, points: Sequence[BatchPoint], trigger_s: float, delta: float = 1.0
+) -> Level:
+    """What an operator must act on, the guarantee first (``guarantee_level``), then the
+    throughput like Flink's back-pressure view, from the last few batches."""
     if s.state in ("failed", "error"):
         return Level("failing", s.last_error or f"the query is {s.state}")
     if s.state == "recovering":
         return Level("behind", "recovering: rebuilding the lost windows from the backup")
     if s.state != "running":
         return Level("idle", f"the pipeline is {s.state}")
+    guarantee = guarantee_level(s, delta)
+    if guarantee is not None:
+        return guarantee
     recent = [p for p in points[-5:] if p.batch_id >= 0]
     backlog = max(0, s.feed.readings - s.input_rows)
     per_batch = sorted(p.input_rows for p in recent)
     typical = per_batch[len(per_batch) // 2] if per_batch else 0
+    holding = _holding(s, delta)
     if typical and backlog > BEHIND_BATCHES * typical:
         return Level(
             "behind",
-            f"{plural(backlog, 'reading')} waiting, more than {BEHIND_BATCHES:g} batches' input",
+            f"{holding}; but {plural(backlog, 'reading')} waiting, more than "
+            f"{BEHIND_BATCHES:g} batches' input",
         )
     durations = sorted(p.duration_ms for p in recent if p.duration_ms is not None)
     median = durations[len(durations) // 2] if durations else None
     if trigger_s > 0 and median is not None and median > SLOW_TRIGGERS * 1000 * trigger_s:
         return Level(
             "behind",
-            f"batches take {median:,.0f} ms, more than {SLOW_TRIGGERS:g}x the "
+            f"{holding}; but batches take {median:,.0f} ms, more than {SLOW_TRIGGERS:g}x the "
             f"{trigger_s:g} s trigger",
         )
-    took = "" if median is None else f"; batches take {median:,.0f} ms"
-    return Level("OK", f"{plural(backlog, 'reading')} waiting{took}: keeping up with the feed")
+    took = "" if median is None else f", batches take {median:,.0f} ms"
+    waiting = f"keeping up with the feed ({plural(backlog, 'reading')} waiting{took})"
+    return Level("OK", f"{holding}; {waiting}")
+
+
+def _holding(s: PipelineStatus, delta: float) -> str:
+    """The guarantee's state when nothing is against it, with what it counts."""
+    mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
+    sensor = mine.get("worst_sensor")
+    if sensor is None:
+        return "guarantee not measured yet (no shadow window closed under this plan)"
+    misses, windows = int(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
+    return (
+        f"guarantee holding so far: worst sensor {sensor} missed eps in {misses:,} of "
+        f"{windows:,} shadow windows, within delta {100 * delta:g} %"
+    )
 
 
 def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent]) -> pd.DataFrame:
@@ -131,7 +186,7 @@ def recent_table(
     rows += [
         {"time": e.at[11:19], "what": f"{e.kind}: {e.text}",
          "rows": e.rows, "size": "", "took": format_quantity(e.seconds, "s") if e.seconds else ""}
-        for e in events if e.kind in ("failure", "recovery")
+        for e in events if e.kind in ("failure", "recovery", "resume")
     ]  # fmt: skip
     return pd.DataFrame(sorted(rows, key=lambda r: r["time"], reverse=True))
 
@@ -161,7 +216,40 @@ def timeline_figures(
     return over_time, disorder
 
 
-LEVEL_STYLE = {"OK": st.success, "behind": st.warning, "failing": st.error, "idle": st.info}
+LEVEL_STYLE = {
+    "OK": st.success,
+    "at risk": st.warning,
+    "behind": st.warning,
+    "failing": st.error,
+    "idle": st.info,
+}
+RESTORE_KIND = {"recovery": "recovery after a failure", "resume": "resume of a stopped run"}
+
+
+def restore_text(r: Restore) -> str:
+    """The latest restore in one sentence (Flink's checkpoint history keeps the same)."""
+    when = r.at[11:19] + " UTC" if len(r.at) >= 19 else r.at
+    text = f"{RESTORE_KIND[r.kind]} of run {r.run} at {when}"
+    if r.kind == "recovery" and r.lost_first_row is not None and r.lost_last_row is not None:
+        lost = span(r.lost_first_row, r.lost_last_row, "row")
+        took = "" if r.seconds is None else f" in {format_quantity(r.seconds, 's')}"
+        text += (
+            f": {lost} rebuilt from the backup ({plural(r.windows, 'window')} needed them, "
+            f"{plural(r.rows_read, 'backup row')} read){took}"
+        )
+    version = "" if r.plan_version is None else f" under plan version {r.plan_version}"
+    return text + f"; the query went on from row {r.resumed_at_row:,}{version}."
+
+
+def latest_restore(s: PipelineStatus) -> None:
+    """How many restores there were, and the latest (nothing before the first)."""
+    if s.last_restore is None:
+        return
+    st.caption(
+        f"**Latest restore** ({plural(s.restores, 'restore')} so far): "
+        + restore_text(s.last_restore)
+        + " Counters above count the whole pipeline, across restarts and restores."
+    )
 
 
 def _recovery_job() -> None:
@@ -179,12 +267,13 @@ def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
     manager = resources.pipeline_manager()
     s = manager.status()
     points, events = manager.board.history.points(), manager.board.history.events()
-    level = status_level(s, points, trigger_s)
+    level = status_level(s, points, trigger_s, delta)
     if not (level.name == "failing" and s.last_error):
         # a failing query's error is already on the status panel above, as an error (or a
         # warning for a simulated failure): not said twice
         LEVEL_STYLE[level.name](f"**{level.name}** — {level.reason}")
     _recovery_job()
+    latest_restore(s)
     if not points:
         st.caption("The dashboard fills in as micro-batches complete.")
         return

@@ -1,89 +1,216 @@
-"""Backup volume and cost at fleet scale: full checkpointing, the plan, no backup (no Streamlit).
+"""The Plan page's fleet, store, job and compute inputs -> ``engine.costs.CostInputs``.
 
-A plan is made on the sensors of one site; a fleet runs the same kind of plan at
-every site, so the plan's backup fraction scales to ``sensors_per_site x sites``.
-Storage is what the retention keeps at steady state (``retention_days`` of
-readings), billed per GB-month.
+Every input keeps its value across page visits: Streamlit forgets a widget's
+value when a page without it runs, so each one is seeded from the value kept
+for it (``KEPT``), else its default. Prices and rates start at the published
+or measured figures (``engine.costs``), each one's source in its help.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-import pandas as pd
+import streamlit as st
 
-from engine.errors import ParameterError
-from ui.format import format_money, format_percent, format_quantity
+from engine.costs import (
+    BENCHMARK_POINTS,
+    COMPUTE,
+    PRODUCTION_SOURCE,
+    REPLAN_SOURCE,
+    STORES,
+    BenchmarkPoint,
+    ComputePrices,
+    ComputeRates,
+    Contracts,
+    CostInputs,
+    Fleet,
+    JobShape,
+    StorePrices,
+    nearest_point,
+)
+from engine.planning import BackupPlan
 
-# Amazon S3 Standard, US East (N. Virginia), first 50 TB per month, from
-# https://aws.amazon.com/s3/pricing/ ($0.023 per GB-month since December 2016;
-# taken 2026-11-23, not re-read live from this machine: check it for your region).
-DEFAULT_PRICE = 0.023
-PRICE_SOURCE = "Amazon S3 Standard, us-east-1, first 50 TB: $0.023 per GB-month (taken 2026-11-23)"
-DAYS_PER_MONTH = 365.25 / 12
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class FleetSpec:
-    """The fleet to project onto: sizes, sampling, retention and storage price."""
-
-    sensors_per_site: int
-    sites: int = 1
-    interval_s: float = 3600.0
-    retention_days: float = 30.0
-    price_per_gb_month: float = DEFAULT_PRICE
-    bytes_per_reading: float = 16.0
-
-    def __post_init__(self) -> None:
-        for name in ("sensors_per_site", "sites"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("interval_s", "retention_days", "bytes_per_reading"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ParameterError(f"{name} must be a finite number > 0, got {value!r}")
-        if not (math.isfinite(self.price_per_gb_month) and self.price_per_gb_month >= 0):
-            raise ParameterError(
-                f"price_per_gb_month must be a finite number >= 0, got {self.price_per_gb_month!r}"
-            )
-
-    @property
-    def sensors(self) -> int:
-        return self.sensors_per_site * self.sites
-
-    def readings_per_month(self, fraction: float) -> float:
-        """Readings persisted per month when ``fraction`` of the sensors are backed up."""
-        return fraction * self.sensors * DAYS_PER_MONTH * 86400.0 / self.interval_s
-
-    def stored_bytes(self, fraction: float) -> float:
-        """Bytes held at steady state: ``retention_days`` of persisted readings."""
-        per_day = fraction * self.sensors * 86400.0 / self.interval_s
-        return per_day * self.retention_days * self.bytes_per_reading
-
-    def cost_per_month(self, fraction: float) -> float:
-        return self.stored_bytes(fraction) / GB * self.price_per_gb_month
+KEPT = "_kept_"  # session key prefix of a widget's last value
+NEAREST = "nearest to this fleet's micro-batch"
+JOB_TRIGGER_S = 1.0  # the production job's default --trigger
+JOB_PARTITIONS = 4  # the production job's default shuffle partitions
 
 
-def fleet_table(spec: FleetSpec, backup_fraction: float, quality: str) -> pd.DataFrame:
-    """full / plan / none: readings per month, storage held, $ per month, what a failure gives."""
-    rows = (
-        ("full checkpointing", 1.0, "exact"),
-        ("plan (approx)", backup_fraction, quality),
-        ("no backup", 0.0, "lost windows stay lost"),
-    )
-    return pd.DataFrame(
-        [
-            {
-                "strategy": name,
-                "sensors persisted": format_percent(f, 1),
-                "readings per month": format_quantity(spec.readings_per_month(f)),
-                "storage held": format_quantity(spec.stored_bytes(f), "B"),
-                "$ per month": format_money(spec.cost_per_month(f)),
-                "after a failure": outcome,
-            }
-            for name, f, outcome in rows
-        ]
-    )
+def remembered(key: str, default: object) -> None:
+    """Seed widget ``key`` with the value kept for it, else ``default``."""
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(KEPT + key, default)
+
+
+def keep(keys: Iterable[str]) -> None:
+    """Keep the widgets' values for the next visit."""
+    for key in keys:
+        if key in st.session_state:
+            st.session_state[KEPT + key] = st.session_state[key]
+
+
+STORE_KEYS = ("w_price", "w_cost_replication", "w_cost_put", "w_cost_bandwidth")
+
+
+def _apply_store() -> None:
+    """A store preset sets its prices (then each can be edited)."""
+    store = STORES[st.session_state["w_cost_store"]]
+    values = (store.storage_per_gb_month, store.replication, store.put_per_1000,
+              store.bandwidth_per_mbps_month)  # fmt: skip
+    for key, value in zip(STORE_KEYS, values, strict=True):
+        st.session_state[key] = value
+
+
+def _fleet(plan: BackupPlan, measured_bytes: float | None) -> Fleet:
+    defaults = {
+        "w_fleet_sensors": len(plan.sensors),
+        "w_fleet_sites": 1,
+        "w_fleet_interval": float(plan.sampling_interval_s),
+        "w_bytes": float(round(measured_bytes, 1)) if measured_bytes else 16.0,
+    }
+    for key, value in defaults.items():
+        remembered(key, value)
+    c = st.columns(4)
+    per_site = c[0].number_input("Sensors per site", min_value=1, step=1, key="w_fleet_sensors")
+    sites = c[1].number_input("Sites", min_value=1, step=1, key="w_fleet_sites")
+    interval = c[2].number_input(
+        "Sampling interval (s)", min_value=0.001, key="w_fleet_interval",
+        help="Seconds between two readings of one sensor (the data's own by default).",
+    )  # fmt: skip
+    size = c[3].number_input(
+        "Bytes per stored reading", min_value=1.0, step=1.0, key="w_bytes",
+        help="Measured by the live pipeline (its Parquet backup) when it has run; else an "
+        "8-byte timestamp and an 8-byte value.",
+    )  # fmt: skip
+    keep(defaults)
+    return Fleet(int(per_site), int(sites), float(interval), float(size))
+
+
+def _store() -> StorePrices:
+    first = next(iter(STORES))
+    remembered("w_cost_store", first)
+    preset = STORES[st.session_state["w_cost_store"]]
+    defaults = dict(zip(STORE_KEYS, (preset.storage_per_gb_month, preset.replication,
+                                     preset.put_per_1000, preset.bandwidth_per_mbps_month),
+                        strict=True))  # fmt: skip
+    for key, value in defaults.items():
+        remembered(key, value)
+    c = st.columns([2, 1, 1, 1, 1])
+    name = c[0].selectbox("Backup store", list(STORES), key="w_cost_store",
+                          on_change=_apply_store, help=preset.source)  # fmt: skip
+    price = c[1].number_input("$ per GB-month", min_value=0.0, step=0.001, format="%.4f",
+                              key="w_price", help=preset.source)  # fmt: skip
+    copies = c[2].number_input("Replication", min_value=1, step=1, key="w_cost_replication",
+                               help="Copies the store keeps of every byte (HDFS: 3)")  # fmt: skip
+    put = c[3].number_input("$ per 1,000 PUTs", min_value=0.0, step=0.001, format="%.4f",
+                            key="w_cost_put", help=preset.source)  # fmt: skip
+    bandwidth = c[4].number_input(
+        "$ per MB/s-month", min_value=0.0, step=0.01, format="%.3f", key="w_cost_bandwidth",
+        help="Sustained durable write bandwidth (provisioned throughput). " + preset.source,
+    )  # fmt: skip
+    keep(("w_cost_store", *STORE_KEYS))
+    edited = (float(price), int(copies), float(put), float(bandwidth)) != tuple(defaults.values())
+    source = preset.source + ("; prices edited on this page" if edited else "")
+    return StorePrices(name, float(price), int(copies), float(put), float(bandwidth), source)
+
+
+def _job(plan: BackupPlan) -> JobShape:
+    horizon_h = plan.horizon_rows * plan.sampling_interval_s / 3600 or 24.0
+    defaults = {
+        "w_cost_trigger": JOB_TRIGGER_S,
+        "w_cost_partitions": JOB_PARTITIONS,
+        "w_retention": 30,
+        "w_cost_replan_h": float(round(horizon_h, 3)),
+    }
+    for key, value in defaults.items():
+        remembered(key, value)
+    c = st.columns(4)
+    trigger = c[0].number_input("Micro-batch every (s)", min_value=0.001, key="w_cost_trigger",
+                                help="The job's trigger: one backup file per micro-batch "
+                                "and partition")  # fmt: skip
+    parts = c[1].number_input("Partitions (files per batch)", min_value=1, step=1,
+                              key="w_cost_partitions")  # fmt: skip
+    days = c[2].number_input("Retention (days kept)", min_value=1, step=1, key="w_retention")
+    replan = c[3].number_input("Re-plan every (h)", min_value=0.001, key="w_cost_replan_h",
+                               help="The plan's horizon: one re-plan per site each")  # fmt: skip
+    keep(defaults)
+    return JobShape(float(trigger), int(parts), float(days), float(replan) * 3600.0)
+
+
+def _point(choice: str, fleet: Fleet, job: JobShape) -> BenchmarkPoint:
+    if choice == NEAREST:
+        return nearest_point(fleet.readings_per_second * job.trigger_s)
+    return next(p for p in BENCHMARK_POINTS if p.describe() == choice)
+
+
+RATE_KEYS = ("w_cost_write_us", "w_cost_shadow_us", "w_cost_job_us", "w_cost_replan_cs")
+
+
+def _rates(fleet: Fleet, job: JobShape) -> tuple[ComputeRates, ComputePrices]:
+    """The measured rates of the chosen benchmark point (editable), and executor prices."""
+    remembered("w_cost_point", NEAREST)
+    options = [NEAREST, *(p.describe() for p in BENCHMARK_POINTS)]
+    choice = st.selectbox("Benchmark figures", options, key="w_cost_point", help=PRODUCTION_SOURCE)
+    point = _point(choice, fleet, job)
+    measured = ComputeRates.from_point(point)
+    values = (measured.write_core_us, measured.shadow_core_us, measured.job_core_us,
+              measured.replan_core_s)  # fmt: skip
+    if st.session_state.get("_cost_point_shown") != point.describe():  # follow a new point
+        for key, value in zip(RATE_KEYS, values, strict=True):
+            st.session_state[key] = float(round(value, 4))
+        st.session_state["_cost_point_shown"] = point.describe()
+    for key, value in zip(RATE_KEYS, values, strict=True):
+        remembered(key, float(round(value, 4)))
+    c = st.columns(6)
+    write = c[0].number_input("Write, core-us/reading", min_value=0.0, format="%.4f",
+                              key="w_cost_write_us", help=measured.source)  # fmt: skip
+    shadow = c[1].number_input("Shadow check, core-us/reading", min_value=0.0, format="%.4f",
+                               key="w_cost_shadow_us", help=measured.source)  # fmt: skip
+    work = c[2].number_input("Job (windows), core-us/reading", min_value=0.0, format="%.4f",
+                             key="w_cost_job_us", help=measured.source)  # fmt: skip
+    replan = c[3].number_input("Re-plan, core-s", min_value=0.0, key="w_cost_replan_cs",
+                               help=REPLAN_SOURCE)  # fmt: skip
+    remembered("w_cost_cores", COMPUTE.cores_per_executor)
+    remembered("w_cost_executor", COMPUTE.executor_per_hour)
+    cores = c[4].number_input("Cores per executor", min_value=1, step=1, key="w_cost_cores",
+                              help=COMPUTE.source)  # fmt: skip
+    price = c[5].number_input("$ per executor-hour", min_value=0.0, format="%.3f",
+                              key="w_cost_executor", help=COMPUTE.source)  # fmt: skip
+    keep(("w_cost_point", *RATE_KEYS, "w_cost_cores", "w_cost_executor"))
+    rates = ComputeRates(float(write), float(work), float(shadow), float(replan),
+                         source=measured.source)  # fmt: skip
+    return rates, ComputePrices(int(cores), float(price), COMPUTE.source)
+
+
+def _contracts(plan: BackupPlan) -> Contracts:
+    """One backup fraction per contract; both follow a new plan (its own figure)."""
+    if st.session_state.get("_cost_plan_fraction") != plan.backup_fraction:
+        for key in ("w_cost_crash", "w_cost_range"):
+            st.session_state[key] = st.session_state[KEPT + key] = float(plan.backup_fraction)
+        st.session_state["_cost_plan_fraction"] = plan.backup_fraction
+    for key in ("w_cost_crash", "w_cost_range"):
+        remembered(key, float(plan.backup_fraction))
+    c = st.columns(2)
+    crash = c[0].number_input(
+        "Crash contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
+        key="w_cost_crash", help="A failure loses at most one micro-batch. Until plans carry "
+        "a crash-contract backup set, this starts at the plan's fraction: set your own.",
+    )  # fmt: skip
+    whole = c[1].number_input(
+        "Range contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
+        key="w_cost_range", help="Whole windows are rebuilt: the plan's backup fraction.",
+    )  # fmt: skip
+    keep(("w_cost_crash", "w_cost_range"))
+    return Contracts(float(crash), float(whole))
+
+
+def cost_inputs(plan: BackupPlan, measured_bytes: float | None) -> CostInputs:
+    """Fleet, store, job, compute and contract inputs for ``plan`` (kept across visits)."""
+    fleet = _fleet(plan, measured_bytes)
+    store = _store()
+    with st.expander("Micro-batches, retention, re-plans and contracts"):
+        job = _job(plan)
+        contracts = _contracts(plan)
+    with st.expander("Compute: measured rates (edit to use your own) and executor price"):
+        rates, compute = _rates(fleet, job)
+    return CostInputs(fleet, store, job, rates, contracts, compute)

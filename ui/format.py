@@ -7,6 +7,10 @@ never reads "8.03e-11" or "$0.00000265".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+from engine.data.units import eps_summary
+from engine.planning import PlanParameters
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -48,12 +52,21 @@ def format_percent(p: float | None, digits: int = 1, floor: float = 1e-4) -> str
 
 
 def format_money(x: float) -> str:
-    """Dollars: "$1,234.50", "$0.42", "< $0.01" for amounts below a cent."""
+    """Dollars: "$1,234.50", "$0.42", "-$3.10", "< $0.01" for amounts below a cent."""
     if x == 0:
         return "$0.00"
     if 0 < abs(x) < 0.01:
-        return "< $0.01"
-    return f"${x:,.2f}"
+        return "< $0.01" if x > 0 else "> -$0.01"
+    return f"${x:,.2f}" if x > 0 else f"-${-x:,.2f}"
+
+
+def eps_text(sensors: Sequence[str], params: PlanParameters) -> str:
+    """The tolerance in force: ``eps 0.5``, or with one eps per unit group
+    ``eps degC 1, % 5, Wh 80`` (never the unused single eps)."""
+    if not params.eps_by_sensor:
+        return f"eps {params.eps:g}"
+    given = dict(params.eps_by_sensor)
+    return eps_summary(sensors, [given.get(s, params.eps) for s in sensors], params.units)
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:

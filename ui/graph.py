@@ -137,7 +137,7 @@ def cluster_layout(corr: np.ndarray, labels: np.ndarray) -> np.ndarray:
     ids = sorted(set(labels.tolist()), key=lambda c: (-int((labels == c).sum()), c))
     cols = int(np.ceil(np.sqrt(len(ids))))
     sizes = [int((labels == c).sum()) for c in ids]
-    cell = 2.2 * _radius(max(sizes)) + 1.0
+    cell = 2.2 * _radius(max(sizes)) + 5.0  # room for the names written outwards
     pos = np.zeros((n, 2))
     for g, c in enumerate(ids):
         members = sorted(np.flatnonzero(labels == c).tolist(), key=lambda i: rank[i])
@@ -170,7 +170,7 @@ RING_MAX = 24  # a cluster this small sits on a ring (room for names); larger: a
 def _radius(m: int) -> float:
     if m == 1:
         return 0.0
-    return max(0.5 * np.sqrt(m), 0.16 * m) if m <= RING_MAX else 0.5 * np.sqrt(m)
+    return max(0.5 * np.sqrt(m), 0.24 * m) if m <= RING_MAX else 0.5 * np.sqrt(m)
 
 
 def _disc(m: int) -> np.ndarray:
@@ -221,7 +221,81 @@ def _edge_traces(
     return traces
 
 
-def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool) -> go.Scatter:
+def label_positions(pos: np.ndarray, labels: np.ndarray) -> list[str]:
+    """Where each node's name goes: away from its cluster's centre (right of a node on
+    the right of its ring, left of one on the left, above or below the others), so
+    neighbours on a ring write their names apart instead of over each other."""
+    out = []
+    for i in range(len(pos)):
+        members = labels == labels[i]
+        dx, dy = pos[i] - pos[members].mean(axis=0)
+        norm = float(np.hypot(dx, dy))
+        if norm < 1e-9:  # a cluster of one
+            out.append("bottom center")
+        elif dx / norm > 0.38:
+            out.append("middle right")
+        elif dx / norm < -0.38:
+            out.append("middle left")
+        else:
+            out.append("top center" if dy > 0 else "bottom center")
+    return out
+
+
+CHAR_PX, LINE_PX, GAP_PX = 5.6, 12.0, 7.0  # a 9-px name: width per character, height
+PLOT_PX = (640.0, 450.0)  # the smallest plot area the page draws in (a 1024 px window)
+MARKER_PX = 5.0  # half the size of a node, as an obstacle for other nodes' names
+Box = tuple[float, float, float, float]  # x0, x1, y0, y1 in pixels
+
+
+def _label_box(x: float, y: float, text: str, where: str, size: float = 9.0) -> Box:
+    w, h = CHAR_PX * size / 9.0 * len(text), LINE_PX * size / 9.0
+    if where == "middle right":
+        return (x + GAP_PX, x + GAP_PX + w, y - h / 2, y + h / 2)
+    if where == "middle left":
+        return (x - GAP_PX - w, x - GAP_PX, y - h / 2, y + h / 2)
+    if where == "top center":
+        return (x - w / 2, x + w / 2, y + GAP_PX, y + GAP_PX + h)
+    return (x - w / 2, x + w / 2, y - GAP_PX - h, y - GAP_PX)
+
+
+def _overlaps(a: Box, b: Box) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def visible_labels(
+    names: list[str],
+    pos: np.ndarray,
+    where: list[str],
+    order: list[int],
+    px_per_unit: float,
+    taken: list[Box] = (),  # type: ignore[assignment]
+) -> set[int]:
+    """The nodes whose names are written: in ``order`` (backed-up first), each name that
+    would cover one already written, another node or a box in ``taken`` is left to the
+    hover."""
+    placed, shown = list(taken), set()
+    px = pos * px_per_unit
+    r = MARKER_PX
+    markers = [(float(x) - r, float(x) + r, float(y) - r, float(y) + r) for x, y in px]
+    for i in order:
+        box = _label_box(float(px[i, 0]), float(px[i, 1]), names[i], where[i])
+        others = (m for j, m in enumerate(markers) if j != i)
+        if not any(_overlaps(box, other) for other in placed) and not any(
+            _overlaps(box, m) for m in others
+        ):
+            placed.append(box)
+            shown.add(i)
+    return shown
+
+
+def _node_trace(
+    plan: BackupPlan,
+    pos: np.ndarray,
+    idx: np.ndarray,
+    backup: bool,
+    where: list[str],
+    shown: set[int],
+) -> go.Scatter:
     """Stars for backed-up sensors; circles coloured by var / target for the others."""
     ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
     small = len(plan.sensors) > 60
@@ -239,16 +313,14 @@ def _node_trace(plan: BackupPlan, pos: np.ndarray, idx: np.ndarray, backup: bool
         }
     )
     hover = _hover(plan)
-    # Every name fits up to 40 sensors; beyond that only the backed-up ones are named
-    # (the rest on hover), offset so a label never covers its star.
-    n_backup = len(plan.backup_sensors)
-    labelled = len(plan.sensors) <= LABEL_ALL_N or (backup and n_backup <= LABEL_ALL_N)
+    # Names are written where they cover no other name (``visible_labels``); the rest,
+    # and every name beyond 40 sensors but the backed-up ones, are on hover.
     return go.Scatter(
         x=pos[idx, 0],
         y=pos[idx, 1],
-        mode="markers+text" if labelled else "markers",
-        text=[plan.sensors[i] for i in idx],
-        textposition="bottom center" if backup else "top center",
+        mode="markers+text" if any(i in shown for i in idx) else "markers",
+        text=[plan.sensors[i] if i in shown else "" for i in idx],
+        textposition=[where[i] for i in idx],
         textfont={"size": 9, "color": BACKUP_COLOUR if backup else "#333"},
         hovertext=[hover[i] for i in idx],
         hoverinfo="text",
@@ -265,13 +337,34 @@ def graph_figure(
     pos = cluster_layout(corr, labels)
     fig = go.Figure(_edge_traces(pos, corr, edges, edge_label))
     backup = np.array([s in plan.backup_sensors for s in plan.sensors])
+    where = label_positions(pos, labels)
+    # room beyond the outermost nodes for names written outwards (plotly's autorange
+    # fits the markers, not their text)
+    (x0, y0), (x1, y1) = pos.min(axis=0), pos.max(axis=0)
+    widest = CHAR_PX * max(len(s) for s in plan.sensors) + GAP_PX  # pixels
+    pad, yr = 2.2, (y0 - 0.8, y1 + 0.9)
+    for _ in range(3):  # the pad in units depends on the scale, the scale on the pad
+        xr = (x0 - pad, x1 + pad)
+        scale = min(PLOT_PX[0] / (xr[1] - xr[0]), PLOT_PX[1] / (yr[1] - yr[0]))
+        pad = max(0.8, widest / scale)
+    xr = (x0 - pad, x1 + pad)
+    scale = min(PLOT_PX[0] / (xr[1] - xr[0]), PLOT_PX[1] / (yr[1] - yr[0]))
+    fig.update_xaxes(visible=False, range=list(xr))
+    fig.update_yaxes(visible=False, scaleanchor="x", range=list(yr))
+    captions = cluster_names(plan.sensors, labels, pos)
+    taken = [_label_box(x * scale, y * scale - GAP_PX, t, "top center", 11.0)
+             for t, (x, y) in captions]  # fmt: skip
+    n = len(plan.sensors)
+    order = [i for i in range(n) if backup[i]] + [i for i in range(n) if not backup[i]]
+    if n > LABEL_ALL_N:  # beyond 40 sensors only the backed-up ones are named
+        order = [i for i in order if backup[i]][:LABEL_ALL_N]
+    shown = visible_labels(list(plan.sensors), pos, where, order, scale, taken)
     for is_backup in (False, True):
-        fig.add_trace(_node_trace(plan, pos, np.flatnonzero(backup == is_backup), is_backup))
-    for text, (x, y) in cluster_names(plan.sensors, labels, pos):
+        idx = np.flatnonzero(backup == is_backup)
+        fig.add_trace(_node_trace(plan, pos, idx, is_backup, where, shown))
+    for text, (x, y) in captions:
         fig.add_annotation(x=x, y=y, text=text, showarrow=False, yanchor="bottom",
                            font={"size": 11, "color": "#555"})  # fmt: skip
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, scaleanchor="x")
     title = (
         f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars), "
         f"{labels.max() + 1} clusters"

@@ -294,10 +294,12 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         **QUIET,
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
+    worst = s.shadow_worst
+    counted = f"{worst[0]}: {worst[1]:,} of {worst[2]:,} windows" if worst else "no window yet"
     c[5].metric(
-        "Shadow miss rate",
+        "Shadow miss rate, worst sensor",
         pct(s.shadow_worst_rate),
-        f"worst; delta {delta:g}",
+        f"{counted}; delta {delta:g}",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee.",
@@ -307,8 +309,8 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         done = feed.readings / feed.total_readings
         st.progress(
             min(1.0, done),
-            text=f"feed: {feed.readings:,} of {feed.total_readings:,} "
-            f"readings replayed" + (" (done)" if feed.done else ""),
+            text=f"feed: {feed.readings:,} of {feed.total_readings:,} readings replayed"
+            + (" (stopped)" if feed.stopped else " (done)" if feed.done else ""),
         )
     if s.last_error:
         show = {"failed": st.warning, "error": st.error}.get(s.state, st.info)
@@ -327,8 +329,14 @@ def plan_versions(s: PipelineStatus) -> None:
     horizon = f"{s.rows_under_plan} of {s.replan_every_rows} rows" if s.replan_every_rows else ""
     c = st.columns(4)
     c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
-    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
-                f"worst; {mine.get('windows', 0)} windows", **QUIET)  # fmt: skip
+    counted = (
+        f"{mine['worst_sensor']}: {mine.get('worst_misses', 0):,} of "
+        f"{mine.get('worst_windows', 0):,} windows"
+        if mine.get("worst_sensor")
+        else "no window yet"
+    )
+    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")), counted,
+                **QUIET)  # fmt: skip
     c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
                 f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
     c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")
@@ -342,9 +350,15 @@ def plan_versions(s: PipelineStatus) -> None:
         st.caption(f"{len(rows)} plan versions (newest first): what each changed and why")
         table = pd.DataFrame(rows[::-1])
         table["miss rate (worst)"] = [
-            s.shadow_by_version.get(r["id"], {}).get("worst_rate") for r in rows[::-1]
+            pct(s.shadow_by_version.get(r["id"], {}).get("worst_rate")) for r in rows[::-1]
         ]
+        for name in table.columns[table.isna().any()]:  # None reads as "None": say nothing
+            table[name] = ["" if _missing(v) else str(v) for v in table[name]]
         st.dataframe(table, hide_index=True)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
 
 def status_panel(delta: float) -> None:

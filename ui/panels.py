@@ -14,15 +14,21 @@ from collections.abc import Iterator
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from engine.data.units import eps_summary
 from engine.errors import EngineError
 from engine.planning import BackupPlan, PlanParameters
 from engine.planning.verdict import VERDICT_TEST
 from ui import background, plans, resources, state
-from ui.format import format_percent
+from ui.format import eps_text, format_percent
 from ui.plans import PlanningData
 
 PREVIEW_LABEL = "preview, not yet backtested"
+# The verdict's three states at a glance: holds, not enough evidence, fails.
+VERDICT_STYLE = {
+    "holds": st.success,
+    "unsettled": st.warning,
+    "fails": st.error,
+    "not measured": st.warning,
+}
 QUIET = {"delta_color": "off", "delta_arrow": "off"}  # a metric's delta as plain context
 
 
@@ -100,7 +106,8 @@ def live_line(plan: BackupPlan) -> None:
     p = plan.parameters
     st.info(
         f"Plan of record: the live pipeline's plan (version {status.plan_version}, "
-        f"{len(plan.backup_sensors)} of {len(plan.sensors)} sensors backed up; eps {p.eps:g}, "
+        f"{len(plan.backup_sensors)} of {len(plan.sensors)} sensors backed up; "
+        f"{eps_text(plan.sensors, p)}, "
         f"delta {p.delta:g}, window {p.window}). Every page shows this plan while the "
         "pipeline runs; the Live page lists its versions and why each changed. Stop the "
         "pipeline to tune a new one."
@@ -206,29 +213,20 @@ def paper_warning(data: PlanningData) -> None:
 def status_line(plan: BackupPlan) -> None:
     """One line saying whether the figures below are measured."""
     p = plan.parameters
-    eps = (
-        eps_summary(plan.sensors, plan.eps_per_sensor, p.units)
-        if p.eps_by_sensor
-        else f"eps {p.eps:g}"
-    )
+    eps = eps_text(plan.sensors, p)
     what = (
         f"{eps}, delta {p.delta:g}, window {p.window}, slide {p.effective_slide}, "
         f"{p.aggregate}, {p.method}"
     )
     if plan.measured and plan.backtest is not None:
         bt = plan.backtest
-        verdict = bt.verdict(p.delta)
+        verdict = bt.assess(p.delta)
         text = (
             f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds, each plan kept "
             f"for its horizon of {bt.step} rows and every window in it scored, misses counted "
             f"where a sensor was rebuilt): {what}. "
         )
-        if verdict.startswith("DOES NOT HOLD"):
-            st.error(text + f"Verdict: {verdict}. Loosen eps, widen delta or add history.")
-        elif verdict.startswith("holds:"):
-            st.success(text + f"Verdict: {verdict}.")
-        else:
-            st.warning(text + f"Verdict: {verdict}.")
+        VERDICT_STYLE[verdict.state](text + f"**Verdict: {verdict.sentence()}.**")
     elif plan.backtest is not None:
         st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
     else:
@@ -254,32 +252,32 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
     p, bt = plan.parameters, plan.backtest
     if not (plan.measured and bt is not None):
         reason = "not run yet" if bt is None else f"could not be computed: {bt.note}"
-        left.metric("Backtest rate, worst", "not run" if bt is None else "n/a")
-        right.metric("Backtest rate, mean", "not run" if bt is None else "n/a")
+        left.metric("Backtest rate, worst sensor", "not run" if bt is None else "n/a")
+        right.metric("Backtest rate, pooled", "not run" if bt is None else "n/a")
         st.caption(
             f"Backtest {reason}: the model's probability alone is not a guarantee "
             "(it assumes errors independent over time), so treat this as a projection."
         )
         return
+    misses, rebuilt = bt.worst_counts
     left.metric(
-        "Backtest rate, worst",
+        "Backtest rate, worst sensor",
         pct(bt.violation_rate_worst_sensor),
-        f"target delta {pct(p.delta, 1)}",
+        f"{misses:,} of {rebuilt:,} rebuilt windows; delta {pct(p.delta, 1)}",
         **QUIET,
-        help=f"Worst sensor: {bt.worst_sensor}, over the windows where it was rebuilt; "
-        f"95 % upper bound holding for all sensors at once (Bonferroni) "
+        help=f"Worst sensor: {bt.worst_sensor or 'none rebuilt'}, over the windows where it "
+        f"was rebuilt; 95 % upper bound holding for all sensors at once (Bonferroni) "
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}.",
     )
     right.metric(
-        "Backtest rate, mean",
+        "Backtest rate, pooled",
         pct(bt.violation_rate_mean),
-        f"{bt.n_folds} folds, {bt.windows} windows",
+        f"of {bt.windows:,} rebuilt windows, {bt.n_folds} folds",
         **QUIET,
     )
     st.caption(
-        f"Measured over rebuilt windows: pooled {pct(bt.violation_rate_mean)}; the worst "
-        f"sensor ({bt.worst_sensor}) missed eps in {pct(bt.violation_rate_worst_sensor)} of the "
-        f"windows where it was rebuilt (95 % upper bound over all sensors "
+        f"Measured over rebuilt windows: pooled {bt.pooled_label()}; worst sensor: "
+        f"{bt.worst_label()} (95 % upper bound over all sensors "
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}; over all its windows, counting backed-up "
         f"ones as hits, {pct(bt.violation_rate_worst_sensor_all_windows)}) against the target "
         f"delta = {p.delta:g}. Test: {VERDICT_TEST}. The model alone claims "

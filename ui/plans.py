@@ -289,11 +289,18 @@ MEASURED_EPS_FACTORS: tuple[float, ...] = (0.5, 0.7, 1.0, 1.4, 2.0)
 class MeasuredPoint:
     """A backtest at one eps: the measured trade-off (greedy selection)."""
 
-    eps: float
+    eps: float  # the single eps (with per-sensor eps: the plan's eps times ``factor``)
+    factor: float  # the eps (every sensor's) as a multiple of the plan's own
     backup_fraction: float  # mean over the backtest's folds
     miss_worst: float  # worst sensor's violation rate
     miss_worst_ucb95: float
     miss_mean: float
+
+
+def scaled_parameters(params: PlanParameters, factor: float) -> PlanParameters:
+    """``params`` with eps, and every sensor's eps when set per sensor, times ``factor``."""
+    per = tuple((s, e * factor) for s, e in params.eps_by_sensor)
+    return replace(params, eps=float(params.eps * factor), eps_by_sensor=per)
 
 
 def _measured_whatif_key(data: PlanningData, params: PlanParameters) -> tuple:
@@ -311,22 +318,23 @@ def measure_whatif(
 ) -> tuple[MeasuredPoint, ...]:
     """Backtest the plan at eps x ``MEASURED_EPS_FACTORS`` (slow: run in the background).
 
-    The paper method never drives these: they use greedy (exact stays exact).
+    The paper method never drives these: they use greedy (exact stays exact). With
+    per-sensor eps (one per unit group) every sensor's eps moves by the factor.
     """
     method = "greedy" if params.method == "paper" else params.method
     points = []
     k = len(MEASURED_EPS_FACTORS)
     for i, factor in enumerate(MEASURED_EPS_FACTORS):
-        p = replace(params, eps=float(params.eps * factor), method=method)
+        p = scaled_parameters(replace(params, method=method), factor)
 
-        def step(fraction: float, message: str, i: int = i, eps: float = p.eps) -> None:
-            progress((i + fraction) / k, f"eps {eps:.3g} ({i + 1} of {k}): {message}")
+        def step(fraction: float, message: str, i: int = i, f: float = factor) -> None:
+            progress((i + fraction) / k, f"eps x {f:g} ({i + 1} of {k}): {message}")
 
         bt = measure_plan(data, p, cache, step).backtest
         if bt is None or not bt.n_folds:
             continue
         point = MeasuredPoint(
-            p.eps, bt.backup_fraction_mean, bt.violation_rate_worst_sensor,
+            p.eps, factor, bt.backup_fraction_mean, bt.violation_rate_worst_sensor,
             bt.violation_rate_worst_sensor_ucb95, bt.violation_rate_mean,
         )  # fmt: skip
         points.append(point)

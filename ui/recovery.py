@@ -128,6 +128,20 @@ def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def display_modes(table: pd.DataFrame) -> pd.DataFrame:
+    """The mode table as people read it: a figure a mode has not measured says so."""
+    shown = table.astype(object)
+    for name in ("backup rows", "max abs error", "violation rate", "recovery s"):
+        shown[name] = [
+            "not run" if v is None or (isinstance(v, float) and np.isnan(v)) else v
+            for v in table[name]
+        ]
+    shown["violation rate"] = [
+        pct(v) if isinstance(v, float) else v for v in shown["violation rate"]
+    ]
+    return shown
+
+
 def pipeline_inputs(
     report: RecoveryReport, history: SensorHistory, plan: BackupPlan
 ) -> tuple[SensorHistory, BackupPlan] | None:
@@ -177,9 +191,16 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
     frame = recovery_frame(history, report, sensor)
     span = lost_span(history, report)
     st.plotly_chart(charts.recovery_chart(frame, sensor, span, report.eps_for(sensor)))
+    errors = rebuilt_errors(report)
+    if not rebuilt or not errors.size:  # empty charts on a -1..4 axis said nothing
+        st.info(
+            f"Every sensor was backed up in mode {report.mode}: nothing was rebuilt, so there "
+            "is no rebuild error to chart (the recovered windows are exact)."
+        )
+        return
     left, right = st.columns(2)
     threshold = 1.0 if report.eps_by_sensor else report.eps  # per-sensor: in eps units
-    left.plotly_chart(charts.error_histogram(rebuilt_errors(report), threshold))
+    left.plotly_chart(charts.error_histogram(errors, threshold))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
     windows = plural(report.windows_recovered, "recovered window")
     title = f"Violation rate per rebuilt sensor ({windows})"
@@ -230,7 +251,7 @@ def recovery_section(
         )
     st.subheader("approx vs full vs none")
     table = mode_table(plan, report)
-    st.dataframe(table, hide_index=True)
+    st.dataframe(display_modes(table), hide_index=True)
     st.plotly_chart(charts.mode_bars(table))
     st.caption(
         "Measured rows come from runs of this plan in that mode; run the pipeline in "

@@ -1,4 +1,5 @@
-"""Savings figures: the plan against full checkpointing and no backup, at fleet scale."""
+"""The Plan page's tables: each sensor's status, and what backup costs at fleet scale
+(full backup against the crash and range contracts and no backup; ``engine.costs``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from engine.data.units import eps_summary
+from engine.costs import REPLAN_SOURCE, CostReport, where_it_pays
 from engine.planning import BackupPlan
 from ui import resources
-from ui.fleet import PRICE_SOURCE, FleetSpec, fleet_table
-from ui.format import format_money, format_percent, format_quantity
+from ui.format import eps_text, format_money, format_percent, format_quantity
 from ui.panels import QUIET
 
 TABLE_FORMAT = {
@@ -33,10 +33,6 @@ TABLE_FORMAT = {
     "variance target": None,
 }
 VARIANCE_COLUMNS = ["sensor", "conditional variance", "variance target"]
-FLEET_FORMAT = {
-    name: st.column_config.TextColumn(width="small")
-    for name in ("sensors persisted", "readings per month", "storage held", "$ per month")
-}
 
 
 def measured_bytes_per_reading() -> float | None:
@@ -47,46 +43,97 @@ def measured_bytes_per_reading() -> float | None:
 
 def quality(plan: BackupPlan) -> str:
     bt, p = plan.backtest, plan.parameters
-    eps = (
-        eps_summary(plan.sensors, plan.eps_per_sensor, p.units).replace("eps ", "eps (", 1) + ")"
-        if p.eps_by_sensor
-        else f"eps {p.eps:g}"
-    )
+    eps = eps_text(plan.sensors, p)
     if plan.measured and bt is not None:
-        return f"{format_percent(bt.violation_rate_worst_sensor)} of windows miss {eps} (measured)"
+        return f"{eps}, measured: worst sensor {bt.worst_label()}; pooled {bt.pooled_label()}"
     return f"within {eps} by the model (not backtested)"
 
 
-def metrics(plan: BackupPlan, fleet: FleetSpec) -> None:
-    f = plan.backup_fraction
-    full, mine = fleet.cost_per_month(1.0), fleet.cost_per_month(f)
+STRATEGY_OUTCOME = {
+    "full backup": "exact",
+    "crash": "a failure loses at most one micro-batch, rebuilt within eps",
+    "no backup": "lost windows stay lost",
+}
+
+
+def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
+    """One row per strategy: what it persists, holds and writes, and each line of its bill."""
+    full = report.full
+    rows = []
+    strategies = [full, report.contracts["crash"], report.contracts["range"], report.none]
+    for cost in strategies:
+        label = f"{cost.name} contract" if cost.name in report.contracts else cost.name
+        outcome = quality(plan) if cost.name == "range" else STRATEGY_OUTCOME[cost.name]
+        rows.append(
+            {
+                "strategy": label,
+                "readings persisted": format_percent(cost.fraction, 1),
+                "storage held": format_quantity(cost.stored_gb * 1e9, "B"),
+                "write bandwidth": format_quantity(cost.write_mb_per_s * 1e6, "B/s"),
+                "PUTs a month": format_quantity(cost.files_per_month),
+                "executors": format_quantity(report.executors(cost)),
+                **{f"$ {k}": format_money(v) for k, v in cost.lines().items()},
+                "$ a month": format_money(cost.total),
+                "saved": format_money(full.total - cost.total),
+                "after a failure": outcome,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def cost_metrics(report: CostReport) -> None:
+    """Full backup's bill, each contract's and what it saves, and the break-even."""
     c = st.columns(4)
-    c[0].metric(
-        "Readings persisted per month",
-        format_quantity(fleet.readings_per_month(f)),
-        f"of {format_quantity(fleet.readings_per_month(1.0))} ({format_percent(f, 1)})",
-        **QUIET,
-    )
-    c[1].metric(
-        "Storage held",
-        format_quantity(fleet.stored_bytes(f), "B"),
-        f"full: {format_quantity(fleet.stored_bytes(1.0), 'B')}",
-        **QUIET,
-    )
-    c[2].metric("Cost per month: plan", format_money(mine))
+    c[0].metric("Full backup, per month", format_money(report.full.total))
+    for col, name in zip(c[1:3], ("range", "crash"), strict=True):
+        saving = report.saving(name)
+        col.metric(
+            f"{name.capitalize()} contract, per month",
+            format_money(report.contracts[name].total),
+            f"{format_money(saving)} saved" if saving >= 0 else f"{format_money(-saving)} more",
+            **QUIET,
+        )
+    even = report.break_even["range"].sensors_per_site
     c[3].metric(
-        "Cost per month: full backup", format_money(full), f"{format_money(full - mine)} saved",
+        "Break-even (range)",
+        "never" if math.isinf(even) else f"{math.ceil(even):,} sensors/site",
+        f"at {report.inputs.fleet.interval_s:g} s per reading",
         **QUIET,
-    )  # fmt: skip
-    st.caption(
-        f"{fleet.sensors:,} sensors ({fleet.sensors_per_site:,} per site x {fleet.sites:,} "
-        f"sites) every {fleet.interval_s:g} s, {fleet.retention_days:g} days kept, "
-        f"{fleet.bytes_per_reading:g} B per reading. Price: {PRICE_SOURCE}."
+        help="Sensors per site at which the saving equals what Lacuna itself costs "
+        "(its shadow check, a re-plan per site and horizon).",
     )
 
 
-def comparison(plan: BackupPlan, fleet: FleetSpec):  # type: ignore[no-untyped-def]
-    return fleet_table(fleet, plan.backup_fraction, quality(plan))
+def recovery_line(report: CostReport) -> str:
+    """How long a lost micro-batch and a lost day take to rebuild, Lacuna against full."""
+    batch, day = report.recovery_batch_s, report.recovery_day_s
+    return (
+        f"Recovery (one process, {report.inputs.recovery.source}): a lost micro-batch "
+        f"({format_quantity(report.readings_per_batch)} readings) takes "
+        f"{format_quantity(batch['lacuna'], 's')} from Lacuna's backup, "
+        f"{format_quantity(batch['full'], 's')} from a full one; a lost day "
+        f"{format_quantity(day['lacuna'], 's')} against {format_quantity(day['full'], 's')}."
+    )
+
+
+def cost_section(report: CostReport, plan: BackupPlan) -> None:
+    """The cost model's answer: metrics, where it pays, the bill by line, recovery, sources."""
+    cost_metrics(report)
+    lines = where_it_pays(report, "range")
+    show = st.success if report.saving("range") > 0 else st.warning
+    show("\n\n".join(lines))
+    st.dataframe(cost_table(report, plan), hide_index=True)
+    inputs = report.inputs
+    executors = report.executors(report.full)
+    st.caption(
+        f"A full backup takes {format_percent(report.full_backup_share)} of the job's core "
+        f"time ({format_quantity(executors)} executors of "
+        f"{inputs.compute.cores_per_executor} cores at this fleet's rate). " + recovery_line(report)
+    )
+    st.caption(
+        f"Sources. Store: {inputs.store.source}. Compute rates: {inputs.rates.source}. "
+        f"Executors: {inputs.compute.source}. Re-plans: {REPLAN_SOURCE}."
+    )
 
 
 def display_table(rows: list[dict]) -> pd.DataFrame:  # type: ignore[type-arg]

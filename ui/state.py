@@ -19,6 +19,7 @@ from engine.data import SensorHistory
 from engine.errors import EngineError
 from engine.planning import PlanParameters
 from ui import resources, session_store
+from ui.format import eps_text
 from ui.plans import PlanningData
 from ui.session_store import SavedSession
 
@@ -95,7 +96,8 @@ def restore_session() -> bool:
     st.session_state[PARAMS] = saved.params
     st.session_state[RESTORE_NOTE] = (
         f"Restored the last session: {saved.name}, {len(chosen)} sensors, "
-        f"eps {saved.params.eps:g}, delta {saved.params.delta:g}, window {saved.params.window}."
+        f"{eps_text(chosen or history.sensors, saved.params)}, delta {saved.params.delta:g}, "
+        f"window {saved.params.window}."
     )
     return True
 

@@ -48,15 +48,21 @@ def _start(data: PlanningData, params: PlanParameters) -> None:
     )
 
 
-def measured_table(points: tuple[MeasuredPoint, ...], current: float) -> pd.DataFrame:
+def measured_table(points: tuple[MeasuredPoint, ...], params: PlanParameters) -> pd.DataFrame:
+    """One row per measured eps; with one eps per unit group the row says the factor
+    every group's eps was multiplied by (1 is the plan shown), not a single eps."""
+    per_unit = bool(params.eps_by_sensor)
     return pd.DataFrame(
         [
             {
-                "eps": f"{m.eps:.3g}" + (" (now)" if abs(m.eps - current) < 1e-12 else ""),
+                ("eps factor" if per_unit else "eps"): (
+                    f"x {m.factor:g}" if per_unit else f"{m.eps:.3g}"
+                )
+                + (" (now)" if abs(m.factor - 1.0) < 1e-12 else ""),
                 "backed up (mean)": format_percent(m.backup_fraction),
-                "worst miss": format_percent(m.miss_worst),
+                "worst sensor miss": format_percent(m.miss_worst),
                 "95 % bound": format_percent(m.miss_worst_ucb95),
-                "mean miss": format_percent(m.miss_mean),
+                "pooled miss": format_percent(m.miss_mean),
             }
             for m in points
         ]
@@ -83,6 +89,9 @@ def measured_section(
         background.job_panel(key, "Measuring the trade-off")
         return
     left, right = st.columns(2)
-    series = [(m.eps, m.miss_worst, m.miss_worst_ucb95) for m in points]
-    left.plotly_chart(charts.measured_miss_chart(series, params.eps, params.delta))
-    right.dataframe(measured_table(points, params.eps), hide_index=True)
+    per_unit = bool(params.eps_by_sensor)
+    series = [(m.factor if per_unit else m.eps, m.miss_worst, m.miss_worst_ucb95) for m in points]
+    label = "eps factor (all unit groups)" if per_unit else "eps"
+    now = 1.0 if per_unit else params.eps
+    left.plotly_chart(charts.measured_miss_chart(series, now, params.delta, label))
+    right.dataframe(measured_table(points, params), hide_index=True)

@@ -19,7 +19,6 @@ from engine.errors import EngineError
 from engine.planning import PlanParameters
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from ui import state
-from ui.fleet import DEFAULT_PRICE, PRICE_SOURCE, FleetSpec
 
 EXACT_MAX_N = 20
 DELTAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -188,14 +187,22 @@ def parameter_widgets(
     p = state.params()
     _seed_parameters(p, n_sensors)
     c1, c2, c3 = st.columns(3)
-    eps = c1.number_input(
-        "eps: tolerance (unit of the aggregate)" if single_eps else "eps: set per unit below",
-        min_value=1e-6,
-        step=0.1,
-        format="%.3g",
-        key="w_eps",
-        disabled=not single_eps,
-    )
+    if single_eps:
+        eps = c1.number_input(
+            "eps: tolerance (unit of the aggregate)",
+            min_value=1e-6,
+            step=0.1,
+            format="%.3g",
+            key="w_eps",
+        )
+    else:  # the single eps is not in force: never show its stale value
+        c1.text_input(
+            "eps: tolerance (unit of the aggregate)",
+            "one eps per unit group, below",
+            disabled=True,
+            key="w_eps_per_unit_note",
+        )
+        eps = p.eps
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
     agg = c3.selectbox("Aggregate", AGGREGATE_NAMES, key="w_agg")
     c4, c5, c6 = st.columns(3)
@@ -232,39 +239,3 @@ def auto_backtest_toggle() -> bool:
     )
     st.session_state[state.AUTO_BACKTEST] = bool(value)
     return bool(value)
-
-
-def fleet_inputs(plan_sensors: int, interval_s: float, measured_bytes: float | None) -> FleetSpec:
-    """Fleet size, sampling, retention, price and bytes per reading -> ``FleetSpec``.
-
-    Defaults: this plan's sensors at one site, the data's sampling interval, 30 days,
-    the documented object-store price, the live pipeline's measured bytes per reading
-    when it has written any (else 16: an 8-byte time and an 8-byte value).
-    """
-    c = st.columns(3)
-    per_site = c[0].number_input(
-        "Sensors per site", min_value=1, value=int(plan_sensors), step=1, key="w_fleet_sensors"
-    )
-    sites = c[1].number_input("Sites", min_value=1, value=1, step=1, key="w_fleet_sites")
-    interval = c[2].number_input(
-        "Sampling interval (s)", min_value=0.001, value=float(interval_s), key="w_fleet_interval"
-    )
-    c = st.columns(3)
-    days = c[0].number_input(
-        "Retention (days of backup kept)", min_value=1, value=30, step=1, key="w_retention"
-    )
-    price = c[1].number_input(
-        "Storage price ($ per GB-month)", min_value=0.0, value=DEFAULT_PRICE, step=0.001,
-        format="%.4f", key="w_price", help=PRICE_SOURCE,
-    )  # fmt: skip
-    size = c[2].number_input(
-        "Bytes per stored reading",
-        min_value=1.0,
-        value=float(round(measured_bytes, 1)) if measured_bytes else 16.0,
-        step=1.0,
-        key="w_bytes",
-        help="Measured by the live pipeline (its Parquet backup) when it has run; else 8-byte "
-        "timestamp + 8-byte value.",
-    )
-    return FleetSpec(int(per_site), int(sites), float(interval), float(days), float(price),
-                     float(size))  # fmt: skip

@@ -149,7 +149,24 @@ def read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         raise DataError(f"{path.name}: cannot read Parquet: {_duckdb_message(err)}") from err
 
 
+_RAGGED = re.compile(
+    r"Line: (?P<line>\d+).*?Expected Number of Columns: (?P<want>\d+) Found: (?P<got>\d+)",
+    re.DOTALL,
+)
+
+
 def _duckdb_message(err: duckdb.Error) -> str:
+    """DuckDB's reason in words an operator reads: a row with more or fewer fields than
+    the header is said as such (prose or a note saved as .csv reads so), else its first
+    line and the expectation it states."""
+    ragged = _RAGGED.search(str(err))
+    if ragged is not None:
+        line, want, got = ragged["line"], int(ragged["want"]), int(ragged["got"])
+        what = (
+            "this does not look like a table of readings (a header line of column names, "
+            "then one line per time with as many comma-separated fields)"
+        )
+        return f"line {line} has {got} field(s) where the header line has {want}: {what}"
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     head = lines[0].split("Error: ", 1)[-1] if lines else type(err).__name__
     return "; ".join([head] + [ln for ln in lines[1:] if ln.startswith("Expected")])

@@ -7,7 +7,8 @@ the units are, so they are *guessed* from the column names (an explicit unit
 suffix such as ``_degC``, ``_hPa``, ``_mg_m3``; else a known quantity such as
 ``TEMP``, ``PM2.5``, ``PRES``) and the operator may correct any guess with a
 column-to-unit mapping. A column with nothing recognisable gets a group of its
-own name pattern (``unknown:<quantity>``), never silently a known unit.
+own name pattern (``unknown:<quantity>``), never silently a known unit; columns
+named only by numbers share one group (``unknown:id``).
 """
 
 from __future__ import annotations
@@ -107,13 +108,17 @@ def _explicit_unit(tokens: list[str]) -> str | None:
     return None
 
 
+NUMBERED = "id"  # the pattern of names that are only numbers (detector ids)
+
+
 def _unknown_key(name: str, tokens: list[str]) -> str:
-    """The name pattern of a column with no recognisable unit: its last word without digits."""
+    """The name pattern of a column with no recognisable unit: its last word without
+    digits; names without a word (``773869``, ``12-04``) all share ``NUMBERED``."""
     words = [t for t in tokens if not any(c.isdigit() for c in t)]
     if words:
         return words[-1]
     stripped = re.sub(r"\d+", "", name).strip("_- ")
-    return stripped or name
+    return stripped if any(c.isalpha() for c in stripped) else NUMBERED
 
 
 def guess_unit(name: str) -> str:
@@ -122,7 +127,8 @@ def guess_unit(name: str) -> str:
     Returns a unit (``degC``, ``ug/m3``, ``hPa``, ...) or ``unknown:<pattern>``
     (``s07`` -> ``unknown:s``, ``Zone_1_Power_Consumption`` ->
     ``unknown:Consumption``), so columns with the same unrecognised pattern share
-    a group and different patterns do not.
+    a group and different patterns do not. Names that are only numbers (detector
+    ids such as ``773869``) are one group, ``unknown:id``.
     """
     tokens = _tokens(name)
     if not tokens:

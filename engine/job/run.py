@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,7 +49,10 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` 
 
 from engine.errors import EngineError, ParameterError, PipelineError
 
-PROGRESS_KEYS = ("batchId", "numInputRows", "processedRowsPerSecond", "durationMs")
+# Spark's numInputRows (and processedRowsPerSecond) count every scan of a batch, and the
+# job scans each batch twice (backup, partial aggregates): the progress line says the
+# readings the batch carried, as the job counted them, and their rate instead.
+PROGRESS_KEYS = ("batchId", "durationMs")
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,7 @@ def _run_query(
     )  # fmt: skip
     query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
     try:
-        _watch([query], stop, log)
+        _watch([query], stop, log, writer.batch_readings)
     finally:
         replanner.close()  # a re-plan still computing is given up: the next run plans again
     return JobReport(
@@ -317,7 +320,10 @@ def _check_local_paths(settings: JobSettings) -> None:
 
 
 def _watch(
-    queries: list[Any], stop: threading.Event, log: Callable[[dict[str, Any]], None]
+    queries: list[Any],
+    stop: threading.Event,
+    log: Callable[[dict[str, Any]], None],
+    readings: Mapping[int, int] | None = None,
 ) -> None:
     """Log each new progress; stop every query on ``stop``; raise if one failed.
 
@@ -335,24 +341,37 @@ def _watch(
                 # a failure is reported from q.exception() below, after every query stopped
                 with contextlib.suppress(StreamingQueryException):
                     q.awaitTermination(0.2)
-                _log_progress(q, seen, log)
+                _log_progress(q, seen, log, readings)
     finally:
         for q in queries:
             q.stop()
     for q in queries:
-        _log_progress(q, seen, log)
+        _log_progress(q, seen, log, readings)
         err = q.exception()
         if err is not None:
             raise PipelineError(f"query {q.name} failed: {query_failure_line(err)}")
 
 
-def _log_progress(q: Any, seen: dict[str, int], log: Callable[[dict], None]) -> None:
+def _log_progress(
+    q: Any,
+    seen: dict[str, int],
+    log: Callable[[dict], None],
+    readings: Mapping[int, int] | None = None,
+) -> None:
+    """One line per new micro-batch: its id, Spark's phase durations and the readings it
+    carried (``readings``: batch id -> the job's own count; None for a batch without)."""
     for progress in q.recentProgress:
         batch = int(progress["batchId"])
         if batch <= seen.get(q.name, -1):
             continue
         seen[q.name] = batch
         record = {k: progress.get(k) for k in PROGRESS_KEYS}
+        count = (readings or {}).get(batch)
+        seconds = float((progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1e3
+        record["readings"] = count
+        record["readings_per_second"] = (
+            round(count / seconds, 1) if count is not None and seconds > 0 else None
+        )
         log({"event": "progress", "query": q.name, **record})
 
 

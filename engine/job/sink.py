@@ -71,6 +71,7 @@ from engine.stream.readings import backup_rows
 Log = Callable[[dict[str, Any]], None]
 STATE_SUFFIX = ".arrow"
 MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
+KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -140,6 +141,8 @@ class BatchWriter:
         self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
         self._results_renamed = False
         self.landing = LandingWatch(self.source)
+        # readings of each recent micro-batch (the progress line's count; the last few only)
+        self.batch_readings: dict[int, int] = {}
 
     @property
     def plan_version(self) -> int:
@@ -463,6 +466,9 @@ class BatchWriter:
         )
         for key, add in adds:
             self.totals[key] += add
+        self.batch_readings[int(batch_id)] = readings
+        while len(self.batch_readings) > KEPT_BATCHES:
+            del self.batch_readings[min(self.batch_readings)]
         self.log({k: v for k, v in metrics.items() if k != "backup_files"})  # in the file
 
 

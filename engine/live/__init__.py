@@ -25,7 +25,7 @@ from engine.live.replanning import replanning_monitor
 from engine.live.simulate import simulate_from_cli
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.split import ReplaySplit, split_for_replay
-from engine.live.status import PipelineStatus
+from engine.live.status import PipelineStatus, Restore
 from engine.live.store import BackupStore
 from engine.live.versions import changes
 
@@ -44,6 +44,7 @@ __all__ = [
     "PipelineStatus",
     "RecoveryReport",
     "ReplaySplit",
+    "Restore",
     "StreamSpec",
     "changes",
     "find_leftovers",

@@ -110,7 +110,12 @@ class Feeder:
         self._sleep = sleep or (lambda seconds, event: event.wait(seconds) and None)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._progress = FeedProgress(total_readings=int(self.values.size))
+        # counted from the history's first row: a resumed feed goes on from what was fed
+        n = len(self.sensors)
+        total = np.asarray(history.times).shape[0] * n
+        self._progress = FeedProgress(
+            readings=self.first_seq * n, rows=self.first_seq, total_readings=int(total)
+        )
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last_mtime_ns = 0
@@ -182,7 +187,7 @@ class Feeder:
             previous = arrival
             self._publish(table, tmp)
         with self._lock:
-            self._progress = replace(self._progress, done=True)
+            self._progress = replace(self._progress, done=True, stopped=self._stop.is_set())
         return self._progress
 
     def _files(self) -> Iterator[tuple[pa.Table, np.datetime64]]:
@@ -232,7 +237,7 @@ class Feeder:
         self._last_mtime_ns = mtime
         self._file_no += 1
         seqs = table.column("seq").to_numpy()
-        whole_rows = int(seqs.max()) - self.first_seq + 1 if self.options.delays is None else 0
+        whole_rows = int(seqs.max()) + 1 if self.options.delays is None else 0
         with self._lock:
             p = self._progress
             self._progress = replace(

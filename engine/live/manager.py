@@ -48,7 +48,7 @@ from engine.live.spec import (
     align_history,
     check_mode,
 )
-from engine.live.status import PipelineStatus, StatusBoard
+from engine.live.status import PipelineStatus, Restore, StatusBoard
 from engine.live.store import BackupStore
 from engine.live.versions import PendingPlan, PlanVersion, read_versions
 from engine.live.views import ManagerViews
@@ -80,6 +80,7 @@ class PipelineManager(ManagerViews):
         self._config: RunConfig | None = None
         self._carry: PendingPlan | None = None
         self._owner: DirectoryLock | None = None
+        self._root: Any = None  # the directory the board's counters belong to
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -130,7 +131,7 @@ class PipelineManager(ManagerViews):
             feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays, start_row=first)
             feed = replace(feed, stop_row=stop_row) if stop_row is not None else feed
             self._spark = _spark(self.settings)
-            self.board = StatusBoard(self._now)
+            self.board = self._board_for(paths, action, len(spec.sensors))
             self._truth, self._stage_factory, self._recovery = truth, stage_factory, None
             self._carry = None
             self._config = RunConfig(
@@ -149,8 +150,49 @@ class PipelineManager(ManagerViews):
                 raise
             feeder = self._feeder
             self.board.watch_feed(lambda: feeder.progress().readings)
+            if action == "resume":
+                self._restored("resume", first, text=f"run {self._pipeline.run} resumed")
             self._feeder.start()
             return self.status()
+
+    def _board_for(self, paths: PipelinePaths, action: str, n_sensors: int) -> StatusBoard:
+        """The status board of a new run, or of a resumed one with its counters so far.
+
+        A run resumed in this process keeps its board: every counter, the shadow tallies
+        and the metrics history go on. Resumed by a new process, the board starts from
+        what the store holds (batches, backup rows and bytes, windows, readings up to
+        the last committed row); the shadow tallies of before live only in memory.
+        """
+        previous, store = self.board, self._require_store()
+        same = previous.snapshot().run == store.next_run() - 1 and self._root == paths.root
+        self._root = paths.root
+        if action == "resume" and same:
+            return previous
+        board = StatusBoard(self._now)
+        if action == "resume":
+            totals = store.totals()
+            board.add(
+                batches=totals["batches"],
+                backup_rows=totals["backup_rows"],
+                backup_bytes=totals["backup_bytes"],
+                windows_emitted=totals["windows"],
+                input_rows=(store.horizon() + 1) * n_sensors,
+            )
+        return board
+
+    def _restored(
+        self, kind: str, row: int, text: str, run: int | None = None, **details: Any
+    ) -> None:
+        """Count a recovery or resume of ``run`` (default: the run in force), keep it as
+        the latest restore, mark it on the metrics' time axis."""
+        snap = self.board.snapshot()
+        restore = Restore(
+            kind=kind, at=self._now().isoformat(), run=snap.run if run is None else run,
+            resumed_at_row=row, plan_version=snap.plan_version, **details,
+        )  # fmt: skip
+        self.board.record_restore(restore)
+        seconds, rows = details.get("seconds"), details.get("rows_read")
+        self.board.mark(kind, text, seconds=seconds, rows=rows)
 
     def _claim(self, paths: PipelinePaths, action: str, identity: dict[str, Any]) -> int:
         """Lock ``paths.root``, deal with leftovers, open the store; the first row to feed."""
@@ -291,6 +333,7 @@ class PipelineManager(ManagerViews):
             if self._failed_run is None:
                 raise PipelineError("nothing to recover: simulate a failure first")
             store, cfg = self._require_store(), self._require_config()
+            failed = self._failed_run
             self.board.update(state="recovering")
             t0 = self._clock()
             versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
@@ -305,9 +348,6 @@ class PipelineManager(ManagerViews):
                 outcome.rows_by_version, _stored_throughout(versions or [current], lost, cfg.mode),
             )  # fmt: skip
             rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
-            self.board.mark(
-                "recovery", f"{cfg.mode}: {rows} rebuilt", seconds=seconds, rows=outcome.rows_read
-            )
             # The restarted run must not fail again on its own.
             options = replace(cfg.options, fail_after_readings=None)
             self._config = replace(cfg, options=options)
@@ -317,6 +357,12 @@ class PipelineManager(ManagerViews):
             if self._carry is not None:
                 self._pipeline.queue(self._carry)
             self._failed_run, self._carry = None, None
+            self._restored(
+                "recovery", lost.last_row + 1, text=f"{cfg.mode}: {rows} rebuilt", run=failed,
+                lost_first_row=lost.first_row, lost_last_row=lost.last_row,
+                windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=outcome.rows_read,
+                seconds=seconds,
+            )  # fmt: skip
             return self.report()
 
     def drain(self, timeout: float = 600.0) -> PipelineStatus:

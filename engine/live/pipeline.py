@@ -54,7 +54,12 @@ from engine.live.status import StatusBoard
 from engine.live.store import BackupStore
 from engine.live.switching import PlanSwitching, _last_time
 from engine.live.versions import PendingPlan, PlanVersion
-from engine.stream.query_errors import FAILURE_MARK, SimulatedFailure, query_failure_line
+from engine.stream.query_errors import (
+    FAILURE_MARK,
+    QueryStopped,
+    SimulatedFailure,
+    query_failure_line,
+)
 from engine.stream.quiet import stopping
 from engine.stream.source import LandingDirSource, StreamSource
 
@@ -112,6 +117,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
         self._fail = threading.Event()
+        self._stopping = threading.Event()  # ``stop`` was called: an interrupted batch is no error
         self._let_through = 0  # batches processed since the failure was requested
         self._seed = seed
         self._state = seed or WindowState.empty(len(spec.sensors))
@@ -227,11 +233,13 @@ class LivePipeline(PlanSwitching, BatchReporting):
 
         In that order so Spark's listener bus never calls back into a Python side
         that a SIGTERM is tearing down (its failed call was logged with a stack);
-        the listener reacts only to a query that failed, not to one stopped. py4j's
-        record of the micro-batch the stop interrupts is expected and kept quiet
-        (``engine.stream.quiet``): that batch is not committed, the next run
-        replays it.
+        the listener reacts only to a query that failed, not to one stopped. The
+        micro-batch the stop interrupts raises ``QueryStopped`` (a short message
+        Spark reads as a stop: see ``engine.stream.query_errors``), and py4j's record
+        of it is kept quiet (``engine.stream.quiet``): that batch is not committed,
+        the next run replays it.
         """
+        self._stopping.set()
         stopping(True)
         try:
             self._remove_listener()
@@ -247,6 +255,14 @@ class LivePipeline(PlanSwitching, BatchReporting):
     # -- one micro-batch ----------------------------------------------------
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
+        try:
+            self._process_batch(df, batch_id)
+        except Exception as err:
+            if self._stopping.is_set() and not isinstance(err, SimulatedFailure):
+                raise QueryStopped(batch_id, self.run) from None  # not the interrupted call's
+            raise
+
+    def _process_batch(self, df: Any, batch_id: int) -> None:
         limit = self.options.fail_after_readings
         if (limit is not None and self._readings >= limit) or self._strikes():
             self._fail.set()

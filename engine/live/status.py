@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import ParameterError
 from engine.live.metrics import (
     BatchPoint,
     MetricsHistory,
@@ -24,14 +25,16 @@ from engine.live.metrics import (
     worst_sensors,
 )
 
-__all__ = ["STATES", "FeedProgress", "PipelineStatus", "StatusBoard"]
+__all__ = ["RESTORE_KINDS", "STATES", "FeedProgress", "PipelineStatus", "Restore", "StatusBoard"]
 
 STATES: tuple[str, ...] = ("idle", "running", "failed", "recovering", "stopped", "error")
 
 
 @dataclass(frozen=True)
 class FeedProgress:
-    """How far the feeder got."""
+    """How far the feed got, counted from the history's first row (a resumed feed
+    starts at the rows fed before it). ``done``: no more files will come, because the
+    feed reached its end or (``stopped``) was stopped."""
 
     files: int = 0
     readings: int = 0
@@ -39,6 +42,32 @@ class FeedProgress:
     total_readings: int = 0
     last_event_time: str | None = None
     done: bool = False
+    stopped: bool = False  # ended by a stop before its end
+
+
+RESTORE_KINDS = ("recovery", "resume")
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The latest restore of the live pipeline, as Flink's checkpoint history keeps one:
+    a ``recovery`` after a failure (the lost rows rebuilt from the backup) or the
+    ``resume`` of a stopped run from its checkpoint and store."""
+
+    kind: str
+    at: str  # ISO time
+    run: int | None
+    resumed_at_row: int  # the first row the restarted query reads
+    lost_first_row: int | None = None  # recovery: the rows rebuilt
+    lost_last_row: int | None = None
+    windows: int = 0  # recovery: windows that needed a lost row
+    rows_read: int = 0  # recovery: backup rows read
+    seconds: float | None = None
+    plan_version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in RESTORE_KINDS:
+            raise ParameterError(f"restore kind must be one of {RESTORE_KINDS}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -64,6 +93,8 @@ class PipelineStatus:
     shadow_violations: dict[str, int] = field(default_factory=dict)
     shadow_violation_rate: float | None = None  # over (window, reconstructed sensor) pairs
     shadow_worst_rate: float | None = None
+    # what the worst rate counts: (sensor, its misses, its rebuilt windows), all versions
+    shadow_worst: tuple[str, int, int] | None = None
     # The same tallies per plan version (id -> figures); the fields above are overall.
     shadow_by_version: dict[int, dict[str, Any]] = field(default_factory=dict)
     plan_version: int | None = None  # the version in force
@@ -81,6 +112,8 @@ class PipelineStatus:
     last_alert: str | None = None
     last_error: str | None = None
     feed: FeedProgress = field(default_factory=FeedProgress)
+    restores: int = 0  # recoveries and resumes of this pipeline so far
+    last_restore: Restore | None = None
     profile: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
     updated_at: str | None = None
 
@@ -182,6 +215,11 @@ class StatusBoard:
             self._shadow_pairs += int((finite & mask).sum())
             self._shadow_misses += int(misses.sum())
             rates = [counts[s] / w for s, w in self._per_sensor_windows.items() if w]
+            worst = max(
+                (s for s, w in self._per_sensor_windows.items() if w),
+                key=lambda s: (counts[s] / self._per_sensor_windows[s], s),
+                default=None,
+            )
             tally = self._versions.setdefault(int(version), _Tally())
             tally.add(misses, finite & mask, sensors)
             by_version = {k: t.figures() for k, t in sorted(self._versions.items())}
@@ -194,7 +232,19 @@ class StatusBoard:
                     self._shadow_misses / self._shadow_pairs if self._shadow_pairs else None
                 ),
                 shadow_worst_rate=max(rates) if rates else None,
+                shadow_worst=(
+                    None
+                    if worst is None
+                    else (worst, counts[worst], self._per_sensor_windows[worst])
+                ),
                 updated_at=self._now().isoformat(),
+            )
+
+    def record_restore(self, restore: Restore) -> None:
+        """A recovery or resume: counted and kept as the latest."""
+        with self._lock:
+            self._status = replace(
+                self._status, restores=self._status.restores + 1, last_restore=restore
             )
 
     def add_profile(self, seconds: dict[str, float]) -> None:
@@ -232,4 +282,8 @@ class _Tally:
             "violation_rate": missed / pairs if pairs else None,
             "worst_rate": rates[worst] if worst is not None else None,
             "worst_sensor": worst,
+            # what the worst rate counts: its misses of its rebuilt windows
+            "worst_misses": self.misses[worst] if worst is not None else 0,
+            "worst_windows": self.windows[worst] if worst is not None else 0,
+            "rebuilt_sensors": len(rates),
         }

@@ -54,6 +54,7 @@ from engine.live.records import (
     BACKUP_COLUMNS,
     INDEXED_KINDS,
     LATE_COLUMNS,
+    LIVE,
     RESULT_COLUMNS,
     VERSION_COLUMNS,
     BatchWrite,
@@ -323,6 +324,18 @@ class BackupStore:
                 "SELECT batch_id FROM batches WHERE run = ? AND batch_id >= 0 ORDER BY 1", [run]
             )
             return [int(r[0]) for r in cur.fetchall()]
+
+    def totals(self) -> dict[str, int]:
+        """What the committed batches of every run hold: ``batches`` (micro-batches),
+        ``backup_rows``, ``backup_bytes`` and ``windows`` (live windows emitted)."""
+        batches = self._scalar("SELECT count(*) FROM batches WHERE batch_id >= 0")
+        rows = self._scalar("SELECT coalesce(sum(rows), 0) FROM batches WHERE batch_id >= 0")
+        size = self._scalar("SELECT coalesce(sum(bytes), 0) FROM batches WHERE batch_id >= 0")
+        windows = self._scalar(
+            "SELECT count(DISTINCT window_id) FROM results WHERE kind = ?", [LIVE]
+        )
+        return {"batches": int(batches or 0), "backup_rows": int(rows or 0),
+                "backup_bytes": int(size or 0), "windows": int(windows or 0)}  # fmt: skip
 
     def horizon(self) -> int:
         """The largest reading index any committed batch carried (-1 if none)."""

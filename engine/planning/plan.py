@@ -219,7 +219,7 @@ def plan_warnings(
         out.append(f"plan unmeasured, {fold.calibration.reason}")
     if result is not None and result.n_folds == 0:
         out.append(f"backtest not run: {result.note}")
-    elif result is not None and result.verdict(spec.delta).startswith("DOES NOT HOLD"):
+    elif result is not None and result.assess(spec.delta).state == "fails":
         out.append(f"backtest: {result.verdict(spec.delta)}")
     return tuple(out)
 

@@ -5,27 +5,79 @@ a backed-up sensor is recovered exactly, so counting its windows as hits would
 dilute the rate the operator relies on. The all-windows rate of the worst
 sensor stays as a secondary, labelled field.
 
-The verdict's test (``VERDICT_TEST``): the guarantee holds when the pooled miss
-rate over rebuilt pairs is at most ``delta`` and no sensor's rebuilt-window
-misses reject "rate <= delta" in a one-sided exact binomial test at level
-``VERDICT_ALPHA / m`` (Bonferroni over the ``m`` sensors rebuilt at least once).
-It is *confirmed* when the worst sensor's Clopper-Pearson upper bound at the
-same corrected level is itself at most ``delta``.
+The verdict's test (``VERDICT_TEST``) has three outcomes (``Verdict.state``):
+
+* ``fails``: the pooled miss rate over rebuilt pairs is above ``delta``, or some
+  sensor's rebuilt-window misses reject "rate <= delta" in a one-sided exact
+  binomial test at level ``VERDICT_ALPHA / m`` (Bonferroni over the ``m`` sensors
+  rebuilt at least once);
+* ``holds``: neither, and the worst sensor's Clopper-Pearson upper bound at the
+  same corrected level is itself at most ``delta``;
+* ``unsettled`` (not enough evidence): neither, but that bound is above ``delta``.
+  The verdict then says what would settle it: how many rebuilt windows of the
+  worst sensor at its measured rate bring the bound under ``delta``, or, when
+  that rate is not below ``delta``, that more windows would only confirm a miss.
+
+A backtest without folds is ``not measured``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from engine.errors import ParameterError
 from engine.planning.monitor import binomial_p_value, rate_upper_bound
 
 VERDICT_ALPHA = 0.05
 VERDICT_TEST = (
     "pooled miss rate over rebuilt windows <= delta, and every rebuilt sensor consistent "
-    "with delta: one-sided exact binomial test at 5 % / (sensors rebuilt), Bonferroni"
+    "with delta: one-sided exact binomial test at 5 % / (sensors rebuilt), Bonferroni; "
+    "confirmed when the worst sensor's 95 % upper bound (same correction) <= delta"
 )
+VERDICT_STATES = ("holds", "unsettled", "fails", "not measured")
+STATE_LABELS = {
+    "holds": "holds",
+    "unsettled": "not enough evidence",
+    "fails": "DOES NOT HOLD",
+    "not measured": "not measured",
+}
+FIX = "What would fix it: loosen eps, widen delta or back up more sensors"
+MAX_SETTLE_WINDOWS = 10**7  # beyond this many windows "what would settle it" says "very many"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The backtest's verdict for one ``delta``: its state, one sentence, and (when the
+    evidence is not enough) what would settle it.
+
+    ``state`` is one of ``VERDICT_STATES``; ``text`` starts with the state's label
+    (``STATE_LABELS``); ``settle`` says what would settle (unsettled) or fix (fails)
+    it; ``windows_needed`` is the number of rebuilt windows of the
+    worst sensor at its measured rate that would confirm the guarantee (0 when
+    nothing more is needed or more windows cannot confirm it).
+    """
+
+    state: str
+    text: str
+    settle: str = ""
+    windows_needed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.state not in VERDICT_STATES:
+            raise ParameterError(
+                f"verdict state must be one of {VERDICT_STATES}, got {self.state!r}"
+            )
+
+    @property
+    def label(self) -> str:
+        return STATE_LABELS[self.state]
+
+    def sentence(self) -> str:
+        """The verdict and, if any, what would settle it."""
+        return f"{self.text}. {self.settle}" if self.settle else self.text
 
 
 @dataclass(frozen=True)
@@ -66,39 +118,110 @@ class BacktestResult:
             if r > 0 and binomial_p_value(v, r, delta) < level
         ]
 
+    @property
+    def worst_counts(self) -> tuple[int, int]:
+        """The worst sensor's (misses, rebuilt windows); (0, 0) when nothing was rebuilt."""
+        if self.worst_sensor is None:
+            return 0, 0
+        misses, rebuilt, _ = self.per_sensor.get(self.worst_sensor, (0, 0, 0))
+        return misses, rebuilt
+
+    def pooled_label(self) -> str:
+        """``1.2 % of 416 rebuilt windows``: the pooled rate with what it counts."""
+        return f"{_pct(self.violation_rate_mean)} of {self.windows:,} rebuilt windows"
+
+    def worst_label(self) -> str:
+        """``T5 missed 2 of 8 rebuilt windows (25.0 %)``: the worst sensor, counted."""
+        if self.worst_sensor is None:
+            return "no sensor was rebuilt"
+        misses, rebuilt = self.worst_counts
+        return (
+            f"{self.worst_sensor} missed {misses:,} of {rebuilt:,} rebuilt windows "
+            f"({_pct(self.violation_rate_worst_sensor)})"
+        )
+
     def verdict(self, delta: float) -> str:
-        """One honest sentence, stating its test (``VERDICT_TEST``)."""
+        """One honest sentence, stating its test (``VERDICT_TEST``); ``assess`` is typed."""
+        return self.assess(delta).sentence()
+
+    def assess(self, delta: float) -> Verdict:
+        """The three-state verdict (``Verdict``) at ``delta``."""
         if self.n_folds == 0:
-            return f"not measured: {self.note}"
+            return Verdict("not measured", f"not measured: {self.note}")
+        where = f"{self.n_folds} folds"
         if self.windows == 0:
-            return (
-                f"holds trivially over {self.n_folds} folds: every sensor was backed up, "
-                "nothing was rebuilt"
+            return Verdict(
+                "holds",
+                f"holds trivially over {where}: every sensor was backed up, nothing was rebuilt",
             )
-        pooled, worst = self.violation_rate_mean, self.violation_rate_worst_sensor
-        where = f"{self.n_folds} folds, {self.windows} rebuilt windows"
-        if pooled > delta:
-            return (
-                f"DOES NOT HOLD: rebuilt windows missed eps in {pooled:.1%} > delta {delta:.1%} "
-                f"({where})"
+        pooled = f"pooled {self.pooled_label()} missed eps"
+        if self.violation_rate_mean > delta:
+            return Verdict(
+                "fails", f"DOES NOT HOLD: {pooled}, above delta {_pct(delta)} ({where})", FIX
             )
         rejected = self.rejected_sensors(delta)
         if rejected:
-            return (
+            v, r, _ = self.per_sensor[rejected[0]]
+            return Verdict(
+                "fails",
                 f"DOES NOT HOLD: {len(rejected)} sensor(s) miss eps more often than delta "
-                f"{delta:.1%} (binomial test, Bonferroni over {self.rebuilt_sensors}), e.g. "
-                f"{rejected[0]}; pooled {pooled:.1%} ({where})"
+                f"{_pct(delta)} (binomial test, Bonferroni over {self.rebuilt_sensors}), e.g. "
+                f"{rejected[0]} missed {v:,} of {r:,} rebuilt windows; {pooled} ({where})",
+                FIX,
             )
         ucb = self.violation_rate_worst_sensor_ucb95
+        worst = f"worst sensor {self.worst_label()}"
         if ucb <= delta:
-            return (
-                f"holds: pooled {pooled:.1%}, worst sensor {self.worst_sensor} {worst:.1%} "
-                f"(95% bound over all sensors {ucb:.1%}) <= delta {delta:.1%} ({where})"
+            return Verdict(
+                "holds",
+                f"holds: {pooled}; {worst}, 95 % bound over all sensors {_pct(ucb)} <= delta "
+                f"{_pct(delta)} ({where})",
             )
+        needed = self.windows_to_settle(delta)
+        text = (
+            f"not enough evidence: {pooled} <= delta {_pct(delta)} and no sensor misses "
+            f"significantly more often than delta, but the {worst}: its 95 % bound "
+            f"{_pct(ucb)} is above delta ({where})"
+        )
+        return Verdict("unsettled", text, self._settle_text(needed), needed)
+
+    def windows_to_settle(self, delta: float) -> int:
+        """Rebuilt windows of the worst sensor that, at its measured miss rate, bring its
+        95 % bound (Bonferroni, as the verdict) to ``delta`` or below; 0 when its rate is
+        not below ``delta`` (more windows at that rate cannot confirm the guarantee)."""
+        rate = self.violation_rate_worst_sensor
+        if self.worst_sensor is None or not rate < delta:
+            return 0
+        level = 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+
+        def settled(n: int) -> bool:
+            return rate_upper_bound(round(rate * n), n, level) <= delta
+
+        lo, hi = max(self.worst_counts[1], 1), max(self.worst_counts[1], 1)
+        while not settled(hi):
+            if hi >= MAX_SETTLE_WINDOWS:
+                return MAX_SETTLE_WINDOWS
+            lo, hi = hi, min(2 * hi, MAX_SETTLE_WINDOWS)
+        while lo < hi:  # the bound falls with n at a fixed rate: bisect for the first n
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if not settled(mid) else (lo, mid)
+        return hi
+
+    def _settle_text(self, needed: int) -> str:
+        rebuilt = self.worst_counts[1]
+        if needed == 0:
+            return (
+                f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+                f"measured rate is not below delta, so more windows would show a miss: "
+                "loosen its eps or back it up"
+            )
+        per_fold = rebuilt / self.n_folds
+        folds = math.ceil(needed / per_fold) if per_fold > 0 else 0
+        many = "at least " if needed >= MAX_SETTLE_WINDOWS else ""
         return (
-            f"holds: pooled {pooled:.1%} <= delta {delta:.1%} and every sensor is consistent "
-            f"with delta (worst {self.worst_sensor} {worst:.1%}), but its 95% bound {ucb:.1%} "
-            f"exceeds delta: more folds would confirm it ({where})"
+            f"What would settle it: {many}{needed:,} rebuilt windows of {self.worst_sensor} "
+            f"at its measured rate (it has {rebuilt:,}; about {folds:,} folds of this "
+            f"backtest instead of {self.n_folds}): backtest more folds over more history"
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -173,3 +296,7 @@ def summarise_backtest(
         violation_rate_worst_sensor_all_windows=float(viol.max() / total),
         delta=delta,
     )
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f} %"

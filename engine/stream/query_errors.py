@@ -9,13 +9,44 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAILURE_MARK", "SimulatedFailure", "query_failure_line"]
+__all__ = [
+    "FAILURE_MARK",
+    "STOPPED_CAUSE",
+    "STOPPED_PREFIX",
+    "QueryStopped",
+    "SimulatedFailure",
+    "query_failure_line",
+]
 
 FAILURE_MARK = "lacuna simulated failure"
 
 
 class SimulatedFailure(RuntimeError):
     """Raised inside ``foreachBatch`` to kill the query on purpose."""
+
+
+# Spark's StreamExecution tells a Python foreachBatch that a stop interrupted from a
+# real failure by this text followed by the name of a Java interruption (its
+# PROXY_ERROR: "...while calling((.|\r\n|\r|\n)*)(java.lang.InterruptedException|...)").
+# It matches that pattern against the whole message of the py4j error. The message of
+# an interrupted Spark action carries its Java stack, tens of kilobytes, and the
+# pattern's recursive loop then overflows the thread's stack: the stream thread died
+# with a StackOverflowError, about 1,000 lines on stderr, at every stop that came
+# during a micro-batch. A short message in that form ends the query as stopped.
+STOPPED_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+STOPPED_CAUSE = "java.lang.InterruptedException"
+
+
+class QueryStopped(RuntimeError):
+    """A micro-batch that a deliberate stop interrupted: raised (without its cause) in
+    place of the interrupted call's error, so Spark reads it as a stop, briefly."""
+
+    def __init__(self, batch_id: int, run: int) -> None:
+        super().__init__(
+            f"{STOPPED_PREFIX} foreachBatch of batch {batch_id} of run {run}: "
+            f"{STOPPED_CAUSE}: the query was stopped; the batch is not committed and "
+            "the next run replays it"
+        )
 
 
 # Spark's reason for an unreadable input file, and Python's for our own errors raised

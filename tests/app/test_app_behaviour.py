@@ -35,11 +35,11 @@ def test_preview_says_plainly_that_it_is_not_backtested(app):  # type: ignore[no
     app.number_input(key="w_eps").set_value(1.3).run()
     body = texts(app)
     assert "preview, not yet backtested" in body
-    assert metric(app, "Backtest rate, worst") == "not run"
+    assert metric(app, "Backtest rate, worst sensor") == "not run"
     assert "model projection" in body
     settle(app.button(key="run_backtest").click().run())
     assert "Plan measured by a rolling-origin backtest" in texts(app)
-    assert metric(app, "Backtest rate, worst") != "not run"
+    assert metric(app, "Backtest rate, worst sensor") != "not run"
 
 
 def test_bad_upload_shows_an_error_and_keeps_the_old_data(app):  # type: ignore[no-untyped-def]

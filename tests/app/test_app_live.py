@@ -357,7 +357,7 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     assert "The plan has expired" in texts(app) and "past its horizon of 24" in texts(app)
     table = app.dataframe[-1].value
     assert table["id"].tolist() == [1, 0] and table["added"].tolist()[0] == ["Changping_TEMP"]
-    assert table["miss rate (worst)"].tolist() == [0.0, 0.75]
+    assert table["miss rate (worst)"].tolist() == ["0.0 %", "75.0 %"]
     assert app.toggle(key="w_replan").value is False  # shows the pipeline's switch
     switched: list[bool] = []
     manager.set_replanning = switched.append  # type: ignore[attr-defined]

@@ -54,9 +54,9 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
     lead = "Plan measured by a rolling-origin backtest (3 folds, each plan kept for its horizon"
     assert f"{lead} of 96 rows" in body
     assert "re-plan on that cadence" in body
-    assert metric(app, "Backtest rate, worst").endswith("%")
+    assert metric(app, "Backtest rate, worst sensor").endswith("%")
     assert metric(app, "Model P(miss), worst").endswith("%")
-    assert "$" in metric(app, "Cost per month: plan")
+    assert "$" in metric(app, "Range contract, per month")
     table = app.dataframe[0].value
     assert set(table["status"]) == {"backed up", "reconstructed"}
     rebuilt = table[table["status"] == "reconstructed"]

@@ -16,7 +16,10 @@ def test_two_group_eps_are_carried_into_the_plan(app):  # type: ignore[no-untype
     app = _all_sensors_on_tune(app)
     labels = [n.label for n in app.number_input]
     assert "eps for degC (6 sensors)" in labels and "eps for ug/m3 (6 sensors)" in labels
-    assert app.number_input(key="w_eps").disabled
+    # the single eps is not in force: its input is gone, never showing a stale value
+    assert "w_eps" not in [n.key for n in app.number_input]
+    note = app.text_input(key="w_eps_per_unit_note")
+    assert note.disabled and note.value == "one eps per unit group, below"
     app.number_input(key="w_eps_unit_degC").set_value(1.0).run()
     app.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
     assert not app.exception
@@ -41,6 +44,7 @@ def test_one_eps_over_mixed_units_is_warned_about(app):  # type: ignore[no-untyp
     assert not app.exception
     assert app.session_state["params"].eps_by_sensor == ()
     assert not app.number_input(key="w_eps").disabled
+    assert app.number_input(key="w_eps").value == app.session_state["params"].eps
     warnings = [w.value for w in app.warning if "Mixed units" in w.value]
     assert len(warnings) == 1 and "degC (6)" in warnings[0] and "ug/m3 (6)" in warnings[0]
     app.switch_page("pages/plan.py").run()  # the plan's warning follows it to other pages

@@ -89,7 +89,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
         assert time.monotonic() < deadline, "the dashboard did not grow in 2 minutes"
         page.wait_for_timeout(1000)
     assert page.get_by_text("Backup and recovery history").count() == 1
-    page.get_by_text(re.compile(r"^(OK|behind) — ")).first.wait_for()
+    page.get_by_text(re.compile(r"^(OK|at risk|behind) — ")).first.wait_for()
     page.get_by_role("button", name="Simulate failure").click()
     # The metrics stay on screen while the recovery job runs (no spinner instead of them).
     assert page.get_by_test_id("stMetric").filter(has_text="Micro-batches").count() == 1

@@ -36,7 +36,8 @@ def test_group_eps_on_all_sample_sensors(  # type: ignore[no-untyped-def]
         box = page.get_by_role("spinbutton", name="eps for ug/m3 (12 sensors)")
         box.wait_for(timeout=60_000)
         assert page.get_by_role("spinbutton", name="eps for degC (24 sensors)").is_visible()
-        assert page.get_by_role("spinbutton", name="eps: set per unit below").is_disabled()
+        note = page.get_by_role("textbox", name="eps: tolerance (unit of the aggregate)")
+        assert note.is_disabled() and note.input_value() == "one eps per unit group, below"
         # Type only once the page's script run has finished: a value typed while the run
         # still renders the widgets can be replaced by that run's own output. On a busy
         # machine a run can start between the wait and the typing (once in CI the caption

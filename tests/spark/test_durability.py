@@ -69,8 +69,18 @@ def test_a_stopped_run_resumes_from_its_checkpoint_without_loss_or_duplicates(
         second.start(history, spec, "full", paths, rows_per_file=5, options=FAST,
                      leftovers="resume")  # fmt: skip
         second.drain(120)
-        assert second.status().run == 0  # the same run, continued
-        assert second.status().feed.total_readings == (96 - 50) * len(spec.sensors)
+        status = second.status()
+        assert status.run == 0  # the same run, continued
+        n = len(spec.sensors)
+        # the feed and the counters count from the history's first row, not the resume's
+        assert status.feed.total_readings == status.feed.readings == 96 * n
+        assert status.input_rows == 96 * n
+        with BackupStore(paths.store_file) as store:
+            totals = store.totals()
+        assert status.batches == totals["batches"] and status.backup_rows == 96 * n
+        assert status.windows_emitted == totals["windows"] > 0
+        assert status.restores == 1 and status.last_restore is not None
+        assert status.last_restore.kind == "resume" and status.last_restore.resumed_at_row == 50
     finally:
         second.close()
     with BackupStore(paths.store_file) as store:

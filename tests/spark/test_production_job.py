@@ -58,6 +58,12 @@ def test_job_backup_results_and_resume_match_the_reference(spark: Any, tmp_path:
     feed(rows, tmp_path / "landing", rows_per_file=12, stop=48)
     first, logged = _run(spark, tmp_path, config, replan=False)  # one map: the reference's
     assert first.stopped_by == "available_now" and first.input_rows == 48 * 6
+    # the progress line counts readings, not Spark's rows of the batch's two scans
+    progress = [r for r in logged if r["event"] == "progress" and r.get("readings")]
+    shadow = {r["batch_id"]: r["readings"] for r in logged if r["event"] == "shadow"}
+    assert sum(r["readings"] for r in progress) == 48 * 6
+    assert all(r["readings"] == shadow[r["batchId"]] for r in progress)
+    assert all("numInputRows" not in r and r["readings_per_second"] > 0 for r in progress)
     feed(rows, tmp_path / "landing", rows_per_file=12, start=48)
     second, _ = _run(spark, tmp_path, config, replan=False)
     assert second.input_rows == 48 * 6  # resumed: the first half is not read again

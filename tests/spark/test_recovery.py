@@ -235,9 +235,14 @@ def test_a_simulated_failure_strikes_inside_an_open_window(
         report = manager.recover()
         # row 4's batch was let through (it opened window 1), row 5's failed
         assert report.windows_lost == 1 and report.lost_rows == (4, 4)
+        restore = manager.status().last_restore  # the latest restore, as the Live page says
+        assert manager.status().restores == 1 and restore is not None
+        assert (restore.kind, restore.run, restore.resumed_at_row) == ("recovery", 0, 5)
+        assert (restore.lost_first_row, restore.lost_last_row, restore.windows) == (4, 4, 1)
         manager.drain(120)
         final = manager.report()
         assert final.windows_recovered == 1 and final.window_ids == (1,)
+        assert manager.status().windows_emitted >= 2  # the counters went on after it
     finally:
         manager.close()
 

@@ -52,9 +52,10 @@ def test_seed_violates_and_calibrated_holds_on_autocorrelated_data(smooth: np.nd
     # The seed promises delta = 5 % per sensor and misses it by a wide margin ...
     assert seed.violation_rate_mean > 0.1
     assert seed.verdict(0.05).startswith("DOES NOT HOLD")
-    # ... the calibrated plan, kept for the horizon, holds over rebuilt windows ...
+    # ... the calibrated plan, kept for the horizon, is consistent with delta over rebuilt
+    # windows (168 rebuilt windows are too few to confirm 5 %: not enough evidence) ...
     assert ours.violation_rate_mean <= 0.05
-    assert ours.verdict(0.05).startswith("holds"), ours.verdict(0.05)
+    assert ours.assess(0.05).state == "unsettled", ours.verdict(0.05)
     # ... and still saves something (it is not "back up everything").
     assert ours.backup_fraction_mean < 0.9
 

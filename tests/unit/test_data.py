@@ -475,7 +475,14 @@ def test_non_csv_bytes_and_broken_rows(tmp_csv, tmp_path):
     (tmp_path / "bin.parquet").write_bytes(b"not a parquet file at all")
     assert error_of(tmp_path / "bin.parquet").startswith("bin.parquet: not a readable Parquet")
     ragged = tmp_csv("time,a,b\n2024-01-01,1,2\n2024-01-02,3\n")
-    assert error_of(ragged).startswith("data.csv: cannot read CSV: CSV Error on Line: 3")
+    assert error_of(ragged).startswith(
+        "data.csv: cannot read CSV: line 3 has 2 field(s) where the header line has 3: "
+        "this does not look like a table of readings"
+    )
+    prose = tmp_csv("This is a note about the sensors\nnot a table\nat all, really\n")
+    message = error_of(prose)
+    assert "line 3 has 2 field(s) where the header line has 1" in message
+    assert "CSV Error" not in message and "\n" not in message
 
 
 @pytest.mark.parametrize(

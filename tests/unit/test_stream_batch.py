@@ -7,6 +7,7 @@ whole history at once.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,6 +270,26 @@ def test_feeder_writes_atomic_ordered_files_that_replay_the_history(tmp_path: Pa
     np.testing.assert_array_equal(truth[["c", "a"]].to_numpy(), h.values[:, [2, 0]])
 
 
+def test_a_resumed_feed_counts_from_the_first_row_and_a_stop_says_stopped(
+    tmp_path: Path,
+) -> None:
+    h = make_history(50)
+    feeder = Feeder(h, ("c", "a"), tmp_path / "landing", None, FeedOptions(rows_per_file=7,
+                                                                         start_row=20))  # fmt: skip
+    first = feeder.progress()
+    assert (first.readings, first.rows, first.total_readings) == (40, 20, 100)
+    done = feeder.run()
+    assert done.readings == done.total_readings == 100 and done.rows == 50
+    assert done.done and not done.stopped
+    slow = Feeder(h, ("c", "a"), tmp_path / "slow", None, FeedOptions(rows_per_file=1, speed=1.0))
+    slow.start()
+    while slow.progress().files < 1:
+        time.sleep(0.01)
+    slow.stop()
+    stopped = slow.progress()
+    assert stopped.done and stopped.stopped and stopped.readings < stopped.total_readings
+
+
 def test_feeder_with_delays_writes_in_arrival_order(tmp_path: Path) -> None:
     h = make_history(10)
     delays = np.random.default_rng(1).uniform(0, 7200, size=(10, 4))
@@ -423,3 +444,41 @@ def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: 
         assert len(backup) == 16 and not backup.duplicated(["seq", "sensor"]).any()
         assert backup["seq"].tolist() == list(range(16)) and set(backup["batch_id"]) == {0, 1}
         assert pipeline.board.snapshot().input_rows == 64
+
+
+def test_a_batch_a_stop_interrupts_raises_a_short_stop_without_its_cause(tmp_path: Path) -> None:
+    import traceback
+
+    from engine.live.pipeline import LivePipeline
+    from engine.live.store import BackupStore
+    from engine.stream.query_errors import (
+        STOPPED_CAUSE,
+        STOPPED_PREFIX,
+        QueryStopped,
+        SimulatedFailure,
+    )
+
+    h = make_history(16)
+    spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)
+
+    def interrupted(df, target, sensors, version):  # type: ignore[no-untyped-def]
+        raise RuntimeError("An error occurred while calling o85.parquet.\n" + "\tat x\n" * 5000)
+
+    with BackupStore(tmp_path / "s.duckdb") as store:
+        pipeline = LivePipeline(
+            None, spec, "approx", PipelinePaths(tmp_path), store, backup_writer=interrupted
+        )
+        pipeline.run = 0
+        with pytest.raises(RuntimeError, match="o85"):  # a real failure stays itself
+            pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
+        pipeline._stopping.set()  # what ``stop`` does before it stops the query
+        with pytest.raises(QueryStopped) as caught:
+            pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
+        text = "".join(traceback.format_exception(caught.value))
+        assert STOPPED_PREFIX in text and STOPPED_CAUSE in text
+        assert "o85" not in text and len(text) < 2000  # the interrupted call's text is gone
+        pipeline._fail.set()
+        pipeline._let_through = 99
+        with pytest.raises(SimulatedFailure):  # a simulated failure is not a stop
+            pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
+        assert store.committed_batches(0) == []

@@ -36,6 +36,8 @@ from engine.planning import PlanParameters
         ("s07", "unknown:s"),
         ("Zone_1_Power_Consumption", "unknown:Consumption"),
         ("S6_PIR_motion_01", "unknown:motion"),
+        ("773869", "unknown:id"),
+        ("12-04", "unknown:id"),
     ],
 )
 def test_guess_unit_from_names(name: str, unit: str) -> None:
@@ -53,6 +55,13 @@ def test_groups_follow_guesses_and_operator_overrides() -> None:
     assert fixed["degC"] == ["A_TEMP", "B_TEMP", "node1", "node2"]
     with pytest.raises(ParameterError, match="node1"):
         unit_groups(sensors, {"node1": " "})
+
+
+def test_columns_named_by_numbers_form_one_group_and_no_warning() -> None:
+    # a traffic file: 207 detectors named by their ids, no unit anywhere
+    sensors = tuple(str(773000 + 17 * i) for i in range(207))
+    assert unit_groups(sensors) == {"unknown:id": list(sensors)}
+    assert mixed_unit_warning(sensors) is None
 
 
 def test_mixed_units_under_one_eps_warn_and_per_unit_eps_does_not() -> None:

@@ -45,7 +45,9 @@ def test_verdict_not_measured_and_nothing_rebuilt() -> None:
 
 
 def test_verdict_pooled_above_delta_does_not_hold() -> None:
-    assert _result([30, 30], [400, 400]).verdict(0.05).startswith("DOES NOT HOLD: rebuilt")
+    verdict = _result([30, 30], [400, 400]).assess(0.05)
+    assert verdict.state == "fails" and verdict.text.startswith("DOES NOT HOLD: pooled 7.5 %")
+    assert "of 800 rebuilt windows" in verdict.text
 
 
 def test_verdict_one_sensor_rejected_after_bonferroni() -> None:
@@ -53,7 +55,8 @@ def test_verdict_one_sensor_rejected_after_bonferroni() -> None:
     # > 0.05 / 5: consistent once corrected for five sensors. At 34 / 400 it is rejected.
     consistent = _result([30, 1, 1, 1, 1], [400] * 5)
     assert binomial_p_value(30, 400, 0.05) < 0.05
-    assert consistent.verdict(0.05).startswith("holds"), consistent.verdict(0.05)
+    # consistent is not confirmed: at 7.5 % its bound is above delta
+    assert consistent.assess(0.05).state == "unsettled", consistent.verdict(0.05)
     rejected = _result([38, 1, 1, 1, 1], [400] * 5)
     assert binomial_p_value(38, 400, 0.05) < 0.01
     assert rejected.verdict(0.05).startswith("DOES NOT HOLD: 1 sensor")
@@ -63,5 +66,45 @@ def test_verdict_holds_confirmed_or_not_yet() -> None:
     confirmed = _result([2, 3], [2000, 2000], total=2000)
     assert confirmed.verdict(0.05).startswith("holds: pooled")
     assert "more folds" not in confirmed.verdict(0.05)
+    assert confirmed.assess(0.05).state == "holds"
     unconfirmed = _result([1, 0], [30, 30], total=30)
-    assert "more folds would confirm" in unconfirmed.verdict(0.05)
+    assert unconfirmed.assess(0.05).state == "unsettled"
+    assert unconfirmed.verdict(0.05).startswith("not enough evidence")
+
+
+def test_a_green_verdict_needs_the_bound_under_delta() -> None:
+    # The Tune page's case: pooled 1.2 % and no sensor rejected, but the worst sensor
+    # missed 2 of 8 rebuilt windows: its bound is far above delta, so not "holds".
+    r = _result([2, 3, 1], [8, 400, 400], total=400)
+    verdict = r.assess(0.1)
+    assert verdict.state == "unsettled", verdict
+    assert verdict.label == "not enough evidence"
+    assert "a missed 2 of 8 rebuilt windows (25.0 %)" in verdict.text
+    assert "What would settle it" in verdict.settle
+
+
+def test_what_would_settle_it_is_the_first_sample_size_whose_bound_reaches_delta() -> None:
+    r = _result([1, 0], [40, 40], total=40)  # worst a: 1 of 40 (2.5 %) against delta 5 %
+    verdict = r.assess(0.05)
+    assert verdict.state == "unsettled"
+    n = verdict.windows_needed
+    level = 1 - 0.05 / 2  # two sensors rebuilt: Bonferroni
+    assert rate_upper_bound(round(0.025 * n), n, level) <= 0.05
+    assert rate_upper_bound(round(0.025 * (n - 1)), n - 1, level) > 0.05
+    assert f"{n:,} rebuilt windows of a" in verdict.settle
+    folds = -(-n // 4)  # 40 rebuilt windows over 10 folds: 4 per fold
+    assert f"about {folds:,} folds" in verdict.settle
+
+
+def test_a_rate_at_or_above_delta_cannot_be_settled_by_more_of_the_same() -> None:
+    r = _result([1, 0], [10, 400], total=400)  # a: 1 of 10 = 10 % > 5 %, not rejected
+    verdict = r.assess(0.05)
+    assert verdict.state == "unsettled" and verdict.windows_needed == 0
+    assert "more windows would show a miss" in verdict.settle
+
+
+def test_labels_say_what_each_figure_counts() -> None:
+    r = _result([2, 10, 0], [8, 400, 400], total=400)
+    assert r.worst_counts == (2, 8)
+    assert r.worst_label() == "a missed 2 of 8 rebuilt windows (25.0 %)"
+    assert r.pooled_label() == "1.5 % of 808 rebuilt windows"

@@ -1,0 +1,296 @@
+"""The console tells the truth: verdict states, eps in force, counters and inputs that keep."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app.apphelpers import settle, texts
+
+pytestmark = pytest.mark.app
+
+
+def test_an_unconfirmed_guarantee_is_not_shown_green(app):  # type: ignore[no-untyped-def]
+    # The small sample's default plan: 3 folds, no rebuilt window missed, but too few
+    # windows to bound the worst sensor under delta: not enough evidence, not "holds".
+    settle(app.switch_page("pages/tune.py").run())
+    assert not app.exception
+    verdicts = [b.value for kind in ("success", "warning", "error") for b in app.get(kind)]
+    verdict = next(v for v in verdicts if "Verdict:" in v)
+    assert not [s.value for s in app.success if "Verdict:" in s.value]
+    assert "Verdict: not enough evidence" in verdict
+    assert "What would settle it:" in verdict and "rebuilt windows of" in verdict
+    assert "missed 0 of" in verdict  # the worst sensor's rate says what it counts
+
+
+def _per_unit_params():  # type: ignore[no-untyped-def]
+    from engine.data import load_history
+    from engine.planning import PlanParameters
+    from tests.app.apphelpers import SMALL
+
+    history = load_history(SMALL)
+    per = tuple((s, 1.0 if s.endswith(("_TEMP", "_DEWP")) else 20.0) for s in history.sensors)
+    return history, PlanParameters(eps=0.5, delta=0.05, window=24, eps_by_sensor=per)
+
+
+def test_the_measured_tradeoff_scales_every_units_eps() -> None:
+    from ui.plans import MEASURED_EPS_FACTORS, PlanCache, PlanningData, measure_whatif
+    from ui.whatif import measured_table
+
+    history, params = _per_unit_params()
+    points = measure_whatif(PlanningData(history, "units"), params, PlanCache(), lambda *_: None)
+    assert [p.factor for p in points] == list(MEASURED_EPS_FACTORS)
+    fractions = [p.backup_fraction for p in points]
+    assert fractions[0] > fractions[-1], fractions  # a looser eps everywhere backs up less
+    table = measured_table(points, params)
+    assert list(table["eps factor"]) == ["x 0.5", "x 0.7", "x 1 (now)", "x 1.4", "x 2"]
+    assert "0.5 (now)" not in table.to_string()
+
+
+def test_the_disorder_page_scores_each_sensor_against_its_units_eps(  # type: ignore[no-untyped-def]
+    app, monkeypatch
+):
+    import engine.disorder
+    from ui import disorder
+
+    seen = {}
+    real = engine.disorder.run_disorder_experiment
+
+    def spy(history, delays, eps_thr, **kw):  # type: ignore[no-untyped-def]
+        seen["values"], seen["eps_thr"], seen["sensors"] = history.values, eps_thr, history.sensors
+        return real(history, delays, eps_thr, **kw)
+
+    monkeypatch.setattr(disorder, "run_disorder_experiment", spy)
+    app.button(key="w_group_all").click().run()
+    settle(app.switch_page("pages/tune.py").run())
+    app.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
+    settle(app.switch_page("pages/disorder.py").run())
+    assert not app.exception
+    shown = texts(app)
+    assert "quality target eps degC" in shown and "ug/m3 20" in shown
+    assert "eps 0.5" not in shown and "eps 1," not in shown
+    assert seen["eps_thr"] == 1.0  # in eps units: every sensor's tolerance is 1
+    history = app.session_state["dataset"].history
+    j = list(seen["sensors"]).index("Dongsi_PM2.5")
+    k = history.sensors.index("Dongsi_PM2.5")
+    rows = seen["values"].shape[0]
+    assert seen["values"][:, j] == pytest.approx(history.values[:rows, k] / 20.0)
+
+
+def test_a_restored_session_names_each_units_eps(app):  # type: ignore[no-untyped-def]
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.apphelpers import ROOT
+
+    app.button(key="w_group_all").click().run()
+    settle(app.switch_page("pages/tune.py").run())
+    app.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
+    fresh = AppTest.from_file(str(ROOT / "pages" / "graph.py"), default_timeout=60).run()
+    # a refresh, on a page that says what it restored
+    note = next(c.value for c in fresh.caption if c.value.startswith("Restored the last"))
+    assert "eps degC" in note and "ug/m3 20" in note, note
+
+
+def test_fleet_inputs_keep_their_values_when_the_page_is_revisited(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.number_input(key="w_fleet_sites").set_value(5000).run()
+    app.number_input(key="w_retention").set_value(90).run()
+    assert not app.exception
+    app.switch_page("pages/tune.py").run()
+    settle(app.switch_page("pages/plan.py").run())
+    assert app.number_input(key="w_fleet_sites").value == 5000
+    assert app.number_input(key="w_retention").value == 90
+
+
+def test_a_store_preset_sets_its_prices_and_they_keep(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.selectbox(key="w_cost_store").set_value("HDFS on EBS gp3, 3 replicas").run()
+    assert not app.exception
+    assert app.number_input(key="w_cost_replication").value == 3
+    assert app.number_input(key="w_price").value == 0.08
+    app.number_input(key="w_price").set_value(0.05).run()
+    app.switch_page("pages/tune.py").run()
+    settle(app.switch_page("pages/plan.py").run())
+    assert app.selectbox(key="w_cost_store").value == "HDFS on EBS gp3, 3 replicas"
+    assert app.number_input(key="w_price").value == 0.05
+    assert "prices edited on this page" in texts(app)
+
+
+def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+    app.number_input(key="w_fleet_sites").set_value(20_000).run()
+    assert not app.exception and not app.error
+    shown = texts(app)
+    assert "Break-even:" in shown and "sensors per site" in shown
+    assert "Requests cost the same either way" in shown
+    assert "a lost micro-batch" in shown and "bench/results/recovery.json" in shown
+    assert "aws.amazon.com/s3/pricing" in shown and "bench/results/production.json" in shown
+    labels = [m.label for m in app.metric]
+    assert {"Full backup, per month", "Range contract, per month",
+            "Crash contract, per month", "Break-even (range)"} <= set(labels)  # fmt: skip
+
+
+class StoppableManager:
+    """A running pipeline that stops when told (``FakeManager`` with ``stop``)."""
+
+    def __init__(self) -> None:
+        from engine.live.status import PipelineStatus, StatusBoard
+
+        self._status = PipelineStatus(state="running", mode="approx", run=0, batches=3)
+        self.board = StatusBoard()
+
+    def status(self):  # type: ignore[no-untyped-def]
+        return self._status
+
+    def stop(self):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        self._status = replace(self._status, state="stopped")
+        return self._status
+
+    def report(self):  # type: ignore[no-untyped-def]
+        from engine.errors import PipelineError
+
+        raise PipelineError("no recovery has run yet")
+
+
+def test_start_is_enabled_right_after_stop(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from ui import resources
+
+    manager = StoppableManager()
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert app.button(key="start_pipeline").disabled
+    app.button(key="stop_pipeline").click().run()
+    assert not app.exception
+    assert manager.status().state == "stopped"
+    assert not app.button(key="start_pipeline").disabled  # no reload needed
+    assert app.button(key="stop_pipeline").disabled
+
+
+def _status(**changes):  # type: ignore[no-untyped-def]
+    from engine.live.status import FeedProgress, PipelineStatus
+
+    feed = FeedProgress(readings=600, total_readings=10_000)
+    return PipelineStatus(state="running", input_rows=600, feed=feed, plan_version=0, **changes)
+
+
+def _tally(misses: int, windows: int) -> dict:  # type: ignore[type-arg]
+    return {0: {"worst_rate": misses / windows, "worst_sensor": "T5_bathroom_degC",
+                "worst_misses": misses, "worst_windows": windows, "rebuilt_sensors": 8,
+                "windows": windows}}  # fmt: skip
+
+
+def test_the_status_line_puts_the_guarantee_first() -> None:
+    from ui.dashboard import status_level
+
+    # 2 of 10 windows (20 %) against delta 10 %: keeping up, but the guarantee is at risk
+    risk = status_level(_status(shadow_by_version=_tally(2, 10)), [], 1.0, delta=0.1)
+    assert risk.name == "at risk"
+    assert risk.reason.startswith("guarantee at risk: T5_bathroom_degC missed eps in 2 of 10")
+    broken = status_level(_status(shadow_by_version=_tally(15, 40)), [], 1.0, delta=0.1)
+    assert broken.name == "failing" and broken.reason.startswith("guarantee broken")
+    expired = _status(plan_expired=True, rows_under_plan=400, replan_every_rows=288)
+    level = status_level(expired, [], 1.0, delta=0.1)
+    assert level.name == "at risk" and level.reason.startswith("the plan has expired")
+    fine = status_level(_status(shadow_by_version=_tally(1, 40)), [], 1.0, delta=0.1)
+    assert fine.name == "OK" and fine.reason.startswith("guarantee holding so far")
+    assert "keeping up with the feed" in fine.reason
+
+
+def test_the_live_page_counts_across_restores_and_shows_the_latest(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from engine.live.status import FeedProgress, Restore
+    from ui import resources
+
+    manager = StoppableManager()
+    restore = Restore(
+        kind="recovery", at="2026-11-27T06:00:05+00:00", run=1, resumed_at_row=132,
+        lost_first_row=120, lost_last_row=131, windows=2, rows_read=48, seconds=1.25,
+        plan_version=0,
+    )  # fmt: skip
+    feed = FeedProgress(readings=800, total_readings=2_000, done=True, stopped=True)
+    manager._status = replace(
+        manager._status, state="stopped", restores=2, last_restore=restore, feed=feed
+    )
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    shown = texts(app)
+    assert "Latest restore" in shown and "2 restores so far" in shown
+    assert "rows 120..131 (12) rebuilt from the backup" in shown
+    bars = [p.proto.text for p in app.get("progress")]
+    assert any(text.endswith("(stopped)") for text in bars), bars
+    assert not any(text.endswith("(done)") for text in bars)
+
+
+def test_graph_names_are_written_apart_or_left_to_the_hover() -> None:
+    import numpy as np
+
+    from ui.graph import _label_box, _overlaps, label_positions, visible_labels
+
+    # a cluster of two on a ring, side by side: each name goes outwards
+    pos = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0]])
+    labels = np.array([0, 0, 1])
+    where = label_positions(pos, labels)
+    assert where == ["middle left", "middle right", "bottom center"]
+    names = ["airport_wind_ms", "airport_press_mmHg", "lights_Wh"]
+    shown = visible_labels(names, pos, where, [0, 1, 2], px_per_unit=30.0)
+    assert shown == {0, 1, 2}
+    # names that would cover each other: the later one is left to the hover
+    crowded = np.array([[0.0, 0.0], [0.2, 0.05]])
+    two = label_positions(crowded, np.array([0, 1]))
+    kept = visible_labels(names[:2], crowded, two, [0, 1], px_per_unit=30.0)
+    assert kept == {0}
+    boxes = [_label_box(*(crowded[i] * 30.0), names[i], two[i]) for i in range(2)]
+    assert _overlaps(*boxes)
+
+
+def test_a_full_backup_recovery_draws_no_empty_charts_and_no_none(app, monkeypatch):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from tests.app.test_app_live import TEMP, FakeManager, make_report
+    from ui import resources
+
+    report, results = make_report(mode="full")
+    report = replace(report, backup_sensors=tuple(TEMP))  # every sensor backed up
+    manager = FakeManager("running", report, results)
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert "nothing was rebuilt, so there is no rebuild error to chart" in texts(app)
+    # recovered vs true and the modes' bars; no error histogram, no per-sensor bars
+    assert len(app.get("plotly_chart")) == 2
+    table = app.dataframe[0].value
+    assert "None" not in table.astype(str).to_string()
+    assert set(table.loc[table["mode"] == "none", "max abs error"]) == {"not run"}
+    spec = app.get("plotly_chart")[-1].proto.spec
+    assert "))" not in spec and "recovered, projected (not run)" in spec
+
+
+def test_the_disorder_k_chart_draws_ours_on_top() -> None:
+    from engine.disorder import DisorderReport, MethodReport
+    from ui.disorder import k_chart
+
+    def method(k: float) -> MethodReport:
+        return MethodReport(
+            avg_latency_s=1.0, avg_k_s=k, max_k_s=k, provisional_accuracy=1.0,
+            final_accuracy=1.0, final_exact=1.0, corrections=0, batch_runs=0, reopened_final=0,
+            late_tuples=0, late_ratio=0.0, mean_coverage=1.0,
+            k_over_time=[(0.0, k), (3600.0, k)], cumulative_accuracy=[], alpha_over_time=[],
+        )  # fmt: skip
+
+    same = {m: method(1800.0) for m in ("ours", "mp_kslack", "fixed_watermark", "no_buffer")}
+    fig = k_chart(DisorderReport(parameters={}, stream={}, lambda_thr=0.5, methods=same))
+    mp, ours = fig.data
+    assert ours.name == "ours (adaptive K)"  # drawn last: over MP-K-slack where they agree
+    assert ours.line.width > mp.line.width and mp.line.dash == "dash"
+
+
+def test_the_whatif_marker_keeps_its_words_in_the_legend() -> None:
+    from ui.charts import whatif_chart
+
+    fig = whatif_chart([0.5, 1.0, 2.0], [0.8, 0.6, 0.4], 1.0, 0.6, "eps factor (all unit groups)")
+    marker = next(t for t in fig.data if t.name.startswith("current plan"))
+    assert "text" not in marker.mode  # drawn beside the marker it ran off the chart
+    assert marker.name == "current plan: eps factor (all unit groups) = 1, 60.0 %"

@@ -1,0 +1,211 @@
+"""The cost model against hand computations, and its measured figures against the benchmarks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engine.costs import (
+    BENCHMARK_POINTS,
+    MEASURED_RECOVERY,
+    REPLAN_CORE_S,
+    SECONDS_PER_MONTH,
+    STORES,
+    ComputePrices,
+    ComputeRates,
+    Contracts,
+    CostInputs,
+    Fleet,
+    JobShape,
+    RecoveryRates,
+    StorePrices,
+    compare_costs,
+    nearest_point,
+    where_it_pays,
+)
+from engine.errors import ParameterError
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+MONTH = 365.25 / 12 * 86400  # seconds
+
+
+def _inputs(sensors_per_site: int = 100, sites: int = 10, range_fraction: float = 0.25):
+    # 100 sensors x 10 sites every 10 s: R = 100 readings/s
+    return CostInputs(
+        fleet=Fleet(sensors_per_site, sites, interval_s=10.0, bytes_per_reading=16.0),
+        store=StorePrices("test store", 0.1, 3, 0.005, 0.04, "a test"),
+        job=JobShape(trigger_s=10.0, partitions=2, retention_days=30.0, replan_every_s=86400.0),
+        rates=ComputeRates(
+            write_core_us=2.0, job_core_us=5.0, shadow_core_us=1.0, replan_core_s=10.0
+        ),
+        contracts=Contracts(crash_fraction=0.1, range_fraction=range_fraction),
+        compute=ComputePrices(cores_per_executor=4, executor_per_hour=0.4),
+    )
+
+
+def test_full_backup_month_by_hand() -> None:
+    report = compare_costs(_inputs())
+    full = report.full
+    core_second = 0.4 / 3600 / 4  # $ per core-second
+    # 100 readings/s x 16 B = 1,600 B/s, 30 days kept, 3 copies
+    assert full.stored_gb == pytest.approx(1600 * 30 * 86400 * 3 / 1e9)  # 12.4416 GB
+    assert full.storage == pytest.approx(12.4416 * 0.1)
+    assert full.write_mb_per_s == pytest.approx(1600 * 3 / 1e6)
+    assert full.bandwidth == pytest.approx(0.0048 * 0.04)
+    assert full.files_per_month == pytest.approx(MONTH / 10 * 2)  # a file per batch, partition
+    assert full.requests == pytest.approx(MONTH / 10 * 2 / 1000 * 0.005)
+    assert full.cores == pytest.approx(100 * 2e-6)  # writing every reading, 2 core-us each
+    assert full.compute == pytest.approx(2e-4 * core_second * MONTH)
+    assert full.replan == 0.0
+    assert full.total == pytest.approx(full.storage + full.bandwidth + full.requests + full.compute)
+    assert report.executors(full) == pytest.approx(2e-4 / 4)
+    assert pytest.approx(MONTH) == SECONDS_PER_MONTH
+
+
+def test_a_contract_month_and_its_saving_by_hand() -> None:
+    report = compare_costs(_inputs())
+    core_second = 0.4 / 3600 / 4
+    plan = report.contracts["range"]
+    assert plan.fraction == 0.25
+    assert plan.stored_gb == pytest.approx(400 * 30 * 86400 * 3 / 1e9)
+    assert plan.files_per_month == report.full.files_per_month  # requests do not shrink
+    # the plan's writes (25 readings/s) and the shadow check on every reading (100/s)
+    assert plan.cores == pytest.approx(25 * 2e-6 + 100 * 1e-6)
+    # one re-plan per site and day: 10 sites x 30.44 re-plans x 10 core-seconds
+    assert plan.replan == pytest.approx(10 * MONTH / 86400 * 10 * core_second)
+    saving = report.full.total - plan.total
+    assert report.saving("range") == pytest.approx(saving)
+    by_hand = (
+        (1600 - 400) * 30 * 86400 * 3 / 1e9 * 0.1  # storage
+        + (1600 - 400) * 3 / 1e6 * 0.04  # write bandwidth
+        + (100 * 2e-6 - 25 * 2e-6 - 100 * 1e-6) * core_second * MONTH  # compute
+        - 10 * MONTH / 86400 * 10 * core_second  # re-plans
+    )
+    assert saving == pytest.approx(by_hand)
+    assert report.contracts["crash"].fraction == 0.1
+    assert report.saving("crash") > report.saving("range")  # a smaller backup saves more
+
+
+def test_break_even_is_where_the_saving_crosses_zero() -> None:
+    inputs = _inputs()
+    even = compare_costs(inputs).break_even["range"]
+    core_second = 0.4 / 3600 / 4
+    fixed = 10 * MONTH / 86400 * 10 * core_second  # the re-plans
+    per_reading = (
+        16 * 0.75 * 30 * 86400 * 3 / 1e9 * 0.1
+        + 16 * 0.75 * 3 / 1e6 * 0.04
+        + (0.75 * 2e-6 - 1e-6) * core_second * MONTH
+    )
+    assert even.readings_per_second == pytest.approx(fixed / per_reading)
+    assert even.sensors_per_site == pytest.approx(fixed / per_reading / 10 * 10.0)
+    # at the break-even fleet the saving is zero
+    at = _inputs(sensors_per_site=1, sites=10)
+    at = CostInputs(
+        Fleet(1, 10, interval_s=10.0 / (even.sensors_per_site), bytes_per_reading=16.0),
+        at.store, at.job, at.rates, at.contracts, at.compute,
+    )  # fmt: skip
+    assert compare_costs(at).saving("range") == pytest.approx(0.0, abs=1e-9)
+
+
+def test_where_lacuna_does_not_pay_it_says_so_and_gives_the_break_even() -> None:
+    few = compare_costs(_inputs(sensors_per_site=2, sites=1))
+    assert few.saving("range") < 0
+    lines = where_it_pays(few, "range")
+    assert lines[0].startswith("Range contract, 2 sensors every 10 s")
+    assert "does not pay" in lines[0]
+    assert lines[1].startswith("Break-even:") and "sensors per site" in lines[1]
+    many = compare_costs(_inputs(sensors_per_site=10_000, sites=100))
+    assert many.saving("range") > 0
+    assert "saves $" in where_it_pays(many, "range")[0]
+
+
+def test_never_pays_when_lacunas_own_work_outweighs_each_saved_reading() -> None:
+    free = StorePrices("free store", 0.0, 1, 0.0, 0.0, "nothing billed")
+    base = _inputs()
+    rates = ComputeRates(write_core_us=1.0, job_core_us=5.0, shadow_core_us=3.0)
+    inputs = CostInputs(base.fleet, free, base.job, rates, base.contracts, base.compute)
+    report = compare_costs(inputs)
+    assert math.isinf(report.break_even["range"].readings_per_second)
+    assert "never" in where_it_pays(report)[1]
+
+
+def test_recovery_times_follow_the_measured_line() -> None:
+    rates = RecoveryRates.through((100, 1.0, 2.0), (1100, 2.0, 12.0))
+    assert rates.seconds(100, "lacuna") == pytest.approx(1.0)
+    assert rates.seconds(1100, "full") == pytest.approx(12.0)
+    assert rates.lacuna_per_reading_s == pytest.approx(1 / 1000)
+    report = compare_costs(_inputs())
+    batch = 100 * 10  # readings in one 10 s micro-batch
+    assert report.readings_per_batch == batch
+    full = MEASURED_RECOVERY.seconds(batch, "full")
+    assert report.recovery_batch_s["full"] == pytest.approx(full)
+    assert report.recovery_day_s["lacuna"] == pytest.approx(
+        MEASURED_RECOVERY.seconds(100 * 86400, "lacuna")
+    )
+    with pytest.raises(ParameterError, match="strategy must be"):
+        rates.seconds(1, "none")
+
+
+def test_the_share_of_the_job_a_full_backup_takes() -> None:
+    report = compare_costs(_inputs())
+    assert report.full_backup_share == pytest.approx(2.0 / (5.0 + 2.0))
+
+
+def test_measured_figures_are_the_benchmarks() -> None:
+    production = json.loads((RESULTS / "production.json").read_text())
+    case = production["local[2]"]["beijing_132"]
+    for point in BENCHMARK_POINTS:
+        size = case["sizes"][str(point.rows_per_file)]
+        for kind in ("lacuna", "plain_full", "plain_approx", "plain_windows"):
+            assert getattr(point, kind) == size[kind]["steady_readings_per_s"]
+        assert point.sensors == case["sensors"] and point.backup_sensors == case["backup_sensors"]
+        written = size["lacuna"]["rows_written"] / size["readings"]
+        assert point.backup_fraction == pytest.approx(written)
+    recovery = json.loads((RESULTS / "recovery.json").read_text())["cases"]["beijing_132"]
+    ranges = recovery["recovery"]
+    rows = {k: v["checks"]["rows"] * recovery["sensors"] for k, v in ranges.items()}
+    for name in ("1_day", "12_weeks"):
+        seconds = ranges[name]["seconds_median"]
+        lacuna, full = (MEASURED_RECOVERY.seconds(rows[name], s) for s in ("lacuna", "full"))
+        assert lacuna == pytest.approx(seconds["lacuna"])
+        assert full == pytest.approx(seconds["full_duckdb"])
+    replan = json.loads((RESULTS / "job_replan.json").read_text())
+    assert pytest.approx(2 * replan["inside"]["replan_s"]) == REPLAN_CORE_S
+
+
+def test_derived_rates_by_hand_and_the_nearest_benchmark() -> None:
+    point = BENCHMARK_POINTS[-1]  # 10,000 rows x 132 sensors
+    per = {k: 2e6 / getattr(point, k) for k in ("lacuna", "plain_full", "plain_approx",
+                                               "plain_windows")}  # fmt: skip
+    write = (per["plain_full"] - per["plain_approx"]) / (1 - 20 / 132)
+    assert point.write_core_us == pytest.approx(write)
+    assert point.job_core_us == pytest.approx(per["plain_windows"])
+    assert point.shadow_core_us == pytest.approx(
+        max(0.0, per["lacuna"] - per["plain_windows"] - write * 20 / 132)
+    )
+    assert nearest_point(2_000_000).rows_per_file == 10_000
+    assert nearest_point(10_000).rows_per_file == 100
+    assert nearest_point(150_000).rows_per_file == 1_000
+    rates = ComputeRates.from_point(point)
+    assert rates.write_core_us == point.write_core_us and "10,000 rows" in rates.source
+
+
+def test_bad_inputs_name_the_bad_value() -> None:
+    with pytest.raises(ParameterError, match="sites must be an integer >= 1, got 0"):
+        Fleet(10, 0)
+    with pytest.raises(ParameterError, match="interval_s must be a finite number > 0, got -1"):
+        Fleet(10, 1, -1.0)
+    with pytest.raises(ParameterError, match="replication must be an integer >= 1, got 0"):
+        StorePrices("x", 0.1, 0, 0.0, 0.0, "")
+    with pytest.raises(ParameterError, match="crash_fraction must be a fraction in"):
+        Contracts(1.5, 0.2)
+    with pytest.raises(ParameterError, match="trigger_s"):
+        JobShape(trigger_s=0.0)
+    with pytest.raises(ParameterError, match="readings per micro-batch must be > 0"):
+        nearest_point(0.0)
+    assert set(STORES) and all(s.source for s in STORES.values())
+    hdfs = next(s for s in STORES.values() if s.replication == 3)
+    assert hdfs.storage_per_gb_month == 0.08 and hdfs.bandwidth_per_mbps_month == 0.04
