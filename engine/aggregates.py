@@ -5,6 +5,13 @@ Every layer asks an ``Aggregate`` instead of branching on its name, so a new
 aggregate is one class here (registered in ``AGGREGATES``) plus its tests.
 Windows are counted in readings: window ``w``, slide ``l``; window ``j`` covers
 rows ``[j*l, j*l + w)``; only complete windows are produced.
+
+A failure under the crash contract loses a stretch of ``m`` consecutive rows (the
+exposure). A window starting at row ``a`` is touched by the stretches starting at
+``s = a + d`` for the ``w + m - 1`` offsets ``d = -(m - 1) .. w - 1``; it is exact
+except its rows ``[a + max(d, 0), a + min(d + m, w))`` of the rebuilt sensors
+(``exposure_errors``). Scoring every offset of every window scores every
+(failure position, window touched) pair exactly once.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import gammaln, ndtr
 from scipy.stats import norm
 
@@ -54,6 +62,35 @@ class Aggregate:
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
         """(N,) error of the result from the first ``n`` readings of a window ``x`` (N,)."""
         raise NotImplementedError
+
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        """(W, K, n) signed error, truth aggregate minus the aggregate with the lost rows rebuilt.
+
+        ``truth`` and ``rebuilt`` are (T, n); window ``j`` starts at row ``starts[j]``
+        and the failure at offset ``exposure_offsets(window, exposure)[k]`` from it
+        (``K = window + exposure - 1``) replaces its rows ``lost_rows`` by ``rebuilt``.
+        """
+        raise NotImplementedError
+
+    def exposure_scores(
+        self,
+        truth: np.ndarray,
+        rebuilt: np.ndarray,
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> np.ndarray:
+        """(W, K, n) >= 0 scores, linear in the scale of the rebuild's residual, that
+        exceed ``eps`` wherever ``|exposure_errors|`` does.
+
+        Calibration scales each sensor's residual ``truth - rebuilt`` by the ratio of
+        standard deviations two backup sets give; a score proportional to that scale
+        is what makes the ratio meaningful. For avg and sum it is the error itself.
+        """
+        return np.abs(self.exposure_errors(truth, rebuilt, starts, window, exposure))
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         """A window's statistic for the random-sample coverage rule (None: too few readings)."""
@@ -112,6 +149,15 @@ class _Linear(Aggregate):
         prefix = np.cumsum(x) / np.arange(1, x.size + 1)
         return np.abs(prefix - prefix[-1]) * (x.size if self.scale_by_window else 1)
 
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        # The window's error is its lost rows' residuals summed (avg: over w).
+        lo, hi = lost_rows(starts, window, exposure)
+        csum = np.vstack([np.zeros((1, truth.shape[1])), np.cumsum(truth - rebuilt, axis=0)])
+        err = csum[hi] - csum[lo]
+        return err if self.scale_by_window else err / window
+
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         return float(x.var(ddof=1)) if x.size >= 2 else None
 
@@ -133,7 +179,7 @@ class _Extreme(Aggregate):
     sign: float = 1.0  # +1 max, -1 min
 
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
-        view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)[starts]
+        view = sliding_window_view(x, window, axis=0)[starts]
         return view.max(axis=-1) if self.sign > 0 else view.min(axis=-1)
 
     def from_partial(
@@ -154,6 +200,59 @@ class _Extreme(Aggregate):
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
         s = self.sign * x
         return np.asarray(s.max() - np.maximum.accumulate(s), dtype=float)
+
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        # Worked on sign * x, so min is max of the negated readings. The recovered
+        # extreme is the larger of the kept readings' (the window's prefix before the
+        # lost rows and its suffix after them) and the lost rows' rebuilt one.
+        t, r = self.sign * truth, self.sign * rebuilt
+        lo, hi = lost_rows(starts, window, exposure)
+        a = starts[:, None]
+        whole = range_max(t, starts, starts + window, window)[:, None, :]
+        kept = np.maximum(range_max(t, a, lo, window), range_max(t, hi, a + window, window))
+        lost = range_max(r, lo, hi, min(window, exposure))
+        return np.asarray(self.sign * (whole - np.maximum(kept, lost)), dtype=float)
+
+    def exposure_scores(
+        self,
+        truth: np.ndarray,
+        rebuilt: np.ndarray,
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> np.ndarray:
+        # eps / lambda*, with lambda* the smallest scale of the residual rho = truth - rebuilt
+        # (in sign * x) at which the window first misses. A lost reading with headroom
+        # g = window extreme - reading overshoots once lambda (-rho) > g + eps; the window
+        # undershoots once every kept reading lies eps below the extreme and every lost one
+        # within eps of it has lambda rho > eps - g. Linear in the residual's scale, and
+        # never below eps where the window misses (a far reading pulled back into the band
+        # would end an undershoot; it is ignored, so the score errs high).
+        t = np.moveaxis(sliding_window_view(self.sign * truth, window, axis=0)[starts], -1, 1)
+        rho = np.moveaxis(
+            sliding_window_view(self.sign * (truth - rebuilt), window, axis=0)[starts], -1, 1
+        )
+        top = t.max(axis=1, keepdims=True)
+        g = top - t  # (W, w, n) headroom of each reading below its window's extreme
+        over = np.maximum(-rho, 0.0) * eps / (eps + g)
+        near = g < eps
+        under = np.where(near, np.maximum(rho, 0.0) * eps / np.where(near, eps - g, 1.0), np.inf)
+        n_win, n = t.shape[0], t.shape[2]
+        base = np.arange(n_win) * window
+        lo, hi = lost_rows(base, window, exposure)
+        longest = min(window, exposure)
+        flat = t.reshape(n_win * window, n)
+        kept = np.maximum(
+            range_max(flat, base[:, None], lo, window),
+            range_max(flat, hi, base[:, None] + window, window),
+        )
+        worst_over = range_max(over.reshape(-1, n), lo, hi, longest)
+        worst_under = -range_max(-under.reshape(-1, n), lo, hi, longest)
+        extreme_lost = top - kept > eps
+        return np.maximum(worst_over, np.where(extreme_lost, worst_under, 0.0))
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         # M: readings within eps of the extreme, scaled to a full window.
@@ -190,6 +289,48 @@ def get_aggregate(name: object) -> Aggregate:
 
 
 # ---------------------------------------------------------------- windows
+
+
+def exposure_offsets(window: int, exposure: int) -> np.ndarray:
+    """(K,) offsets ``d = s - a`` of the stretches ``[s, s + m)`` touching a window at ``a``.
+
+    ``-(m - 1) .. w - 1``: ``K = w + m - 1`` failure positions per window.
+    """
+    return np.arange(1 - exposure, window)
+
+
+def lost_rows(starts: np.ndarray, window: int, exposure: int) -> tuple[np.ndarray, np.ndarray]:
+    """(W, K) first and end (exclusive) row each window loses at each offset.
+
+    Rows ``[a + max(d, 0), a + min(d + m, w))``: the stretch clipped to the window.
+    """
+    d = exposure_offsets(window, exposure)
+    a = np.asarray(starts)[:, None]
+    return a + np.clip(d, 0, window), a + np.clip(d + exposure, 0, window)
+
+
+def range_max(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, longest: int) -> np.ndarray:
+    """Column maxima of ``x[lo:hi]`` (T, n) for every pair of row bounds: (*lo.shape, n).
+
+    ``-inf`` where ``lo == hi``; every ``hi - lo`` is at most ``longest``. A sparse
+    table (maxima of ``2^k`` rows) answers each range with two lookups.
+    """
+    levels, span = [np.asarray(x, dtype=float)], 1
+    while 2 * span <= longest:
+        prev = levels[-1]
+        nxt = np.full_like(prev, -np.inf)
+        valid = prev.shape[0] - 2 * span + 1
+        if valid > 0:
+            nxt[:valid] = np.maximum(prev[:valid], prev[span : span + valid])
+        levels.append(nxt)
+        span *= 2
+    table = np.stack(levels)
+    length = np.asarray(hi) - np.asarray(lo)
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(int)
+    last = table.shape[1] - 1
+    first = table[level, np.clip(lo, 0, last)]
+    second = table[level, np.clip(np.asarray(hi) - (1 << level), 0, last)]
+    return np.where((length > 0)[..., None], np.maximum(first, second), -np.inf)
 
 
 def check_window(window: int, slide: int) -> None:
