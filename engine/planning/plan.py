@@ -219,9 +219,16 @@ def plan_warnings(
         out.append(f"plan unmeasured, {fold.calibration.reason}")
     if result is not None and result.n_folds == 0:
         out.append(f"backtest not run: {result.note}")
-    elif result is not None and result.verdict(spec.delta).startswith("DOES NOT HOLD"):
-        out.append(f"backtest: {result.verdict(spec.delta)}")
+    elif result is not None and contract_verdict(result, spec.delta).startswith("DOES NOT HOLD"):
+        out.append(f"backtest: {contract_verdict(result, spec.delta)}")
     return tuple(out)
+
+
+def contract_verdict(result: BacktestResult, delta: float) -> str:
+    """The verdict of the contract the plan was made for: crash when it has an exposure."""
+    if result.crash is None or result.n_folds == 0:
+        return result.verdict(delta)
+    return result.crash.verdict(delta)
 
 
 def _make_plan_in_eps_units(
