@@ -116,6 +116,7 @@ def _params(args: argparse.Namespace) -> PlanParameters:
         calibration=args.calibration,
         history=args.history,
         horizon=args.horizon,
+        exposure=getattr(args, "exposure", None),
     )
 
 
