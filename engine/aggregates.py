@@ -34,6 +34,11 @@ class Aggregate:
     name: str
     pandas_name: str  # the pandas/Spark groupby function computing it over one window
 
+    @property
+    def sign_blind(self) -> bool:
+        """True when a window's ``|error|`` is the same for a residual and its negation."""
+        raise NotImplementedError
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         """(W, n) aggregates of the windows starting at rows ``starts`` of ``x`` (T, n)."""
         raise NotImplementedError
@@ -125,6 +130,10 @@ class _Linear(Aggregate):
 
     scale_by_window: bool = False  # sum: the window total; avg: the mean
 
+    @property
+    def sign_blind(self) -> bool:
+        return True
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         csum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
         sums = csum[starts + window] - csum[starts]
@@ -177,6 +186,12 @@ class _Extreme(Aggregate):
     """``max`` and ``min``: recovered within eps if every reading is (the seed's bound)."""
 
     sign: float = 1.0  # +1 max, -1 min
+
+    @property
+    def sign_blind(self) -> bool:
+        # A rebuilt reading below the truth can only lower a max, one above it can only
+        # raise it: which misses depends on the residual's sign.
+        return False
 
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         view = sliding_window_view(x, window, axis=0)[starts]
