@@ -1,4 +1,4 @@
-"""Mutation check of calibration, K-slack and re-planning (issue 10, item 7).
+"""Mutation check of calibration (both contracts), K-slack and re-planning (issue 10, item 7).
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -96,6 +96,46 @@ MUTANTS = (
            "reconstructed=targets, version=version.id)",
            "reconstructed=targets)",
            ("tests/unit/test_versions.py",)),
+    Mutant("x1: a failure loses one row fewer than its exposure",
+           "engine/aggregates.py",
+           "a + np.clip(d + exposure, 0, window)",
+           "a + np.clip(d + exposure - 1, 0, window)",
+           ("tests/unit/test_exposure.py",)),
+    Mutant("x2: avg's crash error is the lost rows' sum, not over the window",
+           "engine/aggregates.py",
+           "return err if self.scale_by_window else err / window",
+           "return err",
+           ("tests/unit/test_exposure.py",)),
+    Mutant("x3: max/min keep only the readings before the lost rows",
+           "engine/aggregates.py",
+           "kept = np.maximum(range_max(t, a, lo, window), range_max(t, hi, a + window, window))",
+           "kept = range_max(t, a, lo, window)",
+           ("tests/unit/test_exposure.py",)),
+    Mutant("x4: the crash score of max/min ignores the headroom below the extreme",
+           "engine/aggregates.py",
+           "over = np.maximum(-rho, 0.0) * eps / (eps + g)",
+           "over = np.maximum(-rho, 0.0)",
+           ("tests/unit/test_exposure.py",)),
+    Mutant("x5: max/min calibrated without the mirrored residual",
+           "engine/aggregates.py",
+           "        return False\n",
+           "        return True\n",
+           ("tests/unit/test_crash_contract.py",)),
+    Mutant("x6: a sensor with no measured error gets an infinite target",
+           "engine/planning/calibration.py",
+           "        new = np.where(flat, sd**2, new)\n",
+           "",
+           ("tests/unit/test_crash_contract.py",)),
+    Mutant("x7: the crash verdict tests triples as if independent",
+           "engine/planning/verdict.py",
+           "window_p_value(v / self.positions, r // self.positions, delta)",
+           "window_p_value(v, r, delta)",
+           ("tests/unit/test_crash_contract.py",)),
+    Mutant("x8: the backtest's crash tally counts backed-up sensors' misses",
+           "engine/planning/backtest.py",
+           "crash_viol += np.where(rebuilt, lost.sum(axis=(0, 1)), 0)",
+           "crash_viol += lost.sum(axis=(0, 1))",
+           ("tests/unit/test_crash_contract.py",)),
 )  # fmt: skip
 
 

@@ -219,7 +219,8 @@ def _calibrate(
         sd = np.sqrt(_dropped_variance(model, selection.backup))
         ok = sd > 1e-12 * max(1.0, float(np.sqrt(np.mean(np.diag(model.cov_)))))
         ratio = np.where(ok, np.maximum(q, 1e-300) / np.where(ok, sd, 1.0), ratio)
-        new = np.where(ok, (spec.eps / ratio) ** 2, targets)
+        with np.errstate(over="ignore"):  # a ratio of ~0: see the flat rule below
+            new = np.where(ok, (spec.eps / ratio) ** 2, targets)
         # A sensor that varies but whose rebuild erred nowhere (flat through the scored
         # horizons, or never overshooting) has no measured ratio: (eps / 0)^2 would let
         # any variance pass. It is trusted only at the variance it was measured at.
