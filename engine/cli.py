@@ -206,7 +206,12 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 
     from engine.planning import BacktestSettings, default_history, run_backtest
     from engine.planning.parameters import resolve_horizon
-    from engine.planning.plan import eps_units, plan_backtest_settings
+    from engine.planning.plan import (
+        contract_verdict,
+        contract_verdicts,
+        eps_units,
+        plan_backtest_settings,
+    )
 
     params = _params(args)
     history = _history(args)
@@ -229,7 +234,8 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "parameters": params.to_dict(),
         "horizon_rows": horizon,
-        "verdict": result.verdict(params.delta),
+        "verdict": contract_verdict(result, params.delta),
+        "verdicts": contract_verdicts(result, params.delta),
         **result.to_dict(),
     }
 

@@ -39,7 +39,7 @@ from engine.export.snippets import (
     spark_script,
 )
 from engine.model.linear import LinearMap
-from engine.planning.plan import BackupPlan, contract_verdict
+from engine.planning.plan import BackupPlan, contract_verdict, contract_verdicts
 
 SCHEMA_VERSION = 3
 SCHEMA_PATHS = {v: Path(__file__).parent / "schema" / f"backup_config.v{v}.json" for v in (1, 2, 3)}
@@ -178,26 +178,13 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
             if plan.backtest is None
             else contract_verdict(plan.backtest, plan.parameters.delta)
         ),
-        "verdicts": _verdicts(plan),
+        "verdicts": contract_verdicts(plan.backtest, plan.parameters.delta),
         "warnings": list(plan.warnings),
         "backtest_note": (
             "not run: this plan's guarantee is unmeasured"
             if plan.backtest is None
             else plan.backtest.note
         ),
-    }
-
-
-def _verdicts(plan: BackupPlan) -> dict[str, str | None]:
-    """Both contracts' verdicts: crash (a failure loses the plan's exposure, null for a
-    plan without one) and range (whole windows rebuilt, as ``recover`` of a long range)."""
-    result, delta = plan.backtest, plan.parameters.delta
-    if result is None:
-        return {"crash": None, "range": None}
-    crash = result.crash
-    return {
-        "crash": None if crash is None or result.n_folds == 0 else crash.verdict(delta),
-        "range": result.verdict(delta),
     }
 
 

@@ -24,6 +24,19 @@ than ``delta``. Two remedies live here:
 * **the backtest**: fit on ``[t - H, t)``, plan, measure real window errors on
   ``[t, t + S)``; this is the figure an operator is shown, not the model's
   (``engine.planning.backtest``, which scores folds with ``_window_residuals``).
+
+Two contracts (DESIGN.md section 3b). ``exposure=None``: the **range contract**,
+whole windows rebuilt, scored as above. ``exposure=m``: the **crash contract**, a
+failure loses at most ``m`` consecutive rows and every window it touches is exact
+except those rows of the rebuilt sensors. Calibration then scores every window and
+every one of the ``w + m - 1`` failure positions touching it
+(``Aggregate.exposure_scores``: for avg/sum the window's error; for max/min eps over
+the smallest scale of the residual at which the window would miss, which keeps the
+ratio ``c_i`` meaningful), for max/min with the residual mirrored too (a rebuild
+that ran low through calibration never overshoots the max; the next horizon's may).
+The same quantile, drift check and prediction bound (its count still the disjoint
+windows: a window's scores share its readings) set the targets. A sensor with no
+measured error (every score 0) is held to the variance it was measured at.
 """
 
 from __future__ import annotations

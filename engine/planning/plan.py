@@ -231,6 +231,18 @@ def contract_verdict(result: BacktestResult, delta: float) -> str:
     return result.crash.verdict(delta)
 
 
+def contract_verdicts(result: BacktestResult | None, delta: float) -> dict[str, str | None]:
+    """Both contracts' verdicts: crash (a failure loses the plan's exposure; None for a plan
+    without one, or unmeasured) and range (whole windows rebuilt, as a long ``recover``)."""
+    if result is None:
+        return {"crash": None, "range": None}
+    crash = result.crash
+    return {
+        "crash": None if crash is None or result.n_folds == 0 else crash.verdict(delta),
+        "range": result.verdict(delta),
+    }
+
+
 def _make_plan_in_eps_units(
     history: SensorHistory,
     params: PlanParameters,

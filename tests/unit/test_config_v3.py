@@ -88,3 +88,15 @@ def test_cli_plan_takes_exposure(tmp_path, capsys) -> None:
     assert load_config(out).parameters["exposure"] == 2
     assert main([*argv[:-4], "--exposure", "0"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_cli_backtest_states_both_contracts(capsys) -> None:
+    argv = ["backtest", "--data", str(SMALL), "--sensors", "*_TEMP", "--eps", "1"]
+    argv += ["--delta", "0.05", "--window", "24", "--exposure", "3", "--max-folds", "2"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["crash"]["exposure_rows"] == 3
+    assert out["crash"]["failure_positions_per_window"] == 24 + 3 - 1
+    assert out["verdict"] == out["verdicts"]["crash"]
+    assert out["verdicts"]["range"].startswith(("holds", "DOES NOT HOLD"))
+    assert "crash contract" not in out["verdicts"]["range"]
