@@ -246,10 +246,8 @@ class _Extreme(Aggregate):
         # within eps of it has lambda rho > eps - g. Linear in the residual's scale, and
         # never below eps where the window misses (a far reading pulled back into the band
         # would end an undershoot; it is ignored, so the score errs high).
-        t = np.moveaxis(sliding_window_view(self.sign * truth, window, axis=0)[starts], -1, 1)
-        rho = np.moveaxis(
-            sliding_window_view(self.sign * (truth - rebuilt), window, axis=0)[starts], -1, 1
-        )
+        t = in_windows(self.sign * truth, starts, window)
+        rho = in_windows(self.sign * (truth - rebuilt), starts, window)
         top = t.max(axis=1, keepdims=True)
         g = top - t  # (W, w, n) headroom of each reading below its window's extreme
         over = np.maximum(-rho, 0.0) * eps / (eps + g)
@@ -259,14 +257,9 @@ class _Extreme(Aggregate):
         base = np.arange(n_win) * window
         lo, hi = lost_rows(base, window, exposure)
         longest = min(window, exposure)
-        flat = t.reshape(n_win * window, n)
-        kept = np.maximum(
-            range_max(flat, base[:, None], lo, window),
-            range_max(flat, hi, base[:, None] + window, window),
-        )
         worst_over = range_max(over.reshape(-1, n), lo, hi, longest)
         worst_under = -range_max(-under.reshape(-1, n), lo, hi, longest)
-        extreme_lost = top - kept > eps
+        extreme_lost = top - kept_max(t, lo[0], hi[0]) > eps
         return np.maximum(worst_over, np.where(extreme_lost, worst_under, 0.0))
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
@@ -356,6 +349,23 @@ def check_window(window: int, slide: int) -> None:
         raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
     if slide > window:
         raise ParameterError(f"slide must not exceed window ({window}), got {slide!r}")
+
+
+def in_windows(x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+    """(W, w, n) the windows of ``x`` (T, n) starting at rows ``starts``, contiguous."""
+    return np.ascontiguousarray(np.moveaxis(sliding_window_view(x, window, axis=0)[starts], -1, 1))
+
+
+def kept_max(v: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(W, K, n) maxima of every window of ``v`` (W, w, n) outside its rows ``[lo, hi)``.
+
+    ``lo``, ``hi`` (K,) are rows of the window: the prefix maximum before ``lo`` against
+    the suffix maximum from ``hi``; ``-inf`` where nothing is kept.
+    """
+    pad = np.full((v.shape[0], 1, v.shape[2]), -np.inf)
+    prefix = np.concatenate([pad, np.maximum.accumulate(v, axis=1)], axis=1)
+    suffix = np.concatenate([np.maximum.accumulate(v[:, ::-1], axis=1)[:, ::-1], pad], axis=1)
+    return np.maximum(prefix[:, lo], suffix[:, hi])
 
 
 def window_starts(n_rows: int, window: int, slide: int) -> np.ndarray:

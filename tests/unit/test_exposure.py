@@ -12,6 +12,7 @@ from engine.aggregates import (
     AGGREGATE_NAMES,
     exposure_offsets,
     get_aggregate,
+    kept_max,
     lost_rows,
     range_max,
     window_starts,
@@ -111,6 +112,18 @@ def test_range_max_matches_slicing(rows: int, longest: int, seed: int) -> None:
     for i in range(25):
         want = x[lo[i] : hi[i]].max(axis=0) if hi[i] > lo[i] else np.full(2, -np.inf)
         np.testing.assert_array_equal(got[i], want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(window=st.integers(1, 12), exposure=st.integers(1, 14), seed=st.integers(0, 2**16))
+def test_kept_max_matches_slicing(window: int, exposure: int, seed: int) -> None:
+    v = np.random.default_rng(seed).normal(size=(3, window, 2))
+    lo, hi = lost_rows(np.zeros(1, dtype=int), window, exposure)
+    kept = kept_max(v, lo[0], hi[0])
+    for k, (a, b) in enumerate(zip(lo[0], hi[0], strict=True)):
+        rest = np.concatenate([v[:, :a], v[:, b:]], axis=1)
+        want = rest.max(axis=1) if rest.shape[1] else np.full((3, 2), -np.inf)
+        np.testing.assert_array_equal(kept[:, k], want)
 
 
 @pytest.mark.parametrize("name", AGGREGATE_NAMES)
