@@ -30,6 +30,11 @@ VERDICT_TEST = (
 )
 
 
+def sensor_test_level(rebuilt_sensors: int) -> float:
+    """Each sensor's test level: ``VERDICT_ALPHA`` over the sensors rebuilt (Bonferroni)."""
+    return VERDICT_ALPHA / max(rebuilt_sensors, 1)
+
+
 @dataclass(frozen=True)
 class BacktestResult:
     """Measured, not modelled: how often recovered window aggregates missed eps.
@@ -63,7 +68,7 @@ class BacktestResult:
 
     def rejected_sensors(self, delta: float) -> list[str]:
         """Sensors whose rebuilt-window misses reject ``rate <= delta`` after Bonferroni."""
-        level = VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        level = sensor_test_level(self.rebuilt_sensors)
         return [
             s
             for s, (v, r, _) in self.per_sensor.items()
@@ -170,8 +175,9 @@ class CrashResult:
         return sum(1 for _, r in self.per_sensor.values() if r > 0)
 
     def rejected_sensors(self, delta: float) -> list[str]:
-        """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni."""
-        level = VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni
+        (the same level as the range contract's test, ``BacktestResult.rejected_sensors``)."""
+        level = sensor_test_level(self.rebuilt_sensors)
         return [
             s
             for s, (v, r) in self.per_sensor.items()
