@@ -97,7 +97,7 @@ MUTANTS = (
            "reconstructed=targets)",
            ("tests/unit/test_versions.py",)),
     Mutant("x1: a failure loses one row fewer than its exposure",
-           "engine/aggregates.py",
+           "engine/stretches.py",
            "a + np.clip(d + exposure, 0, window)",
            "a + np.clip(d + exposure - 1, 0, window)",
            ("tests/unit/test_exposure.py",)),
