@@ -47,6 +47,9 @@ import numpy as np
 import scipy.linalg
 
 import bench.bench_honesty as B
+from engine.aggregates import get_aggregate
+from engine.cli import parse_eps_by_unit
+from engine.data.units import eps_for_units
 from engine.model import GaussianModel
 
 RESULTS = Path(__file__).resolve().parent / "results" / "honesty_oracle.json"
@@ -79,6 +82,29 @@ def fewest_misses_by_size(x: np.ndarray, future: np.ndarray, case: B.Case) -> np
 
     Sizes above the first one with no miss are left infinite: dominated in the bound.
     """
+    return fewest_by_contract(x, future, case, {})["range"]
+
+
+def case_eps(case: B.Case, names: list[str]) -> np.ndarray:
+    """(n,) each sensor's eps: the case's, or its unit's for a case of mixed units."""
+    if not case.eps_by_unit:
+        return np.full(len(names), case.eps)
+    given = dict(eps_for_units(names, parse_eps_by_unit(case.eps_by_unit)))
+    return np.array([given.get(x, case.eps) for x in names])
+
+
+def fewest_by_contract(
+    x: np.ndarray,
+    future: np.ndarray,
+    case: B.Case,
+    crash: dict[str, int],
+    names: list[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Per contract, (n + 1,) the fewest misses over the next rows of any backup set of each
+    size: "range" (whole windows rebuilt) and each label of ``crash`` (a failure loses that
+    many rows): misses in windows, each counting its fraction of failure positions that
+    missed (``bench_honesty.crash_misses``). Sizes above the first one with no miss in a
+    contract are left infinite there."""
     n = x.shape[1]
     if n > MAX_SENSORS:
         raise ValueError(f"{case.name}: {n} sensors, exhaustive search stops at {MAX_SENSORS}")
@@ -90,20 +116,35 @@ def fewest_misses_by_size(x: np.ndarray, future: np.ndarray, case: B.Case) -> np
     linear = case.aggregate in ("avg", "sum")
     source = B.tumbling(future, case.window, "avg") if linear else future
     scale = case.window if case.aggregate == "sum" else 1.0
-    best = np.full(n + 1, np.inf)
-    best[n] = 0.0  # everything backed up: nothing rebuilt, nothing missed
+    starts = np.arange(0, future.shape[0] - case.window + 1, case.window)
+    agg = get_aggregate(case.aggregate)
+    eps = case_eps(case, names) if names else np.full(n, case.eps)
+    best = {c: np.full(n + 1, np.inf) for c in ("range", *crash)}
+    done = set()
+    for b in best.values():
+        b[n] = 0.0  # everything backed up: nothing rebuilt, nothing missed
     for k in range(n):
         for sub in itertools.combinations(range(n), k):
-            rec = rebuild(model, sub, source)
-            agg = rec * scale if linear else B.tumbling(rec, case.window, case.aggregate)
             rebuilt = [j for j in range(n) if j not in sub]
-            misses = np.sum(np.abs(agg[:, rebuilt] - truth[:, rebuilt]) > case.eps)
-            best[k] = min(best[k], float(misses))
-            if best[k] == 0:
+            if "range" not in done:
+                rec = rebuild(model, sub, source)
+                agg_rec = rec * scale if linear else B.tumbling(rec, case.window, case.aggregate)
+                misses = np.sum(np.abs(agg_rec[:, rebuilt] - truth[:, rebuilt]) > eps[rebuilt])
+                best["range"][k] = min(best["range"][k], float(misses))
+            if set(crash) - done:
+                full = rebuild(model, sub, future)
+                for c, m in crash.items():
+                    if c in done:
+                        continue
+                    err = agg.exposure_errors(future, full, starts, case.window, m)
+                    lost = (np.abs(err[:, :, rebuilt]) > eps[rebuilt]).mean(axis=1)
+                    best[c][k] = min(best[c][k], float(lost.sum()))
+            if all(best[c][k] == 0 for c in best if c not in done):
                 break
-        if best[k] == 0:
-            # No miss with k backups: more backups can only rebuild fewer windows with no
-            # fewer misses, so every larger size is dominated (left infinite, never chosen).
+        # No miss with k backups: more backups can only rebuild fewer windows with no
+        # fewer misses, so every larger size is dominated (left infinite, never chosen).
+        done |= {c for c in best if best[c][k] == 0}
+        if len(done) == len(best):
             break
     return best
 
@@ -126,25 +167,36 @@ def pooled_bound(fewest: list[np.ndarray], windows: int, n: int, delta: float) -
     return 1.0 - total / (n * len(fewest))
 
 
-def case_bound(case: B.Case) -> dict[str, Any]:
+def case_bound(case: B.Case, labels: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The hindsight bound of the case under the range contract and, per exposure label,
+    the crash contract (``bench_honesty.exposures``)."""
     data, names, h, s, origins = B.case_folds(case)
-    values = data.values
-    fewest = [fewest_misses_by_size(values[t - h : t], values[t : t + s], case) for t in origins]
+    values, n, windows = data.values, len(names), s // case.window
+    crash = B.exposures(case.window, labels)
+    fewest = [fewest_by_contract(values[t - h : t], values[t : t + s], case, crash, names)
+              for t in origins]  # fmt: skip
     per_fold = [  # each fold alone at <= delta, for comparison
-        1.0 - min(k for k in range(len(names) + 1)
-                  if f[k] <= B.DELTA * (len(names) - k) * (s // case.window)) / len(names)
+        1.0 - min(k for k in range(n + 1) if f["range"][k] <= B.DELTA * (n - k) * windows) / n
         for f in fewest
-    ]  # fmt: skip
-    return {
-        "sensors": len(names),
-        "windows_per_fold": s // case.window,
-        "hindsight_savings": pooled_bound(fewest, s // case.window, len(names), B.DELTA),
+    ]
+    out = {
+        "sensors": n,
+        "windows_per_fold": windows,
+        "hindsight_savings": pooled_bound([f["range"] for f in fewest], windows, n, B.DELTA),
         "hindsight_savings_each_fold": float(np.mean(per_fold)),
     }
+    if crash:
+        out["crash"] = {
+            c: {"exposure": m,
+                "hindsight_savings": pooled_bound([f[c] for f in fewest], windows, n, B.DELTA)}
+            for c, m in crash.items()
+        }  # fmt: skip
+    return out
 
 
 def measured(name: str) -> dict[str, Any]:
-    """Our method's and the seed's savings and verdict in the benchmark's last run."""
+    """Our method's and the seed's savings and verdict in the benchmark's last run, under
+    the range contract and (``crash``) per exposure label."""
     try:
         runs = json.loads(B.RESULTS.read_text())["cases"]
     except (OSError, KeyError, ValueError):
@@ -152,22 +204,45 @@ def measured(name: str) -> dict[str, Any]:
     row = next((c for c in runs if c.get("case") == name), None)
     if row is None:
         return {}
-    return {
+    out: dict[str, Any] = {
         who: {"savings": row[who]["savings"], "honest": row[who]["honest"]}
         for who in ("ours", "seed")
         if who in row
     }
+    if "crash" in row:
+        out["measured_crash"] = {
+            c: {who: {"savings": v[who]["savings"], "honest": v[who]["honest"]}
+                for who in ("ours", "seed")}
+            for c, v in row["crash"].items()
+        }  # fmt: skip
+    return out
 
 
-def run(cases: list[B.Case]) -> Iterator[dict[str, Any]]:
+BOUND_KEYS = ("sensors", "windows_per_fold", "hindsight_savings", "hindsight_savings_each_fold")
+
+
+def run(
+    cases: list[B.Case], labels: tuple[str, ...] = (), known: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Each case's bounds (from ``known``, an earlier report's rows by name, when they hold
+    every label asked for) beside the benchmark's measured figures."""
     for case in cases:
         started = time.monotonic()
-        out = {"name": case.name, "half": case.half, **case_bound(case), **measured(case.name)}
+        old = (known or {}).get(case.name)
+        if old is not None and set(labels) <= set(old.get("crash", {})):
+            bound = {k: old[k] for k in BOUND_KEYS}
+            bound["crash"] = {c: old["crash"][c] for c in labels}
+        else:
+            bound = case_bound(case, labels)
+        out = {"name": case.name, "half": case.half, **bound, **measured(case.name)}
         out["seconds"] = round(time.monotonic() - started, 1)
         print(
             f"{case.name:20s} n={out['sensors']:2d} hindsight {out['hindsight_savings']:.0%}"
             f" (each fold {out['hindsight_savings_each_fold']:.0%})"
-            + (f", ours {out['ours']['savings']:.0%}" if "ours" in out else ""),
+            + (f", ours {out['ours']['savings']:.0%}" if "ours" in out else "")
+            + "".join(
+                f"; crash {c} {v['hindsight_savings']:.0%}" for c, v in out.get("crash", {}).items()
+            ),
             file=sys.stderr,
             flush=True,
         )
@@ -175,9 +250,9 @@ def run(cases: list[B.Case]) -> Iterator[dict[str, Any]]:
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    halves = [*sorted({r["half"] for r in rows}), "all"]
+    halves = [*dict.fromkeys(c.half for c in B.CASES if c.half in {r["half"] for r in rows})]
     out = {}
-    for half in halves:
+    for half in [*halves, "all"]:
         rs = [r for r in rows if half in ("all", r["half"])]
         out[half] = {
             "cases": len(rs),
@@ -189,6 +264,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 if all(who in r for r in rs)
             },
         }
+        labels = [c for c, _ in B.EXPOSURES if rs and all(c in r.get("crash", {}) for r in rs)]
+        for c in labels:
+            part: dict[str, Any] = {
+                "hindsight_savings": float(
+                    np.mean([r["crash"][c]["hindsight_savings"] for r in rs])
+                )
+            }
+            if all(c in r.get("measured_crash", {}) for r in rs):
+                for who in ("ours", "seed"):
+                    got = [r["measured_crash"][c][who] for r in rs]
+                    part[f"{who}_savings"] = float(np.mean([g["savings"] for g in got]))
+                    part[f"{who}_honest"] = f"{sum(g['honest'] for g in got)}/{len(got)}"
+            out[half][f"crash {c}"] = part
     return out
 
 
@@ -196,13 +284,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated case names (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--exposures",
+        default=",".join(c for c, _ in B.EXPOSURES),
+        help="crash-contract exposures to bound (w/12,w/4,w; empty: the range contract only)",
+    )
+    parser.add_argument(
+        "--bounds",
+        type=Path,
+        default=None,
+        help="an earlier report: its cases' bounds are reused, the measured figures re-read",
+    )
     args = parser.parse_args(argv)
+    labels = tuple(c for c in args.exposures.split(",") if c)
+    known = (
+        {r["name"]: r for r in json.loads(args.bounds.read_text())["cases"]}
+        if args.bounds
+        else None
+    )
     try:
         cases = B.chosen_cases(args.cases)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rows = list(run(cases))
+    rows = list(run(cases, labels, known))
     report = {
         "what": "hindsight upper bound on mean savings with the pooled miss rate <= delta",
         "delta": B.DELTA,

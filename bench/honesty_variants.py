@@ -56,6 +56,13 @@ protocol (our method, 8 folds) on the cases of the given halves. Variants
   H = 3 S, so the latest forward fit already sees at most 2 S rows: ``recent=2``
   changes only the plan's final fit, ``recent=3`` or more changes nothing.
 
+Both contracts: ``exposure=w/12`` (or ``w/4``, ``w``) plans with ``--exposure`` at that
+exposure (``bench_honesty.exposures``) and scores the crash contract
+(``bench_honesty.score_crash``); without it, the range contract. ``nomirror``: max/min
+calibrated on the residual as seen only (not also its mirror, ``Aggregate.sign_blind``).
+The other options apply to either contract (``pac``, ``student``, ``tinfl`` and ``ratio``
+read signed window errors: range only).
+
 ``oracle`` prints two bounds per case instead: the fewest backups with which the
 pooled miss rate over the NEXT S rows is <= delta (hindsight: no method can do
 better with this model class), and the fewest backups whose forward-horizon
@@ -83,6 +90,7 @@ from scipy.stats import binom, norm
 from scipy.stats import t as student
 
 import bench.bench_honesty as B
+import engine.aggregates as A
 import engine.planning.backtest as BT
 import engine.planning.calibration as C
 import engine.planning.parameters as P
@@ -120,7 +128,12 @@ def patch(opts: dict[str, str]) -> None:
     def quantiles(x: Any, forward: Any, backup: Any, spec: Any, level: float) -> Any:
         h = spec.horizon_rows
         pairs = zip(*forward, strict=True)
-        res = [C._window_residuals(x[o : o + h], m, backup, spec) for o, m in pairs]
+        if spec.exposure is None:  # range: signed window errors (some options read the sign)
+            res = [C._window_residuals(x[o : o + h], m, backup, spec) for o, m in pairs]
+            neff = sum(r.shape[0] // spec.window + 1 for r in res)
+        else:  # crash: the product's scores, w + m - 1 (max/min: twice) per window
+            res = [C.calibration_scores(x[o : o + h], m, backup, spec) for o, m in pairs]
+            neff = len(res) * ((h - spec.window + 1) // spec.window + 1)
         e = np.abs(np.vstack(res))
         q = conformal_quantile(e, level)
         if "nodrift" not in opts:
@@ -131,7 +144,6 @@ def patch(opts: dict[str, str]) -> None:
             k, a = per.shape[0], float(opts["pi"])
             spread = per.std(axis=0, ddof=1) * math.sqrt(1 + 1 / k)
             q = np.maximum(q, per.mean(axis=0) + student.ppf(1 - a, k - 1) * spread)
-        neff = sum(r.shape[0] // spec.window + 1 for r in res)
         if "neff" in opts and math.ceil((neff + 1) * level) > neff:
             q = np.full_like(q, np.inf)
         if "pac" in opts:
@@ -155,6 +167,8 @@ def patch(opts: dict[str, str]) -> None:
         scale = np.minimum(scale, 1.0) if "tighten" in opts else scale
         return _CALIBRATE(x, sensors, spec, model, forward, scale)
 
+    if "nomirror" in opts:  # max/min calibrated on the residual as seen, not its mirror too
+        A._Extreme.sign_blind = property(lambda self: True)  # type: ignore[assignment,method-assign]
     if "shrink" in opts:
         patch_shrink(opts["shrink"])
     if "recent" in opts:
@@ -437,9 +451,13 @@ def main(argv: list[str]) -> None:
         if "oracle" in opts:
             print(f"{case.name:20s} oracle {oracle(case, data, names, h, s, origins)}", flush=True)
             continue
+        label = opts.get("exposure")  # the crash contract at that exposure, else the range
+        crash = B.exposures(case.window, (label,)) if label else None
+        m = crash[label] if crash and label else None
         with tempfile.TemporaryDirectory() as tmp:
-            folds = [B.run_fold(case, data, int(t), h, s, "ours", Path(tmp)) for t in origins]
-        r = B.score(folds, names)
+            folds = [B.run_fold(case, data, int(t), h, s, "ours", Path(tmp), m, crash)
+                     for t in origins]  # fmt: skip
+        r = B.score_crash(folds, names, label) if label else B.score(folds, names)
         rows.append((case.half, r | {"case": case.name}))
         print(
             f"{variant} {case.name:20s} {r['pooled_rate']:.3f}/{r['worst_rate']:.3f} "

@@ -5,6 +5,14 @@ Every layer asks an ``Aggregate`` instead of branching on its name, so a new
 aggregate is one class here (registered in ``AGGREGATES``) plus its tests.
 Windows are counted in readings: window ``w``, slide ``l``; window ``j`` covers
 rows ``[j*l, j*l + w)``; only complete windows are produced.
+
+A failure under the crash contract loses a stretch of ``m`` consecutive rows (the
+exposure). A window starting at row ``a`` is touched by the stretches starting at
+``s = a + d`` for the ``w + m - 1`` offsets ``d = -(m - 1) .. w - 1``; it is exact
+except its rows ``[a + max(d, 0), a + min(d + m, w))`` of the rebuilt sensors
+(``exposure_errors``; the rows and maxima in ``engine.stretches``). Scoring every
+offset of every window scores every (failure position, window touched) pair
+exactly once.
 """
 
 from __future__ import annotations
@@ -13,10 +21,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import gammaln, ndtr
 from scipy.stats import norm
 
 from engine.errors import ParameterError
+from engine.stretches import in_windows, kept_max, lost_rows, range_max
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,11 @@ class Aggregate:
 
     name: str
     pandas_name: str  # the pandas/Spark groupby function computing it over one window
+
+    @property
+    def sign_blind(self) -> bool:
+        """True when a window's ``|error|`` is the same for a residual and its negation."""
+        raise NotImplementedError
 
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         """(W, n) aggregates of the windows starting at rows ``starts`` of ``x`` (T, n)."""
@@ -54,6 +69,35 @@ class Aggregate:
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
         """(N,) error of the result from the first ``n`` readings of a window ``x`` (N,)."""
         raise NotImplementedError
+
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        """(W, K, n) signed error, truth aggregate minus the aggregate with the lost rows rebuilt.
+
+        ``truth`` and ``rebuilt`` are (T, n); window ``j`` starts at row ``starts[j]``
+        and the failure at offset ``exposure_offsets(window, exposure)[k]`` from it
+        (``K = window + exposure - 1``) replaces its rows ``lost_rows`` by ``rebuilt``.
+        """
+        raise NotImplementedError
+
+    def exposure_scores(
+        self,
+        truth: np.ndarray,
+        rebuilt: np.ndarray,
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> np.ndarray:
+        """(W, K, n) >= 0 scores, linear in the scale of the rebuild's residual, that
+        exceed ``eps`` wherever ``|exposure_errors|`` does.
+
+        Calibration scales each sensor's residual ``truth - rebuilt`` by the ratio of
+        standard deviations two backup sets give; a score proportional to that scale
+        is what makes the ratio meaningful. For avg and sum it is the error itself.
+        """
+        return np.abs(self.exposure_errors(truth, rebuilt, starts, window, exposure))
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         """A window's statistic for the random-sample coverage rule (None: too few readings)."""
@@ -88,6 +132,10 @@ class _Linear(Aggregate):
 
     scale_by_window: bool = False  # sum: the window total; avg: the mean
 
+    @property
+    def sign_blind(self) -> bool:
+        return True
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         csum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
         sums = csum[starts + window] - csum[starts]
@@ -112,6 +160,15 @@ class _Linear(Aggregate):
         prefix = np.cumsum(x) / np.arange(1, x.size + 1)
         return np.abs(prefix - prefix[-1]) * (x.size if self.scale_by_window else 1)
 
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        # The window's error is its lost rows' residuals summed (avg: over w).
+        lo, hi = lost_rows(starts, window, exposure)
+        csum = np.vstack([np.zeros((1, truth.shape[1])), np.cumsum(truth - rebuilt, axis=0)])
+        err = csum[hi] - csum[lo]
+        return err if self.scale_by_window else err / window
+
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         return float(x.var(ddof=1)) if x.size >= 2 else None
 
@@ -132,8 +189,14 @@ class _Extreme(Aggregate):
 
     sign: float = 1.0  # +1 max, -1 min
 
+    @property
+    def sign_blind(self) -> bool:
+        # A rebuilt reading below the truth can only lower a max, one above it can only
+        # raise it: which misses depends on the residual's sign.
+        return False
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
-        view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)[starts]
+        view = sliding_window_view(x, window, axis=0)[starts]
         return view.max(axis=-1) if self.sign > 0 else view.min(axis=-1)
 
     def from_partial(
@@ -155,6 +218,52 @@ class _Extreme(Aggregate):
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
         s = self.sign * x
         return np.asarray(s.max() - np.maximum.accumulate(s), dtype=float)
+
+    def exposure_errors(
+        self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
+    ) -> np.ndarray:
+        # Worked on sign * x, so min is max of the negated readings. The recovered
+        # extreme is the larger of the kept readings' (the window's prefix before the
+        # lost rows and its suffix after them) and the lost rows' rebuilt one.
+        t, r = self.sign * truth, self.sign * rebuilt
+        lo, hi = lost_rows(starts, window, exposure)
+        a = starts[:, None]
+        whole = range_max(t, starts, starts + window, window)[:, None, :]
+        kept = np.maximum(range_max(t, a, lo, window), range_max(t, hi, a + window, window))
+        lost = range_max(r, lo, hi, min(window, exposure))
+        return np.asarray(self.sign * (whole - np.maximum(kept, lost)), dtype=float)
+
+    def exposure_scores(
+        self,
+        truth: np.ndarray,
+        rebuilt: np.ndarray,
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> np.ndarray:
+        # eps / lambda*, with lambda* the smallest scale of the residual rho = truth - rebuilt
+        # (in sign * x) at which the window first misses. A lost reading with headroom
+        # g = window extreme - reading overshoots once lambda (-rho) > g + eps; the window
+        # undershoots once every kept reading lies eps below the extreme and every lost one
+        # within eps of it has lambda rho > eps - g. Linear in the residual's scale, and
+        # never below eps where the window misses (a far reading pulled back into the band
+        # would end an undershoot; it is ignored, so the score errs high).
+        t = in_windows(self.sign * truth, starts, window)
+        rho = in_windows(self.sign * (truth - rebuilt), starts, window)
+        top = t.max(axis=1, keepdims=True)
+        g = top - t  # (W, w, n) headroom of each reading below its window's extreme
+        over = np.maximum(-rho, 0.0) * eps / (eps + g)
+        near = g < eps
+        under = np.where(near, np.maximum(rho, 0.0) * eps / np.where(near, eps - g, 1.0), np.inf)
+        n_win, n = t.shape[0], t.shape[2]
+        base = np.arange(n_win) * window
+        lo, hi = lost_rows(base, window, exposure)
+        longest = min(window, exposure)
+        worst_over = range_max(over.reshape(-1, n), lo, hi, longest)
+        worst_under = -range_max(-under.reshape(-1, n), lo, hi, longest)
+        extreme_lost = top - kept_max(t, lo[0], hi[0]) > eps
+        return np.maximum(worst_over, np.where(extreme_lost, worst_under, 0.0))
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         # M: readings within eps of the extreme, scaled to a full window.

@@ -116,6 +116,7 @@ def _params(args: argparse.Namespace) -> PlanParameters:
         calibration=args.calibration,
         history=args.history,
         horizon=args.horizon,
+        exposure=getattr(args, "exposure", None),
     )
 
 
@@ -213,7 +214,13 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
 
     from engine.planning import BacktestSettings, default_history, run_backtest
     from engine.planning.parameters import resolve_horizon
-    from engine.planning.plan import eps_units, plan_backtest_settings
+    from engine.planning.plan import (
+        contract_assessment,
+        contract_verdict,
+        contract_verdicts,
+        eps_units,
+        plan_backtest_settings,
+    )
 
     params = _params(args)
     history = _history(args)
@@ -236,8 +243,9 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "parameters": params.to_dict(),
         "horizon_rows": horizon,
-        "verdict": result.verdict(params.delta),
-        "verdict_state": result.assess(params.delta).state,
+        "verdict": contract_verdict(result, params.delta),
+        "verdict_state": contract_assessment(result, params.delta).state,
+        "verdicts": contract_verdicts(result, params.delta),
         **result.to_dict(),
     }
 

@@ -51,6 +51,14 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="rows the plan is used before re-planning (default: whole windows of about a day)",
     )
+    p.add_argument(
+        "--exposure",
+        type=int,
+        default=None,
+        help="the most consecutive rows one failure can lose (crash contract: the windows' "
+        "state survives and a failure loses the micro-batch that did not commit); default: "
+        "whole windows rebuilt (range contract)",
+    )
     p.add_argument("--sensors", default=None, help="comma-separated names or globs, e.g. '*_TEMP'")
     p.add_argument(
         "--eps-by-unit",

@@ -1,10 +1,12 @@
-"""Backup config export (schema v2, JSON or YAML), loader and production snippets.
+"""Backup config export (schema v3, JSON or YAML), loader and production snippets.
 
 The config must be enough on its own: with it and the backed-up sensors' data a
 production job rebuilds every sensor (``python -m engine recover`` proves it).
 Top-level keys are fixed because other tools read them; v2 adds one, ``validity``
 (the fit period and how long the plan may be used), and per-sensor ``eps`` and
-``units`` under ``parameters``. The loader reads v1 and v2.
+``units`` under ``parameters``; v3 adds ``parameters.exposure`` (the rows one
+failure can lose, the crash contract; null for whole windows, the range contract).
+The loader reads v1, v2 and v3.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from engine.export.snippets import (
     spark_script,
 )
 from engine.model.linear import LinearMap
-from engine.planning.plan import BackupPlan
+from engine.planning.plan import BackupPlan, contract_verdict, contract_verdicts
 
-SCHEMA_VERSION = 2
-SCHEMA_PATHS = {v: Path(__file__).parent / "schema" / f"backup_config.v{v}.json" for v in (1, 2)}
+SCHEMA_VERSION = 3
+SCHEMA_PATHS = {v: Path(__file__).parent / "schema" / f"backup_config.v{v}.json" for v in (1, 2, 3)}
 SCHEMA_PATH = SCHEMA_PATHS[SCHEMA_VERSION]
 MODEL_NOTE = (
     "model-only probability under the seed's assumptions (errors independent over time, "
@@ -136,7 +138,7 @@ def validity(plan: BackupPlan) -> dict[str, Any]:
 def plan_to_config(
     plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> dict[str, Any]:
-    """The backup config (schema v2) of ``plan`` as plain JSON-ready data: what a plan
+    """The backup config (schema v3) of ``plan`` as plain JSON-ready data: what a plan
     could not measure (no backtest fold) is null, as written, so the config validates
     before it is written (the app's Export refused such a plan over a NaN)."""
     p, lm = plan.parameters, plan.linear_map
@@ -162,6 +164,7 @@ def plan_to_config(
             "sampling_interval_s": float(plan.sampling_interval_s),
             "eps_by_sensor": {s: float(e) for s, e in zip(plan.sensors, eps, strict=True)},
             "units": sensor_units(plan.sensors, p.units),
+            "exposure": p.exposure,
         },
         "sensors": list(plan.sensors),
         "backup_sensors": list(plan.backup_sensors),
@@ -189,11 +192,14 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
             "repair": plan.model_note,
         },
         "backtest": None if plan.backtest is None else plan.backtest.to_dict(),
+        "contract": "range" if plan.parameters.exposure is None else "crash",
+        "exposure_rows": plan.parameters.exposure,
         "verdict": (
             "not measured: no backtest was run for this plan"
             if plan.backtest is None
-            else plan.backtest.verdict(plan.parameters.delta)
+            else contract_verdict(plan.backtest, plan.parameters.delta)
         ),
+        "verdicts": contract_verdicts(plan.backtest, plan.parameters.delta),
         "warnings": list(plan.warnings),
         "backtest_note": (
             "not run: this plan's guarantee is unmeasured"

@@ -30,7 +30,7 @@ def is_number(value: Any) -> bool:
 def schema_problem(section: Any) -> tuple[tuple[str, ...], str] | None:
     """The first place where ``section`` breaks the schema's ``reconstruction``, or None.
 
-    Mirrors ``backup_config.v{1,2}.json`` (identical there): an object of
+    Mirrors ``backup_config.v{1,2,3}.json`` (identical there): an object of
     objects with exactly ``intercept`` (number), ``coefficients`` (object of
     numbers) and ``conditional_variance`` (number >= 0). Returns the path
     (keys from ``reconstruction`` down) and a short reason.

@@ -2,26 +2,30 @@
 
 Fit on the rows before origin ``t``, plan with ``plan_on``, keep the plan for
 ``step`` rows (default: the horizon) and score every window in them as if
-those rows were lost. With ``calibration="backtest"`` the folds also learn the
+those rows were lost (the range contract); a plan for an exposure of ``m`` rows
+is also scored under the crash contract: every failure position touching each
+window, its ``m`` lost rows rebuilt. With ``calibration="backtest"`` the folds also learn the
 online target correction (``track_quantile``) the live plan starts from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from engine.aggregates import get_aggregate, window_starts
 from engine.errors import ParameterError
 from engine.planning.calibration import (
     FoldPlan,
     PlanningSpec,
     Progress,
+    _recovered,
     _window_residuals,
     plan_on,
 )
-from engine.planning.verdict import summarise_backtest
+from engine.planning.verdict import summarise_backtest, summarise_crash
 
 __all__ = ["MAX_LOG_SCALE", "BacktestSettings", "fold_origins", "run_backtest", "track_quantile"]
 
@@ -92,6 +96,7 @@ def run_backtest(
     step = settings.step or spec.horizon_rows
     n = x.shape[1]
     viol, wins = np.zeros(n, dtype=int), np.zeros(n, dtype=int)
+    crash_viol, crash_scored = np.zeros(n, dtype=int), np.zeros(n, dtype=int)
     fractions: list[float] = []
     log_scale, total = np.zeros(n), 0
     for k, t in enumerate(origins):
@@ -101,13 +106,22 @@ def run_backtest(
         wins += np.where(rebuilt, misses.shape[0], 0)
         total += misses.shape[0]
         fractions.append(fold.selection.cost / n)
+        tracked = misses
+        if spec.exposure is not None:
+            lost = _score_fold_crash(x, int(t), step, fold, spec, spec.exposure)
+            crash_viol += np.where(rebuilt, lost.sum(axis=(0, 1)), 0)
+            crash_scored += np.where(rebuilt, lost.shape[0] * lost.shape[1], 0)
+            tracked = lost.mean(axis=1)  # each window: the fraction of failures that missed
         if spec.calibration == "backtest":
-            track_quantile(log_scale, misses, rebuilt, spec)
+            track_quantile(log_scale, tracked, rebuilt, spec)
         if progress is not None:
             progress((k + 1) / origins.size, f"backtest fold {k + 1}/{origins.size}")
     result = summarise_backtest(
         origins.size, settings.history, step, (viol, wins, total), fractions, sensors, spec.delta
     )
+    if spec.exposure is not None:
+        crash = summarise_crash(spec.exposure, spec.window, crash_viol, crash_scored, sensors)
+        result = replace(result, crash=crash)
     return (result, np.exp(log_scale)) if return_scale else result
 
 
@@ -119,10 +133,12 @@ def track_quantile(
     Each rebuilt window's miss tightens the target by ``exp(-adapt_rate)``, each hit
     relaxes it by ``exp(adapt_rate * aim)``, so a sensor's long-run miss rate
     settles at ``aim = delta * margin``. Windows of a backed-up sensor do not move it.
+    ``misses`` (W, n) is boolean, or under the crash contract each window's fraction
+    of failure positions that missed.
     """
     aim = spec.delta * spec.margin
     scored = np.where(rebuilt, misses.shape[0], 0)
-    hits = (misses & rebuilt[None, :]).sum(axis=0)
+    hits = (misses * rebuilt[None, :]).sum(axis=0)
     log_scale += spec.adapt_rate * (aim * scored - hits)
     np.clip(log_scale, -MAX_LOG_SCALE, MAX_LOG_SCALE, out=log_scale)
 
@@ -140,3 +156,20 @@ def _score_fold(
     rebuilt = np.ones(x.shape[1], dtype=bool)
     rebuilt[list(backup)] = False
     return np.abs(resid) > spec.eps, rebuilt
+
+
+def _score_fold_crash(
+    x: np.ndarray, t: int, step: int, fold: FoldPlan, spec: PlanningSpec, exposure: int
+) -> np.ndarray:
+    """(W, K, n) misses of the slice's windows (slide ``spec.slide``) when a failure at
+    each of the ``K = w + m - 1`` positions touching a window loses ``m`` rows.
+
+    Windows and failures are those of rows ``[t, t + step)``: a failure starting
+    before ``t`` is scored on the windows of this slice it touches.
+    """
+    test = x[t : t + step]
+    starts = window_starts(test.shape[0], spec.window, spec.slide)
+    recovered = _recovered(test, fold.model, fold.selection.backup)
+    agg = get_aggregate(spec.aggregate)
+    err = agg.exposure_errors(test, recovered, starts, spec.window, exposure)
+    return np.asarray(np.abs(err) > spec.eps)

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.data.units import check_eps_pairs, check_unit_pairs, mixed_unit_warning
 from engine.errors import ParameterError
-from engine.planning.calibration import CALIBRATIONS, PlanningSpec
+from engine.planning.calibration import CALIBRATIONS, PlanningSpec, check_exposure
 from engine.planning.guarantee import check_parameters
 from engine.planning.horizon import default_history as _default_history
 from engine.planning.horizon import default_horizon
@@ -44,6 +44,10 @@ class PlanParameters:
     horizon: int | None = (
         None  # rows the plan is used before re-planning; None: ``default_horizon``
     )
+    # The most consecutive rows one failure can lose (the crash contract: the open
+    # windows' state survives, a failure loses the micro-batch that did not commit);
+    # None: whole windows are rebuilt (the range contract).
+    exposure: int | None = None
 
     def __post_init__(self) -> None:
         check_parameters(self.eps, self.delta, self.window, self.effective_slide, self.aggregate)
@@ -61,6 +65,7 @@ class PlanParameters:
             isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1
         ):
             raise ParameterError(f"horizon must be an integer >= 1 row, got {self.horizon!r}")
+        check_exposure(self.exposure)
 
     @property
     def effective_slide(self) -> int:
@@ -96,6 +101,7 @@ class PlanParameters:
             method=self.method,
             calibration=self.calibration,
             horizon=self.horizon,
+            exposure=self.exposure,
         )
 
     def to_dict(self) -> dict[str, Any]:

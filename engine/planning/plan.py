@@ -34,7 +34,7 @@ from engine.planning.guarantee import window_violation_probability
 from engine.planning.horizon import calibration_rows
 from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
 from engine.planning.savings import BYTES_PER_READING, Savings
-from engine.planning.verdict import BacktestResult
+from engine.planning.verdict import BacktestResult, Verdict
 from engine.selection.greedy import Method, Selection
 
 # Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and
@@ -219,9 +219,34 @@ def plan_warnings(
         out.append(f"plan unmeasured, {fold.calibration.reason}")
     if result is not None and result.n_folds == 0:
         out.append(f"backtest not run: {result.note}")
-    elif result is not None and result.assess(spec.delta).state == "fails":
-        out.append(f"backtest: {result.verdict(spec.delta)}")
+    elif result is not None and contract_assessment(result, spec.delta).state == "fails":
+        out.append(f"backtest: {contract_verdict(result, spec.delta)}")
     return tuple(out)
+
+
+def contract_assessment(result: BacktestResult, delta: float) -> Verdict:
+    """The three-state verdict of the contract the plan was made for: crash when it has an
+    exposure."""
+    if result.crash is None or result.n_folds == 0:
+        return result.assess(delta)
+    return result.crash.assess(delta)
+
+
+def contract_verdict(result: BacktestResult, delta: float) -> str:
+    """The verdict sentence of the contract the plan was made for."""
+    return contract_assessment(result, delta).sentence()
+
+
+def contract_verdicts(result: BacktestResult | None, delta: float) -> dict[str, str | None]:
+    """Both contracts' verdicts: crash (a failure loses the plan's exposure; None for a plan
+    without one, or unmeasured) and range (whole windows rebuilt, as a long ``recover``)."""
+    if result is None:
+        return {"crash": None, "range": None}
+    crash = result.crash
+    return {
+        "crash": None if crash is None or result.n_folds == 0 else crash.verdict(delta),
+        "range": result.verdict(delta),
+    }
 
 
 def _make_plan_in_eps_units(

@@ -24,9 +24,12 @@ A backtest without folds is ``not measured``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import betainc
+from scipy.stats import beta
 
 from engine.errors import ParameterError
 from engine.planning.monitor import binomial_p_value, rate_upper_bound
@@ -80,6 +83,11 @@ class Verdict:
         return f"{self.text}. {self.settle}" if self.settle else self.text
 
 
+def sensor_test_level(rebuilt_sensors: int) -> float:
+    """Each sensor's test level: ``VERDICT_ALPHA`` over the sensors rebuilt (Bonferroni)."""
+    return VERDICT_ALPHA / max(rebuilt_sensors, 1)
+
+
 @dataclass(frozen=True)
 class BacktestResult:
     """Measured, not modelled: how often recovered window aggregates missed eps.
@@ -104,6 +112,8 @@ class BacktestResult:
     note: str = ""
     violation_rate_worst_sensor_all_windows: float = float("nan")  # secondary, labelled
     delta: float = float("nan")  # the delta the verdict in ``to_dict`` is for
+    # The crash contract's figures at the plan's exposure; None for a range-contract plan.
+    crash: CrashResult | None = None
 
     @property
     def rebuilt_sensors(self) -> int:
@@ -111,7 +121,7 @@ class BacktestResult:
 
     def rejected_sensors(self, delta: float) -> list[str]:
         """Sensors whose rebuilt-window misses reject ``rate <= delta`` after Bonferroni."""
-        level = VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        level = sensor_test_level(self.rebuilt_sensors)
         return [
             s
             for s, (v, r, _) in self.per_sensor.items()
@@ -197,15 +207,7 @@ class BacktestResult:
         def settled(n: int) -> bool:
             return rate_upper_bound(round(rate * n), n, level) <= delta
 
-        lo, hi = max(self.worst_counts[1], 1), max(self.worst_counts[1], 1)
-        while not settled(hi):
-            if hi >= MAX_SETTLE_WINDOWS:
-                return MAX_SETTLE_WINDOWS
-            lo, hi = hi, min(2 * hi, MAX_SETTLE_WINDOWS)
-        while lo < hi:  # the bound falls with n at a fixed rate: bisect for the first n
-            mid = (lo + hi) // 2
-            lo, hi = (mid + 1, hi) if not settled(mid) else (lo, mid)
-        return hi
+        return _first_settled(settled, max(self.worst_counts[1], 1))
 
     def _settle_text(self, needed: int) -> str:
         rebuilt = self.worst_counts[1]
@@ -246,7 +248,212 @@ class BacktestResult:
                 for s, (v, r, w) in self.per_sensor.items()
             },
             "note": self.note,
+            "crash": None if self.crash is None else self.crash.to_dict(),
         }
+
+
+CRASH_TEST = (
+    "pooled miss rate over (failure position, window touched, rebuilt sensor) triples <= delta, "
+    "and every rebuilt sensor consistent with delta: one-sided binomial test over its rebuilt "
+    "windows, each counting the fraction of its failure positions that missed, at "
+    "5 % / (sensors rebuilt), Bonferroni"
+)
+
+
+@dataclass(frozen=True)
+class CrashResult:
+    """The crash contract measured: a failure loses ``exposure`` consecutive rows.
+
+    Every window touched by a failure is exact except the lost rows of the rebuilt
+    sensors. The rate counts (failure position, window touched, rebuilt sensor)
+    triples: of the window results a failure leaves approximate, the fraction off by
+    more than eps, a failure equally likely at every row. Each window is touched by
+    ``positions = w + m - 1`` failure positions, so ``per_sensor`` maps sensor ->
+    (missed triples, triples), triples = ``positions`` x rebuilt windows.
+
+    The triples of one window share its readings, so the verdict's tests count
+    windows, not triples (``CRASH_TEST``): a window counts the fraction of its
+    failure positions that missed, a number in [0, 1] whose variance is at most a
+    Bernoulli's of the same mean, so the binomial test stays conservative.
+    """
+
+    exposure: int
+    positions: int  # failure positions touching one window, w + m - 1
+    scored: int  # triples scored
+    violation_rate_mean: float
+    violation_rate_worst_sensor: float
+    violation_rate_worst_sensor_ucb95: float
+    worst_sensor: str | None
+    per_sensor: dict[str, tuple[int, int]]
+
+    @property
+    def rebuilt_sensors(self) -> int:
+        return sum(1 for _, r in self.per_sensor.values() if r > 0)
+
+    def rejected_sensors(self, delta: float) -> list[str]:
+        """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni
+        (the same level as the range contract's test, ``BacktestResult.rejected_sensors``)."""
+        level = sensor_test_level(self.rebuilt_sensors)
+        return [
+            s
+            for s, (v, r) in self.per_sensor.items()
+            if r > 0 and window_p_value(v / self.positions, r // self.positions, delta) < level
+        ]
+
+    @property
+    def worst_counts(self) -> tuple[float, int]:
+        """The worst sensor's (missed fraction summed over its windows, rebuilt windows)."""
+        if self.worst_sensor is None:
+            return 0.0, 0
+        v, r = self.per_sensor.get(self.worst_sensor, (0, 0))
+        return v / self.positions, r // self.positions
+
+    def verdict(self, delta: float) -> str:
+        """One honest sentence, stating its test (``CRASH_TEST``); ``assess`` is typed."""
+        return self.assess(delta).sentence()
+
+    def assess(self, delta: float) -> Verdict:
+        """The three-state verdict (``Verdict``) at ``delta``, as ``BacktestResult.assess``
+        states the range contract's, its figures counting failures and windows."""
+        what = f"crash contract, {self.exposure} row(s) lost"
+        if self.scored == 0:
+            return Verdict(
+                "holds", f"holds trivially ({what}): every sensor was backed up, nothing rebuilt"
+            )
+        windows = self.scored // self.positions
+        pooled = (
+            f"pooled {_pct(self.violation_rate_mean)} of {self.scored:,} (failure, window) "
+            f"pairs over {windows:,} rebuilt windows missed eps"
+        )
+        where = what
+        if self.violation_rate_mean > delta:
+            return Verdict(
+                "fails", f"DOES NOT HOLD: {pooled}, above delta {_pct(delta)} ({where})", FIX
+            )
+        rejected = self.rejected_sensors(delta)
+        if rejected:
+            return Verdict(
+                "fails",
+                f"DOES NOT HOLD: {len(rejected)} sensor(s) miss eps more often than delta "
+                f"{_pct(delta)} (binomial test over windows, Bonferroni over "
+                f"{self.rebuilt_sensors}), e.g. {rejected[0]}; {pooled} ({where})",
+                FIX,
+            )
+        ucb = self.violation_rate_worst_sensor_ucb95
+        worst = (
+            f"worst sensor {self.worst_sensor} {_pct(self.violation_rate_worst_sensor)} of its "
+            f"(failure, window) pairs"
+        )
+        if ucb <= delta:
+            return Verdict(
+                "holds",
+                f"holds: {pooled}; {worst}, 95 % bound over all sensors {_pct(ucb)} <= delta "
+                f"{_pct(delta)} ({where})",
+            )
+        needed = self.windows_to_settle(delta)
+        text = (
+            f"not enough evidence: {pooled} <= delta {_pct(delta)} and no sensor misses "
+            f"significantly more often than delta, but the {worst}: its 95 % bound "
+            f"{_pct(ucb)} is above delta ({where})"
+        )
+        rebuilt = self.worst_counts[1]
+        settle = (
+            f"What would settle it: {needed:,} rebuilt windows of {self.worst_sensor} at its "
+            f"measured rate (it has {rebuilt:,}): backtest more folds over more history"
+            if needed
+            else f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+            "measured rate is not below delta: loosen its eps or back it up"
+        )
+        return Verdict("unsettled", text, settle, needed)
+
+    def windows_to_settle(self, delta: float) -> int:
+        """Rebuilt windows of the worst sensor that, at its measured rate, bring its 95 %
+        bound (Bonferroni, as the verdict) to ``delta`` or below; 0 when its rate is not
+        below ``delta``."""
+        rate = self.violation_rate_worst_sensor
+        if self.worst_sensor is None or not rate < delta:
+            return 0
+        level = 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        return _first_settled(
+            lambda n: window_upper_bound(rate * n, n, level) <= delta,
+            max(self.worst_counts[1], 1),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "exposure_rows": self.exposure,
+            "failure_positions_per_window": self.positions,
+            "triples_scored": self.scored,
+            "violation_rate_mean": self.violation_rate_mean,
+            "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
+            "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
+            "worst_sensor": self.worst_sensor,
+            "rates_over": "(failure position, window touched, rebuilt sensor) triples",
+            "verdict_test": CRASH_TEST,
+            "per_sensor": {
+                s: {"violations": v, "triples_rebuilt": r} for s, (v, r) in self.per_sensor.items()
+            },
+        }
+
+
+def _first_settled(settled: Callable[[int], bool], start: int) -> int:
+    """The first window count ``n >= start`` with ``settled(n)`` (the bound falls with n at a
+    fixed rate: double, then bisect); ``MAX_SETTLE_WINDOWS`` when none is below it."""
+    lo = hi = start
+    while not settled(hi):
+        if hi >= MAX_SETTLE_WINDOWS:
+            return MAX_SETTLE_WINDOWS
+        lo, hi = hi, min(2 * hi, MAX_SETTLE_WINDOWS)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if not settled(mid) else (lo, mid)
+    return hi
+
+
+def window_p_value(misses: float, windows: int, delta: float) -> float:
+    """One-sided binomial p-value of ``misses`` (a real count) in ``windows`` at rate ``delta``.
+
+    ``P(Binomial(windows, delta) >= misses)`` continued to real counts by the
+    regularised incomplete beta ``I_delta(k, n - k + 1)``; 1.0 with no miss or window.
+    """
+    if windows <= 0 or misses <= 0:
+        return 1.0
+    k = min(float(misses), float(windows))
+    return float(betainc(k, windows - k + 1.0, delta))
+
+
+def window_upper_bound(misses: float, windows: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson upper bound of a rate from a real miss count."""
+    if windows <= 0 or misses >= windows:
+        return 1.0
+    return float(beta.ppf(confidence, misses + 1.0, windows - misses))
+
+
+def summarise_crash(
+    exposure: int, window: int, misses: np.ndarray, triples: np.ndarray, sensors: tuple[str, ...]
+) -> CrashResult:
+    """Build the crash figures from per-sensor missed triples (n,) and triples (n,)."""
+    positions = window + exposure - 1
+    per = {s: (int(v), int(r)) for s, v, r in zip(sensors, misses, triples, strict=True)}
+    scored = int(triples.sum())
+    if scored == 0:
+        return CrashResult(exposure, positions, 0, 0.0, 0.0, 0.0, None, per)
+    rate = np.where(triples > 0, misses / np.maximum(triples, 1), -1.0)
+    worst = int(np.argmax(rate))
+    m = int(np.count_nonzero(triples))
+    return CrashResult(
+        exposure=exposure,
+        positions=positions,
+        scored=scored,
+        violation_rate_mean=float(misses.sum() / scored),
+        violation_rate_worst_sensor=float(rate[worst]),
+        # over the worst sensor's windows, each counting its fraction of missed positions
+        violation_rate_worst_sensor_ucb95=window_upper_bound(
+            misses[worst] / positions, int(triples[worst]) // positions, 1.0 - VERDICT_ALPHA / m
+        ),
+        worst_sensor=sensors[worst],
+        per_sensor=per,
+    )
 
 
 def summarise_backtest(

@@ -39,8 +39,15 @@ def plan(mixed):
     return make_plan(mixed, params, backtest=BacktestSettings(history=300, max_folds=4))
 
 
-def _as_v1(config: dict) -> dict:
+def _as_v2(config: dict) -> dict:
     old = json.loads(json.dumps(config))
+    old["schema_version"] = 2
+    old["parameters"].pop("exposure")
+    return old
+
+
+def _as_v1(config: dict) -> dict:
+    old = _as_v2(config)
     old["schema_version"] = 1
     old.pop("validity")
     for key in ("eps_by_sensor", "units"):
@@ -64,8 +71,7 @@ def test_validity_is_the_fit_period_plus_the_horizon(plan, mixed) -> None:
 
 
 def test_v2_round_trips_and_carries_each_sensors_eps_and_unit(plan, tmp_path: Path) -> None:
-    config = plan_to_config(plan)
-    assert config["schema_version"] == 2
+    config = _as_v2(plan_to_config(plan))
     c = BackupConfig.from_dict(config)
     assert BackupConfig.from_dict(c.to_dict()) == c
     assert load_config(write_config(config, tmp_path / "p.yaml")) == c
@@ -90,12 +96,12 @@ def test_v1_still_loads_and_says_it_has_no_validity(plan) -> None:
         (lambda c: c["parameters"]["eps_by_sensor"].update(x=1.0), "eps_by_sensor"),
         (lambda c: c["validity"].update(valid_until="2000-01-01T00:00:00Z"), "valid_until"),
         (lambda c: c["validity"].update(fit_end="yesterday"), "fit_end"),
-        (lambda c: c.update(schema_version=3), "schema_version"),
+        (lambda c: c.update(schema_version=4), "schema_version"),
         (lambda c: c.update(schema_version=1), "Additional"),  # v2 keys under v1
     ],
 )
 def test_v2_loader_rejects_bad_configs(plan, mutate, word: str) -> None:
-    config = json.loads(json.dumps(plan_to_config(plan)))
+    config = _as_v2(plan_to_config(plan))
     mutate(config)
     with pytest.raises(ConfigError, match=word):
         validate_config(config)
