@@ -19,6 +19,8 @@ EVENT_COLOURS = {
     "replan": "#9467bd",
     "failure": BACKUP_COLOUR,
     "recovery": ACCENT,
+    "resume": "#17becf",
+    "stop": "#7f7f7f",
 }
 WORST_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f")
 
