@@ -116,6 +116,7 @@ def parameters_of(config: BackupConfig) -> PlanParameters:
         if any(e != eps for e in by_sensor.values())
         else (),
         horizon=int(v["horizon_rows"]) if "horizon_rows" in v else None,
+        exposure=None if p.get("exposure") is None else int(p["exposure"]),
     )
 
 
