@@ -66,6 +66,15 @@ def test_a_re_plan_repeats_the_request_behind_the_config(first: BackupConfig) ->
     assert again.eps_by_sensor == ()  # one eps: no per-sensor overrides invented
 
 
+def test_a_re_plan_keeps_a_crash_contract_plans_exposure(first: BackupConfig) -> None:
+    """A plan made for the crash contract is re-planned for the same exposure, not for
+    whole windows (the range contract), which would back up far more."""
+    data = first.to_dict()
+    data["parameters"] = {**data["parameters"], "exposure": 3}
+    assert parameters_of(BackupConfig.from_dict(data)).exposure == 3
+    assert parameters_of(first).exposure is None
+
+
 def test_the_book_starts_at_the_given_config_and_refuses_another(first, history) -> None:  # type: ignore[no-untyped-def]
     files = MemoryFiles()
     book = PlanBook(files, "file:///b")  # type: ignore[arg-type]
