@@ -41,13 +41,13 @@ START = pd.Timestamp("2026-01-01T00:00:00")
 
 def write_backup(root: Path, batches: int) -> None:
     from engine.data import load_history
-    from engine.export import plan_to_config
-    from engine.export.config import BackupConfig, json_safe
+    from engine.export import BackupConfig, json_safe, plan_to_config
     from engine.export.plan_book import JobPlan, plan_file
     from engine.planning import PlanParameters, make_plan
+    from engine.query import WindowQuery
     from tests.helpers import SMALL_SAMPLE
 
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
+    params = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=48))
     config = BackupConfig.from_dict(
         json_safe(plan_to_config(make_plan(load_history(SMALL_SAMPLE).rows(0, 400), params)))
     )

@@ -62,6 +62,7 @@ from engine.planning import (
     ShadowFeedback,
     make_plan,
 )
+from engine.query import WindowQuery
 from engine.selection import select_backups
 
 RESULTS = Path(__file__).resolve().parent / "results" / "control.json"
@@ -127,8 +128,8 @@ def plan_like_cli(case: honesty.Case, data: Any, t: int, h: int, s: int, tmp: Pa
     """The plan ``plan --data CSV --eps E --delta D --window W --agg A --horizon S`` makes."""
     csv = tmp / "history.csv"
     honesty.write_history(csv, data.times[t - h : t], data.values[t - h : t], list(data.sensors))
-    params = PlanParameters(eps=case.eps, delta=honesty.DELTA, window=case.window,
-                            aggregate=case.aggregate, horizon=s)  # fmt: skip
+    query = WindowQuery(case.eps, honesty.DELTA, case.window, aggregate=case.aggregate, horizon=s)
+    params = PlanParameters(query)
     return make_plan(load_history(csv), params, backtest=BacktestSettings(max_folds=None))
 
 

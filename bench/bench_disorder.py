@@ -50,6 +50,7 @@ from engine.disorder.experiment import (  # noqa: E402
     run_disorder_experiment,
     window_truth,
 )
+from engine.query import WindowQuery  # noqa: E402
 
 DATASETS = ROOT.parent / "shared" / "datasets"
 BEIJING = DATASETS / "beijing_multisite_aq" / "wide.csv"
@@ -76,11 +77,8 @@ def side_runs(history, slide: int | None, args: argparse.Namespace, sweep: bool)
     stream = make_replay_stream(
         history, parse_delays(args.delays), np.random.default_rng(args.seed)
     )
-    base = DisorderConfig(
-        window=args.window, slide=slide, interval_s=stream.interval_s,
-        origin_s=float(stream.times.min()), aggregate=args.agg, eps_thr=args.eps_thr,
-        delta=args.delta,
-    )  # fmt: skip
+    query = WindowQuery(args.eps_thr, args.delta, args.window, slide=slide, aggregate=args.agg)
+    base = DisorderConfig(query, interval_s=stream.interval_s, origin_s=float(stream.times.min()))
     truth = window_truth(stream.times, stream.sensors, stream.values, base)
     out: dict = {}
     ablations = (

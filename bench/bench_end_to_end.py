@@ -19,6 +19,7 @@ from pathlib import Path
 import engine  # noqa: F401  (single-threaded BLAS before numpy loads)
 from engine.data import load_history
 from engine.planning import BacktestSettings, PlanParameters, make_plan
+from engine.query import WindowQuery
 
 WIDE = (
     Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def main() -> int:
         print(f"dataset not found: {WIDE}", file=sys.stderr)
         return 2
     history, load_s = timed(lambda: load_history(WIDE))
-    params = PlanParameters(eps=5.0, delta=0.05, window=24)
+    params = PlanParameters(WindowQuery(5.0, 0.05, 24))
     result: dict = {
         "benchmark": "end_to_end",
         "rows": int(history.values.shape[0]),
@@ -51,7 +52,7 @@ def main() -> int:
     for label, p, backtest in (
         (
             "seed_model_only",
-            PlanParameters(eps=5.0, delta=0.05, window=24, calibration="none"),
+            PlanParameters(WindowQuery(5.0, 0.05, 24), calibration="none"),
             False,
         ),
         ("calibrated_no_backtest", params, False),

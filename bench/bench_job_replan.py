@@ -46,14 +46,14 @@ def make_config(rows: Rows, path: Path) -> Any:
     import json
 
     from engine.data import history_from_frame
-    from engine.export import load_config, plan_to_config
-    from engine.export.config import json_safe
+    from engine.export import json_safe, load_config, plan_to_config
     from engine.planning import PlanParameters, make_plan
+    from engine.query import WindowQuery
 
     frame = pd.DataFrame(rows.values[:FIT_ROWS], columns=list(rows.sensors))
     frame.insert(0, "time", rows.times[:FIT_ROWS])
     history = history_from_frame(frame, source="Beijing, standardised")
-    params = PlanParameters(eps=0.5, delta=0.05, window=24, aggregate="avg", horizon=HORIZON)
+    params = PlanParameters(WindowQuery(0.5, 0.05, 24, aggregate="avg", horizon=HORIZON))
     path.write_text(json.dumps(json_safe(plan_to_config(make_plan(history, params)))))
     return load_config(path)
 

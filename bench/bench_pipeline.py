@@ -51,6 +51,7 @@ from engine.live import (  # noqa: E402  # noqa: E402  # noqa: E402
 )
 from engine.model.gaussian import GaussianModel  # noqa: E402
 from engine.planning.guarantee import variance_target  # noqa: E402
+from engine.query import WindowQuery  # noqa: E402
 from engine.selection.greedy import select_backups  # noqa: E402
 from engine.stream import SparkSettings, get_spark  # noqa: E402
 
@@ -82,14 +83,12 @@ def make_spec(h: History, args: argparse.Namespace) -> tuple[StreamSpec, dict[st
     sel = select_backups(model.cov_, target, "greedy")
     linear_map = model.linear_map(sorted(sel.backup))
     spec = StreamSpec(
-        sensors=h.sensors,
-        backup_sensors=linear_map.backup,
-        linear_map=linear_map,
-        window=args.window,
-        slide=args.slide or args.window,
-        aggregate="avg",
-        eps=args.eps,
-        delta=args.delta,
+        h.sensors,
+        linear_map.backup,
+        linear_map,
+        WindowQuery(
+            args.eps, args.delta, args.window, slide=args.slide or args.window, aggregate="avg"
+        ),
     )
     info = {
         "method": "GaussianModel on first half (standardised) + variance_target(avg, "

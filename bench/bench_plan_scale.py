@@ -53,6 +53,16 @@ def readings(n: int, rows: int, seed: int) -> np.ndarray:
     return np.asarray(factors @ load.T + noise)
 
 
+def _parameters(cls: Any) -> Any:
+    """The request in this checkout's API: a ``WindowQuery`` held by ``PlanParameters``,
+    or (a checkout before it, measured with ``--before``) the flat fields."""
+    try:
+        from engine.query import WindowQuery
+    except ImportError:
+        return cls(eps=EPS, delta=DELTA, window=WINDOW, aggregate="avg")
+    return cls(WindowQuery(EPS, DELTA, WINDOW, aggregate="avg"))
+
+
 def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
     """Time ``make_plan`` on the synthetic file in this interpreter's checkout."""
     import engine  # noqa: F401  (single-threaded BLAS, as the CLI runs)
@@ -60,7 +70,7 @@ def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
     from engine.planning import PlanParameters, default_history, make_plan
     from engine.planning.parameters import resolve_horizon
 
-    params = PlanParameters(eps=EPS, delta=DELTA, window=WINDOW, aggregate="avg")
+    params = _parameters(PlanParameters)
     rows = default_history(10**9, WINDOW, n, resolve_horizon(params, 10**9, INTERVAL_S))
     x = readings(n, rows, seed)
     step = np.timedelta64(INTERVAL_S, "s")

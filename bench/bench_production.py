@@ -86,7 +86,7 @@ def load_avg() -> str:
 
 def make_plan(rows: Rows, path: Path, args: argparse.Namespace) -> Any:
     """Fit on the first half, model-only target for (eps, 0.05, window, avg), greedy."""
-    from engine.export.config import load_config
+    from engine.export import load_config
     from engine.model.gaussian import GaussianModel
     from engine.planning.guarantee import variance_target
     from engine.selection.greedy import select_backups
@@ -104,14 +104,14 @@ def make_plan(rows: Rows, path: Path, args: argparse.Namespace) -> Any:
 
 def one_size(spark: Any, rows: Rows, config: Any, per_file: int, files: int, root: Path,
              kinds: tuple[str, ...], repeats: int, per_trigger: int = 1) -> dict:  # fmt: skip
-    interval = float(config.parameters["sampling_interval_s"])
+    interval = config.sampling_interval_s
     landing = root / f"landing_{per_file}"
     readings = write_landing(rows, per_file, files, landing, interval)
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for r in range(repeats):
         for kind in kinds:
             target = root / f"{kind}_{per_file}_{r}"
-            window_s = float(config.parameters["window"]) * interval
+            window_s = config.query.window * interval
             run = (
                 run_lacuna(spark, config, landing, target, per_trigger)
                 if kind == "lacuna"
@@ -147,13 +147,12 @@ def _median(runs: list[dict]) -> dict:
 
 def check(runs: dict[str, list[dict]], rows: Rows, config: Any, steps: int) -> dict[str, bool]:
     """Each Spark result against a pure-Python count on the same readings."""
-    fed = tiled_rows(rows, steps, float(config.parameters["sampling_interval_s"]))
+    fed = tiled_rows(rows, steps, config.sampling_interval_s)
     n = len(rows.sensors)
     backup = len(config.backup_sensors)
-    params = config.parameters
-    dt = float(params["sampling_interval_s"])
+    q, dt = config.query, config.sampling_interval_s
     ref = reference_results(
-        fed, config.linear_map(), params["window"] * dt, params["slide"] * dt, "avg", params["eps"]
+        fed, config.linear_map(), q.window * dt, q.effective_slide * dt, "avg", q.eps
     )
     rebuilt = ref[~ref["sensor"].isin(config.backup_sensors)]
     checks = {}

@@ -111,7 +111,7 @@ def _split(rows: Rows, at: int) -> tuple[Rows, Rows]:
 
 def make_plan(train: Rows, path: Path, eps: float, window: int) -> Any:
     """The plan's config written to ``path`` and loaded back."""
-    from engine.export.config import load_config
+    from engine.export import load_config
     from engine.model.gaussian import GaussianModel
     from engine.planning.guarantee import variance_target
     from engine.selection.greedy import select_backups
@@ -227,7 +227,7 @@ def build_case(spark: Any, name: str, train: Rows, stream: Rows, args: argparse.
 
 
 def time_case(name: str, stream: Rows, args: argparse.Namespace, root: Path) -> dict:
-    from engine.export.config import load_config
+    from engine.export import load_config
 
     case = root / name
     config = load_config(case / "plan.json")

@@ -33,8 +33,16 @@ import pandas as pd
 
 from bench.common import print_json, time_call
 from engine.data import SensorHistory, history_from_frame
-from engine.planning import PlanParameters, make_plan, retarget
-from ui.plans import DELTA_GRID, eps_grid, whatif_delta, whatif_eps
+from engine.planning import (
+    DELTA_GRID,
+    PlanParameters,
+    eps_grid,
+    make_plan,
+    retarget,
+    whatif_delta,
+    whatif_eps,
+)
+from engine.query import WindowQuery
 
 ROWS, GROUP, TARGET_MS, TARGET_N = 2000, 8, 200.0, 200
 EPS_GRID = np.geomspace(0.5, 16.0, 11)  # spans near-full to a few per cent backed up
@@ -64,7 +72,7 @@ def synthetic_history(n: int, rng: np.random.Generator) -> SensorHistory:
 
 def bench_size(n: int, rng: np.random.Generator, repeat: int) -> dict[str, Any]:
     history = synthetic_history(n, rng)
-    params = PlanParameters(eps=1.0, delta=0.05, window=24)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24))
     base, fit_s = time_call(lambda: make_plan(history, params, run_backtest_now=False))
     times, fractions = [], []
     for eps in EPS_GRID:

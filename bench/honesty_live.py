@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.export.config import BackupConfig
+from engine.export import BackupConfig
 from engine.export.plan_book import JobPlan
 from engine.job import Replanner, at_once
 from engine.planning.monitor import ViolationMonitor

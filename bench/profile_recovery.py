@@ -58,7 +58,7 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> None:
-    from engine.export.config import load_config
+    from engine.export import load_config
     from engine.export.recover import recover_dataset
 
     p = argparse.ArgumentParser(description=__doc__)

@@ -137,7 +137,7 @@ def lacuna_steps(config_path: Path, backup: Path, span: TimeRange, repeats: int)
     ``read_backup_arrow`` is the reader ``recover_dataset`` uses; the rest of its
     time is widening, rebuilding and writing.
     """
-    from engine.export.config import load_config
+    from engine.export import load_config
 
     load, read = [], []
     for _ in range(repeats):

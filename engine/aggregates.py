@@ -2,9 +2,18 @@
 its model miss probability and variance target, and its coverage rules for out-of-order data.
 
 Every layer asks an ``Aggregate`` instead of branching on its name, so a new
-aggregate is one class here (registered in ``AGGREGATES``) plus its tests.
+aggregate is one class here (registered in ``AGGREGATES``) plus its tests: the
+config schema's enum, the CLI's help and the app's choices are read off the registry.
 Windows are counted in readings: window ``w``, slide ``l``; window ``j`` covers
 rows ``[j*l, j*l + w)``; only complete windows are produced.
+
+Partial state (river-style): an aggregate names the numbers it keeps of a window's
+readings (``fields``; the count ``n`` is always kept), each folded over readings
+and merged between partials by a sum, a max or a min of a power of the value.
+``partial`` folds a batch of readings, ``merge`` combines two partials, ``finish``
+turns one into the aggregate. Pandas, NumPy and Spark all speak those three
+reductions, so the production job's executors, its driver and the disorder
+stage's ledger keep any aggregate's state without knowing which it is.
 
 A failure under the crash contract loses a stretch of ``m`` consecutive rows (the
 exposure). A window starting at row ``a`` is touched by the stretches starting at
@@ -18,9 +27,12 @@ exactly once.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import gammaln, ndtr
 from scipy.stats import norm
@@ -28,13 +40,85 @@ from scipy.stats import norm
 from engine.errors import ParameterError
 from engine.stretches import in_windows, kept_max, lost_rows, range_max
 
+Reduce = Literal["sum", "max", "min"]
+State = dict[str, Any]  # field name -> a number, or an array/Series of them (one per window)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One number of a partial state: each reading adds ``value ** power`` to it by
+    ``reduce`` (``power`` 0: one per reading, a count), and two partials merge by
+    ``reduce`` too. Readings without a value (NaN) are left out."""
+
+    name: str
+    reduce: Reduce
+    power: int = 1
+
+    def fold(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
+        """This field of the readings ``x`` along ``axis``; NaN for a max/min of none."""
+        present = ~np.isnan(x)
+        if self.reduce == "sum":
+            if self.power == 0:
+                return present.sum(axis=axis).astype(float)
+            return np.where(present, x**self.power, 0.0).sum(axis=axis)
+        lifted = x if self.power == 1 else x**self.power
+        if self.reduce == "max":
+            out = np.where(present, lifted, -np.inf).max(axis=axis, initial=-np.inf)
+        else:
+            out = np.where(present, lifted, np.inf).min(axis=axis, initial=np.inf)
+        return np.where(present.any(axis=axis), out, np.nan)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """Two partials' values of this field as one (NaN-skipping for max/min)."""
+        if self.reduce == "sum":
+            return a + b
+        return np.fmax(a, b) if self.reduce == "max" else np.fmin(a, b)
+
+
+COUNT = Field("n", "sum", 0)  # readings with a value: part of every aggregate's state
+
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Base of the four aggregates; the subclasses fill in the maths."""
+    """Base of the aggregates; the subclasses fill in the maths.
+
+    ``fields`` is the partial state besides the count; ``linear``: the aggregate of
+    ``a + sum_j b_j x_j`` is ``a * A(ones) + sum_j b_j A(x_j)``, so a rebuilt sensor's
+    aggregate follows from the backed-up sensors' aggregates (otherwise it is the
+    aggregate of the rebuilt readings).
+    """
 
     name: str
-    pandas_name: str  # the pandas/Spark groupby function computing it over one window
+    fields: tuple[Field, ...]
+    linear: bool = False
+
+    @property
+    def state_fields(self) -> tuple[Field, ...]:
+        """Every field of the partial state: the count ``n``, then ``fields``."""
+        return (COUNT, *self.fields)
+
+    def partial(self, values: np.ndarray, axis: int = 0) -> State:
+        """The partial state of the readings ``values`` along ``axis`` (NaN: no reading)."""
+        x = np.asarray(values, dtype=float)
+        return {f.name: f.fold(x, axis) for f in self.state_fields}
+
+    def merge(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> State:
+        """One partial state from two (element-wise for arrays or Series)."""
+        return {f.name: f.merge(a[f.name], b[f.name]) for f in self.state_fields}
+
+    def finish(self, state: Mapping[str, Any], window: int | None = None) -> Any:
+        """The aggregate of a partial state (element-wise).
+
+        ``window``: the window is still filling (a provisional result); an aggregate
+        that grows with the readings (``sum``) is scaled up to ``window`` readings.
+        None: the window is complete.
+        """
+        raise NotImplementedError
+
+    def constant_state(self, n: Any) -> State:
+        """The partial state of ``n`` readings that are all 1."""
+        one = n * 0 + 1.0  # the shape of ``n``
+        return {COUNT.name: n} | {f.name: n if f.reduce == "sum" else one for f in self.fields}
 
     @property
     def sign_blind(self) -> bool:
@@ -43,16 +127,8 @@ class Aggregate:
 
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         """(W, n) aggregates of the windows starting at rows ``starts`` of ``x`` (T, n)."""
-        raise NotImplementedError
-
-    def from_partial(
-        self, count: float, total: float, high: float, low: float, window: int, final: bool
-    ) -> float:
-        """The aggregate from a window's mergeable partial state (count, sum, max, min).
-
-        A non-final ``sum`` of ``count < window`` readings is scaled up to the window.
-        """
-        raise NotImplementedError
+        view = sliding_window_view(x, window, axis=0)[starts]
+        return np.asarray(self.finish(self.partial(view, axis=-1)), dtype=float)
 
     def variance_target(self, eps: float, delta: float, window: int) -> float:
         """Largest per-reading conditional variance meeting ``(eps, delta)`` (seed's model)."""
@@ -141,12 +217,14 @@ class _Linear(Aggregate):
         sums = csum[starts + window] - csum[starts]
         return sums if self.scale_by_window else sums / window
 
-    def from_partial(
-        self, count: float, total: float, high: float, low: float, window: int, final: bool
-    ) -> float:
-        if not self.scale_by_window:
-            return total / count
-        return total if final or count >= window else total * window / count
+    def finish(self, state: Mapping[str, Any], window: int | None = None) -> Any:
+        count, total = state["n"], state["agg"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if not self.scale_by_window:
+                return total / count
+            if window is None:
+                return total
+            return np.where(count >= window, total, total * window / count)[()]
 
     def variance_target(self, eps: float, delta: float, window: int) -> float:
         v = (eps / z_value(delta)) ** 2
@@ -199,10 +277,8 @@ class _Extreme(Aggregate):
         view = sliding_window_view(x, window, axis=0)[starts]
         return view.max(axis=-1) if self.sign > 0 else view.min(axis=-1)
 
-    def from_partial(
-        self, count: float, total: float, high: float, low: float, window: int, final: bool
-    ) -> float:
-        return high if self.sign > 0 else low
+    def finish(self, state: Mapping[str, Any], window: int | None = None) -> Any:
+        return state["agg"]
 
     def variance_target(self, eps: float, delta: float, window: int) -> float:
         # Per-reading miss probability q solves (1 - q)^w = 1 - delta; the quantile
@@ -284,19 +360,59 @@ class _Extreme(Aggregate):
         return np.where(ok, np.exp(log_p), 0.0)
 
 
-AVG = _Linear("avg", "mean", scale_by_window=False)
-SUM = _Linear("sum", "sum", scale_by_window=True)
-MAX = _Extreme("max", "max", sign=1.0)
-MIN = _Extreme("min", "min", sign=-1.0)
+TOTAL = (Field("agg", "sum"),)
+AVG = _Linear("avg", TOTAL, linear=True, scale_by_window=False)
+SUM = _Linear("sum", TOTAL, linear=True, scale_by_window=True)
+MAX = _Extreme("max", (Field("agg", "max"),), sign=1.0)
+MIN = _Extreme("min", (Field("agg", "min"),), sign=-1.0)
+# The registry: every layer (schema, CLI, app, job, pipeline) reads its names from here.
 AGGREGATES: dict[str, Aggregate] = {a.name: a for a in (AVG, SUM, MAX, MIN)}
-AGGREGATE_NAMES: tuple[str, ...] = tuple(AGGREGATES)
+
+
+def aggregate_names() -> tuple[str, ...]:
+    """The registered aggregates' names, in registration order."""
+    return tuple(AGGREGATES)
 
 
 def get_aggregate(name: object) -> Aggregate:
     """The aggregate called ``name``; anything else is a ``ParameterError``."""
     if not isinstance(name, str) or name not in AGGREGATES:
-        raise ParameterError(f"aggregate must be one of {', '.join(AGGREGATE_NAMES)}, got {name!r}")
+        names = ", ".join(aggregate_names())
+        raise ParameterError(f"aggregate must be one of {names}, got {name!r}")
     return AGGREGATES[name]
+
+
+# ---------------------------------------------------------------- partial states in frames
+
+
+def grouped_partials(
+    frame: pd.DataFrame, keys: list[str], value: str, aggregate: Aggregate
+) -> pd.DataFrame:
+    """The partial state of each group of readings: ``keys`` and one column per state
+    field, from ``frame[value]`` (NaN: no reading)."""
+    x = frame[value].astype(float)
+    lifted = {
+        f.name: x.notna().astype(np.int64) if f.power == 0 else x**f.power
+        for f in aggregate.state_fields
+    }
+    parts = pd.DataFrame({**{k: frame[k] for k in keys}, **lifted})
+    return merged_partials(parts, keys, aggregate)
+
+
+def merged_partials(
+    frame: pd.DataFrame, keys: list[str], aggregate: Aggregate, prefixes: tuple[str, ...] = ("",)
+) -> pd.DataFrame:
+    """One row per ``keys`` of partial-state rows: each field merged by its reduction.
+
+    ``prefixes``: the state's columns appear once per prefix (``rebuilt_n``, ...).
+    Max and min skip NaN; a sum of none is 0.
+    """
+    spec = {
+        prefix + f.name: (prefix + f.name, f.reduce)
+        for prefix in prefixes
+        for f in aggregate.state_fields
+    }
+    return frame.groupby(keys, as_index=False, sort=True).agg(**spec)
 
 
 # ---------------------------------------------------------------- windows

@@ -105,18 +105,19 @@ def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
 
 def _params(args: argparse.Namespace) -> PlanParameters:
     from engine.planning import PlanParameters
+    from engine.query import WindowQuery
 
-    return PlanParameters(
-        eps=args.eps,
-        delta=args.delta,
-        window=args.window,
+    query = WindowQuery(
+        args.eps,
+        args.delta,
+        args.window,
         slide=args.slide,
         aggregate=args.agg,
-        method=args.method,
-        calibration=args.calibration,
-        history=args.history,
         horizon=args.horizon,
         exposure=getattr(args, "exposure", None),
+    )
+    return PlanParameters(
+        query, method=args.method, calibration=args.calibration, history=args.history
     )
 
 
@@ -143,20 +144,17 @@ def _with_unit_eps(
     params: PlanParameters, history: SensorHistory, args: argparse.Namespace
 ) -> PlanParameters:
     """``params`` with the per-sensor eps that ``--eps-by-unit`` asks for."""
-    from dataclasses import replace
-
     from engine.data.units import eps_for_units
 
     text = getattr(args, "eps_by_unit", None)
     if not text:
         return params
     per = eps_for_units(history.sensors, parse_eps_by_unit(text), params.units)
-    return replace(params, eps_by_sensor=per)
+    return params.with_query(eps_by_sensor=per)
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.export import plan_to_config, write_config
-    from engine.export.config import check_config_out
+    from engine.export import check_config_out, plan_to_config, write_config
     from engine.planning import BacktestSettings
     from engine.planning.plan import make_plan
 
@@ -296,6 +294,11 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
         raise ParameterError(f"--mode must be approx, full or none, got {args.mode!r}")
     if not 0.0 < args.fail_at < 1.0:
         raise ParameterError(f"--fail-at must be in (0, 1), got {args.fail_at!r}")
+    if args.disorder:
+        from engine.disorder import parse_delays
+
+        parse_delays(args.disorder)  # a bad spec says so before the data is read
+    _params(args)  # the same: parameters before the data
     history = _history(args)
     params = _with_unit_eps(_params(args), history, args)
     return simulate_from_cli(history, params, args)
@@ -343,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    from engine.export.config import json_safe
+    from engine.export import json_safe
 
     try:
         print(json.dumps(json_safe(result), indent=2, default=_default), flush=True)

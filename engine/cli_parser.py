@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from engine.aggregates import aggregate_names
 from engine.errors import ParameterError
 from engine.job import KEEP, add_run_flags
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
@@ -31,13 +32,20 @@ class _Parser(argparse.ArgumentParser):
         raise ParameterError(f"{self.prog}: {message}")
 
 
+DELAYS_HELP = "exp:MEAN, pareto:SHAPE,SCALE, const:SECONDS, mix:... or file:PATH (seconds)"
+
+
+def _agg_help() -> str:
+    return f"window aggregate: {', '.join(aggregate_names())} (default avg)"
+
+
 def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="CSV or Parquet sensor history")
     p.add_argument("--eps", type=float, required=True, help="tolerance, in the aggregate's unit")
     p.add_argument("--delta", type=float, required=True, help="allowed miss rate, in (0, 1)")
     p.add_argument("--window", type=int, required=True, help="window length, in readings")
     p.add_argument("--slide", type=int, default=None, help="slide in readings (default: window)")
-    p.add_argument("--agg", default="avg", help="avg, sum, max or min")
+    p.add_argument("--agg", default="avg", help=_agg_help())
     p.add_argument("--method", default="greedy", help="greedy (default), paper or exact")
     p.add_argument(
         "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
@@ -134,13 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="where Spark writes the Parquet backup: a path or URI (default: WORKDIR/backup)",
     )
     sim.add_argument("--master", default=None, help="Spark master (default local[*])")
+    sim.add_argument(
+        "--disorder",
+        default=None,
+        metavar="DELAYS",
+        help="readings arrive late by these delays and the disorder stage runs: " + DELAYS_HELP,
+    )
+    sim.add_argument("--seed", type=int, default=0, help="seed of the --disorder delays")
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")
     dis.add_argument("--data", required=True)
-    dis.add_argument("--delays", required=True, help="exp:MEAN, pareto:SHAPE,SCALE or file:PATH")
+    dis.add_argument("--delays", required=True, help=DELAYS_HELP)
     dis.add_argument("--eps-thr", type=float, required=True)
     dis.add_argument("--delta", type=float, required=True)
     dis.add_argument("--window", type=int, required=True)
-    dis.add_argument("--agg", default="avg")
+    dis.add_argument("--agg", default="avg", help=_agg_help())
     dis.add_argument("--sensors", default=None)
     dis.add_argument("--rows", type=int, default=None, help="replay only the first ROWS rows")
     dis.add_argument("--seed", type=int, default=0)

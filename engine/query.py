@@ -1,27 +1,33 @@
-"""The operator's window query (eps, delta, window, slide, aggregate), validated in one place.
+"""The operator's window query, validated in one place: ``WindowQuery``.
 
-``eps`` (in the aggregate's unit), ``delta``, ``window`` and ``slide`` (in
-readings) and the aggregate travel together through planning, the live
-pipeline and the disorder stage. ``PlanParameters`` checks them here (through
-``engine.planning.guarantee.check_parameters``); the stream spec and the
-disorder config still carry their own checks.
+``eps`` (in the aggregate's unit, or one per sensor), ``delta``, ``window`` and
+``slide`` (in readings), the aggregate, the horizon and the exposure travel
+together through planning (``PlanParameters``), the live pipeline
+(``StreamSpec``), the disorder stage (``DisorderConfig``) and the production
+job (its exported config, ``engine.export.codec``). Each holds one
+``WindowQuery``; none checks these values again.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from engine.aggregates import check_window, get_aggregate
+from engine.data.units import check_eps_pairs
 from engine.errors import ParameterError
+
+MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
 
 
 def _is_real(x: object) -> bool:
     return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
-MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
+def _is_count(x: object) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 def check_eps(eps: object, name: str = "eps") -> None:
@@ -49,11 +55,139 @@ def check_delta(delta: object) -> None:
         )
 
 
-def check_window_query(
-    eps: object, delta: object, window: int, slide: int | None, aggregate: object
-) -> None:
-    """Raise ``ParameterError`` naming the first bad value (``slide=None``: tumbling)."""
-    check_eps(eps)
-    check_delta(delta)
-    check_window(window, window if slide is None else slide)
-    get_aggregate(aggregate)
+def check_horizon(horizon: object) -> None:
+    """A horizon is None (the default) or a whole number of rows >= 1."""
+    if horizon is not None and (not _is_count(horizon) or horizon < 1):  # type: ignore[operator]
+        raise ParameterError(f"horizon must be an integer >= 1 row, got {horizon!r}")
+
+
+def check_exposure(exposure: object) -> None:
+    """An exposure is None (whole windows) or a whole number of rows >= 1."""
+    if exposure is not None and (not _is_count(exposure) or exposure < 1):  # type: ignore[operator]
+        raise ParameterError(f"exposure must be an integer >= 1 row, got {exposure!r}")
+
+
+def horizon_rows(horizon: int | None, window: int, default: int) -> int:
+    """Rows a plan is used before re-planning: ``horizon``, else ``default``; at least a window.
+
+    The one rule every horizon follows (planning, calibration, the exported validity).
+    """
+    return int(max(horizon or default, window))
+
+
+@dataclass(frozen=True)
+class WindowQuery:
+    """What the operator asks of every window, validated on construction.
+
+    Attributes
+    ----------
+    eps : tolerance in the aggregate's unit (every sensor not in ``eps_by_sensor``).
+    delta : allowed miss rate, in (0, 1).
+    window, slide : in readings; ``slide=None`` (or equal to ``window``) is tumbling,
+        and is kept as None.
+    aggregate : a name of ``engine.aggregates.AGGREGATES``.
+    eps_by_sensor : (sensor, eps) pairs, each in that sensor's unit (what an eps per
+        unit resolves to); a sensor not named uses ``eps``.
+    horizon : rows a plan is used before re-planning; None: derived from the data.
+    exposure : the most consecutive rows one failure can lose; None: whole windows
+        are rebuilt (the range contract).
+
+    A bad value raises ``ParameterError`` naming it (``got ...``).
+    """
+
+    eps: float
+    delta: float
+    window: int
+    slide: int | None = None
+    aggregate: str = "avg"
+    eps_by_sensor: tuple[tuple[str, float], ...] = ()
+    horizon: int | None = None
+    exposure: int | None = None
+
+    def __post_init__(self) -> None:
+        check_eps(self.eps)
+        check_delta(self.delta)
+        check_window(self.window, self.window if self.slide is None else self.slide)
+        get_aggregate(self.aggregate)
+        check_horizon(self.horizon)
+        check_exposure(self.exposure)
+        pairs = check_eps_pairs(self.eps_by_sensor)
+        for name, eps in pairs:
+            check_eps(eps, f"eps of {name!r}")
+        tumbling = self.slide is None or int(self.slide) == int(self.window)
+        for name, value in (
+            ("eps", float(self.eps)),
+            ("delta", float(self.delta)),
+            ("window", int(self.window)),
+            ("slide", None if tumbling else int(self.slide)),  # type: ignore[arg-type]
+            ("eps_by_sensor", pairs),
+            ("horizon", None if self.horizon is None else int(self.horizon)),
+            ("exposure", None if self.exposure is None else int(self.exposure)),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property
+    def effective_slide(self) -> int:
+        """The slide in readings (the window when tumbling)."""
+        return self.window if self.slide is None else self.slide
+
+    def eps_vector(self, sensors: tuple[str, ...]) -> np.ndarray:
+        """Each sensor's eps, (n,) in ``sensors`` order; ``eps`` unless overridden.
+
+        An override naming a sensor outside ``sensors`` is a ``ParameterError``.
+        """
+        given = dict(self.eps_by_sensor)
+        unknown = [s for s in given if s not in sensors]
+        if unknown:
+            raise ParameterError(
+                "eps_by_sensor names sensor(s) not planned for: "
+                f"{', '.join(map(repr, unknown[:5]))}"
+            )
+        return np.array([given.get(s, self.eps) for s in sensors], dtype=float)
+
+    def horizon_rows(self, default: int) -> int:
+        """The horizon in rows: the operator's, else ``default``; at least one window."""
+        return horizon_rows(self.horizon, self.window, default)
+
+
+class HoldsQuery:
+    """The values of a held window ``query``, read through (for the configs that hold one:
+    ``PlanParameters``, ``StreamSpec``, ``DisorderConfig``); none is stored twice."""
+
+    query: WindowQuery
+
+    @property
+    def eps(self) -> float:
+        return self.query.eps
+
+    @property
+    def delta(self) -> float:
+        return self.query.delta
+
+    @property
+    def window(self) -> int:
+        return self.query.window
+
+    @property
+    def slide(self) -> int | None:
+        return self.query.slide
+
+    @property
+    def effective_slide(self) -> int:
+        return self.query.effective_slide
+
+    @property
+    def aggregate(self) -> str:
+        return self.query.aggregate
+
+    @property
+    def eps_by_sensor(self) -> tuple[tuple[str, float], ...]:
+        return self.query.eps_by_sensor
+
+    @property
+    def horizon(self) -> int | None:
+        return self.query.horizon
+
+    @property
+    def exposure(self) -> int | None:
+        return self.query.exposure

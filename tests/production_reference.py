@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from engine.model import LinearMap
+from engine.query import WindowQuery
 from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
 SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
@@ -240,7 +241,7 @@ def wrong_map_config(path: Path) -> tuple[Any, dict[str, Any]]:
     from engine.planning import PlanParameters, make_plan
 
     history = load_history(SAMPLE)
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=48)
+    params = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=48))
     config = plan_to_config(make_plan(history.rows(0, 600), params))
     for target in config["reconstruction"].values():
         target["intercept"] += 1000.0

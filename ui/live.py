@@ -7,7 +7,6 @@ background thread: the status panel is a fragment that polls ``manager.status()`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,10 +16,11 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.data import SensorHistory
-from engine.disorder import DisorderStage, parse_delays
+from engine.disorder import parse_delays
 from engine.errors import PipelineError
 from engine.live import (
     AuditLog,
+    Disorder,
     PipelineOptions,
     PipelinePaths,
     PipelineStatus,
@@ -31,6 +31,7 @@ from engine.live import (
     find_leftovers,
     replanning_monitor,
     split_for_replay,
+    start_live,
 )
 from engine.planning import BackupPlan, PlanParameters
 from ui import access, background, plans, resources
@@ -88,8 +89,8 @@ def start(
     With ``disorder``, readings arrive with exponential delays and the query runs the
     K-slack stage: provisional results, corrections as late readings land, final ones.
     An earlier run's files are handled as ``leftovers`` says (never deleted unasked).
-    The plan is re-planned every ``horizon_rows`` rows (unless ``scheduled`` is off:
-    then it expires) and on alerts of the live monitor.
+    The plan is re-planned every horizon (its ``horizon_rows``) rows (unless ``scheduled``
+    is off: then it expires) and on alerts of the live monitor.
     """
     history, plan = live_plan(data, params)
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
@@ -98,26 +99,23 @@ def start(
         data.history,
         plan,
         first_row=replay_split(data).fit_rows,
-        every_rows=horizon_rows(plan),
+        every_rows=plan.horizon_rows,
     )
     monitor.scheduled = scheduled
-    paths = pipeline_paths()
-    speed = float(rows_per_second) * plan.sampling_interval_s
-    delays, stage_factory = None, None
-    if disorder:
-        delays, stage_factory = _disorder(history, plan)
-    manager.start(
+    mean = DISORDER_MEAN_READINGS * plan.sampling_interval_s
+    late = Disorder(parse_delays(f"exp:{mean:g}"), np.random.default_rng(0))
+    start_live(
+        manager,
         history,
         StreamSpec.from_plan(plan),
         mode,
-        paths,
-        speed=speed,
-        rows_per_file=max(1, rows_per_second),
-        leftovers=leftovers,
-        delays=delays,
-        stage_factory=stage_factory,
-        options=PipelineOptions(trigger_seconds=1.0),
+        pipeline_paths(),
+        disorder=late if disorder else None,
         monitor=monitor,
+        speed=float(rows_per_second) * plan.sampling_interval_s,
+        rows_per_file=max(1, rows_per_second),
+        options=PipelineOptions(trigger_seconds=1.0),
+        leftovers=leftovers,
     )
     with log.lock:
         log.owner = session_id()
@@ -132,15 +130,6 @@ def start(
         }
         log.history, log.plan, log.monitor = history, plan, monitor
         log.data_key = data.key
-
-
-def horizon_rows(plan: BackupPlan) -> int:
-    """Rows a plan is valid for: the plan's resolved horizon (what its config's validity
-    states), else the parameters' horizon, else the backtest's re-plan step, else one window."""
-    horizon = getattr(plan, "horizon_rows", 0) or getattr(plan.parameters, "horizon", None)
-    if horizon:
-        return int(horizon)
-    return int(plan.backtest.step) if plan.backtest is not None else int(plan.parameters.window)
 
 
 def pipeline_paths() -> PipelinePaths:
@@ -209,23 +198,6 @@ def _ask_leftovers(
     if cancel.button("Cancel", key="leftovers_cancel"):
         st.session_state.pop(ASKING, None)
         st.rerun()
-
-
-def _disorder(
-    history: SensorHistory, plan: BackupPlan
-) -> tuple[np.ndarray, Callable[[], DisorderStage]]:
-    mean = DISORDER_MEAN_READINGS * plan.sampling_interval_s
-    shape = (len(history.times), len(plan.sensors))
-    delays = parse_delays(f"exp:{mean:g}").sample(shape[0] * shape[1], np.random.default_rng(0))
-    p = plan.parameters
-
-    def stage() -> DisorderStage:
-        return DisorderStage.for_history(
-            history.times, p.window, p.effective_slide, p.aggregate, eps_thr=p.eps,
-            delta=p.delta, backup_sensors=plan.backup_sensors,
-        )  # fmt: skip
-
-    return np.asarray(delays, dtype=float).reshape(shape), stage
 
 
 def audit_log() -> AuditLog:

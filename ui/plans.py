@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
@@ -20,13 +20,16 @@ import numpy as np
 
 from engine.data import SensorHistory
 from engine.planning import (
+    DELTA_GRID,
     BacktestSettings,
     BackupPlan,
     PlanParameters,
     default_history,
+    eps_grid,
     make_plan,
     retarget,
-    variance_target,
+    whatif_delta,
+    whatif_eps,
 )
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
 
@@ -152,14 +155,6 @@ def measure_plan(
     return plan
 
 
-def eps_grid(eps: float, points: int = 17) -> np.ndarray:
-    """Log-spaced eps values from eps/8 to 8 eps: (points,)."""
-    return eps * np.logspace(-np.log10(8), np.log10(8), points)
-
-
-DELTA_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
-
-
 @dataclass(frozen=True)
 class WhatIf:
     """Model projections of the backup fraction (no backtest behind them).
@@ -197,13 +192,6 @@ def whatif_curves(data: PlanningData, plan: BackupPlan, cache: PlanCache) -> Wha
     return curves
 
 
-def scaled_eps(base: BackupPlan, eps: float) -> BackupPlan:
-    """``base`` retargeted to ``eps``; per-sensor eps all move by the same factor."""
-    factor = eps / base.parameters.eps
-    per = tuple((s, e * factor) for s, e in base.parameters.eps_by_sensor)
-    return retarget(base, eps=eps, eps_by_sensor=per)
-
-
 def eps_axis(curves: WhatIf, params: PlanParameters) -> tuple[tuple[float, ...], float, str]:
     """x values, current x and label of the eps what-if curve.
 
@@ -213,31 +201,6 @@ def eps_axis(curves: WhatIf, params: PlanParameters) -> tuple[tuple[float, ...],
     if not params.eps_by_sensor:
         return curves.eps, params.eps, "eps"
     return tuple(e / params.eps for e in curves.eps), 1.0, "eps factor (all unit groups)"
-
-
-def whatif_eps(base: BackupPlan, grid: Sequence[float]) -> list[float]:
-    """Model projection: backup fraction at each eps (``retarget``, no backtest).
-
-    With per-sensor eps, every sensor's eps is scaled by ``grid / eps``.
-    """
-    return [scaled_eps(base, float(e)).backup_fraction for e in grid]
-
-
-def whatif_delta(base: BackupPlan, grid: Sequence[float]) -> list[float]:
-    """Model projection: backup fraction at each delta.
-
-    ``retarget`` only moves eps, so a new delta is expressed as the eps that
-    scales the plan's variance targets the way the seed's formula scales with
-    delta: ``target(eps', delta0) = target(eps, delta1)``. Calibration would
-    also move its quantile level; this curve ignores that (a projection).
-    """
-    p = base.parameters
-    t0 = variance_target(p.eps, p.delta, p.window, p.aggregate)
-    out = []
-    for d in grid:
-        ratio = variance_target(p.eps, float(d), p.window, p.aggregate) / t0
-        out.append(scaled_eps(base, p.eps * float(np.sqrt(ratio))).backup_fraction)
-    return out
 
 
 def error_bounds(plan: BackupPlan) -> np.ndarray:
@@ -300,7 +263,7 @@ class MeasuredPoint:
 def scaled_parameters(params: PlanParameters, factor: float) -> PlanParameters:
     """``params`` with eps, and every sensor's eps when set per sensor, times ``factor``."""
     per = tuple((s, e * factor) for s, e in params.eps_by_sensor)
-    return replace(params, eps=float(params.eps * factor), eps_by_sensor=per)
+    return params.with_query(eps=float(params.eps * factor), eps_by_sensor=per)
 
 
 def _measured_whatif_key(data: PlanningData, params: PlanParameters) -> tuple:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,8 @@ def load_state(folder: Path) -> SavedSession | None:
         return None
     try:
         raw = json.loads(path.read_text())
-        known = {f.name for f in fields(PlanParameters)}
-        params = PlanParameters(**{k: v for k, v in raw["params"].items() if k in known})
+        known = set(PlanParameters.KEYS)
+        params = PlanParameters.from_dict({k: v for k, v in raw["params"].items() if k in known})
         return SavedSession(
             str(raw["name"]),
             str(raw["fingerprint"]),

@@ -18,6 +18,7 @@ import streamlit as st
 from engine.data import SensorHistory
 from engine.errors import EngineError
 from engine.planning import PlanParameters
+from engine.query import WindowQuery
 from ui import resources, session_store
 from ui.format import eps_text
 from ui.plans import PlanningData
@@ -136,7 +137,7 @@ def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParame
     idx = [history.sensors.index(s) for s in sensors]
     spread = float(np.median(history.values[:, idx].std(axis=0))) if idx else 1.0
     window = int(max(1, min(24, history.values.shape[0] // 12)))
-    return PlanParameters(eps=nice_number(spread / 10), delta=0.05, window=window)
+    return PlanParameters(WindowQuery(nice_number(spread / 10), 0.05, window))
 
 
 def selection() -> list[str]:

@@ -102,7 +102,7 @@ def unit_eps_widgets(history: SensorHistory, p: PlanParameters) -> PlanParameter
     overrides = _unit_overrides(sensors, p)
     groups = unit_groups(sensors, overrides)
     if len(groups) < 2:
-        return _keep(replace(p, eps_by_sensor=(), units=overrides))
+        return _keep(replace(p.with_query(eps_by_sensor=()), units=overrides))
     if "w_eps_per_unit" not in st.session_state:
         st.session_state["w_eps_per_unit"] = per_unit_on()
     on = st.toggle(
@@ -112,7 +112,7 @@ def unit_eps_widgets(history: SensorHistory, p: PlanParameters) -> PlanParameter
     )
     st.session_state[PER_UNIT] = bool(on)
     per = _group_inputs(history, groups, p) if on else ()
-    return _keep(replace(p, eps_by_sensor=per, units=overrides))
+    return _keep(replace(p.with_query(eps_by_sensor=per), units=overrides))
 
 
 def _keep(new: PlanParameters) -> PlanParameters:

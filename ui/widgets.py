@@ -12,7 +12,7 @@ from dataclasses import replace
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from engine.aggregates import AGGREGATE_NAMES
+from engine.aggregates import aggregate_names
 from engine.data import LoadOptions
 from engine.data.options import UNIT_WORDS
 from engine.errors import EngineError
@@ -204,7 +204,7 @@ def parameter_widgets(
         )
         eps = p.eps
     delta = c2.select_slider("delta: allowed miss rate", DELTAS, key="w_delta")
-    agg = c3.selectbox("Aggregate", AGGREGATE_NAMES, key="w_agg")
+    agg = c3.selectbox("Aggregate", aggregate_names(), key="w_agg")
     c4, c5, c6 = st.columns(3)
     window, slide = _window_widgets(c4, c5, n_rows)
     methods = ["greedy", "paper"] + (["exact"] if n_sensors <= EXACT_MAX_N else [])
@@ -213,16 +213,15 @@ def parameter_widgets(
     method = c6.selectbox("Method", methods, key="w_method", help=METHOD_HELP)
     horizon = _horizon_widget(st.columns(3)[0], n_rows, window, sampling_interval_s)
     try:
-        new = replace(
-            p,
+        asked = p.with_query(
             eps=float(eps),
             delta=float(delta),
             window=window,
             slide=None if slide == window else slide,
             aggregate=agg,
-            method=method,
             horizon=horizon,
         )
+        new = replace(asked, method=method)
     except EngineError as err:
         st.error(str(err))
         return None

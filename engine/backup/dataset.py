@@ -2,7 +2,7 @@
 
 No Spark needed. Exactly once, for either layout:
 
-* the job's own (``engine.job.sink``): one ``batch_id=N`` directory per
+* the job's own (``engine.job.layout``): one ``batch_id=N`` directory per
   micro-batch, read only when it holds ``_SUCCESS`` (Spark writes it after the
   batch's files are all in place; a replay overwrites the whole directory), so
   files of an attempt that failed before its commit are never counted;

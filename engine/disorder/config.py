@@ -1,8 +1,9 @@
 """Parameters of the disorder handling (``engine.disorder.buffer``): ``DisorderConfig``.
 
-Counts (``window``, ``slide``, ...) are in readings, times in seconds of event
-time; every field is checked on construction and the config round-trips
-through ``to_dict`` / ``from_dict``.
+The window query (``engine.query.WindowQuery``: window and slide in readings, the
+aggregate, eps and delta) plus the K-slack controller's settings, times in
+seconds of event time; every field is checked on construction (the query's by
+the query) and the config round-trips through ``to_dict`` / ``from_dict``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from engine.aggregates import get_aggregate
 from engine.errors import ParameterError
+from engine.query import HoldsQuery, WindowQuery
 
 POLICIES: tuple[str, ...] = ("adaptive", "mp_kslack", "fixed", "none")
 
@@ -27,16 +28,16 @@ def _finite(name: str, value: Any, *, low: float | None = None, strict: bool = F
 
 
 @dataclass(frozen=True)
-class DisorderConfig:
+class DisorderConfig(HoldsQuery):
     """Parameters of the disorder handling (validated on construction).
 
     Attributes
     ----------
-    window, slide : window width and slide in readings (``slide=None``: tumbling).
+    query : the window query (window and slide in readings, ``slide=None``:
+        tumbling; the aggregate; the quality target
+        ``P(|provisional - exact| > eps) <= delta``), checked by ``WindowQuery``.
     interval_s : sampling interval in seconds (one reading per sensor per interval).
     origin_s : event time (s) at which window 0 starts; windows are aligned to it.
-    aggregate : ``avg``, ``sum``, ``max`` or ``min``.
-    eps_thr, delta : quality target: ``P(|provisional - exact| > eps_thr) <= delta``.
     policy : ``adaptive`` (ours), ``mp_kslack``, ``fixed`` (a fixed watermark) or ``none``.
     kp, kd : PD gains (seed: 0.2 and 4).
     alpha0, alpha_max : initial ``alpha`` and its upper clamp (lower clamp 0).
@@ -53,15 +54,14 @@ class DisorderConfig:
         consecutive measured windows once they hold at least this many tuples
         (1, the default: every window, as in the seed; pooling damps the noise
         of small windows' coverage).
+
+    ``to_dict`` is flat: the query's ``window``, ``slide``, ``aggregate``, ``eps_thr``
+    (its eps) and ``delta``, then the fields above.
     """
 
-    window: int
-    slide: int | None = None
+    query: WindowQuery
     interval_s: float = 1.0
     origin_s: float = 0.0
-    aggregate: str = "avg"
-    eps_thr: float = 1.0
-    delta: float = 0.05
     policy: str = "adaptive"
     kp: float = 0.2
     kd: float = 4.0
@@ -75,16 +75,12 @@ class DisorderConfig:
     control_tuples: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("window", "target_history", "control_tuples"):
+        if not isinstance(self.query, WindowQuery):
+            raise ParameterError(f"query must be a WindowQuery, got {self.query!r}")
+        for name in ("target_history", "control_tuples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
-        s = self.slide
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1):
-            raise ParameterError(f"slide must be an integer >= 1, got {s!r}")
-        if s is not None and s > self.window:
-            raise ParameterError(f"slide must not exceed window ({self.window}), got {s!r}")
-        get_aggregate(self.aggregate)
         if self.target_model not in ("tail", "srs"):
             raise ParameterError(f"target_model must be tail or srs, got {self.target_model!r}")
         if self.policy not in POLICIES:
@@ -93,10 +89,6 @@ class DisorderConfig:
             )
         _finite("interval_s", self.interval_s, low=0.0, strict=True)
         _finite("origin_s", self.origin_s)
-        _finite("eps_thr", self.eps_thr, low=0.0, strict=True)
-        _finite("delta", self.delta, low=0.0, strict=True)
-        if self.delta >= 1:
-            raise ParameterError(f"delta must be in (0, 1), got {self.delta!r}")
         for name in ("kp", "kd", "alpha0", "fixed_k_s"):
             _finite(name, getattr(self, name), low=0.0)
         _finite("alpha_max", self.alpha_max, low=0.0, strict=True)
@@ -107,6 +99,11 @@ class DisorderConfig:
                 _finite(name, getattr(self, name), low=0.0)
 
     @property
+    def eps_thr(self) -> float:
+        """The quality target's tolerance: the query's eps."""
+        return self.query.eps
+
+    @property
     def width_s(self) -> float:
         """Window width in seconds."""
         return self.window * self.interval_s
@@ -114,7 +111,7 @@ class DisorderConfig:
     @property
     def step_s(self) -> float:
         """Window slide in seconds."""
-        return (self.slide or self.window) * self.interval_s
+        return self.query.effective_slide * self.interval_s
 
     @property
     def gamma(self) -> float:
@@ -127,12 +124,31 @@ class DisorderConfig:
         return self.width_s if self.settle_s is None else self.settle_s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        q = self.query
+        flat: dict[str, Any] = {"window": q.window, "slide": q.slide, "aggregate": q.aggregate}
+        flat |= {"eps_thr": q.eps, "delta": q.delta}
+        return flat | {k: v for k, v in asdict(self).items() if k != "query"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DisorderConfig:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"query"} | set(QUERY_KEYS)
         unknown = sorted(set(data) - known)
         if unknown:
             raise ParameterError(f"unknown disorder config key(s): {', '.join(unknown)}")
-        return cls(**data)
+        rest = {k: v for k, v in data.items() if k not in QUERY_KEYS}
+        return cls(query_of(**{k: v for k, v in data.items() if k in QUERY_KEYS}), **rest)
+
+
+QUERY_KEYS: tuple[str, ...] = ("window", "slide", "aggregate", "eps_thr", "delta")
+
+
+def query_of(
+    window: int,
+    slide: int | None = None,
+    aggregate: str = "avg",
+    eps_thr: float = 1.0,
+    delta: float = 0.05,
+) -> WindowQuery:
+    """The window query of a disorder config's flat keys (``to_dict``'s), with their
+    defaults: tumbling, ``avg``, ``eps_thr`` 1 and ``delta`` 0.05."""
+    return WindowQuery(eps_thr, delta, window, slide, aggregate)

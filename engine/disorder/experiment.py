@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import get_aggregate
+from engine.aggregates import get_aggregate, grouped_partials
 from engine.disorder.config import DisorderConfig
 from engine.disorder.delays import DelayModel, parse_delays
 from engine.disorder.items import LateItem
@@ -62,9 +62,16 @@ def window_truth(
             )
         )
     frame = pd.concat(parts, ignore_index=True)
-    agg = get_aggregate(config.aggregate).pandas_name
-    out = frame.groupby(["window", "sensor"], sort=True)["v"].agg(["count", agg]).reset_index()
-    return out.rename(columns={agg: "value"})
+    agg = get_aggregate(config.aggregate)
+    state = grouped_partials(frame, ["window", "sensor"], "v", agg)
+    return pd.DataFrame(
+        {
+            "window": state["window"],
+            "sensor": state["sensor"],
+            "count": state["n"],
+            "value": agg.finish(state),
+        }
+    )
 
 
 @dataclass(frozen=True)

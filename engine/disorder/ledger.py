@@ -5,8 +5,9 @@ row (version 0) computed from the tuples that arrived in time. Late tuples are
 recorded; once the recorded late tuples span more than ``Gamma`` seconds of
 event time, a batch recomputes every affected (window, sensor) and appends a
 *correction* row with the next version. The recomputation merges the late
-tuples into a mergeable partial aggregate kept per (window, sensor) (count,
-sum, max, min of everything received so far), which is exactly the aggregate
+tuples into the aggregate's mergeable partial state kept per (window, sensor)
+(``Aggregate.partial``/``merge``: the count and the aggregate's fields over
+everything received so far), which is exactly the aggregate
 of all tuples received for that window: the same result a recomputation from
 the full received history gives (``engine.disorder.experiment.window_truth`` is
 that reference and the tests compare the two). The partials are a few
@@ -27,6 +28,8 @@ from __future__ import annotations
 import heapq
 import math
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from engine.aggregates import get_aggregate
 from engine.disorder.buffer import KSlackBuffer, Zone
@@ -69,7 +72,9 @@ class ResultLedger:
     def __init__(self, config: DisorderConfig) -> None:
         self.config = config
         self._aggregate = get_aggregate(config.aggregate)
-        self.partials: dict[tuple[int, str], list[float]] = {}  # count, total, high, low
+        self._fields = tuple(f.name for f in self._aggregate.state_fields)
+        # (window, sensor) -> the partial state's values, in ``state_fields`` order
+        self.partials: dict[tuple[int, str], list[float]] = {}
         self.versions: dict[tuple[int, str], int] = {}
         self.by_window: dict[int, list[str]] = {}
         self.final: set[int] = set()
@@ -85,8 +90,17 @@ class ResultLedger:
 
     def value(self, key: tuple[int, str], final: bool) -> float:
         """Aggregate of a (window, sensor) partial; ``sum`` is scaled up while incomplete."""
-        count, total, high, low = self.partials[key]
-        return self._aggregate.from_partial(count, total, high, low, self.config.window, final)
+        state = dict(zip(self._fields, self.partials[key], strict=True))
+        return float(self._aggregate.finish(state, None if final else self.config.window))
+
+    def _partial(self, values: list[float]) -> list[float]:
+        state = self._aggregate.partial(np.asarray(values, dtype=float))
+        return [float(state[f]) for f in self._fields]
+
+    def _merged(self, old: list[float], value: float) -> list[float]:
+        agg, names = self._aggregate, self._fields
+        state = agg.merge(dict(zip(names, old, strict=True)), agg.partial(np.array([value])))
+        return [float(state[f]) for f in names]
 
     def _emit(self, key: tuple[int, str], kind: str, final: bool, now: float) -> None:
         version = self.versions.get(key, -1) + 1
@@ -107,7 +121,7 @@ class ResultLedger:
         """Provisional rows for a window closed by the stream module."""
         for sensor, vals in values.items():
             key = (index, sensor)
-            self.partials[key] = [float(len(vals)), float(sum(vals)), max(vals), min(vals)]
+            self.partials[key] = self._partial(vals)
             self._register(index, sensor)
             self._emit(key, "provisional", False, now)
 
@@ -129,15 +143,10 @@ class ResultLedger:
                 key = (j, sensor)
                 p = self.partials.get(key)
                 if p is None:
-                    self.partials[key] = [1.0, value, value, value]
+                    self.partials[key] = self._partial([value])
                     self._register(j, sensor)
                 else:
-                    p[0], p[1], p[2], p[3] = (
-                        p[0] + 1,
-                        p[1] + value,
-                        max(p[2], value),
-                        min(p[3], value),
-                    )
+                    self.partials[key] = self._merged(p, value)
                 touched[key] = None
         for key in touched:
             is_final = key[0] in self.final

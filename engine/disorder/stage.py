@@ -36,6 +36,7 @@ from engine.disorder.config import DisorderConfig
 from engine.disorder.items import Item, LateItem, parse_item, parse_late_item
 from engine.disorder.ledger import DisorderProcessor, ResultRow, parse_row
 from engine.errors import PipelineError
+from engine.query import WindowQuery
 
 INPUT_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -144,17 +145,9 @@ class DisorderStage:
         return self
 
     @classmethod
-    def for_history(
-        cls,
-        times: np.ndarray,
-        window: int,
-        slide: int | None,
-        aggregate: str,
-        eps_thr: float,
-        delta: float,
-        **options: Any,
-    ) -> DisorderStage:
-        """A stage whose windows line up with the pipeline's: window 0 starts at ``times[0]``.
+    def for_history(cls, times: np.ndarray, query: WindowQuery, **options: Any) -> DisorderStage:
+        """A stage for ``query`` whose windows line up with the pipeline's: window 0
+        starts at ``times[0]``.
 
         ``times`` (T,) datetime64 of the replayed history; the interval is its
         median step. ``options`` go to ``DisorderConfig`` except ``state_path``
@@ -167,8 +160,7 @@ class DisorderStage:
             )
         stage_keys = {"state_path", "backup_sensors"}
         config = DisorderConfig(
-            window=window, slide=slide, aggregate=aggregate, eps_thr=eps_thr, delta=delta,
-            interval_s=float(np.median(np.diff(seconds))), origin_s=float(seconds[0]),
+            query, interval_s=float(np.median(np.diff(seconds))), origin_s=float(seconds[0]),
             **{k: v for k, v in options.items() if k not in stage_keys},
         )  # fmt: skip
         return cls(config, **{k: v for k, v in options.items() if k in stage_keys})

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ConfigError
-from engine.export.config import BackupConfig, parse_utc
+from engine.export.codec import parse_utc
+from engine.export.loader import BackupConfig
 
 PLANS_DIR = ("_lacuna", "plans")
 REASONS = ("initial", "scheduled", "alert")

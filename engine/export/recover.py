@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from engine.data.history import LoadOptions, load_history
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
-from engine.export.config import BackupConfig, iso_utc, load_config, parse_utc
+from engine.export.codec import iso_utc, parse_utc
+from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
 from engine.export.wide import rebuild, widen
 from engine.model.linear import LinearMap

@@ -1,11 +1,12 @@
 """Mergeable window aggregates: the production job's open-window state, pure pandas.
 
 Each micro-batch yields *partials* per (window, sensor), computed on the
-executors: ``n`` (readings), ``agg`` (their sum, max or min) and, for max/min
-of a rebuilt sensor, ``rebuilt`` (the max or min of its rebuilt readings) and
-``rebuilt_n`` (time steps that could be rebuilt). Partials merge by adding
-counts and sums and taking max/min, so a window that spans micro-batches is
-the merge of its batches' partials. ``WindowState`` holds the windows not yet
+executors: the aggregate's partial state of the readings (``n`` and the
+aggregate's fields, ``engine.aggregates``) and, for an aggregate that is not
+linear (max, min), the partial state of a rebuilt sensor's rebuilt readings
+(``rebuilt_n``: time steps that could be rebuilt, ``rebuilt_<field>``). Each
+field merges by its own reduction (a sum, a max or a min), so a window that
+spans micro-batches is the merge of its batches' partials. ``WindowState`` holds the windows not yet
 closed; a window closes when the watermark (largest event time seen minus the
 allowed lateness) reaches its end, and its shadow check is computed here, once.
 
@@ -30,23 +31,41 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from engine.aggregates import COUNT, Aggregate, get_aggregate, merged_partials
 from engine.errors import PipelineError
 from engine.model.linear import LinearMap
 
 KEYS = ["window_start", "window_end", "sensor"]
-PARTIAL_COLUMNS = [*KEYS, "n", "agg", "rebuilt", "rebuilt_n"]
 RESULT_COLUMNS = [*KEYS, "n", "value", "rebuilt", "error", "miss", "backed_up"]
 NO_TIME = np.iinfo(np.int64).min
+REBUILT = "rebuilt_"  # the prefix of the rebuilt readings' state columns
+# a checkpoint written before the rebuilt state took its fields' names
+_OLD_NAMES = {"rebuilt": "rebuilt_agg"}
 
 
-def _empty() -> pd.DataFrame:
+def partial_columns(aggregate: str) -> list[str]:
+    """The columns of ``aggregate``'s partials: keys, the state, the rebuilt state."""
+    names = [f.name for f in get_aggregate(aggregate).state_fields]
+    return [*KEYS, *names, *(REBUILT + n for n in names)]
+
+
+def partial_schema(aggregate: str) -> str:
+    """``partial_columns`` as a Spark DDL schema (counts long, the rest double)."""
+    types = {"window_start": "long", "window_end": "long", "sensor": "string"}
+    counts = {COUNT.name, REBUILT + COUNT.name}
+    return ", ".join(
+        f"{c} {types.get(c, 'long' if c in counts else 'double')}"
+        for c in partial_columns(aggregate)
+    )
+
+
+def _empty(aggregate: str) -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in KEYS})
     frame["sensor"] = frame["sensor"].astype(object)
-    for c in ("n", "rebuilt_n"):
-        frame[c] = pd.Series(dtype="int64")
-    for c in ("agg", "rebuilt"):
-        frame[c] = pd.Series(dtype="float64")
-    return frame[PARTIAL_COLUMNS]
+    for c in partial_columns(aggregate)[len(KEYS) :]:
+        counts = c in (COUNT.name, REBUILT + COUNT.name)
+        frame[c] = pd.Series(dtype="int64" if counts else "float64")
+    return frame
 
 
 @dataclass
@@ -57,10 +76,18 @@ class WindowState:
     batch_id: int = -1
     max_event_us: int = NO_TIME
     watermark_us: int = NO_TIME
-    open: pd.DataFrame = field(default_factory=_empty)
+    open: pd.DataFrame = field(default_factory=pd.DataFrame)  # no columns: none open yet
     # small JSON-able facts the job keeps with the state (the monitor's tally); replaced
     # whole, never mutated in place, so a shallow copy of the state is a copy
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.open.columns.empty:
+            self.open = _empty(self.aggregate)
+
+    @property
+    def columns(self) -> list[str]:
+        return partial_columns(self.aggregate)
 
     def merge(self, partials: pd.DataFrame, max_event_us: int, lateness_us: int) -> pd.DataFrame:
         """Fold one batch's partials in; return the merged partials of windows now closed.
@@ -68,13 +95,14 @@ class WindowState:
         Partials of windows that closed in an earlier batch are late and dropped,
         as Spark's watermark drops them.
         """
-        fresh = partials.loc[partials["window_end"] > self.watermark_us, PARTIAL_COLUMNS]
+        opened = self.open
+        fresh = partials.loc[partials["window_end"] > self.watermark_us, self.columns]
         # only a (window, sensor) that is open already or comes twice needs combining:
         # at 1,056 sensors a batch's 440,000 partials are mostly neither (0.1 s saved)
-        twice = fresh["window_start"].isin(self.open["window_start"].unique()) | fresh.duplicated(
+        twice = fresh["window_start"].isin(opened["window_start"].unique()) | fresh.duplicated(
             ["window_start", "sensor"], keep=False
         )
-        combined = _combine(pd.concat([self.open, fresh[twice]], ignore_index=True), self.aggregate)
+        combined = _combine(pd.concat([opened, fresh[twice]], ignore_index=True), self.aggregate)
         merged = (
             pd.concat([combined, fresh[~twice]], ignore_index=True)
             .sort_values(KEYS, kind="stable")
@@ -110,49 +138,51 @@ class WindowState:
             meta = json.loads(table.schema.metadata[b"lacuna_state"])
         except (pa.ArrowInvalid, KeyError, TypeError, ValueError) as err:
             raise PipelineError(f"window state in the checkpoint is unreadable: {err}") from None
-        frame = table.to_pandas() if table.num_rows else _empty()
+        aggregate = str(meta["aggregate"])
+        frame = table.to_pandas().rename(columns=_OLD_NAMES) if table.num_rows else None
         return cls(
-            aggregate=str(meta["aggregate"]),
+            aggregate=aggregate,
             batch_id=int(meta["batch_id"]),
             max_event_us=int(meta["max_event_us"]),
             watermark_us=int(meta["watermark_us"]),
-            open=frame[PARTIAL_COLUMNS],
+            open=pd.DataFrame() if frame is None else frame[partial_columns(aggregate)],
             extra=dict(meta.get("extra", {})),
         )
 
 
-def collected_partials(table: pa.Table, window_us: int) -> tuple[pd.DataFrame, int]:
+def collected_partials(table: pa.Table, window_us: int, aggregate: str) -> tuple[pd.DataFrame, int]:
     """A batch's partials as collected from the executors, ready to merge; and how
     many readings had no sensor or no time (a null key: dropped here).
 
     ``table`` has ``batch_partials``' columns, plus ``rebuilt_partials``' rows for
-    max/min (whose ``missing``, ``max_event_us`` and ``readings`` are null). Adds
-    ``window_end`` and, for avg/sum, the ``rebuilt`` columns the executors left out.
+    an aggregate that is not linear (whose ``missing``, ``max_event_us`` and
+    ``readings`` are null). Adds ``window_end`` and the rebuilt state columns the
+    executors left out (none rebuilt: count 0, fields NaN).
     """
     keyed = pc.and_(pc.is_valid(table["window_start"]), pc.is_valid(table["sensor"]))
     unusable = pc.sum(table.filter(pc.invert(keyed))["readings"]).as_py() or 0
     frame = table.filter(keyed).to_pandas()
     frame["window_end"] = frame["window_start"] + int(window_us)
-    if "rebuilt" not in frame:
-        frame["rebuilt"], frame["rebuilt_n"] = np.nan, 0
-    counts = ["n", "rebuilt_n", "missing", "readings"]
+    for name in partial_columns(aggregate)[len(KEYS) :]:
+        if name not in frame:
+            frame[name] = 0 if name == REBUILT + COUNT.name else np.nan
+    counts = [COUNT.name, REBUILT + COUNT.name, "missing", "readings"]
     frame[counts] = frame[counts].fillna(0).astype(np.int64)
     return frame, int(unusable)
 
 
 def _combine(partials: pd.DataFrame, aggregate: str) -> pd.DataFrame:
-    """One row per (window, sensor): counts and sums add, max/min reduce."""
+    """One row per (window, sensor): each state field merged by its reduction
+    (a batch without rebuilt readings adds nothing: max/min skip NaN)."""
     if partials.empty:
-        return _empty()
-    reduce = "sum" if aggregate in ("avg", "sum") else aggregate
-    rebuilt = "max" if aggregate == "max" else "min"
-    out = partials.groupby(KEYS, as_index=False, sort=True).agg(
-        n=("n", "sum"),
-        agg=("agg", reduce),
-        rebuilt=("rebuilt", rebuilt),  # NaN-skipping: a batch without backups adds nothing
-        rebuilt_n=("rebuilt_n", "sum"),
-    )
-    return out[PARTIAL_COLUMNS]
+        return _empty(aggregate)
+    agg = get_aggregate(aggregate)
+    out = merged_partials(partials, KEYS, agg, prefixes=("", REBUILT))
+    return out[partial_columns(aggregate)]
+
+
+def _state(frame: pd.DataFrame, aggregate: Aggregate, prefix: str = "") -> dict[str, Any]:
+    return {f.name: frame[prefix + f.name] for f in aggregate.state_fields}
 
 
 def shadow_results(
@@ -162,19 +192,22 @@ def shadow_results(
 
     ``eps`` is one tolerance, or one per sensor (a plan with per-unit eps).
 
-    avg/sum are linear in the backups' window aggregates: ``intercept + coef @ avg_O``
-    or ``n * intercept + coef @ sum_O``, rebuilt only if every backup sensor has
-    readings in the window. max/min take the merged max/min of the rebuilt
-    readings (``rebuilt``), computed per batch on the executors.
+    A linear aggregate (avg, sum) is rebuilt from the backups' window aggregates:
+    ``A(ones) * intercept + coef @ A_O`` (``A(ones)``: 1 for avg, ``n`` for sum),
+    only if every backup sensor has readings in the window. Any other (max, min)
+    is the aggregate of the merged partial state of the rebuilt readings
+    (``rebuilt_*``), computed per batch on the executors.
     """
     if closed.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
-    value = closed["agg"] / closed["n"] if aggregate == "avg" else closed["agg"]
+    agg = get_aggregate(aggregate)
+    value = pd.Series(agg.finish(_state(closed, agg)), index=closed.index)
     backed = closed["sensor"].isin(lm.backup).to_numpy()
-    if aggregate in ("avg", "sum"):
-        rebuilt = _linear_rebuilt(closed, value, lm, aggregate)
+    if agg.linear:
+        rebuilt = _linear_rebuilt(closed, value, lm, agg)
     else:
-        rebuilt = closed["rebuilt"].where(closed["rebuilt_n"] > 0)
+        finished = pd.Series(agg.finish(_state(closed, agg, REBUILT)), index=closed.index)
+        rebuilt = finished.where(closed[REBUILT + COUNT.name] > 0)
     rebuilt = rebuilt.where(~backed, value)
     out = closed[[*KEYS, "n"]].copy()
     out["value"] = value.astype(float)
@@ -187,7 +220,7 @@ def shadow_results(
 
 
 def _linear_rebuilt(
-    closed: pd.DataFrame, value: pd.Series, lm: LinearMap, aggregate: str
+    closed: pd.DataFrame, value: pd.Series, lm: LinearMap, aggregate: Aggregate
 ) -> pd.Series:
     """Per row: the target's aggregate from the backups' aggregates of its window."""
     windows = closed["window_start"].to_numpy()
@@ -203,36 +236,37 @@ def _linear_rebuilt(
     rows = np.flatnonzero(~is_b & closed["sensor"].isin(lm.targets).to_numpy())
     ti = closed["sensor"].to_numpy()[rows]
     ti = np.fromiter((tidx[s] for s in ti), dtype=int, count=len(rows))
-    scale = closed["n"].to_numpy(dtype=float)[rows] if aggregate == "sum" else 1.0
+    n = closed["n"].to_numpy(dtype=float)[rows]
+    scale = np.asarray(aggregate.finish(aggregate.constant_state(n)), dtype=float)
     # NaN in ``lin`` (a backup without readings in the window) leaves the target unrebuilt
     out[rows] = scale * lm.intercept[ti] + lin[row_window[rows], ti]
     return pd.Series(out, index=closed.index)
 
 
-def rebuild_window_extremes(pdf: pd.DataFrame, lm: LinearMap, aggregate: str) -> pd.DataFrame:
-    """Max or min of every target's rebuilt readings in one window of one batch.
+def rebuild_window_partials(pdf: pd.DataFrame, lm: LinearMap, aggregate: str) -> pd.DataFrame:
+    """The partial state of every target's rebuilt readings in one window of one batch.
 
     ``pdf`` holds one window's backup readings (``window_start, window_end,
     event_time, sensor, value``); a time step is rebuilt only when every backup
-    sensor has a reading at it. Returns ``PARTIAL_COLUMNS`` rows per target
-    with ``n = 0`` and ``agg`` NaN (the true aggregate comes from another partial).
+    sensor has a reading at it. Returns ``partial_columns`` rows per target with
+    ``n = 0`` and the other true fields NaN (the true state comes from another
+    partial).
     """
+    agg = get_aggregate(aggregate)
     wide = pdf.pivot_table(index="event_time", columns="sensor", values="value", aggfunc="last")
     complete = wide.reindex(columns=list(lm.backup)).dropna()
     rows = complete.to_numpy()
-    if len(rows):
-        rebuilt = lm.intercept + rows @ lm.coef.T
-        ext = rebuilt.max(axis=0) if aggregate == "max" else rebuilt.min(axis=0)
-    else:
-        ext = np.full(len(lm.targets), np.nan)
-    return pd.DataFrame(
+    rebuilt = lm.intercept + rows @ lm.coef.T if len(rows) else np.zeros((0, len(lm.targets)))
+    state = agg.partial(rebuilt, axis=0)
+    out = pd.DataFrame(
         {
             "window_start": pdf["window_start"].iloc[0],
             "window_end": pdf["window_end"].iloc[0],
             "sensor": list(lm.targets),
-            "n": 0,
-            "agg": np.nan,
-            "rebuilt": ext.astype(float),
-            "rebuilt_n": len(rows),
         }
-    )[PARTIAL_COLUMNS]
+    )
+    for f in agg.state_fields:
+        out[f.name] = 0 if f is COUNT else np.nan
+        out[REBUILT + f.name] = np.asarray(state[f.name], dtype=float)
+    out[REBUILT + COUNT.name] = len(rows)
+    return out[partial_columns(aggregate)]

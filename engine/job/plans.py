@@ -46,11 +46,10 @@ import pandas as pd
 
 from engine.backup.durable import DurableFiles
 from engine.errors import ConfigError, DataError, EngineError, PipelineError
-from engine.export.config import BackupConfig, plan_to_config
+from engine.export import BackupConfig, plan_to_config
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file, plan_file, same_plan
-from engine.planning.calibration import CALIBRATIONS
 from engine.planning.monitor import MonitorAlert
-from engine.planning.parameters import PlanParameters
+from engine.stream.source import StreamSource
 
 Alert = MonitorAlert | None
 
@@ -95,31 +94,6 @@ class PlanBook:
         return max(found, key=lambda p: p.version)
 
 
-def parameters_of(config: BackupConfig) -> PlanParameters:
-    """The planning request behind an exported config, to plan again the same way."""
-    p = config.parameters
-    guarantee = config.data.get("guarantee", {})
-    method = guarantee.get("method", "greedy")
-    calibration = guarantee.get("calibration", {}).get("method", "backtest")
-    eps = float(p["eps"])
-    by_sensor = {s: float(e) for s, e in p.get("eps_by_sensor", {}).items()}
-    v = config.validity or {}
-    return PlanParameters(
-        eps=eps,
-        delta=float(p["delta"]),
-        window=int(p["window"]),
-        slide=int(p["slide"]),
-        aggregate=str(p["aggregate"]),
-        method=method,
-        calibration=calibration if calibration in CALIBRATIONS else "backtest",
-        eps_by_sensor=tuple(sorted(by_sensor.items()))
-        if any(e != eps for e in by_sensor.values())
-        else (),
-        horizon=int(v["horizon_rows"]) if "horizon_rows" in v else None,
-        exposure=None if p.get("exposure") is None else int(p["exposure"]),
-    )
-
-
 def history_rows(config: BackupConfig) -> int:
     """Rows the version was fitted on (as much history as the re-plan reads)."""
     rows = config.data.get("guarantee", {}).get("history_rows")
@@ -129,7 +103,7 @@ def history_rows(config: BackupConfig) -> int:
 
 
 def read_fit_period(
-    spark: Any, source: str, sensors: tuple[str, ...], start_us: int, end_us: int
+    spark: Any, source: StreamSource, sensors: tuple[str, ...], start_us: int, end_us: int
 ) -> pd.DataFrame:
     """Every sensor's landed readings in ``[start_us, end_us)``, wide: ``time`` + sensors.
 
@@ -140,13 +114,10 @@ def read_fit_period(
     """
     from pyspark.sql import functions as F
 
-    from engine.stream.readings import READING_SCHEMA
-
     start = pd.Timestamp(start_us, unit="us", tz="UTC").to_pydatetime()
     end = pd.Timestamp(end_us, unit="us", tz="UTC").to_pydatetime()
     wide = (
-        spark.read.schema(READING_SCHEMA)
-        .parquet(source)
+        source.read_batch(spark)
         .where((F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(end)))
         .groupBy("event_time")
         .pivot("sensor", list(sensors))
@@ -164,8 +135,7 @@ def plan_again(
     """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v2);
     the ``pinned`` sensors backed up whatever it chooses."""
     from engine.data.history import history_from_frame
-    from engine.planning import make_plan
-    from engine.planning.plan import pin_backups
+    from engine.planning import make_plan, pin_backups
 
     if len(wide) < 4:
         raise DataError(f"only {len(wide)} time steps of readings in the fit period")
@@ -173,7 +143,7 @@ def plan_again(
     if history.sensors != config.sensors:
         missing = sorted(set(config.sensors) - set(history.sensors))
         raise DataError(f"the fit period lacks sensor(s) {', '.join(missing[:5])}")
-    plan = make_plan(history, parameters_of(config))
+    plan = make_plan(history, config.plan_parameters())
     if pinned:
         why = "the live monitor found each missing more than delta under two plans in a row"
         plan = pin_backups(plan, pinned, why)

@@ -30,29 +30,30 @@ Metrics go to stderr as JSON lines; the final report to stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import signal
 import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.errors import EngineError, ParameterError, PipelineError
+from engine.job.watch import (
+    log_json,
+    quiet_a_dying_jvm,
+    spark_errors_in_one_line,
+    stop_on_sigterm,
+    watch_queries,
+)
 
-# Spark's numInputRows (and processedRowsPerSecond) count every scan of a batch, and the
-# job scans each batch twice (backup, partial aggregates): the progress line says the
-# readings the batch carried, as the job counted them, and their rate instead.
-PROGRESS_KEYS = ("batchId", "durationMs")
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.stream.source import LandingDirSource
 
 
 @dataclass(frozen=True)
@@ -110,17 +111,13 @@ class JobReport:
         return asdict(self)
 
 
-def log_json(record: dict[str, Any]) -> None:
-    print(json.dumps(record, default=str), file=sys.stderr, flush=True)
-
-
-def read_landing(spark: Any, settings: JobSettings) -> Any:
+def landing_source(settings: JobSettings) -> LandingDirSource:
+    """The landing directory as the job reads it: readings (``event_time, sensor,
+    value``), at most ``--max-files-per-trigger`` files a micro-batch."""
     from engine.stream.readings import READING_SCHEMA
+    from engine.stream.source import LandingDirSource
 
-    reader = spark.readStream.schema(READING_SCHEMA)
-    if settings.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
-    return reader.parquet(settings.source)
+    return LandingDirSource(settings.source, settings.max_files_per_trigger, READING_SCHEMA)
 
 
 def run_job(
@@ -136,45 +133,8 @@ def run_job(
     ``config`` is an ``engine.export.BackupConfig``.
     """
     started = now()
-    with _spark_errors_in_one_line(spark), _session_conf(spark, JOB_CONF):
+    with spark_errors_in_one_line(spark), _session_conf(spark, JOB_CONF):
         return _run_query(spark, config, settings, stop, log, now, started)
-
-
-JVM_DIED = (
-    "the Spark driver JVM died ({why}): the job stopped. Start it again: it resumes from "
-    "its checkpoint, and a micro-batch that was not committed is replayed"
-)
-
-
-@contextmanager
-def _spark_errors_in_one_line(spark: Any) -> Iterator[None]:
-    """What escapes the job from Spark or the storage as one ``PipelineError`` line: the
-    driver JVM gone (killed, out of memory), a write refused (permission, no space), a
-    second run on the same checkpoint; never py4j's tracebacks and Java's frames."""
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
-
-    from engine.stream.query_errors import query_failure_line
-
-    try:
-        yield
-    except EngineError:
-        raise
-    except (Py4JError, ConnectionError, EOFError) as err:
-        if not _jvm_alive(spark):
-            raise PipelineError(JVM_DIED.format(why=type(err).__name__)) from None
-        raise PipelineError(query_failure_line(err)) from None
-    except (PySparkException, OSError) as err:
-        raise PipelineError(query_failure_line(err)) from None
-
-
-def _jvm_alive(spark: Any) -> bool:
-    """Whether the driver JVM still answers (a dead one fails every call at once)."""
-    try:
-        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
-    except Exception:  # any failure to answer means it is gone
-        return False
-    return True
 
 
 # Parquet's standard UTC timestamps instead of Spark's legacy INT96: any reader agrees.
@@ -216,6 +176,7 @@ def _run_query(
     from engine.backup.dataset import BATCH_PREFIX, partition_columns
     from engine.backup.durable import DurableFiles
     from engine.job.events import DurableLog
+    from engine.job.layout import SinkPaths
     from engine.job.plans import (
         PlanBook,
         Replanner,
@@ -223,7 +184,7 @@ def _run_query(
         in_background,
         read_fit_period,
     )
-    from engine.job.sink import BatchWriter, SinkPaths, start_job_query
+    from engine.job.sink import BatchWriter, start_job_query
     from engine.job.transforms import WindowSpec
     from engine.planning.monitor import ViolationMonitor
 
@@ -236,9 +197,8 @@ def _run_query(
             f"checkpoint {settings.checkpoint!r} was written by the two-query job of an "
             "earlier version: start with a new --checkpoint and --backup"
         )
-    params = config.parameters
-    interval = float(params["sampling_interval_s"])
-    spec = WindowSpec.from_parameters(params, settings.watermark_s)
+    query, interval = config.query, config.sampling_interval_s
+    spec = WindowSpec.from_query(query, interval, settings.watermark_s)
     paths = SinkPaths(settings.backup, settings.checkpoint)
     # A new checkpoint numbers its micro-batches from 0 again: over a backup that holds
     # batches it would overwrite them (and a compaction would hide the new ones).
@@ -254,9 +214,10 @@ def _run_query(
     book = PlanBook(files, settings.backup)
     book.start(config)
     sensors = tuple(config.sensors)
+    source = landing_source(settings)
     replanner = Replanner(
         book,
-        lambda start, end: read_fit_period(spark, settings.source, sensors, start, end),
+        lambda start, end: read_fit_period(spark, source, sensors, start, end),
         log,
         interval,
         enabled=settings.replan,
@@ -266,14 +227,13 @@ def _run_query(
         run=at_once if _replan_waits(settings) else in_background,
     )
     partitions = partition_columns(interval)
-    monitor = ViolationMonitor(sensors, config.eps_vector(), float(params["delta"]))
+    monitor = ViolationMonitor(sensors, config.eps_vector(), query.delta)
     writer = BatchWriter(
-        spark, spec, paths, book, partitions, log, replanner, monitor, now=now,
-        source=settings.source,
-    )  # fmt: skip
-    query = start_job_query(read_landing(spark, settings), writer, paths, trigger)
+        spark, spec, paths, book, partitions, log, source, replanner, monitor, now=now
+    )
+    query = start_job_query(source.read_stream(spark), writer, paths, trigger)
     try:
-        _watch([query], stop, log, writer.batch_readings)
+        watch_queries([query], stop, log, writer.batch_readings)
     finally:
         replanner.close()  # a re-plan still computing is given up: the next run plans again
     return JobReport(
@@ -317,73 +277,6 @@ def _check_local_paths(settings: JobSettings) -> None:
             )
         if path.exists() and not path.is_dir():
             raise PipelineError(f"{flag} {uri!r} is a file: it must be a directory")
-
-
-def _watch(
-    queries: list[Any],
-    stop: threading.Event,
-    log: Callable[[dict[str, Any]], None],
-    readings: Mapping[int, int] | None = None,
-) -> None:
-    """Log each new progress; stop every query on ``stop``; raise if one failed.
-
-    A failed query is a ``PipelineError`` whose one line says what to do
-    (``query_failure_line``), never Spark's exception and its stack.
-    """
-    from pyspark.errors import StreamingQueryException
-
-    from engine.stream.query_errors import query_failure_line
-
-    seen: dict[str, int] = {}
-    try:
-        while any(q.isActive for q in queries) and not stop.is_set():
-            for q in queries:
-                # a failure is reported from q.exception() below, after every query stopped
-                with contextlib.suppress(StreamingQueryException):
-                    q.awaitTermination(0.2)
-                _log_progress(q, seen, log, readings)
-    finally:
-        for q in queries:
-            q.stop()
-    for q in queries:
-        _log_progress(q, seen, log, readings)
-        err = q.exception()
-        if err is not None:
-            raise PipelineError(f"query {q.name} failed: {query_failure_line(err)}")
-
-
-def _log_progress(
-    q: Any,
-    seen: dict[str, int],
-    log: Callable[[dict], None],
-    readings: Mapping[int, int] | None = None,
-) -> None:
-    """One line per new micro-batch: its id, Spark's phase durations and the readings it
-    carried (``readings``: batch id -> the job's own count; None for a batch without)."""
-    for progress in q.recentProgress:
-        batch = int(progress["batchId"])
-        if batch <= seen.get(q.name, -1):
-            continue
-        seen[q.name] = batch
-        record = {k: progress.get(k) for k in PROGRESS_KEYS}
-        count = (readings or {}).get(batch)
-        seconds = float((progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1e3
-        record["readings"] = count
-        record["readings_per_second"] = (
-            round(count / seconds, 1) if count is not None and seconds > 0 else None
-        )
-        log({"event": "progress", "query": q.name, **record})
-
-
-def stop_on_sigterm(stop: threading.Event) -> None:
-    """SIGTERM (and SIGINT) ask the job to stop its queries cleanly."""
-
-    def handler(signum: int, _frame: Any) -> None:
-        log_json({"event": "signal", "signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -432,7 +325,7 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_from_args(args)
     config = load_config(args.config)
     _check_local_paths(settings)  # in one line, before a JVM starts
-    _quiet_a_dying_jvm()
+    quiet_a_dying_jvm()
     spark = get_spark(
         SparkSettings(
             master=settings.master,
@@ -443,20 +336,6 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     stop = threading.Event()
     stop_on_sigterm(stop)
     return run_job(spark, config, settings, stop).to_dict()
-
-
-def _quiet_a_dying_jvm() -> None:
-    """py4j logs every call that fails on a dead JVM with its traceback (on its own
-    loggers and, ``Exception while sending command.``, on the root one), and pyspark
-    warns about the Arrow transfer it broke: ten tracebacks before the job's own line,
-    which says what happened (``JVM_DIED``). This process's logging only."""
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    logging.getLogger().addFilter(
-        lambda record: not str(record.msg).startswith(
-            ("Exception while sending command", "KeyboardInterrupt while sending command")
-        )
-    )
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"pyspark\.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,30 +1,9 @@
-"""Where and how the production job writes, per micro-batch: one durable location.
+"""The production job's ``foreachBatch``: backup, partial aggregates, shadow check.
 
-``<backup>/batch_id=N/date=D[/hour=H]/part-*.parquet``
-    the backup sensors' readings of micro-batch ``N``, long format, written by
-    the executors. ``_SUCCESS`` in ``batch_id=N`` marks the batch committed; a
-    replayed batch overwrites its own directory (exactly once, idempotent);
-    ``engine.backup.dataset`` reads only committed batches.
-``<backup>/_lacuna/results/batch_id=N/part-00000.pq``
-    the windows micro-batch ``N`` closed: true and rebuilt aggregates, error, miss
-    (Parquet, named ``.pq`` so that a glob of the backup's ``*.parquet`` reads the
-    backup rows alone);
-``<backup>/_lacuna/metrics/batch_id=N/part-00000.json``
-    one JSON line per micro-batch, with the backup files it wrote and their sizes
-    (``backup_files``: how readers tell a lost part file, ``engine.backup.integrity``);
-``<backup>/_lacuna/events/NNNNNNNNNNNN-<event>.json``
-    alerts, re-plans and expiries (``engine.job.events``);
-``<backup>/_lacuna/plans/vNNNNNN.json``
-    the plan versions (``engine.export.plan_book``): which plan wrote which batches;
-``<checkpoint>/job``
-    Spark's offsets and commits of the one streaming query;
-``<checkpoint>/lacuna_state/N.arrow``
-    the open windows' partials and the monitor's tally after micro-batch ``N``
-    (the last two kept).
-
-Spark and Hive-style readers skip names starting with ``_``, and DuckDB's
-``**/*.parquet`` does not match ``.pq``, so the results never show up as backup
-rows. Any URI Spark can write works the same.
+Per micro-batch the executors filter and write the backup and reduce the batch to
+partial window aggregates; the driver merges those into the open windows' state,
+scores the windows the watermark closed, and writes results, metrics and the
+state (where each goes: ``engine.job.layout``).
 
 PySpark is imported inside functions only.
 """
@@ -36,25 +15,21 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.aggregates import get_aggregate
 from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
-from engine.job.events import EVENTS_DIR
-from engine.job.landed_files import batch_files
 from engine.job.landing import LandingWatch
-from engine.job.partials import (
-    PARTIAL_COLUMNS,
-    WindowState,
-    collected_partials,
-    shadow_results,
-)
+from engine.job.layout import SinkPaths, WindowStates, join_uri
+from engine.job.partials import WindowState, collected_partials, shadow_results
 from engine.job.plans import JobPlan, PlanBook, Replanner
 from engine.job.screening import (
     FUTURE_S,
@@ -67,46 +42,11 @@ from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
 from engine.stream.readings import backup_rows
+from engine.stream.source import LandingDirSource
 
 Log = Callable[[dict[str, Any]], None]
-STATE_SUFFIX = ".arrow"
 MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
 KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
-
-
-def join_uri(base: str, *parts: str) -> str:
-    """``base/part/...`` for a path or a URI (no normalisation of the user's part)."""
-    return "/".join([base.rstrip("/"), *parts])
-
-
-@dataclass(frozen=True)
-class SinkPaths:
-    """The job's durable locations, derived from the backup URI and the checkpoint URI."""
-
-    backup: str
-    checkpoint: str
-
-    @property
-    def results(self) -> str:
-        return join_uri(self.backup, "_lacuna", "results")
-
-    @property
-    def metrics(self) -> str:
-        return join_uri(self.backup, "_lacuna", "metrics")
-
-    @property
-    def events(self) -> str:
-        return join_uri(self.backup, *EVENTS_DIR)
-
-    @property
-    def state(self) -> str:
-        return join_uri(self.checkpoint, "lacuna_state")
-
-    def query_checkpoint(self, name: str) -> str:
-        return join_uri(self.checkpoint, name)
-
-    def backup_batch(self, batch_id: int) -> str:
-        return join_uri(self.backup, f"batch_id={batch_id}")
 
 
 @dataclass
@@ -124,23 +64,23 @@ class BatchWriter:
     plans: PlanBook
     partitions: tuple[str, ...]
     log: Log
+    source: LandingDirSource  # the landing directory: what a batch read, what it holds
     replanner: Replanner | None = None
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     now: Callable[[], float] = time.time
-    source: str | None = None  # the landing directory, to say what it holds that is never read
     totals: dict[str, int] = field(
         default_factory=lambda: {"batches": 0, "readings": 0, "windows": 0, "misses": 0, "pairs": 0}
     )
 
     def __post_init__(self) -> None:
         self.files = DurableFiles(self.spark)
-        self._state: WindowState | None = None
+        self.states = WindowStates(self.files, self.paths.state, self.spec.aggregate)
         self._maps: dict[int, LinearMap] = {}
         self.version: JobPlan = self.plans.in_force(0)
         self._resumed = False  # the monitor's tally of earlier runs, read on the first batch
         self._alerting: dict[int, set[str]] = {}  # version -> sensors an alert event named
         self._results_renamed = False
-        self.landing = LandingWatch(self.source)
+        self.landing = LandingWatch(str(self.source.directory))
         # readings of each recent micro-batch (the progress line's count; the last few only)
         self.batch_readings: dict[int, int] = {}
 
@@ -165,10 +105,10 @@ class BatchWriter:
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
         self.version = self.plans.in_force(int(batch_id))
-        state = self._state_before(int(batch_id))
+        state = self.states.before(int(batch_id))
         if not self._resumed:
             self._resume_monitor(state, int(batch_id))
-        files = batch_files(self.paths.query_checkpoint("job"), int(batch_id))
+        files = self._read_by(int(batch_id))
         readings = self.landing.readings(self.spark, batch, files, self._say_for(batch_id))
         self.landing.watch(self.now(), self._say_for(batch_id))
         partials, screened = self._screen(*self._outputs(readings, batch_id, group), batch_id)
@@ -190,7 +130,7 @@ class BatchWriter:
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
         self._say(event, batch_id)
         screened["late_readings"] = late
-        closed = state.merge(partials[PARTIAL_COLUMNS], max_event, self.spec.watermark_us)
+        closed = state.merge(partials[state.columns], max_event, self.spec.watermark_us)
         results = shadow_results(
             closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
         )
@@ -203,7 +143,7 @@ class BatchWriter:
         if self.monitor is not None:  # the tally after this batch, kept with its state
             tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
             state.extra = {**state.extra, MONITOR_KEY: [self.plan_version, tally]}
-        self._save_state(state)
+        self.states.save(state)
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
         self._report(results, batch_id, jobs, clock, screened)
@@ -230,9 +170,9 @@ class BatchWriter:
         it as nulls, and its readings would be dropped or missing for good. Raised
         before the batch's results and state: the batch is not committed, and once the
         file is fixed or moved the job replays it (its backup directory rewritten)."""
-        from engine.job.landed_files import batch_files, lacking_columns
+        from engine.job.landed_files import lacking_columns
 
-        bad = lacking_columns(batch_files(self.paths.query_checkpoint("job"), batch_id))
+        bad = lacking_columns(self._read_by(batch_id))
         if bad:
             file, columns = bad[0]
             raise PipelineError(
@@ -242,9 +182,13 @@ class BatchWriter:
                 "checkpoint, and the micro-batch that failed was not committed"
             )
 
+    def _read_by(self, batch_id: int) -> list[Path]:
+        """The landing files micro-batch ``batch_id`` read (the source's log of it)."""
+        return self.source.consumed(self.paths.query_checkpoint("job"), [batch_id])
+
     def _overfull(self, results: pd.DataFrame, batch_id: int) -> int:
         """Closed (window, sensor) pairs with more readings than time steps (``screening``)."""
-        pairs, event = overfull_windows(results, int(self.version.config.parameters["window"]))
+        pairs, event = overfull_windows(results, self.version.config.query.window)
         self._say(event, batch_id)
         return pairs
 
@@ -351,56 +295,10 @@ class BatchWriter:
         sensor name) took 1.47 s a batch against 1.69 s before (medians, A/B).
         """
         frame = batch_partials(readings, self.spec)
-        if self.spec.aggregate in ("max", "min"):
+        if not get_aggregate(self.spec.aggregate).linear:  # rebuilt from rebuilt readings
             rebuilt = rebuilt_partials(readings, self.linear_map, self.spec)
             frame = frame.unionByName(rebuilt, allowMissingColumns=True)
-        return collected_partials(frame.toArrow(), self.spec.window_us)
-
-    def _state_before(self, batch_id: int) -> WindowState:
-        """The state after batch ``batch_id - 1`` (memory, else checkpoint).
-
-        Spark numbers micro-batches one by one, so a batch continues the state of the
-        one before it, exactly: an older state (the newest file deleted) would count
-        the windows since then twice and close others never, and no state at all past
-        batch 0 (the directory deleted) would restart the windows and the monitor's
-        tally. Either is refused, as an unreadable state is.
-        """
-        if self._state is not None and self._state.batch_id < batch_id:
-            return replace(self._state)
-        stored = [
-            int(name.removesuffix(STATE_SUFFIX))
-            for name in self.files.names(self.paths.state)
-            if name.endswith(STATE_SUFFIX) and name.removesuffix(STATE_SUFFIX).isdigit()
-        ]
-        if batch_id == 0:
-            return WindowState(self.spec.aggregate)
-        before = [b for b in stored if b < batch_id]
-        state = (
-            WindowState.restore(self.files.read(self._state_uri(batch_id - 1)))
-            if batch_id - 1 in before
-            else None
-        )
-        if state is None or state.batch_id != batch_id - 1:
-            found = f"the newest is after batch {max(before)}" if before else "there is none"
-            raise PipelineError(
-                f"the window state after micro-batch {batch_id - 1} is missing from "
-                f"{self.paths.state} ({found}): resuming would report windows twice or lose "
-                "them, and restart the live monitor's tally. Restore the checkpoint from a "
-                "copy, or start with a new --checkpoint and --backup"
-            )
-        return state
-
-    def _state_uri(self, batch_id: int) -> str:
-        return join_uri(self.paths.state, f"{batch_id:012d}{STATE_SUFFIX}")
-
-    def _save_state(self, state: WindowState) -> None:
-        """Store under the batch id; keep the one before it too, for a replay of this batch."""
-        self.files.write(self._state_uri(state.batch_id), state.snapshot())
-        names = self.files.names(self.paths.state)
-        ids = sorted(int(n.removesuffix(STATE_SUFFIX)) for n in names if n.endswith(STATE_SUFFIX))
-        for old in ids[:-2]:
-            self.files.delete(self._state_uri(old))
-        self._state = state
+        return collected_partials(frame.toArrow(), self.spec.window_us, self.spec.aggregate)
 
     def _write_results(self, results: pd.DataFrame, batch_id: int) -> None:
         if results.empty:

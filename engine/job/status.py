@@ -62,7 +62,7 @@ class JobStatus:
 
     @property
     def delta(self) -> float:
-        return float(self.in_force.config.parameters["delta"])
+        return self.in_force.config.query.delta
 
     def version_rates(self, version: int | None = None) -> pd.DataFrame:
         """Rates under ``version`` (default: the version in force), worst first."""
@@ -205,7 +205,7 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
         raise DataError(f"the job's results under {folder} are unreadable: {err}") from None
     finally:
         con.close()
-    delta = float(current.config.parameters["delta"])
+    delta = current.config.query.delta
     w, m = frame["windows"].astype(int), frame["misses"].astype(int)
     frame["rate"] = m / w
     frame["lower95"] = rate_lower_bounds(m.to_numpy(), w.to_numpy(), CONFIDENCE)

@@ -19,38 +19,27 @@ from typing import Any
 
 import pandas as pd
 
-from engine.aggregates import AGGREGATES
+from engine.aggregates import COUNT, Field, get_aggregate
 from engine.errors import ParameterError
 from engine.model.linear import LinearMap
+from engine.query import WindowQuery
 
 BACKUP_COLUMNS: tuple[str, ...] = ("event_time", "sensor", "value", "plan_version")
-PARTIAL_SCHEMA = (
-    "window_start long, window_end long, sensor string, n long, agg double, "
-    "rebuilt double, rebuilt_n long"
-)
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Event-time window geometry of the job, in seconds, and its tolerance."""
+    """Event-time window geometry of the job, in seconds, and its aggregate: a window
+    query's (``from_query``: checked there) at the data's sampling interval."""
 
     window_s: float
     slide_s: float
     watermark_s: float
     aggregate: str
-    eps: float
 
     def __post_init__(self) -> None:
-        if not (self.window_s > 0 and 0 < self.slide_s <= self.window_s):
-            raise ParameterError(
-                f"need 0 < slide <= window seconds, got {self.slide_s!r} and {self.window_s!r}"
-            )
         if not self.watermark_s >= 0:
             raise ParameterError(f"watermark must be >= 0 seconds, got {self.watermark_s!r}")
-        if self.aggregate not in AGGREGATES:
-            raise ParameterError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
-        if not self.eps > 0:
-            raise ParameterError(f"eps must be > 0, got {self.eps!r}")
 
     @property
     def window_us(self) -> int:
@@ -65,15 +54,18 @@ class WindowSpec:
         return round(self.watermark_s * 1e6)
 
     @classmethod
-    def from_parameters(cls, parameters: dict[str, Any], watermark_s: float) -> WindowSpec:
-        """From a backup config's ``parameters`` (window and slide in readings)."""
-        dt = float(parameters["sampling_interval_s"])
+    def from_query(
+        cls, query: WindowQuery, sampling_interval_s: float, watermark_s: float
+    ) -> WindowSpec:
+        """``query``'s windows (in readings) at ``sampling_interval_s`` seconds a reading."""
+        dt = float(sampling_interval_s)
+        if not dt > 0:
+            raise ParameterError(f"sampling interval must be > 0 seconds, got {dt!r}")
         return cls(
-            window_s=parameters["window"] * dt,
-            slide_s=parameters["slide"] * dt,
+            window_s=query.window * dt,
+            slide_s=query.effective_slide * dt,
             watermark_s=watermark_s,
-            aggregate=parameters["aggregate"],
-            eps=float(parameters["eps"]),
+            aggregate=query.aggregate,
         )
 
 
@@ -120,13 +112,24 @@ def _windowed(readings: Any, spec: WindowSpec) -> Any:
     )
 
 
+def _field_column(field: Field, value: Any) -> Any:
+    """A state field of the readings ``value`` as a Spark aggregate (nulls left out)."""
+    from pyspark.sql import functions as F
+
+    if field.power == 0:
+        return F.count(value)  # a sum of ones: the readings with a value
+    lifted = value if field.power == 1 else F.pow(value, F.lit(float(field.power)))
+    return {"sum": F.sum, "max": F.max, "min": F.min}[field.reduce](lifted)
+
+
 def batch_partials(readings: Any, spec: WindowSpec) -> Any:
-    """One micro-batch's partials per (``window_start``, ``sensor``): ``n``
-    (readings with a value), ``missing`` (null or NaN values), ``agg`` (sum for
-    avg/sum, else max/min), ``max_event_us`` (the latest event time) and
-    ``readings``; ``missing`` and ``readings`` count each reading in its latest
-    window only. Readings without a sensor or a time are the rows with a null
-    key: the driver counts and drops them (``partials.collected_partials``).
+    """One micro-batch's partials per (``window_start``, ``sensor``): the aggregate's
+    partial state of the readings (``n``, readings with a value, and its fields:
+    ``engine.aggregates``), ``missing`` (null or NaN values), ``max_event_us`` (the
+    latest event time) and ``readings``; ``missing`` and ``readings`` count each
+    reading in its latest window only. Readings without a sensor or a time are the
+    rows with a null key: the driver counts and drops them
+    (``partials.collected_partials``).
 
     A hash aggregation on the executors; the driver gets ``windows x sensors``
     rows, and only what it cannot derive (``window_end`` is ``window_start``
@@ -134,7 +137,6 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
     """
     from pyspark.sql import functions as F
 
-    agg = F.max if spec.aggregate == "max" else F.min if spec.aggregate == "min" else F.sum
     value = F.col("value")
     if _readings_per_window(spec) == 1:  # every reading is its window's first
         count = F.count(F.lit(1))
@@ -143,13 +145,14 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
         first = F.col("first")
         count = F.sum(first.cast("long"))
         missing = F.sum((value.isNull() & first).cast("long"))
+    fields = get_aggregate(spec.aggregate).fields
     return (
         _windowed(readings, spec)
         .groupBy("window_start", "sensor")
         .agg(
-            F.count(value).alias("n"),
+            _field_column(COUNT, value).alias(COUNT.name),
             missing.alias("missing"),
-            agg(value).cast("double").alias("agg"),
+            *(_field_column(f, value).cast("double").alias(f.name) for f in fields),
             F.max("event_us").alias("max_event_us"),
             count.alias("readings"),
         )
@@ -157,11 +160,12 @@ def batch_partials(readings: Any, spec: WindowSpec) -> Any:
 
 
 def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
-    """max/min only: per (window, target) the extreme of the rebuilt readings of
-    this batch, ``applyInPandas`` per window over the backup sensors' readings only."""
+    """An aggregate that is not linear (max, min): per (window, target) the partial
+    state of the rebuilt readings of this batch, ``applyInPandas`` per window over the
+    backup sensors' readings only."""
     from pyspark.sql import functions as F
 
-    from engine.job.partials import rebuild_window_extremes
+    from engine.job.partials import partial_schema, rebuild_window_partials
 
     backups = (
         _windowed(readings.filter(F.col("sensor").isin(list(lm.backup))), spec)
@@ -177,9 +181,10 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
     aggregate = spec.aggregate
 
     def per_window(pdf: pd.DataFrame) -> pd.DataFrame:
-        return rebuild_window_extremes(pdf, lm, aggregate)
+        return rebuild_window_partials(pdf, lm, aggregate)
 
-    rebuilt = backups.groupBy("window_start").applyInPandas(per_window, PARTIAL_SCHEMA)
+    schema = partial_schema(aggregate)
+    rebuilt = backups.groupBy("window_start").applyInPandas(per_window, schema)
     return rebuilt.drop("window_end")  # as batch_partials': the driver derives it
 
 

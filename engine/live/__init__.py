@@ -7,14 +7,16 @@ functions only.
 ``feeder``: a history replayed as landing files; ``store``: the DuckDB store (``records``:
 what it writes); ``versions``: plan versions; ``failure``: what a crash destroys;
 ``recovery``, ``rebuild``, ``recovery_report``: the recovery job and its report;
-``replanning``: the live monitor and re-plans wired in; ``simulate``, ``simulation``,
-``split``: ``python -m engine simulate``; ``ownership``: who owns a directory;
+``replanning``: the live monitor and re-plans wired in; ``launch``: ``start_live``, the one
+way a run starts (the app's and ``simulate``'s), the disorder stage included; ``simulate``,
+``simulation``, ``split``: ``python -m engine simulate``; ``ownership``: who owns a directory;
 ``status``, ``metrics``: the status board; ``spec``, ``run_config``: what a run runs with;
 ``audit``: who stopped, archived or deleted a run, and when.
 """
 
 from engine.live.audit import AuditLog
 from engine.live.feeder import Feeder, FeedOptions
+from engine.live.launch import Disorder, start_live
 from engine.live.manager import PipelineManager, get_manager
 from engine.live.metrics import BatchPoint, PipelineEvent, summarise
 from engine.live.ownership import find_leftovers
@@ -33,6 +35,7 @@ __all__ = [
     "AuditLog",
     "BackupStore",
     "BatchPoint",
+    "Disorder",
     "FeedOptions",
     "Feeder",
     "LivePipeline",
@@ -54,5 +57,6 @@ __all__ = [
     "score_recovery",
     "simulate_from_cli",
     "split_for_replay",
+    "start_live",
     "summarise",
 ]

@@ -25,6 +25,7 @@ import pandas as pd
 from engine.aggregates import window_aggregates, window_errors
 from engine.live.records import LIVE, RECOVERED
 from engine.model.linear import LinearMap, column_indices
+from engine.query import WindowQuery
 
 FEED_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
 BACKUP_COLUMNS: tuple[str, ...] = ("seq", "event_time", "sensor", "value")
@@ -33,12 +34,16 @@ LATE_COLUMNS: tuple[str, ...] = ("seq", "event_time", "sensor", "value", "arriva
 
 @dataclass(frozen=True)
 class WindowParams:
-    """Window geometry in readings, and the aggregate."""
+    """Window geometry in readings, and the aggregate (``of`` a query: checked there)."""
 
     sensors: tuple[str, ...]
     window: int
     slide: int
     aggregate: str
+
+    @classmethod
+    def of(cls, sensors: Sequence[str], query: WindowQuery) -> WindowParams:
+        return cls(tuple(sensors), query.window, query.effective_slide, query.aggregate)
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,15 +7,21 @@ PySpark is imported inside the function only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from engine.live.status import StatusBoard
 from engine.stream.query_errors import FAILURE_MARK, query_failure_line
 
-if TYPE_CHECKING:  # pragma: no cover
-    from engine.live.pipeline import LivePipeline
+
+class Listened(Protocol):
+    """What the listener reads of a live pipeline: its query, run and status board."""
+
+    query: Any
+    run: int
+    board: StatusBoard
 
 
-def _make_listener(pipeline: LivePipeline) -> Any:
+def make_listener(pipeline: Listened) -> Any:
     """A StreamingQueryListener feeding the pipeline's status board."""
     from pyspark.sql.streaming import StreamingQueryListener
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from engine.errors import PipelineError
-from engine.live.failure import discard_lost_state
+from engine.live.failure import await_end, discard_lost_state
 from engine.live.feeder import Feeder, FeedOptions
+from engine.live.operator_state import resume_stage
 from engine.live.ownership import (
     DirectoryLock,
     check_action,
@@ -35,7 +36,7 @@ from engine.live.ownership import (
     run_identity,
 )
 from engine.live.pipeline import LivePipeline
-from engine.live.recovery import LostRange, find_lost_range, recover_lost_range
+from engine.live.recovery import find_lost_range, recover_lost_range, stored_throughout
 from engine.live.recovery_report import RecoveryReport
 from engine.live.run_config import RunConfig, _calibration, _Recovery, default_rows_per_file
 from engine.live.spec import (
@@ -248,7 +249,7 @@ class PipelineManager(ManagerViews):
         cfg = self._require_config()
         stage = self._stage_factory() if self._stage_factory else None
         if stage is not None and resume_row is not None:
-            _resume_stage(stage, cfg.history, resume_row)
+            resume_stage(stage, cfg.history, resume_row)
         return LivePipeline(
             self._spark,
             version.spec,
@@ -303,7 +304,7 @@ class PipelineManager(ManagerViews):
         """Kill the query and destroy everything that was not backed up.
 
         The first batch that starts with a window open raises inside ``foreachBatch``
-        (``LivePipeline.request_failure``: up to ``LET_THROUGH`` that would lose nothing
+        (``engine.live.failure.FailureTrigger``: up to ``LET_THROUGH`` that would lose nothing
         are let through). When no batch can come (the feed has ended and every landed
         file is processed) the query is stopped where it is at once; when none comes
         within ``grace_seconds`` (the query is stuck), then.
@@ -311,7 +312,7 @@ class PipelineManager(ManagerViews):
         with self._lock:
             pipeline = self._require_pipeline()
             pipeline.request_failure()
-            _await_end(pipeline, self._feeder, self._clock, grace_seconds)
+            await_end(pipeline, self._feeder, self._clock, grace_seconds)
             pipeline.stop()
             deleted = discard_lost_state(
                 pipeline.paths, self._require_store(), pipeline.run, pipeline.source
@@ -345,7 +346,7 @@ class PipelineManager(ManagerViews):
             seconds = self._clock() - t0
             self._recovery = _Recovery(
                 lost, seconds, outcome.rows_read, outcome.seed.next_window,
-                outcome.rows_by_version, _stored_throughout(versions or [current], lost, cfg.mode),
+                outcome.rows_by_version, stored_throughout(versions or [current], lost, cfg.mode),
             )  # fmt: skip
             rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
             # The restarted run must not fail again on its own.
@@ -383,7 +384,7 @@ class PipelineManager(ManagerViews):
     def wait_for_failure(self, timeout: float) -> bool:
         """Wait until the running query dies (e.g. ``fail_after_readings``)."""
         pipeline = self._pipeline
-        return pipeline is not None and _await_end(pipeline, self._feeder, self._clock, timeout)
+        return pipeline is not None and await_end(pipeline, self._feeder, self._clock, timeout)
 
     def stop(self) -> PipelineStatus:
         """Stop everything (idempotent)."""
@@ -403,55 +404,6 @@ class PipelineManager(ManagerViews):
         self.stop()
         with self._lock:
             self._release()
-
-
-def _stored_throughout(
-    versions: Sequence[PlanVersion], lost: LostRange, mode: str
-) -> tuple[str, ...]:
-    """Sensors every version governing a row of ``lost`` backs up (in ``mode``)."""
-    governing = [
-        v
-        for v in versions
-        if v.first_seq <= lost.last_row and (v.last_seq is None or v.last_seq >= lost.first_row)
-    ] or list(versions[-1:])
-    sensors = governing[0].spec.sensors
-    return tuple(s for s in sensors if all(s in v.spec.stored_sensors(mode) for v in governing))
-
-
-def _resume_stage(stage: Stage, history: HistoryLike | None, row: int) -> None:
-    """A restarted pipeline's disorder stage reports no window begun before ``row``.
-
-    (``DisorderStage.resume_at``: the failure discarded the readings it held of them.)
-    """
-    resume = getattr(stage, "resume_at", None)
-    if resume is None or history is None:
-        return
-    times = np.asarray(history.times).astype("datetime64[ns]")  # as the stage's origin
-    if 0 <= row < len(times):
-        resume(int(times[row].astype(np.int64)) / 1e9)
-    else:
-        resume(float("inf"))  # the restart starts past the history: nothing to report
-
-
-def _await_end(
-    pipeline: LivePipeline, feeder: Feeder | None, clock: Callable[[], float], timeout: float
-) -> bool:
-    """Wait until the query dies (``True``), or until no batch can come or ``timeout`` passes.
-
-    No batch can come once the feed is over (or there is no feeder: an attached run) and
-    every landed file is processed: waiting longer would only hold the caller.
-    """
-    deadline = clock() + timeout
-    while clock() < deadline:
-        if pipeline.await_termination(0.5):
-            return True
-        if feeder is None or feeder.progress().done:
-            try:
-                pipeline.process_all_available()
-            except PipelineError:
-                return True
-            return not pipeline.query.isActive
-    return False
 
 
 def _spark(settings: SparkSettings) -> Any:

@@ -14,7 +14,6 @@ PySpark is imported inside functions only.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
@@ -30,16 +29,21 @@ from engine.live.backup_writer import write_batch
 from engine.live.batch import (
     LATE_COLUMNS,
     WindowAdvance,
-    WindowParams,
     WindowState,
     advance_windows,
     results_frame,
     select_backup_rows,
     shadow_errors,
 )
-from engine.live.listener import _make_listener
+from engine.live.failure import FailureTrigger
+from engine.live.listener import make_listener
+from engine.live.operator_state import (
+    late_as_released,
+    pack_state,
+    unpack_state,
+    with_stage_results,
+)
 from engine.live.records import BackupWritten, BatchWrite
-from engine.live.recovery import find_lost_range
 from engine.live.reporting import BatchReporting
 from engine.live.spec import (
     Fault,
@@ -73,7 +77,6 @@ RUN_FILE = "lacuna_run.json"
 
 END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
 SEED_STATE = -2  # the batch id a restarted run's seeded state is saved under (no batch)
-LET_THROUGH = 2  # batches a requested failure lets through while none would lose a window
 
 
 class LivePipeline(PlanSwitching, BatchReporting):
@@ -116,9 +119,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._pending: PendingPlan | None = None
         self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
-        self._fail = threading.Event()
+        self._failure = FailureTrigger(store, spec.slide)
         self._stopping = threading.Event()  # ``stop`` was called: an interrupted batch is no error
-        self._let_through = 0  # batches processed since the failure was requested
         self._seed = seed
         self._state = seed or WindowState.empty(len(spec.sensors))
         self._readings = 0
@@ -147,7 +149,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
             writer = writer.trigger(availableNow=True)
         elif self.options.trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
-        self._listener = _make_listener(self)
+        self._listener = make_listener(self)
         self.spark.streams.addListener(self._listener)
         stopping(False)
         try:
@@ -165,7 +167,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
                 run = int(json.loads(run_file.read_text())["run"])
                 blob = self.store.load_state(run)
                 if blob is not None:
-                    self._state = self._unpack(blob)
+                    self._state = unpack_state(blob, self.stage)
                 self.board.update(plan_version=self._version.id)
                 return run
             ck.mkdir(parents=True, exist_ok=True)
@@ -180,7 +182,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
             # The recovery's seed (rebuilt tail rows, the next window) lives in memory
             # until the first batch commits: a stop before that, then Resume, would
             # start from an empty state and never close a window again.
-            self.store.save_state(run, SEED_STATE, self._pack(self._state))
+            self.store.save_state(run, SEED_STATE, pack_state(self._state, self.stage))
         self.board.update(plan_version=self._version.id)
         return run
 
@@ -189,30 +191,9 @@ class LivePipeline(PlanSwitching, BatchReporting):
         return self._state
 
     def request_failure(self) -> None:
-        """Kill the query at the first batch that starts with a window open.
-
-        A crash just after a batch that closed every window (tumbling windows whose
-        edge the batch ended on) loses nothing, so an operator's simulated failure
-        there would show no recovery at all: such a batch is processed, and the
-        failure strikes at the next one. At most ``LET_THROUGH`` batches are let
-        through: when every batch ends on an edge (files of whole windows) waiting
-        longer shows nothing more. ``fail_after_readings`` strikes where it says.
-        """
-        self._fail.set()
-
-    def _strikes(self) -> bool:
-        """Does a requested failure strike at the batch starting now?"""
-        if not self._fail.is_set():
-            return False
-        if self._let_through >= LET_THROUGH or self._loses_a_window():
-            return True
-        self._let_through += 1
-        return False
-
-    def _loses_a_window(self) -> bool:
-        """Would a crash now lose a window? (the committed rows reach an open one)"""
-        slide = self.spec.slide
-        return find_lost_range(self.store, slide).lost_windows(slide).size > 0
+        """Kill the query at the first batch that starts with a window open
+        (``engine.live.failure.FailureTrigger``)."""
+        self._failure.request()
 
     def process_all_available(self) -> None:
         """Block until everything that has landed is processed (raises if the query died)."""
@@ -264,8 +245,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
 
     def _process_batch(self, df: Any, batch_id: int) -> None:
         limit = self.options.fail_after_readings
-        if (limit is not None and self._readings >= limit) or self._strikes():
-            self._fail.set()
+        if (limit is not None and self._readings >= limit) or self._failure.strikes():
+            self._failure.request()
             raise SimulatedFailure(f"{FAILURE_MARK} before batch {batch_id} of run {self.run}")
         if self.store.is_committed(self.run, batch_id):
             self._reload_state()  # a replay of a batch whose effects are stored
@@ -291,7 +272,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
             results=self._results(advance, spec),
             late=late,
             max_seq=int(pdf["seq"].max()) if len(pdf) else -1,
-            state=self._pack(advance.state),
+            state=pack_state(advance.state, self.stage),
             version=None if version is self.version else version.record(self._last_time),
         )
         self.store.commit_batch(write, before_commit=self._fault_hook(batch_id, "before_commit"))
@@ -335,17 +316,13 @@ class LivePipeline(PlanSwitching, BatchReporting):
         if not len(staged):
             return live
         self._kinds = staged["kind"].value_counts().to_dict()
-        staged = staged[list(live.columns)].copy()
-        for name in ("window_start", "window_end"):
-            staged[name] = _naive_utc(staged[name])
-            live[name] = _naive_utc(live[name])
-        return pd.concat([live, staged], ignore_index=True)
+        return with_stage_results(live, staged)
 
     def _reload_state(self) -> None:
         """Window (and stage) state as of the run's last committed batch."""
         blob = self.store.load_state(self.run)
         if blob is not None:
-            self._state = self._unpack(blob)
+            self._state = unpack_state(blob, self.stage)
             return
         self._state = self._seed or WindowState.empty(len(self.spec.sensors))
         if self.stage is not None:
@@ -363,12 +340,12 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self, released: pd.DataFrame, late: pd.DataFrame, spec: StreamSpec
     ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
         """Window the released readings (plus a stage's late ones) and shadow-check them."""
-        params = WindowParams(spec.sensors, spec.window, spec.slide, spec.aggregate)
+        params = spec.window_params
         late = late[list(LATE_COLUMNS)]
         # A stage's own results are the low-latency path; the reading-indexed windows
         # below wait for every reading, so late ones still complete them.
         if self.stage is not None and len(late):
-            released = pd.concat([released, _like(late, released)], ignore_index=True)
+            released = pd.concat([released, late_as_released(late, released)], ignore_index=True)
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
         advance = advance_windows(self._state, released, params, repair)
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
@@ -398,7 +375,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
             results=self._results(advance, spec),
             late=late,
             max_seq=int(released["seq"].max()) if len(released) else -1,
-            state=self._pack(advance.state),
+            state=pack_state(advance.state, self.stage),
         )
         self.store.commit_batch(write)
         self._state = advance.state
@@ -416,35 +393,3 @@ class LivePipeline(PlanSwitching, BatchReporting):
                 raise SimulatedFailure(f"{FAILURE_MARK}: injected {point} in batch {batch_id}")
 
         return hook
-
-    def _pack(self, state: WindowState) -> bytes:
-        stage = json.dumps(self.stage.snapshot() if self.stage is not None else None).encode()
-        buf = io.BytesIO()
-        np.savez(
-            buf,
-            window=np.frombuffer(state.to_bytes(), np.uint8),
-            stage=np.frombuffer(stage, np.uint8),
-        )
-        return buf.getvalue()
-
-    def _unpack(self, blob: bytes) -> WindowState:
-        with np.load(io.BytesIO(blob)) as data:
-            stage = json.loads(data["stage"].tobytes().decode())
-            state = WindowState.from_bytes(data["window"].tobytes())
-        if self.stage is not None and stage is not None:
-            self.stage.restore(stage)
-        return state
-
-
-def _like(late: pd.DataFrame, released: pd.DataFrame) -> pd.DataFrame:
-    """Late readings in the released frame's columns and time zone handling."""
-    out = late[["seq", "event_time", "sensor", "value"]].copy()
-    times = pd.to_datetime(out["event_time"], utc=True)
-    tz = getattr(released["event_time"].dtype, "tz", None)
-    out["event_time"] = times.dt.tz_convert(tz) if tz is not None else times.dt.tz_localize(None)
-    return out
-
-
-def _naive_utc(times: pd.Series) -> pd.Series:
-    """Timestamps as naive UTC, the store's TIMESTAMP columns."""
-    return pd.to_datetime(times, utc=True).dt.tz_localize(None)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.live.batch import ClosedWindows, WindowParams, WindowState, results_frame
+from engine.live.batch import ClosedWindows, WindowState, results_frame
 from engine.live.rebuild import aggregate_windows_frame, reconstruct_frame, seed_state
 from engine.live.records import BatchWrite
 from engine.live.spec import StreamSpec, check_mode
@@ -209,7 +209,7 @@ def _aggregate_windows(spark: Any, rebuilt: Any, spec: StreamSpec, ids: np.ndarr
         ]
         + [T.StructField(c, T.DoubleType()) for c in names]
     )
-    params = WindowParams(spec.sensors, w, step, spec.aggregate)
+    params = spec.window_params
 
     def per_chunk_frame(pdf: pd.DataFrame) -> pd.DataFrame:
         c = int(pdf["chunk"].iloc[0])
@@ -235,3 +235,16 @@ def _seed_from_tail(
     if missing:  # a window that needs a row nobody can rebuild is lost: skip past it
         next_window = max(next_window, max(missing) // spec.slide + 1)
     return seed_state(tail, spec.sensors, next_window, spec.slide, lost.last_row)
+
+
+def stored_throughout(
+    versions: Sequence[PlanVersion], lost: LostRange, mode: str
+) -> tuple[str, ...]:
+    """Sensors every version governing a row of ``lost`` backs up (in ``mode``)."""
+    governing = [
+        v
+        for v in versions
+        if v.first_seq <= lost.last_row and (v.last_seq is None or v.last_seq >= lost.first_row)
+    ] or list(versions[-1:])
+    sensors = governing[0].spec.sensors
+    return tuple(s for s in sensors if all(s in v.spec.stored_sensors(mode) for v in governing))

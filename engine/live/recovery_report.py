@@ -151,7 +151,7 @@ def score_recovery(
         sensors=spec.sensors,
         backup_sensors=stored,
         note=_note(mode, int(lost_ids.size), int(ids.size)),
-        eps_by_sensor=spec.eps_by_sensor,
+        eps_by_sensor=tuple(spec.eps_vector.tolist()) if spec.query.eps_by_sensor else (),
     )
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
+
 from engine.data import SensorHistory
-from engine.errors import ParameterError
 from engine.live.split import split_for_replay
 from engine.planning import BacktestSettings, PlanParameters, default_history, make_plan
 
@@ -32,17 +33,21 @@ def simulate_from_cli(
     """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
     ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
 
-    The live monitor re-plans on alerts and every horizon (``--horizon ROWS``, else the
-    plan's own horizon) stream rows; the report lists the plan versions and the rows each served."""
+    The live monitor re-plans on alerts and every horizon (the plan's) stream rows; the
+    report lists the plan versions and the rows each served. ``--disorder DELAYS``:
+    readings arrive late by those delays (drawn with ``--seed``) and the disorder stage
+    runs (provisional results, corrections, final ones)."""
+    from engine.disorder import parse_delays
+    from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
     from engine.live.simulation import run_simulation
     from engine.live.spec import PipelinePaths, StreamSpec
     from engine.stream.session import SparkSettings
 
+    text = getattr(args, "disorder", None)
+    seed = getattr(args, "seed", 0)
+    disorder = Disorder(parse_delays(text), np.random.default_rng(seed)) if text else None
     split = split_for_replay(len(history.times), args.rows)
-    horizon = getattr(args, "horizon", None)
-    if horizon is not None and horizon < 1:
-        raise ParameterError(f"--horizon must be a number of rows >= 1, got {horizon!r}")
     fit = split.fit(history)
     rows = params.history or default_history(fit.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
@@ -63,14 +68,18 @@ def simulate_from_cli(
                 history,
                 plan,
                 first_row=split.fit_rows,
-                every_rows=horizon or plan.horizon_rows or None,
+                every_rows=plan.horizon_rows,
             ),
+            disorder=disorder,
         )
     out = report.to_dict()
     # Top level: every plan version of the run; the report keeps rows_by_version.
     out["plan_versions"] = out.pop("plan_versions")
-    out["horizon_rows"] = horizon or plan.horizon_rows
-    out["live_monitor"] = live_monitor(managers[0].status())
+    out["horizon_rows"] = plan.horizon_rows
+    status = managers[0].status()
+    out["live_monitor"] = live_monitor(status)
+    if disorder is not None:
+        out["disorder"] = disorder_summary(disorder, status)
     out["split"] = {**split.to_dict(), "note": split.describe(history)}
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
@@ -117,4 +126,15 @@ def live_monitor(status: Any) -> dict[str, Any]:
         "worst_sensor_rate_overall": status.shadow_worst_rate,
         "by_version": {str(k): v for k, v in status.shadow_by_version.items()},
         "last_alert": status.last_alert,
+    }
+
+
+def disorder_summary(disorder: Any, status: Any) -> dict[str, Any]:
+    """What the disorder stage did over the run: the delays, late readings, its results."""
+    return {
+        "delays": disorder.delays.describe(),
+        "late_readings": status.late_rows,
+        "provisional_results": status.provisional_results,
+        "corrected_results": status.corrected_results,
+        "k_seconds": status.k_s,
     }

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.errors import ParameterError
+from engine.live.launch import Disorder, start_live
 from engine.live.manager import PipelineManager
 from engine.live.recovery_report import RecoveryReport
 from engine.live.spec import (
@@ -35,6 +36,7 @@ def run_simulation(
     options: PipelineOptions | None = None,
     timeout: float = 900.0,
     monitor_factory: Callable[[PipelineManager], Monitor] | None = None,
+    disorder: Disorder | None = None,
 ) -> RecoveryReport:
     """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
 
@@ -43,7 +45,8 @@ def run_simulation(
     the same arguments lose the same rows however batches are cut or the machine
     is loaded. An earlier run's files in ``paths`` are archived, never deleted.
     The report is taken after the restarted query has processed the whole feed.
-    ``monitor_factory`` builds the live monitor (e.g. scheduled re-planning).
+    ``monitor_factory`` builds the live monitor (e.g. scheduled re-planning);
+    ``disorder``: readings arrive late and the disorder stage runs (``start_live``).
     """
     if not 0.0 < fail_at < 1.0:
         raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
@@ -54,18 +57,10 @@ def run_simulation(
     manager = PipelineManager(settings)
     monitor = monitor_factory(manager) if monitor_factory is not None else None
     try:
-        manager.start(
-            history,
-            spec,
-            mode,
-            paths,
-            speed=speed,
-            rows_per_file=rows_per_file,
-            options=opts,
-            monitor=monitor,
-            leftovers="archive",
-            stop_row=fail_row,
-        )
+        start_live(
+            manager, history, spec, mode, paths, disorder=disorder, monitor=monitor, speed=speed,
+            rows_per_file=rows_per_file, options=opts, leftovers="archive", stop_row=fail_row,
+        )  # fmt: skip
         manager.drain(timeout)
         manager.simulate_failure(grace_seconds=0.5)
         manager.recover()

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import check_window, get_aggregate
 from engine.errors import ConfigError, ParameterError, PipelineError
+from engine.live.batch import WindowParams
 from engine.model.linear import LinearMap, column_indices
-from engine.planning.monitor import check_eps
+from engine.query import HoldsQuery, WindowQuery
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.planning.plan import BackupPlan
@@ -68,35 +68,24 @@ class Fault:
 
 
 @dataclass(frozen=True)
-class StreamSpec:
-    """What the live pipeline needs from a plan.
-
-    ``window`` and ``slide`` are in readings (rows of the history); ``eps`` is in
-    the unit of the aggregate. The linear map rebuilds every sensor that is not in
-    ``backup_sensors`` from those that are.
+class StreamSpec(HoldsQuery):
+    """What the live pipeline needs from a plan: its sensors, backup set and linear
+    map, and its window ``query`` (window and slide in readings, eps in the unit of
+    the aggregate; validated by ``WindowQuery``). The linear map rebuilds every sensor
+    that is not in ``backup_sensors`` from those that are.
     """
 
     sensors: tuple[str, ...]
     backup_sensors: tuple[str, ...]
     linear_map: LinearMap
-    window: int
-    slide: int
-    aggregate: str
-    eps: float
-    delta: float
-    eps_by_sensor: tuple[float, ...] = ()  # one eps per sensor, ``sensors`` order; () = eps
+    query: WindowQuery
 
     def __post_init__(self) -> None:
-        check_window(self.window, self.slide)
-        get_aggregate(self.aggregate)
-        if not np.isfinite(self.eps) or self.eps <= 0:
-            raise ParameterError(f"eps must be a finite number > 0, got {self.eps!r}")
-        if self.eps_by_sensor:
-            check_eps(np.asarray(self.eps_by_sensor, dtype=float), len(self.sensors))
-        if not 0.0 < self.delta < 1.0:
-            raise ParameterError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not isinstance(self.query, WindowQuery):
+            raise ParameterError(f"query must be a WindowQuery, got {self.query!r}")
         if not self.sensors or len(set(self.sensors)) != len(self.sensors):
             raise ParameterError(f"sensors must be non-empty and unique, got {self.sensors!r}")
+        self.query.eps_vector(self.sensors)  # per-sensor eps names only these sensors
         unknown = [s for s in self.backup_sensors if s not in self.sensors]
         if unknown:
             raise ParameterError(f"backup sensors not among the sensors: got {unknown!r}")
@@ -113,26 +102,23 @@ class StreamSpec:
 
     @classmethod
     def from_plan(cls, plan: BackupPlan) -> StreamSpec:
-        """Take sensors, backup set, linear map and window parameters from a plan."""
-        p = plan.parameters
-        return cls(
-            sensors=tuple(plan.sensors),
-            backup_sensors=tuple(plan.backup_sensors),
-            linear_map=plan.linear_map,
-            window=int(p.window),
-            slide=int(p.window if p.slide is None else p.slide),
-            aggregate=str(p.aggregate),
-            eps=float(p.eps),
-            delta=float(p.delta),
-            eps_by_sensor=(tuple(float(e) for e in plan.eps_per_sensor) if p.eps_by_sensor else ()),
-        )
+        """Sensors, backup set, linear map and the window query of ``plan``."""
+        return cls(tuple(plan.sensors), tuple(plan.backup_sensors), plan.linear_map, plan.query)
+
+    @property
+    def slide(self) -> int:
+        """The slide in readings (the window when tumbling)."""
+        return self.query.effective_slide
+
+    @property
+    def window_params(self) -> WindowParams:
+        """The window geometry the per-batch functions take (``engine.live.batch``)."""
+        return WindowParams.of(self.sensors, self.query)
 
     @property
     def eps_vector(self) -> np.ndarray:
         """Each sensor's eps, (n,) in ``sensors`` order."""
-        if self.eps_by_sensor:
-            return np.asarray(self.eps_by_sensor, dtype=float)
-        return np.full(len(self.sensors), self.eps)
+        return self.query.eps_vector(self.sensors)
 
     def stored_sensors(self, mode: str) -> tuple[str, ...]:
         """Sensors whose readings the backup writer keeps in ``mode``."""

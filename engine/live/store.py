@@ -56,11 +56,11 @@ from engine.live.records import (
     LATE_COLUMNS,
     LIVE,
     RESULT_COLUMNS,
-    VERSION_COLUMNS,
     BatchWrite,
     StoreSize,
     VersionRecord,
 )
+from engine.live.version_table import insert_version, read_version_rows
 
 RECOVERY_BATCH = -1  # batch id under which a run's recovery results are committed
 
@@ -192,60 +192,14 @@ class BackupStore:
         if w.state is not None:
             self._write_state(cur, w.run, w.batch_id, w.state)
         if w.version is not None:
-            self._insert_version(cur, w.version)
-
-    def _insert_version(self, cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> bool:
-        """Insert ``v`` unless its id exists (``False``); close the open versions before it.
-
-        The same version written again (a replayed batch, a restart) is skipped; another
-        plan under an existing id is a ``StoreError``: skipping it would tag rows with a
-        version that says another plan governed them.
-        """
-        cur.execute(
-            "SELECT first_seq, backup_sensors, reconstruction FROM plan_versions WHERE id = ?",
-            [v.id],
-        )
-        row = cur.fetchone()
-        if row is not None:
-            same = (int(row[0]), json.loads(row[1]), row[2]) == (
-                v.first_seq, list(v.backup_sensors), v.reconstruction,
-            )  # fmt: skip
-            if not same:
-                raise StoreError(
-                    f"plan version {v.id} is already stored with another plan (from reading "
-                    f"{int(row[0])}, backup {json.loads(row[1])}); not overwriting it"
-                )
-            return False
-        cur.execute(
-            "UPDATE plan_versions SET last_seq = ?, last_time = ? "
-            "WHERE id < ? AND last_seq IS NULL",
-            [v.first_seq - 1, _naive(v.closes_at), v.id],
-        )
-        cur.execute(
-            f"INSERT INTO plan_versions ({', '.join(VERSION_COLUMNS)}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                v.id,
-                _naive(v.created_at),
-                v.reason,
-                v.detail,
-                v.first_seq,
-                v.last_seq,
-                _naive(v.first_time),
-                _naive(v.last_time),
-                json.dumps(list(v.backup_sensors)),
-                v.reconstruction,
-                v.calibration,
-            ],
-        )
-        return True
+            insert_version(cur, w.version)
 
     def write_version(self, version: VersionRecord) -> bool:
         """Write a plan version on its own (idempotent by id); ``False`` if it existed."""
         with self._cursor() as cur:
             cur.begin()
             try:
-                inserted = self._insert_version(cur, version)
+                inserted = insert_version(cur, version)
                 cur.commit()
             except duckdb.Error as err:
                 cur.rollback()
@@ -260,17 +214,7 @@ class BackupStore:
     def read_versions(self) -> list[VersionRecord]:
         """Every plan version, oldest first."""
         with self._cursor() as cur:
-            cur.execute(f"SELECT {', '.join(VERSION_COLUMNS)} FROM plan_versions ORDER BY id")
-            rows = cur.fetchall()
-        out = []
-        for r in rows:
-            v = dict(zip(VERSION_COLUMNS, r, strict=True))
-            v["backup_sensors"] = tuple(json.loads(v["backup_sensors"]))
-            v["first_time"] = _aware(v["first_time"])
-            v["last_time"] = _aware(v["last_time"])
-            v["created_at"] = _aware(v["created_at"])
-            out.append(VersionRecord(**v))
-        return out
+            return read_version_rows(cur)
 
     def now(self) -> datetime:
         """The store's clock (injected; used to stamp what it writes)."""
@@ -421,19 +365,6 @@ class BackupStore:
     def _stamp(self) -> datetime:
         # DuckDB TIMESTAMP is naive; the store keeps UTC.
         return self._now().astimezone(UTC).replace(tzinfo=None)
-
-
-def _naive(t: datetime | None) -> datetime | None:
-    """An aware time as naive UTC (DuckDB TIMESTAMP); naive times are taken as UTC."""
-    if t is None or t.tzinfo is None:
-        return t
-    return t.astimezone(UTC).replace(tzinfo=None)
-
-
-def _aware(t: Any) -> datetime | None:
-    if t is None:
-        return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 class _Cursor:

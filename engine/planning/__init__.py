@@ -5,10 +5,12 @@
 ``backtest``: the rolling-origin backtest (``run_backtest``);
 ``parameters``: ``PlanParameters``, the operator's request, and its default history and horizon;
 ``plan``: ``PlanParameters`` -> ``BackupPlan`` (model, selection, calibration, backtest);
+``reselect``: a plan's backup set chosen again without refitting (``retarget``, ``pin_backups``);
 ``savings``: ``Savings``, the backup volume and cost a plan saves;
 ``monitor``: the live violation tally and its confidence bounds;
 ``replan``: re-planning when the live monitor alerts;
-``control``: per-sensor online control of the backup set from every closed window.
+``control``: per-sensor online control of the backup set from every closed window;
+``whatif``: the backup fraction at other eps or delta (model projections).
 """
 
 from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
@@ -26,7 +28,6 @@ from engine.planning.control import (
     ShadowFeedback,
 )
 from engine.planning.guarantee import (
-    check_parameters,
     variance_target,
     window_violation_probability,
     z_value,
@@ -38,17 +39,48 @@ from engine.planning.monitor import (
     rate_upper_bound,
 )
 from engine.planning.parameters import PlanParameters, default_history
-from engine.planning.plan import BackupPlan, make_plan, retarget
+from engine.planning.plan import BackupPlan, make_plan
 from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
+from engine.planning.reselect import pin_backups, retarget
 from engine.planning.savings import BYTES_PER_READING, Savings
 from engine.planning.verdict import BacktestResult
+from engine.planning.whatif import DELTA_GRID, eps_grid, scaled_eps, whatif_delta, whatif_eps
 
 __all__ = [
-    "BYTES_PER_READING", "CALIBRATIONS", "BacktestResult", "BacktestSettings", "BackupPlan",
-    "CalibrationInfo", "ControlConfig", "ControlDecision", "MonitorAlert", "PlanChange",
-    "PlanParameters", "PlanningSpec", "Progress", "ReplanningMonitor", "Savings",
-    "SensorController", "ShadowFeedback", "ViolationMonitor", "check_parameters",
-    "default_history", "fold_origins", "make_plan", "plan_on", "rate_lower_bound",
-    "rate_upper_bound", "retarget", "run_backtest", "variance_target", "widen_plan",
-    "window_violation_probability", "z_value",
-]  # fmt: skip
+    "BYTES_PER_READING",
+    "CALIBRATIONS",
+    "DELTA_GRID",
+    "BacktestResult",
+    "BacktestSettings",
+    "BackupPlan",
+    "CalibrationInfo",
+    "ControlConfig",
+    "ControlDecision",
+    "MonitorAlert",
+    "PlanChange",
+    "PlanParameters",
+    "PlanningSpec",
+    "Progress",
+    "ReplanningMonitor",
+    "Savings",
+    "SensorController",
+    "ShadowFeedback",
+    "ViolationMonitor",
+    "default_history",
+    "eps_grid",
+    "fold_origins",
+    "make_plan",
+    "pin_backups",
+    "plan_on",
+    "rate_lower_bound",
+    "rate_upper_bound",
+    "retarget",
+    "run_backtest",
+    "scaled_eps",
+    "variance_target",
+    "whatif_delta",
+    "whatif_eps",
+    "widen_plan",
+    "window_violation_probability",
+    "z_value",
+]

@@ -61,6 +61,7 @@ from engine.planning.horizon import (
     horizon_origins,
     prediction_bound,
 )
+from engine.query import WindowQuery, check_exposure, check_horizon, horizon_rows
 from engine.selection import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")
@@ -72,7 +73,8 @@ Progress = Callable[[float, str], None]
 
 @dataclass(frozen=True)
 class PlanningSpec:
-    """Everything one planning step needs (a subset of ``PlanParameters``)."""
+    """Everything one planning step needs: a query's values and the planning knobs
+    (``from_query``; the query checked them)."""
 
     eps: float
     delta: float
@@ -101,11 +103,19 @@ class PlanningSpec:
             )
         if not 0.0 < self.margin <= 1.0:
             raise ParameterError(f"margin must be in (0, 1], got {self.margin!r}")
-        if self.horizon is not None and (
-            isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1
-        ):
-            raise ParameterError(f"horizon must be an integer >= 1 row, got {self.horizon!r}")
+        check_horizon(self.horizon)
         check_exposure(self.exposure)
+
+    @classmethod
+    def from_query(
+        cls, query: WindowQuery, method: Method = "greedy", calibration: str = "backtest"
+    ) -> PlanningSpec:
+        """The spec of ``query`` (its slide in readings, tumbling resolved)."""
+        q = query
+        return cls(
+            q.eps, q.delta, q.window, q.effective_slide, q.aggregate, method, calibration,
+            horizon=q.horizon, exposure=q.exposure,
+        )  # fmt: skip
 
     @property
     def contract(self) -> str:
@@ -120,7 +130,7 @@ class PlanningSpec:
     @property
     def horizon_rows(self) -> int:
         """The horizon in rows, at least one window."""
-        return max(self.horizon or HORIZON_MIN_WINDOWS * self.window, self.window)
+        return horizon_rows(self.horizon, self.window, HORIZON_MIN_WINDOWS * self.window)
 
 
 @dataclass(frozen=True)
@@ -156,14 +166,6 @@ class FoldPlan:
     selection: Selection
     targets: np.ndarray  # (n,) per-sensor variance targets actually used
     calibration: CalibrationInfo
-
-
-def check_exposure(exposure: object) -> None:
-    """``ParameterError`` unless ``exposure`` is None or an integer >= 1 (rows)."""
-    if exposure is not None and (
-        isinstance(exposure, bool) or not isinstance(exposure, int | np.integer) or exposure < 1
-    ):
-        raise ParameterError(f"exposure must be an integer >= 1 row, got {exposure!r}")
 
 
 def seed_targets(spec: PlanningSpec, n: int) -> np.ndarray:

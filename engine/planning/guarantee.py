@@ -12,21 +12,19 @@ in readings.
 
 from __future__ import annotations
 
-from typing import Literal, overload
+from typing import overload
 
 import numpy as np
 
 from engine.aggregates import check_window, get_aggregate
 from engine.aggregates import z_value as aggregate_z_value
 from engine.errors import ParameterError
-from engine.query import check_delta, check_eps, check_window_query
-
-Aggregate = Literal["avg", "sum", "max", "min"]
+from engine.query import check_delta, check_eps
 
 
 def z_value(delta: float) -> float:
     """``Phi^{-1}(1 - delta/2)``: the two-sided standard normal quantile."""
-    _check_delta(delta)
+    check_delta(delta)
     return aggregate_z_value(delta)
 
 
@@ -37,9 +35,9 @@ def variance_target(eps: float, delta: float, window: int, aggregate: str) -> fl
     window within ``eps``, ``(eps / Phi^{-1}((1 + (1-delta)^{1/w}) / 2))^2``;
     with ``v* = (eps / z_value(delta))^2``.
     """
-    _check_eps(eps)
-    _check_delta(delta)
-    _check_window(window)
+    check_eps(eps)
+    check_delta(delta)
+    check_window(window, 1)
     return get_aggregate(aggregate).variance_target(eps, delta, window)
 
 
@@ -66,35 +64,12 @@ def window_violation_probability(
     -------
     Probability with the shape of ``var`` (a float for a scalar). 0 where ``var == 0``.
     """
-    _check_eps(eps)
-    _check_window(window)
-    _check_aggregate(aggregate)
+    check_eps(eps)
+    check_window(window, 1)
+    agg = get_aggregate(aggregate)
     v = np.asarray(var, dtype=float)
     if not np.all(np.isfinite(v)) or np.any(v < 0):
         raise ParameterError(f"variance must be finite and >= 0, got {var!r}")
-    tail = get_aggregate(aggregate).miss_probability(v, eps, window)
+    tail = agg.miss_probability(v, eps, window)
     out = np.asarray(tail, dtype=float)
     return float(out) if out.ndim == 0 else out
-
-
-def check_parameters(
-    eps: float, delta: float, window: int, slide: int | None, aggregate: str
-) -> None:
-    """Raise ``ParameterError`` naming the first bad value (``slide=None``: tumbling)."""
-    check_window_query(eps, delta, window, slide, aggregate)
-
-
-def _check_eps(eps: float) -> None:
-    check_eps(eps)
-
-
-def _check_delta(delta: float) -> None:
-    check_delta(delta)
-
-
-def _check_window(window: int) -> None:
-    check_window(window, 1)
-
-
-def _check_aggregate(aggregate: str) -> None:
-    get_aggregate(aggregate)

@@ -10,7 +10,6 @@ not the model's probability, are what the operator is promised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,13 +28,13 @@ from engine.planning.calibration import (
     back_up_everything,
     plan_on,
 )
-from engine.planning.eps_scale import select_in_eps_units
 from engine.planning.guarantee import window_violation_probability
 from engine.planning.horizon import calibration_rows
 from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
 from engine.planning.savings import BYTES_PER_READING, Savings
 from engine.planning.verdict import BacktestResult, Verdict
-from engine.selection.greedy import Method, Selection
+from engine.query import WindowQuery
+from engine.selection.greedy import Selection
 
 # Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and
 # a default plan of 132 sensors x 35,000 rows in ~10 s of CPU (Beijing, bench protocol).
@@ -63,7 +62,12 @@ class BackupPlan:
     fit_start: np.datetime64 | None = None  # first and last time of the rows fitted on
     fit_end: np.datetime64 | None = None
     warnings: tuple[str, ...] = ()  # why the plan is less than measured, one sentence each
-    horizon_rows: int = 0  # rows the plan is meant to be used for (resolved)
+    horizon_rows: int = 0  # rows the plan is meant to be used for (resolved by ``make_plan``)
+
+    @property
+    def query(self) -> WindowQuery:
+        """The plan's window query with its horizon resolved (what its config states)."""
+        return replace(self.parameters.query, horizon=self.horizon_rows or None)
 
     @property
     def eps_per_sensor(self) -> np.ndarray:
@@ -158,11 +162,10 @@ def make_plan(
     else:
         fold = plan_on(x[-rows:], sensors, spec, scale)
     plan = assemble_plan(
-        history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows
-    )
-    return replace(
-        plan, horizon_rows=horizon, warnings=plan.warnings + plan_warnings(fold, result, spec)
-    )
+        history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows,
+        horizon,
+    )  # fmt: skip
+    return replace(plan, warnings=plan.warnings + plan_warnings(fold, result, spec))
 
 
 def _unmeasured_plan(
@@ -265,7 +268,7 @@ def _make_plan_in_eps_units(
     """
     e = params.eps_vector(history.sensors)
     scaled = replace(history, values=np.ascontiguousarray(history.values / e))
-    unit = replace(params, eps=1.0, eps_by_sensor=())
+    unit = params.with_query(eps=1.0, eps_by_sensor=())
     plan = make_plan(scaled, unit, **kwargs)
     dropped = unit.unit_warning(history.sensors)
     kept = tuple(w for w in plan.warnings if w != dropped)
@@ -291,53 +294,11 @@ def eps_units(history: SensorHistory, params: PlanParameters) -> tuple[np.ndarra
     if not params.eps_by_sensor:
         return history.values, params.spec()
     e = params.eps_vector(history.sensors)
-    return history.values / e, replace(params, eps=1.0, eps_by_sensor=()).spec()
-
-
-def retarget(
-    plan: BackupPlan,
-    eps: float | None = None,
-    method: Method | None = None,
-    eps_by_sensor: tuple[tuple[str, float], ...] | None = None,
-) -> BackupPlan:
-    """Re-select for a new ``eps`` (or per-sensor eps) or method without refitting:
-    instant, but unmeasured.
-
-    Calibrated targets are ``(eps_i / c_i)^2``, so each scales with its ``eps_i^2``.
-    The result carries no backtest (``measured`` is False) until one is run for it.
-    """
-    params = replace(
-        plan.parameters,
-        eps=plan.parameters.eps if eps is None else eps,
-        method=method or plan.parameters.method,
-        eps_by_sensor=(plan.parameters.eps_by_sensor if eps_by_sensor is None else eps_by_sensor),
-    )
-    targets = plan.targets * (params.eps_vector(plan.sensors) / plan.eps_per_sensor) ** 2
-    selection = select_in_eps_units(
-        plan.model,
-        targets,
-        params.method,
-        params.eps_vector(plan.sensors) if params.eps_by_sensor else None,
-    )
-    info = replace(
-        plan.calibration,
-        reason=plan.calibration.reason + f"; retargeted from eps={plan.parameters.eps:g}",
-    )
-    history_stub = _Provenance(
-        plan.sampling_interval_s, plan.data_fingerprint, plan.fit_start, plan.fit_end
-    )
-    out = assemble_plan(
-        history_stub, params, plan.model, selection, targets, info, None, plan.history_rows
-    )
-    # The plan's other warnings still hold; its mixed-unit one is for its own eps, so the
-    # new eps says its own (none once each unit group has its eps).
-    stale = plan.parameters.unit_warning(plan.sensors)
-    kept = tuple(w for w in plan.warnings if w != stale)
-    return replace(out, horizon_rows=plan.horizon_rows, warnings=out.warnings + kept)
+    return history.values / e, params.with_query(eps=1.0, eps_by_sensor=()).spec()
 
 
 @dataclass(frozen=True)
-class _Provenance:
+class Provenance:
     """What ``assemble_plan`` needs of a history when re-targeting without one."""
 
     sampling_interval_s: float
@@ -347,7 +308,7 @@ class _Provenance:
 
 
 def assemble_plan(
-    source: SensorHistory | _Provenance,
+    source: SensorHistory | Provenance,
     params: PlanParameters,
     model: GaussianModel,
     selection: Selection,
@@ -355,12 +316,15 @@ def assemble_plan(
     calibration: CalibrationInfo,
     backtest: BacktestResult | None,
     rows: int,
+    horizon_rows: int,
 ) -> BackupPlan:
+    """The plan of ``selection``, fitted on the last ``rows`` of ``source``, to be used
+    for ``horizon_rows`` rows."""
     backup = sorted(selection.backup)
     sensors = model.sensors_
     rebuilt = ~np.isin(np.arange(len(sensors)), backup)
-    model_p = _model_probability(selection.conditional_variance, params, sensors)
-    if isinstance(source, _Provenance):
+    model_p = model_probability(selection.conditional_variance, params, sensors)
+    if isinstance(source, Provenance):
         interval, fingerprint = source.sampling_interval_s, source.data_fingerprint
         fit = (source.fit_start, source.fit_end)
     else:
@@ -385,42 +349,11 @@ def assemble_plan(
         fit_start=fit[0],
         fit_end=fit[1],
         warnings=(warning,) if warning else (),
+        horizon_rows=horizon_rows,
     )
 
 
-def pin_backups(plan: BackupPlan, pinned: Sequence[str], why: str) -> BackupPlan:
-    """``plan`` with the ``pinned`` sensors backed up too (the same model, refitted map).
-
-    For sensors measured failing in production whatever the plan says: backing one
-    up more never makes another sensor's rebuild worse under the model (its
-    conditional variance can only fall). The plan's backtest measured the set
-    before pinning; a warning says so, with ``why``.
-    """
-    unknown = sorted(set(pinned) - set(plan.sensors))
-    if unknown:
-        raise ParameterError(f"cannot pin sensor(s) outside the plan: {', '.join(unknown[:5])}")
-    added = sorted(set(pinned) - set(plan.backup_sensors))
-    if not added:
-        return plan
-    backup = sorted(plan.sensors.index(s) for s in {*plan.backup_sensors, *added})
-    variance = plan.model.conditional_variance(backup)
-    rebuilt = ~np.isin(np.arange(len(plan.sensors)), backup)
-    model_p = _model_probability(variance, plan.parameters, plan.sensors)
-    note = (
-        f"{', '.join(added)} backed up besides the plan's choice: {why}; "
-        "the backtest measured the plan without them"
-    )
-    return replace(
-        plan,
-        backup_sensors=tuple(plan.sensors[i] for i in backup),
-        linear_map=plan.model.linear_map(backup),
-        conditional_variance=variance,
-        model_violation_probability=np.where(rebuilt, model_p, 0.0),
-        warnings=(*plan.warnings, note),
-    )
-
-
-def _model_probability(
+def model_probability(
     variance: np.ndarray, params: PlanParameters, sensors: tuple[str, ...]
 ) -> np.ndarray:
     """Model-only miss probability per sensor, each against its own eps."""

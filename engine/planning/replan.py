@@ -272,7 +272,7 @@ def fresh_plan(plan: BackupPlan, history: SensorHistory) -> BackupPlan:
     hold as many rows as the first plan learnt from (``learning_rows``).
     """
     _check_rows(plan, history)
-    params = replace(plan.parameters, horizon=plan.horizon_rows)
+    params = plan.parameters.with_query(horizon=plan.horizon_rows)
     new = make_plan(history, params)
     calibration = replace(new.calibration, reason=new.calibration.reason + "; scheduled re-plan")
     return replace(new, parameters=plan.parameters, calibration=calibration)
@@ -310,11 +310,10 @@ def _assemble_like(
     calibration: CalibrationInfo,
 ) -> BackupPlan:
     """The re-planned ``BackupPlan``, keeping ``plan``'s horizon."""
-    new = assemble_plan(
+    return assemble_plan(
         history, plan.parameters, fold.model, selection, fold.targets, calibration, None,
-        len(history.times),
+        len(history.times), plan.horizon_rows,
     )  # fmt: skip
-    return replace(new, horizon_rows=plan.horizon_rows)
 
 
 def _check_rows(plan: BackupPlan, history: SensorHistory) -> None:

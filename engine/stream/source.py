@@ -1,11 +1,14 @@
-"""Where the live query reads readings from: a small seam, one class per kind of source.
+"""Where a query reads readings from: a small seam, one class per kind of source.
 
-A source gives the streaming DataFrame (columns ``FEED_COLUMNS``: seq, event_time,
-arrival_time, sensor, value) and defines what a crash destroys of it. Today's
-source is a directory where Parquet files land (what ``engine.live.feeder``
-writes); a Kafka topic would be another class with the same two methods, and
-its crash semantics would be "the consumed offsets are gone from retention".
-PySpark is imported inside methods only.
+A source gives the streaming DataFrame (and what has landed, as a batch), says what
+given micro-batches consumed
+of it (read from the query's checkpoint: how is the source's business) and
+defines what a crash destroys of it. Today's source is a directory where Parquet
+files land: the live pipeline's (what ``engine.live.feeder`` writes, ``FEED_SCHEMA``)
+and the production job's (``READING_SCHEMA``; any URI Spark reads). A Kafka topic
+would be another class with the same three methods, and its crash semantics would
+be "the consumed offsets are gone from retention". PySpark is imported inside
+methods only.
 """
 
 from __future__ import annotations
@@ -17,14 +20,27 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from engine.errors import PipelineError
+from engine.backup.dataset import local_path
+from engine.errors import DataError, PipelineError
+
+# the live feed's columns (``engine.live.batch.FEED_COLUMNS``), as Spark reads them
+FEED_SCHEMA = "seq long, event_time timestamp, arrival_time timestamp, sensor string, value double"
 
 
 class StreamSource(Protocol):
-    """What the live pipeline needs from a source of readings."""
+    """What a streaming query needs from a source of readings."""
 
     def read_stream(self, spark: Any) -> Any:
-        """A streaming DataFrame with ``FEED_COLUMNS``."""
+        """A streaming DataFrame of the source's readings."""
+        ...
+
+    def read_batch(self, spark: Any) -> Any:
+        """What has landed so far, as a batch DataFrame (a re-plan reads its fit period)."""
+        ...
+
+    def consumed(self, checkpoint: str | Path, batches: Iterable[int]) -> list[Path]:
+        """The input the given micro-batches of the query checkpointed at ``checkpoint``
+        read ([] where it cannot be seen from here)."""
         ...
 
     def destroy_consumed(self, checkpoint: Path, batches: Iterable[int]) -> list[Path]:
@@ -35,47 +51,41 @@ class StreamSource(Protocol):
         ...
 
 
-def feed_schema() -> Any:
-    """The Spark schema of a feed frame (``engine.live.batch.FEED_COLUMNS``)."""
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField("seq", T.LongType()),
-            T.StructField("event_time", T.TimestampType()),
-            T.StructField("arrival_time", T.TimestampType()),
-            T.StructField("sensor", T.StringType()),
-            T.StructField("value", T.DoubleType()),
-        ]
-    )
-
-
 @dataclass(frozen=True)
 class LandingDirSource:
-    """Parquet files landing in ``directory``, read by Spark's file source.
+    """Parquet files landing in ``directory`` (a path or a URI), read by Spark's file
+    source with ``schema`` (a DDL string; other columns of a file are ignored),
+    ``max_files_per_trigger`` files a micro-batch at most (None: every new file).
 
-    A crash destroys the landed files whose batch had finished: their readings
-    then exist only in the backup (files not consumed yet stay for the restart).
+    What a batch consumed is the file source's log in the query's checkpoint. A crash
+    destroys the landed files whose batch had finished: their readings then exist only
+    in the backup (files not consumed yet stay for the restart).
     """
 
-    directory: Path
-    max_files_per_trigger: int = 10
+    directory: str | Path
+    max_files_per_trigger: int | None = 10
+    schema: str = FEED_SCHEMA
 
     def read_stream(self, spark: Any) -> Any:
-        return (
-            spark.readStream.schema(feed_schema())
-            .option("maxFilesPerTrigger", self.max_files_per_trigger)
-            .parquet(str(self.directory))
-        )
+        reader = spark.readStream.schema(self.schema)
+        if self.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+        return reader.parquet(str(self.directory))
 
-    def consumed_files(self, checkpoint: Path, batches: Iterable[int]) -> list[Path]:
-        """Landed files read by ``batches``, from the file source's log in ``checkpoint``."""
-        done = set(batches)
-        log = read_source_log(checkpoint)
-        return sorted({f for b, files in log.items() if b in done for f in files})
+    def read_batch(self, spark: Any) -> Any:
+        return spark.read.schema(self.schema).parquet(str(self.directory))
+
+    def consumed(self, checkpoint: str | Path, batches: Iterable[int]) -> list[Path]:
+        """Landed files read by ``batches``, from the file source's log in ``checkpoint``
+        ([] when the checkpoint is not on a local or mounted path)."""
+        try:
+            folder = local_path(checkpoint)
+        except DataError:
+            return []  # a cluster filesystem's log: Spark's to read
+        return sorted(consumed_files(folder, set(batches)))
 
     def destroy_consumed(self, checkpoint: Path, batches: Iterable[int]) -> list[Path]:
-        files = self.consumed_files(checkpoint, batches)
+        files = self.consumed(checkpoint, batches)
         try:
             for f in files:
                 f.unlink(missing_ok=True)
@@ -89,18 +99,29 @@ class LandingDirSource:
 # -- what a file-source query consumed, from its checkpoint ------------------
 
 
-def read_source_log(checkpoint: Path) -> dict[int, list[Path]]:
-    """Files per batch id, from the file source's log in a Spark checkpoint."""
+def consumed_files(checkpoint: Path, batches: set[int]) -> set[Path]:
+    """The files ``batches`` read, each from its own log entry (``sources/0/N``) or, once
+    Spark compacted it away, the first ``M.compact`` at or after it (which holds every
+    batch up to M): a few small files a batch, not the whole log."""
     log_dir = checkpoint / "sources" / "0"
-    batches: dict[int, list[Path]] = {}
-    if not log_dir.is_dir():
-        return batches
-    for entry in sorted(log_dir.iterdir()):
-        if entry.name.startswith(".") or entry.name.endswith(".crc"):
-            continue
-        for batch, path in source_log_entries(entry):
-            batches.setdefault(batch, []).append(path)
-    return batches
+    if not batches or not log_dir.is_dir():
+        return set()
+    names = {p.name for p in log_dir.iterdir()}
+    compacts = sorted(int(n.removesuffix(".compact")) for n in names if n.endswith(".compact")
+                      and n.removesuffix(".compact").isdigit())  # fmt: skip
+    entries: dict[str, list[tuple[int, Path]]] = {}
+    found: set[Path] = set()
+    for batch in batches:
+        name = str(batch)
+        if name not in names:
+            later = [c for c in compacts if c >= batch]
+            if not later:
+                continue  # not logged (yet)
+            name = f"{later[0]}.compact"
+        if name not in entries:
+            entries[name] = source_log_entries(log_dir / name)
+        found.update(f for b, f in entries[name] if b == batch)
+    return found
 
 
 def source_log_entries(entry: Path) -> list[tuple[int, Path]]:

@@ -18,6 +18,7 @@ from engine.data import load_history
 from engine.errors import PipelineError
 from engine.live.recovery_report import RecoveryReport
 from engine.live.status import PipelineStatus, StatusBoard
+from engine.query import WindowQuery
 from tests.app.apphelpers import SMALL, metric, settle, texts
 from ui import dashboard, live, recovery, resources
 from ui.jobs import get_runner
@@ -289,7 +290,7 @@ def test_while_a_pipeline_runs_every_page_and_export_use_its_plan(app, fake, mon
     session_backup = app.session_state["params"]
     live_plan = make_plan(
         history.rows(0, 360),
-        PlanParameters(eps=0.3, delta=0.05, window=24),
+        PlanParameters(WindowQuery(0.3, 0.05, 24)),
         run_backtest_now=False,
     )
     manager = fake(FakeManager("running"))
@@ -324,7 +325,9 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
 
     def spec(backup: tuple[str, ...]) -> StreamSpec:
         lm = fit_map(history.values, tuple(TEMP), backup)
-        return StreamSpec(tuple(TEMP), backup, lm, 24, 24, "avg", 0.5, 0.05)
+        return StreamSpec(
+            tuple(TEMP), backup, lm, WindowQuery(0.5, 0.05, 24, slide=24, aggregate="avg")
+        )
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     versions = [

@@ -74,13 +74,14 @@ def test_export_states_schema_v2_validity_and_group_eps(app):  # type: ignore[no
 
 def test_whatif_eps_scales_every_groups_eps() -> None:
     from engine.data import load_history
-    from engine.planning import PlanParameters, make_plan
+    from engine.planning import PlanParameters, make_plan, scaled_eps, whatif_eps
+    from engine.query import WindowQuery
     from tests.app.apphelpers import SMALL
-    from ui.plans import WhatIf, eps_axis, scaled_eps, whatif_eps
+    from ui.plans import WhatIf, eps_axis
 
     history = load_history(SMALL)
     per = tuple((s, 1.0 if s.endswith("_TEMP") else 20.0) for s in history.sensors)
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=per)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=per))
     plan = make_plan(history, params, run_backtest_now=False)
     doubled = scaled_eps(plan, 2.0)
     assert doubled.eps_per_sensor.tolist() == (2 * plan.eps_per_sensor).tolist()

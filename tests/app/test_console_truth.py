@@ -25,11 +25,12 @@ def test_an_unconfirmed_guarantee_is_not_shown_green(app):  # type: ignore[no-un
 def _per_unit_params():  # type: ignore[no-untyped-def]
     from engine.data import load_history
     from engine.planning import PlanParameters
+    from engine.query import WindowQuery
     from tests.app.apphelpers import SMALL
 
     history = load_history(SMALL)
     per = tuple((s, 1.0 if s.endswith(("_TEMP", "_DEWP")) else 20.0) for s in history.sensors)
-    return history, PlanParameters(eps=0.5, delta=0.05, window=24, eps_by_sensor=per)
+    return history, PlanParameters(WindowQuery(0.5, 0.05, 24, eps_by_sensor=per))
 
 
 def test_the_measured_tradeoff_scales_every_units_eps() -> None:

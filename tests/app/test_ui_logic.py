@@ -11,6 +11,7 @@ import pytest
 from engine.data import LoadOptions, load_history
 from engine.errors import DataError
 from engine.planning import PlanParameters, make_plan, retarget
+from engine.query import WindowQuery
 from tests.app.apphelpers import SMALL
 from ui import graph, plans, savings, state, upload
 from ui.datasets import interval_text
@@ -27,19 +28,19 @@ def data() -> plans.PlanningData:
 
 def test_preview_is_the_unbacktested_plan_retargeted(data):  # type: ignore[no-untyped-def]
     cache = plans.PlanCache()
-    params = PlanParameters(eps=0.7, delta=0.05, window=24)
+    params = PlanParameters(WindowQuery(0.7, 0.05, 24))
     preview = plans.preview_plan(data, params, cache)
     direct = make_plan(data.history, params, run_backtest_now=False)
     assert not preview.measured and preview.parameters == params
     assert preview.backup_sensors == direct.backup_sensors
-    again = plans.preview_plan(data, PlanParameters(eps=3.0, delta=0.05, window=24), cache)
+    again = plans.preview_plan(data, PlanParameters(WindowQuery(3.0, 0.05, 24)), cache)
     assert len(cache) == 1  # eps moved by retarget, no refit
     assert again.backup_fraction <= preview.backup_fraction
 
 
 def test_whatif_curves_pass_through_the_current_plan(data):  # type: ignore[no-untyped-def]
     cache = plans.PlanCache()
-    params = PlanParameters(eps=0.5, delta=0.05, window=24)
+    params = PlanParameters(WindowQuery(0.5, 0.05, 24))
     preview = plans.preview_plan(data, params, cache)
     curves = plans.whatif_curves(data, preview, cache)
     mid = len(curves.eps) // 2
@@ -54,7 +55,7 @@ def test_whatif_curves_pass_through_the_current_plan(data):  # type: ignore[no-u
 
 def test_error_bound_is_eps_at_the_target(data):  # type: ignore[no-untyped-def]
     plan = make_plan(
-        data.history, PlanParameters(eps=0.5, delta=0.05, window=24), run_backtest_now=False
+        data.history, PlanParameters(WindowQuery(0.5, 0.05, 24)), run_backtest_now=False
     )
     bounds = plans.error_bounds(plan)
     expected = 0.5 * np.sqrt(plan.conditional_variance / plan.targets)
@@ -68,7 +69,7 @@ def test_error_bound_is_eps_at_the_target(data):  # type: ignore[no-untyped-def]
 
 
 def test_retarget_preview_marks_itself_unmeasured(data):  # type: ignore[no-untyped-def]
-    plan = make_plan(data.history, PlanParameters(eps=0.5, delta=0.05, window=24))
+    plan = make_plan(data.history, PlanParameters(WindowQuery(0.5, 0.05, 24)))
     assert plan.measured
     assert not retarget(plan, eps=1.0).measured
 
@@ -145,7 +146,7 @@ def test_backup_table_rates_count_only_rebuilt_windows() -> None:
     """Issue 10: a sensor's headline rate is misses over the windows where it was rebuilt."""
     history = load_history(SMALL)
     pm = history.select([s for s in history.sensors if "PM2.5" in s])
-    plan = make_plan(pm, PlanParameters(eps=20.0, delta=0.05, window=24))
+    plan = make_plan(pm, PlanParameters(WindowQuery(20.0, 0.05, 24)))
     assert plan.measured and plan.backtest is not None
     rows = {r["sensor"]: r for r in plans.backup_table(plan)}
     per = plan.backtest.per_sensor

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from engine.live.spec import StreamSpec
+from engine.query import WindowQuery
 from tests.helpers import SMALL_BACKUP, SMALL_SAMPLE, SMALL_SENSORS, fit_map
 
 SAMPLE, SENSORS, BACKUP = SMALL_SAMPLE, SMALL_SENSORS, SMALL_BACKUP
@@ -62,14 +63,10 @@ def make_spec(
     eps: float = 1.0,
 ) -> StreamSpec:
     return StreamSpec(
-        sensors=history.sensors,
-        backup_sensors=backup,
-        linear_map=fit_map(history.values, history.sensors, backup),
-        window=window,
-        slide=slide,
-        aggregate=aggregate,
-        eps=eps,
-        delta=0.05,
+        history.sensors,
+        backup,
+        fit_map(history.values, history.sensors, backup),
+        WindowQuery(eps, 0.05, window, slide=slide, aggregate=aggregate),
     )
 
 

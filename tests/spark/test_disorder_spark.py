@@ -21,6 +21,7 @@ import pytest
 from engine.disorder import DisorderProcessor
 from engine.disorder.delays import ParetoDelays
 from engine.disorder.stage import DisorderStage, order_arrivals, to_seconds
+from engine.query import WindowQuery
 
 pytestmark = pytest.mark.spark
 
@@ -114,9 +115,8 @@ def reference(frame: pd.DataFrame, stage: DisorderStage) -> DisorderProcessor:
 
 
 def make_stage(history: Any, **options: Any) -> DisorderStage:
-    return DisorderStage.for_history(
-        np.asarray(history.times), 8, None, "avg", 2.0, 0.1, control_tuples=40, **options
-    )
+    query = WindowQuery(2.0, 0.1, 8)
+    return DisorderStage.for_history(np.asarray(history.times), query, control_tuples=40, **options)
 
 
 def check_equal(

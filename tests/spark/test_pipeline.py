@@ -69,7 +69,7 @@ def test_live_windows_backup_and_shadow_equal_the_reference(
     with BackupStore(paths.store_file) as store:
         pipeline = run_once(spark, spec, "approx", paths, store, ONCE_SMALL_BATCHES)
         landed = sorted(paths.landing_dir.glob("*.parquet"))
-        assert consumed_files(paths.checkpoint_dir, store, pipeline.run) == landed
+        assert consumed_files(pipeline.source, paths.checkpoint_dir, store, pipeline.run) == landed
         compacted = [p.name for p in (paths.checkpoint_dir / "sources" / "0").iterdir()]
         assert "9.compact" in compacted
         expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
@@ -207,7 +207,7 @@ def test_a_crash_inside_a_batch_neither_duplicates_nor_loses_backup_rows(
         assert not backup.duplicated(["seq", "sensor"]).any()
         expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
         np.testing.assert_allclose(wide_results(store, spec.sensors).to_numpy(), expected)
-        assert len(consumed_files(paths.checkpoint_dir, store, 0)) == 24
+        assert len(consumed_files(resumed.source, paths.checkpoint_dir, store, 0)) == 24
 
 
 def test_a_new_plan_takes_effect_at_the_next_batch(

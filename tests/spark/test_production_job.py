@@ -19,6 +19,7 @@ from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import PipelineError
 from engine.export import load_config
 from engine.export.recover import recover_dataset
+from engine.query import WindowQuery
 from tests.production_reference import (
     BACKUP,
     Rows,
@@ -172,7 +173,7 @@ def test_the_job_re_plans_on_schedule_and_recovery_uses_each_version(
     from tests.helpers import SMALL_SAMPLE
 
     history = load_history(SMALL_SAMPLE)
-    params = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=24)
+    params = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=24))
     config = tmp_path / "plan.json"
     config.write_text(json.dumps(plan_to_config(make_plan(history.rows(0, 400), params))))
     rows = Rows(history.times[:472], history.values[:472], history.sensors)

@@ -23,6 +23,7 @@ from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.live.versions import PlanVersion, read_versions
 from engine.planning import BackupPlan, PlanParameters, make_plan
+from engine.query import WindowQuery
 from engine.stream.session import SparkSettings
 
 pytestmark = pytest.mark.spark
@@ -51,7 +52,7 @@ def drift() -> SensorHistory:
 def plan(drift: SensorHistory) -> BackupPlan:
     # the plan's horizon is the schedule's cadence (the default, a quarter of the 1000 rows,
     # is calibrated over 250 rows of drift and backs up one more sensor: no alert follows)
-    params = PlanParameters(eps=1.0, delta=0.05, window=WINDOW, history=600, horizon=EVERY)
+    params = PlanParameters(WindowQuery(1.0, 0.05, WINDOW, horizon=EVERY), history=600)
     return make_plan(drift.rows(0, FIRST), params, run_backtest_now=False)
 
 

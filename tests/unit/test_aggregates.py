@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from engine.aggregates import (
-    AGGREGATE_NAMES,
+    Aggregate,
+    aggregate_names,
     get_aggregate,
     window_aggregates,
     window_starts,
 )
 from engine.errors import ParameterError
+
+AGGREGATE_NAMES = aggregate_names()
 
 NAIVE = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
 
@@ -28,17 +31,49 @@ def test_window_aggregates_match_a_loop_over_windows(name: str, window: int, sli
 
 
 @pytest.mark.parametrize("name", AGGREGATE_NAMES)
-def test_partial_state_gives_the_aggregate_of_a_complete_window(name: str) -> None:
+@pytest.mark.parametrize("cut", [0, 1, 4, 9])
+def test_merged_partial_states_give_the_aggregate_of_the_whole_window(name: str, cut: int) -> None:
     x = np.random.default_rng(4).normal(size=9)
     agg = get_aggregate(name)
-    got = agg.from_partial(x.size, x.sum(), x.max(), x.min(), window=9, final=True)
-    assert got == pytest.approx(NAIVE[name](x))
+    merged = agg.merge(agg.partial(x[:cut]), agg.partial(x[cut:]))
+    assert float(agg.finish(merged)) == pytest.approx(NAIVE[name](x))
+    assert merged["n"] == 9
+
+
+@pytest.mark.parametrize("name", AGGREGATE_NAMES)
+def test_a_partial_state_leaves_missing_readings_out(name: str) -> None:
+    x = np.array([np.nan, 2.0, -1.0, np.nan, 5.0])
+    agg = get_aggregate(name)
+    state = agg.partial(x)
+    assert state["n"] == 3
+    assert float(agg.finish(state)) == pytest.approx(NAIVE[name](x[~np.isnan(x)]))
 
 
 def test_an_incomplete_sum_is_scaled_to_the_window_until_final() -> None:
     agg = get_aggregate("sum")
-    assert agg.from_partial(3, 6.0, 3.0, 1.0, window=6, final=False) == pytest.approx(12.0)
-    assert agg.from_partial(3, 6.0, 3.0, 1.0, window=6, final=True) == pytest.approx(6.0)
+    state = agg.partial(np.array([1.0, 2.0, 3.0]))
+    assert float(agg.finish(state, window=6)) == pytest.approx(12.0)
+    assert float(agg.finish(state)) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("name", AGGREGATE_NAMES)
+def test_windows_from_partial_states_match_each_aggregates_own_computation(name: str) -> None:
+    """The base class's windows (partial, then finish) against the fast paths."""
+    x = np.random.default_rng(7).normal(size=(30, 4))
+    starts = window_starts(30, 6, 2)
+    agg = get_aggregate(name)
+    generic = Aggregate.over_windows(agg, x, starts, 6)
+    np.testing.assert_allclose(generic, agg.over_windows(x, starts, 6), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", AGGREGATE_NAMES)
+def test_the_aggregate_of_ones_is_what_a_linear_rebuild_scales_the_intercept_by(
+    name: str,
+) -> None:
+    agg = get_aggregate(name)
+    n = np.array([1.0, 5.0])
+    want = NAIVE[name](np.ones(5))
+    assert float(agg.finish(agg.constant_state(n))[1]) == pytest.approx(want)
 
 
 @pytest.mark.parametrize("name", AGGREGATE_NAMES)

@@ -10,9 +10,10 @@ import pandas as pd
 from bench.bench_honesty import recover_from_config, tumbling
 from bench.honesty_live import run_live_fold
 from engine.data.history import history_from_frame
-from engine.export.config import json_safe, plan_to_config
+from engine.export import json_safe, plan_to_config
 from engine.planning import make_plan
 from engine.planning.parameters import PlanParameters
+from engine.query import WindowQuery
 
 H, S, W = 600, 200, 4  # history, horizon (50 windows) and window, in hourly rows
 
@@ -32,7 +33,7 @@ def recording(drift_from: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
 def version_one(times: np.ndarray, values: np.ndarray, sensors: list[str]) -> dict:
     frame = pd.DataFrame(values[:H], columns=sensors)
     frame.insert(0, "time", times[:H])
-    params = PlanParameters(eps=1.0, delta=0.05, window=W, horizon=S)
+    params = PlanParameters(WindowQuery(1.0, 0.05, W, horizon=S))
     config = json_safe(plan_to_config(make_plan(history_from_frame(frame), params)))
     assert config["backup_sensors"] == ["a"], config["backup_sensors"]  # b and c rebuilt
     return config

@@ -15,7 +15,7 @@ import pytest
 from bench.bench_recovery import block_gaussian
 from bench.recovery_core import compare_range, range_files, write_dataset
 from engine.backup.dataset import TimeRange
-from engine.export.config import load_config
+from engine.export import load_config
 from tests.production_reference import Rows, long_readings, sample_rows, write_config
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from engine.data import load_history
 from engine.export import load_config
+from engine.query import WindowQuery
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
@@ -217,7 +218,7 @@ def test_simulate_passes_its_backup_uri_to_the_pipeline(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(simulation, "run_simulation", fake_run)
     history = load_history(SMALL).select(list(load_history(SMALL).sensors[:4]))
-    params = PlanParameters(eps=1.0, delta=0.1, window=24, aggregate="avg")
+    params = PlanParameters(WindowQuery(1.0, 0.1, 24, aggregate="avg"))
     for extra, want in (
         (["--backup", "file:///mnt/shared/backup"], "file:///mnt/shared/backup"),
         ([], None),

@@ -14,7 +14,7 @@ import pytest
 from engine.cli import main, parse_eps_by_unit
 from engine.data import load_history
 from engine.errors import ConfigError, ParameterError
-from engine.export.config import (
+from engine.export import (
     BackupConfig,
     load_config,
     parse_utc,
@@ -23,6 +23,7 @@ from engine.export.config import (
     write_config,
 )
 from engine.planning import BacktestSettings, PlanParameters, make_plan, retarget
+from engine.query import WindowQuery
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 
@@ -35,7 +36,7 @@ def mixed():
 @pytest.fixture(scope="module")
 def plan(mixed):
     eps = tuple((s, 1.0 if s.endswith("_TEMP") else 20.0) for s in mixed.sensors)
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, history=300, eps_by_sensor=eps)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=eps), history=300)
     return make_plan(mixed, params, backtest=BacktestSettings(history=300, max_folds=4))
 
 

@@ -43,6 +43,7 @@ from engine.disorder.experiment import (
     window_truth,
 )
 from engine.errors import ParameterError, PipelineError
+from engine.query import WindowQuery
 
 Tuple4 = tuple[float, str, float, float]  # event time, sensor, value, arrival
 
@@ -82,12 +83,14 @@ def arrival_order(tuples: list[Tuple4]) -> list[Tuple4]:
 )
 def test_config_rejects_bad_values(changes: dict, fragment: str) -> None:
     with pytest.raises(ParameterError) as info:
-        DisorderConfig(**{"window": 4, **changes})
+        DisorderConfig.from_dict({"window": 4, **changes})
     assert fragment in str(info.value)
 
 
 def test_config_round_trips_and_rejects_unknown_keys() -> None:
-    c = DisorderConfig(window=6, slide=2, interval_s=60.0, origin_s=10.0, aggregate="max")
+    c = DisorderConfig(
+        WindowQuery(1.0, 0.05, 6, slide=2, aggregate="max"), interval_s=60.0, origin_s=10.0
+    )
     assert DisorderConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ParameterError, match="unknown disorder config key"):
         DisorderConfig.from_dict({**c.to_dict(), "colour": 1})
@@ -162,7 +165,7 @@ def test_sliding_windows_learn_from_readings_in_time_order() -> None:
     It reaches the neighbour after newer readings; the target must still see
     that window in time order (the newest-readings model depends on it).
     """
-    buf = KSlackBuffer(DisorderConfig(window=4, slide=1, policy="none", eps_thr=100.0))
+    buf = KSlackBuffer(DisorderConfig(WindowQuery(100.0, 0.05, 4, slide=1), policy="none"))
     seen: list[list[float]] = []
     real_observe = buf.target.observe
     buf.target.observe = lambda values: (seen.append(values["s"]), real_observe(values))  # type: ignore[method-assign]
@@ -176,7 +179,11 @@ def test_sliding_windows_learn_from_readings_in_time_order() -> None:
 
 def test_target_survives_a_window_whose_sensor_arrived_only_late() -> None:
     """srs + max: a sensor with no in-time reading in a window must not crash the target."""
-    buf = KSlackBuffer(DisorderConfig(window=4, policy="none", target_model="srs", aggregate="max"))
+    buf = KSlackBuffer(
+        DisorderConfig(
+            WindowQuery(1.0, 0.05, 4, aggregate="max"), policy="none", target_model="srs"
+        )
+    )
     for t in range(8):
         buf.push(float(t), "a", 1.0, arrival=float(t))
     buf.push(2.0, "b", 1.0, arrival=8.0)  # b's only reading, late for a closed window
@@ -191,7 +198,7 @@ def test_target_keeps_learning_when_no_window_is_complete_at_its_close() -> None
     arrived; learning only from windows complete at their close would leave
     it with nothing (and, with a small ``K``, stop updating).
     """
-    buf = KSlackBuffer(DisorderConfig(window=4, policy="none", eps_thr=0.5))
+    buf = KSlackBuffer(DisorderConfig(WindowQuery(0.5, 0.05, 4), policy="none"))
     readings = [(float(t), 10.0 if t % 4 == 3 else float(t % 4)) for t in range(24)]
     arrivals = [t + 1.5 if t % 4 == 3 else t for t, _ in readings]  # after the next window opens
     for (ts, value), at in sorted(zip(readings, arrivals, strict=True), key=lambda r: r[1]):
@@ -361,7 +368,7 @@ def test_tail_target_holds_on_autocorrelated_data_where_srs_does_not() -> None:
 
 
 def test_in_order_stream_without_buffer_releases_everything_in_order() -> None:
-    config = DisorderConfig(window=2, policy="none")
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 2), policy="none")
     tuples = [(float(t), s, float(t), float(t)) for t in range(6) for s in ("a", "b")]
     _, _, released, late, rows = run(config, tuples)
     assert not late and len(released) == 12
@@ -373,7 +380,7 @@ def test_in_order_stream_without_buffer_releases_everything_in_order() -> None:
 
 
 def test_zones_follow_the_three_regions() -> None:
-    config = DisorderConfig(window=2, policy="fixed", fixed_k_s=1.0)
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 2), policy="fixed", fixed_k_s=1.0)
     buf = KSlackBuffer(config)
     assert buf.push(0.0, "a", 1.0, 0.0) == Zone.BUFFER
     assert buf.push(3.0, "a", 1.0, 3.0) == Zone.BUFFER  # t_max - K = 2 closes window 0
@@ -390,7 +397,7 @@ def test_mp_kslack_is_only_surprised_by_record_lateness() -> None:
     times = np.arange(300, dtype=float)
     arrivals = times + rng.exponential(3.0, size=times.size)
     tuples = arrival_order([(t, "s", t, a) for t, a in zip(times, arrivals, strict=True)])
-    _, _, _, late, _ = run(DisorderConfig(window=5, policy="mp_kslack"), tuples)
+    _, _, _, late, _ = run(DisorderConfig(WindowQuery(1.0, 0.05, 5), policy="mp_kslack"), tuples)
     t_max, k, records = -math.inf, 0.0, 0
     for ts, _, _, _ in tuples:
         lateness = max(0.0, t_max - ts)
@@ -401,8 +408,10 @@ def test_mp_kslack_is_only_surprised_by_record_lateness() -> None:
 
 def test_fixed_and_no_buffer_keep_k_constant() -> None:
     tuples = arrival_order([(float(t), "s", 1.0, t + (t % 3)) for t in range(30)])
-    fixed, *_ = run(DisorderConfig(window=3, policy="fixed", fixed_k_s=2.5), tuples)
-    none, *_ = run(DisorderConfig(window=3, policy="none"), tuples)
+    fixed, *_ = run(
+        DisorderConfig(WindowQuery(1.0, 0.05, 3), policy="fixed", fixed_k_s=2.5), tuples
+    )
+    none, *_ = run(DisorderConfig(WindowQuery(1.0, 0.05, 3), policy="none"), tuples)
     assert {k for _, k in fixed.buffer.k_series} == {2.5}
     assert {k for _, k in none.buffer.k_series} == {0.0}
 
@@ -410,7 +419,7 @@ def test_fixed_and_no_buffer_keep_k_constant() -> None:
 def test_adaptive_alpha_falls_when_coverage_beats_the_target() -> None:
     # constant delay: the stream is in order, coverage is 1 > lambda_thr, so alpha must shrink
     tuples = [(float(t), s, float(t % 5), t + 4.0) for t in range(400) for s in ("a", "b")]
-    config = DisorderConfig(window=10, eps_thr=2.0, alpha0=1.0, control_tuples=20)
+    config = DisorderConfig(WindowQuery(2.0, 0.05, 10), alpha0=1.0, control_tuples=20)
     proc, *_ = run(config, tuples)
     alphas = [a for *_, a in proc.buffer.coverage_series]
     assert alphas and alphas[-1] < 1.0
@@ -421,8 +430,8 @@ def test_adaptive_k_is_alpha_times_the_largest_lateness() -> None:
     """``K = alpha * k``, not ``k``: with ``alpha = 0.5`` a tuple 6 s behind ``t_max``
     sets ``k = 6`` and ``K = 3``, so one 3.5 s behind goes to the window being computed,
     not the buffer. MP-K-slack (``K = k``) buffers it. Fails if ``current_k`` drops alpha."""
-    ours = KSlackBuffer(DisorderConfig(window=100, alpha0=0.5))
-    mp = KSlackBuffer(DisorderConfig(window=100, policy="mp_kslack"))
+    ours = KSlackBuffer(DisorderConfig(WindowQuery(1.0, 0.05, 100), alpha0=0.5))
+    mp = KSlackBuffer(DisorderConfig(WindowQuery(1.0, 0.05, 100), policy="mp_kslack"))
     for buf in (ours, mp):
         for ts, arrival in ((0.0, 0.0), (10.0, 10.0), (4.0, 10.1)):
             buf.push(ts, "a", 1.0, arrival)
@@ -442,7 +451,7 @@ def test_a_controller_that_drives_alpha_below_one_keeps_k_below_the_largest_late
     tuples = arrival_order(
         [(t, "s", float(t % 7), a) for t, a in zip(times, arrivals, strict=True)]
     )
-    proc, *_ = run(DisorderConfig(window=10, eps_thr=0.5, control_tuples=20), tuples)
+    proc, *_ = run(DisorderConfig(WindowQuery(0.5, 0.05, 10), control_tuples=20), tuples)
     buf = proc.buffer
     assert buf.target.lambda_thr() == pytest.approx(0.9)
     assert buf.k > 0 and 0 < buf.pd.alpha < 1
@@ -455,7 +464,7 @@ def test_a_controller_that_drives_alpha_below_one_keeps_k_below_the_largest_late
 
 
 def test_late_tuples_wait_for_gamma_then_correct_in_one_batch() -> None:
-    ledger = ResultLedger(DisorderConfig(window=2, gamma_s=2.5))
+    ledger = ResultLedger(DisorderConfig(WindowQuery(1.0, 0.05, 2), gamma_s=2.5))
     for j in range(3):
         ledger.add_closed(j, {"s": [1.0, 1.0]}, now=2.0 * j + 2)
     ledger.add_late(LateItem(1.0, 0, 0, 0, "s", 11.0, 10.1, -1), 10.1)
@@ -472,7 +481,7 @@ def test_late_tuples_wait_for_gamma_then_correct_in_one_batch() -> None:
 
 
 def test_finalisation_applies_pending_late_tuples_first() -> None:
-    ledger = ResultLedger(DisorderConfig(window=2, gamma_s=100.0))
+    ledger = ResultLedger(DisorderConfig(WindowQuery(1.0, 0.05, 2), gamma_s=100.0))
     ledger.add_closed(0, {"s": [1.0, 3.0]}, now=2.0)
     ledger.add_late(LateItem(1.0, 0, 0, 0, "s", 5.0, 3.0, -1), 3.0)
     ledger.finalize(t_max=10.0, k=4.0, now=10.0)
@@ -484,7 +493,7 @@ def test_finalisation_applies_pending_late_tuples_first() -> None:
 
 
 def test_a_tuple_later_than_any_seen_reopens_a_final_window() -> None:
-    proc = DisorderProcessor(DisorderConfig(window=2, policy="none"))
+    proc = DisorderProcessor(DisorderConfig(WindowQuery(1.0, 0.05, 2), policy="none"))
     for t in range(10):
         proc.push(float(t), "s", 1.0, float(t))  # in order: k = 0, windows final at once
     proc.push(1.0, "s", 4.0, 10.5)
@@ -499,7 +508,7 @@ def test_a_tuple_later_than_any_seen_reopens_a_final_window() -> None:
 
 
 def test_sum_is_scaled_while_incomplete_and_exact_when_final() -> None:
-    config = DisorderConfig(window=4, aggregate="sum", policy="none")
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 4, aggregate="sum"), policy="none")
     # reading at t=3 of window 0 arrives after window 1 started: provisional = 4 * mean of 3
     tuples = [
         (0.0, "s", 1.0, 0.0),
@@ -521,7 +530,7 @@ def test_window_truth_matches_row_windows() -> None:
     times = np.repeat(np.arange(23, dtype=float) * 60.0, 3)
     sensors = np.tile(np.array(["a", "b", "c"], dtype=object), 23)
     for agg in ("avg", "sum", "max", "min"):
-        config = DisorderConfig(window=5, slide=2, interval_s=60.0, aggregate=agg)
+        config = DisorderConfig(WindowQuery(1.0, 0.05, 5, slide=2, aggregate=agg), interval_s=60.0)
         truth = window_truth(times, sensors, values.ravel(), config)
         complete = truth[truth["count"] == 5].pivot(
             index="window", columns="sensor", values="value"
@@ -544,15 +553,18 @@ def test_describe_stream_counts_out_of_order_tuples() -> None:
 def streams(draw: st.DrawFn) -> tuple[DisorderConfig, list[Tuple4]]:
     window = draw(st.integers(1, 4))
     config = DisorderConfig(
-        window=window,
-        slide=draw(st.integers(1, window)),
-        aggregate=draw(st.sampled_from(["avg", "sum", "max", "min"])),
+        WindowQuery(
+            0.5,
+            0.05,
+            window,
+            slide=draw(st.integers(1, window)),
+            aggregate=draw(st.sampled_from(["avg", "sum", "max", "min"])),
+        ),
         policy=draw(st.sampled_from(["adaptive", "mp_kslack", "fixed", "none"])),
         fixed_k_s=draw(st.floats(0, 5)),
         gamma_s=draw(st.floats(0, 6)),
         alpha0=draw(st.floats(0, 1)),
         control_tuples=draw(st.integers(1, 6)),
-        eps_thr=0.5,
     )
     n_times = draw(st.integers(1, 25))
     sensors = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
@@ -666,7 +678,7 @@ def test_restore_of_snapshot_continues_identically(
 
 
 def test_snapshot_can_keep_only_backed_up_sensors() -> None:
-    config = DisorderConfig(window=4, policy="fixed", fixed_k_s=10.0)
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 4), policy="fixed", fixed_k_s=10.0)
     proc = DisorderProcessor(config)
     for t in range(3):
         for s in ("kept", "dropped"):
@@ -681,7 +693,7 @@ def test_snapshot_can_keep_only_backed_up_sensors() -> None:
 
 def test_snapshot_from_the_velocity_form_controller_still_restores() -> None:
     """Live state written before the position-form controller has ``prev_err``, no integral."""
-    config = DisorderConfig(window=4)
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 4))
     proc = DisorderProcessor(config)
     for t in range(12):
         proc.push(float(t), "s", float(t), float(t))
@@ -844,7 +856,9 @@ def test_stage_replayed_batch_returns_the_same_output_once(tmp_path: Path) -> No
     )
     frame = stage_frame(tuples)
     origin = pd.Timestamp("2024-01-01", tz="UTC").value / 1e9
-    config = DisorderConfig(window=4, origin_s=origin, policy="fixed", fixed_k_s=2.0)
+    config = DisorderConfig(
+        WindowQuery(1.0, 0.05, 4), origin_s=origin, policy="fixed", fixed_k_s=2.0
+    )
     state_file = tmp_path / "chk" / "disorder.json"
     stage = DisorderStage(config, state_path=state_file)
     first = stage.process(frame.iloc[:30], batch_id=0)
@@ -866,7 +880,7 @@ def test_a_stage_resumed_after_a_failure_reports_no_window_begun_before_it() -> 
     """A restarted stage sees the readings from the restart on only: its results for
     windows open then would be computed from part of them and, in time, marked final."""
     origin = pd.Timestamp("2024-01-01", tz="UTC").value / 1e9
-    config = DisorderConfig(window=4, origin_s=origin, policy="none")
+    config = DisorderConfig(WindowQuery(1.0, 0.05, 4), origin_s=origin, policy="none")
     tuples = [(float(t), s, float(t), float(t)) for t in range(6, 20) for s in ("a", "b")]
     fresh = DisorderStage(config)
     fresh.process(stage_frame(tuples), batch_id=0)
@@ -885,7 +899,7 @@ def test_a_stage_resumed_after_a_failure_reports_no_window_begun_before_it() -> 
 def test_stage_for_history_lines_windows_up_with_the_history() -> None:
     times = pd.date_range("2024-01-01", periods=10, freq="h").to_numpy()
     stage = DisorderStage.for_history(
-        times, 4, None, "avg", 1.0, 0.05, policy="none", backup_sensors=["a"]
+        times, WindowQuery(1.0, 0.05, 4), policy="none", backup_sensors=["a"]
     )
     assert stage.config.origin_s == pd.Timestamp("2024-01-01").value / 1e9
     assert stage.config.interval_s == 3600.0 and stage.config.policy == "none"

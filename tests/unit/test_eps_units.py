@@ -22,6 +22,7 @@ from engine.planning import (
     run_backtest,
 )
 from engine.planning.plan import eps_units
+from engine.query import WindowQuery
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 SETTINGS = BacktestSettings(history=240, max_folds=8)
@@ -59,11 +60,11 @@ def test_model_rescaled_equals_a_fit_on_scaled_readings() -> None:
 
 def test_plan_with_eps_vector_is_the_plan_on_scaled_data(mixed) -> None:
     eps = _eps(mixed, 1.0, 15.0)
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=eps)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=eps))
     plan = make_plan(mixed, params, backtest=SETTINGS)
     e = np.array([v for _, v in eps])
     scaled = replace(mixed, values=mixed.values / e)
-    unit = make_plan(scaled, PlanParameters(eps=1.0, delta=0.05, window=24), backtest=SETTINGS)
+    unit = make_plan(scaled, PlanParameters(WindowQuery(1.0, 0.05, 24)), backtest=SETTINGS)
     assert plan.backup_sensors == unit.backup_sensors
     assert plan.backtest.per_sensor == unit.backtest.per_sensor
     np.testing.assert_allclose(plan.conditional_variance, unit.conditional_variance * e**2)
@@ -85,10 +86,10 @@ def test_equal_per_sensor_eps_reproduce_the_single_eps_plan(mixed) -> None:
     # eps units sees exactly the scaled readings. (With 0.7 the rounding of the division
     # decides ties between the near-duplicate TEMP sensors in some backtest folds.)
     temps = mixed.select([s for s in mixed.sensors if s.endswith("_TEMP")])
-    single = make_plan(temps, PlanParameters(eps=0.5, delta=0.05, window=24), backtest=SETTINGS)
-    vec = PlanParameters(eps=5.0, delta=0.05, window=24, eps_by_sensor=_eps(temps, 0.5, 0.5))
+    single = make_plan(temps, PlanParameters(WindowQuery(0.5, 0.05, 24)), backtest=SETTINGS)
+    vec = PlanParameters(WindowQuery(5.0, 0.05, 24, eps_by_sensor=_eps(temps, 0.5, 0.5)))
     per = make_plan(temps, vec, backtest=SETTINGS)
-    ignored = make_plan(temps, replace(vec, eps_by_sensor=()), backtest=SETTINGS)
+    ignored = make_plan(temps, vec.with_query(eps_by_sensor=()), backtest=SETTINGS)
     assert ignored.backup_sensors != single.backup_sensors  # the per-sensor eps matter here
     assert per.backup_sensors == single.backup_sensors
     assert per.backtest.per_sensor == single.backtest.per_sensor
@@ -99,7 +100,7 @@ def test_equal_per_sensor_eps_reproduce_the_single_eps_plan(mixed) -> None:
 
 def test_backtest_counts_each_sensor_against_its_own_eps(mixed) -> None:
     params = PlanParameters(
-        eps=1.0, delta=0.05, window=24, calibration="none", eps_by_sensor=_eps(mixed, 1.0, 15.0)
+        WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 15.0)), calibration="none"
     )
     x, spec = eps_units(mixed, params)
     got = run_backtest(x, mixed.sensors, spec, SETTINGS)
@@ -129,7 +130,7 @@ def test_backtest_counts_each_sensor_against_its_own_eps(mixed) -> None:
 
 
 def test_a_looser_eps_for_one_group_backs_up_fewer_of_it(mixed) -> None:
-    base = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 2.0))
+    base = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 2.0)))
     plan = make_plan(mixed, base, run_backtest_now=False)
     loose = retarget(plan, eps_by_sensor=_eps(mixed, 1.0, 200.0))
     pm = lambda p: [s for s in p.backup_sensors if s.endswith("PM2.5")]  # noqa: E731
@@ -142,7 +143,7 @@ def test_a_looser_eps_for_one_group_backs_up_fewer_of_it(mixed) -> None:
 
 
 def test_mixed_units_with_one_eps_warn_in_the_plan(mixed) -> None:
-    plan = make_plan(mixed, PlanParameters(eps=1.0, delta=0.05, window=24), run_backtest_now=False)
+    plan = make_plan(mixed, PlanParameters(WindowQuery(1.0, 0.05, 24)), run_backtest_now=False)
     assert len(plan.warnings) == 1 and "2 units" in plan.warnings[0]
     per = retarget(plan, eps_by_sensor=_eps(mixed, 1.0, 20.0))
     assert per.warnings == ()
@@ -165,11 +166,11 @@ def test_scoring_with_an_eps_vector() -> None:
 
 
 def test_stream_spec_and_status_board_take_per_sensor_eps(mixed) -> None:
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 20.0)))
     plan = make_plan(mixed, params, run_backtest_now=False)
     spec = StreamSpec.from_plan(plan)
     assert spec.eps_vector.tolist() == plan.eps_per_sensor.tolist()
-    assert StreamSpec.from_plan(retarget(plan, eps_by_sensor=())).eps_by_sensor == ()
+    assert StreamSpec.from_plan(retarget(plan, eps_by_sensor=())).query.eps_by_sensor == ()
     board = StatusBoard()
     n = len(spec.sensors)
     errors = np.full((1, n), 5.0)  # 5 degC misses, 5 ug/m3 does not
@@ -182,7 +183,7 @@ def test_stream_spec_and_status_board_take_per_sensor_eps(mixed) -> None:
 def test_live_replan_keeps_per_sensor_eps_and_counts_against_it(mixed) -> None:
     from engine.planning import ReplanningMonitor, widen_plan
 
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 20.0)))
     plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
     applied: list = []
     live = ReplanningMonitor(
@@ -210,17 +211,17 @@ def test_live_replan_keeps_per_sensor_eps_and_counts_against_it(mixed) -> None:
 def test_scheduled_replan_plans_in_eps_units(mixed) -> None:
     from engine.planning.replan import fresh_plan
 
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 20.0)))
     plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
     recent = mixed.rows(400, 720)
     fresh = fresh_plan(plan, recent)
     # the same plan make_plan gives on those rows (in eps units), not one with eps=1 for all
     # (the re-plan is made as the first plan was: its resolved horizon, backtested)
-    want = make_plan(recent, replace(params, horizon=plan.horizon_rows))
+    want = make_plan(recent, params.with_query(horizon=plan.horizon_rows))
     assert fresh.backup_sensors == want.backup_sensors
     np.testing.assert_allclose(fresh.targets, want.targets, rtol=1e-9)
     assert fresh.eps_per_sensor.tolist() == plan.eps_per_sensor.tolist()
     assert fresh.horizon_rows == plan.horizon_rows > 0
-    single = replace(params, horizon=plan.horizon_rows, eps_by_sensor=())
+    single = params.with_query(horizon=plan.horizon_rows, eps_by_sensor=())
     one_eps = make_plan(recent, single)
     assert fresh.backup_sensors != one_eps.backup_sensors

@@ -20,6 +20,7 @@ from engine.cli import main
 from engine.data import LoadOptions, load_history
 from engine.errors import DataError
 from engine.model import GaussianModel, MomentStats
+from engine.query import WindowQuery
 from tests.hostile_corpus import Case, cases, write_corpus
 
 CASES = cases()
@@ -256,7 +257,7 @@ def _formula_plan(tmp_path: Path) -> tuple[Any, Any, Path]:
     frame.insert(0, "time", pd.date_range("2024-01-01", periods=80, freq="h"))
     frame.to_csv(tmp_path / "data.csv", index=False)
     history = load_history(tmp_path / "data.csv")
-    plan = make_plan(history, PlanParameters(eps=0.5, delta=0.2, window=2), run_backtest_now=False)
+    plan = make_plan(history, PlanParameters(WindowQuery(0.5, 0.2, 2)), run_backtest_now=False)
     config = write_config(plan_to_config(plan), tmp_path / "plan.json")
     return history, plan, config
 

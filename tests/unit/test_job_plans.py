@@ -18,8 +18,9 @@ from engine.errors import ConfigError, DataError, PipelineError
 from engine.export import BackupConfig, load_config, plan_to_config
 from engine.export.plan_book import JobPlan, read_plan_book
 from engine.export.recover import recover_dataset
-from engine.job.plans import PlanBook, Replanner, at_once, parameters_of
+from engine.job.plans import PlanBook, Replanner, at_once
 from engine.planning import PlanParameters, make_plan
+from engine.query import WindowQuery
 from tests.helpers import SMALL_SAMPLE
 
 HOUR_US = 3_600_000_000
@@ -42,7 +43,7 @@ class MemoryFiles:
         return sorted(k[len(prefix) :] for k in self.data if k.startswith(prefix))
 
 
-PARAMS = PlanParameters(eps=20.0, delta=0.05, window=8, aggregate="avg", horizon=24)
+PARAMS = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=24))
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +61,10 @@ def until_us(config: BackupConfig) -> int:
 
 
 def test_a_re_plan_repeats_the_request_behind_the_config(first: BackupConfig) -> None:
-    again = parameters_of(first)
-    for name in ("eps", "delta", "window", "effective_slide", "aggregate", "method", "horizon"):
-        assert getattr(again, name) == getattr(PARAMS, name), name
+    again = first.plan_parameters()
+    assert again == PARAMS  # query (its horizon the plan's, 24 rows) and method alike
     assert again.eps_by_sensor == ()  # one eps: no per-sensor overrides invented
+    assert first.query == again.query
 
 
 def test_a_re_plan_keeps_a_crash_contract_plans_exposure(first: BackupConfig) -> None:

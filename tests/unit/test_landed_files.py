@@ -1,5 +1,5 @@
-"""Which files a micro-batch read (the file source's log, plain and compacted) and which
-lack a landing column (their Parquet footers)."""
+"""Which files a micro-batch read (the landing directory source's view of the file source's
+log, plain and compacted) and which lack a landing column (their Parquet footers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.job.landed_files import batch_files, lacking_columns
+from engine.job.landed_files import lacking_columns
+from engine.stream.readings import READING_SCHEMA
+from engine.stream.source import LandingDirSource
 
 
 def _log(path: Path, entries: list[tuple[str, int]]) -> None:
@@ -26,10 +28,13 @@ def test_a_batchs_files_come_from_its_log_entry_or_the_compaction_holding_it(
     # Spark folds batches 0..9 into 9.compact (the plain files of 0..8 are then deleted)
     _log(log / "9.compact", [("file:///l/a.parquet", 8), ("file:///l/b.parquet", 9),
                              ("file:///l/c.parquet", 9)])  # fmt: skip
-    assert batch_files(str(tmp_path / "ck"), 8) == [Path("/l/a.parquet")]
-    assert batch_files(str(tmp_path / "ck"), 9) == [Path("/l/b.parquet"), Path("/l/c.parquet")]
-    assert batch_files(str(tmp_path / "ck"), 10) == []  # not logged (yet)
-    assert batch_files("s3a://bucket/ck", 8) == []  # not checked off a local path
+    source = LandingDirSource("s3a://bucket/landing", None, READING_SCHEMA)
+    ck = str(tmp_path / "ck")
+    assert source.consumed(ck, [8]) == [Path("/l/a.parquet")]
+    assert source.consumed(ck, [9]) == [Path("/l/b.parquet"), Path("/l/c.parquet")]
+    assert source.consumed(f"file://{ck}", [8, 9, 10]) == [Path(f"/l/{n}.parquet") for n in "abc"]
+    assert source.consumed(ck, [10]) == []  # not logged (yet)
+    assert source.consumed("s3a://bucket/ck", [8]) == []  # not checked off a local path
 
 
 def test_only_files_that_lack_a_landing_column_are_named(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from engine.live.pipeline import RUN_FILE
 from engine.live.simulation import run_simulation
 from engine.live.spec import PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
+from engine.query import WindowQuery
 from tests.helpers import fit_map
 from tests.unit.test_stream_batch import SENSORS, make_history
 
@@ -48,7 +49,12 @@ def now() -> datetime:
 
 def make_spec() -> StreamSpec:
     h = make_history(40)
-    return StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 2, "avg", 0.5, 0.05)
+    return StreamSpec(
+        SENSORS,
+        ("a",),
+        fit_map(h.values, SENSORS, ("a",)),
+        WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"),
+    )
 
 
 def python(code: str, **kwargs: object) -> subprocess.Popen[str]:

@@ -13,12 +13,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from engine.aggregates import get_aggregate, grouped_partials
 from engine.errors import PipelineError
 from engine.job.partials import (
-    PARTIAL_COLUMNS,
     WindowState,
     collected_partials,
-    rebuild_window_extremes,
+    partial_columns,
+    rebuild_window_partials,
     shadow_results,
 )
 from tests.helpers import fit_map
@@ -46,19 +47,22 @@ def _windowed(long: pd.DataFrame, window_h: int, slide_h: int) -> pd.DataFrame:
 
 
 def _partials(long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: int):
+    """One batch's partials as the executors compute them (``batch_partials`` and, for
+    an aggregate that is not linear, ``rebuilt_partials``)."""
     w = _windowed(long, window_h, slide_h)
-    reduce = "sum" if aggregate in ("avg", "sum") else aggregate
-    out = w.groupby(["window_start", "window_end", "sensor"], as_index=False).agg(
-        n=("value", "count"), agg=("value", reduce)
-    )
-    out["rebuilt"], out["rebuilt_n"] = np.nan, 0
-    if aggregate in ("max", "min"):
+    columns = partial_columns(aggregate)
+    agg = get_aggregate(aggregate)
+    out = grouped_partials(w, ["window_start", "window_end", "sensor"], "value", agg)
+    for name in columns[3:]:
+        if name not in out:
+            out[name] = 0 if name == "rebuilt_n" else np.nan
+    if not agg.linear:
         backups = w[w["sensor"].isin(lm.backup)]
-        ext = [
-            rebuild_window_extremes(g, lm, aggregate) for _, g in backups.groupby("window_start")
+        rebuilt = [
+            rebuild_window_partials(g, lm, aggregate) for _, g in backups.groupby("window_start")
         ]
-        out = pd.concat([out[PARTIAL_COLUMNS], *ext], ignore_index=True)
-    return out[PARTIAL_COLUMNS], int(w["t"].max())
+        out = pd.concat([out[columns], *rebuilt], ignore_index=True)
+    return out[columns], int(w["t"].max())
 
 
 def _run(rows: Rows, aggregate: str, cuts: list[int], window_h=8, slide_h=4, eps=1.0):
@@ -98,10 +102,10 @@ def _parts_at(hours: list[int], sensor: str = "a", value: float = 1.0) -> pd.Dat
             "sensor": sensor,
             "n": 1,
             "agg": value,
-            "rebuilt": np.nan,
             "rebuilt_n": 0,
+            "rebuilt_agg": np.nan,
         }
-    )[PARTIAL_COLUMNS]
+    )
 
 
 def test_a_replayed_batch_from_its_snapshot_is_not_counted_twice() -> None:
@@ -176,11 +180,11 @@ def test_collected_partials_drop_null_keys_and_count_their_readings() -> None:
             "agg": [3.0, None, 1.0, 4.0, None],
             "max_event_us": pa.array([10, None, 5, HOUR_US + 7, None], pa.int64()),
             "readings": pa.array([4, 2, 5, 2, None], pa.int64()),
-            "rebuilt": [None, None, None, None, 9.0],
+            "rebuilt_agg": [None, None, None, None, 9.0],
             "rebuilt_n": pa.array([None, None, None, None, 3], pa.int64()),
         }
     )
-    frame, unusable = collected_partials(table, HOUR_US)
+    frame, unusable = collected_partials(table, HOUR_US, "max")
     assert unusable == 2 + 5
     assert frame["sensor"].tolist() == ["a", "b", "b"]
     assert frame["window_end"].tolist() == [HOUR_US, 2 * HOUR_US, HOUR_US]
@@ -189,5 +193,23 @@ def test_collected_partials_drop_null_keys_and_count_their_readings() -> None:
     assert frame["readings"].sum() == 6
     assert frame[["n", "rebuilt_n", "missing", "readings"]].dtypes.eq(np.int64).all()
 
-    avg, none = collected_partials(table.drop(["rebuilt", "rebuilt_n"]), HOUR_US)
-    assert none == 7 and avg["rebuilt"].isna().all() and (avg["rebuilt_n"] == 0).all()
+    avg, none = collected_partials(table.drop(["rebuilt_agg", "rebuilt_n"]), HOUR_US, "avg")
+    assert none == 7 and avg["rebuilt_agg"].isna().all() and (avg["rebuilt_n"] == 0).all()
+
+
+def test_a_checkpoint_written_with_the_earlier_state_names_is_read() -> None:
+    """The open windows' state before each field had its own column: ``rebuilt``."""
+    import io
+
+    import pyarrow.ipc as ipc
+
+    old = _parts_at([0, 1]).rename(columns={"rebuilt_agg": "rebuilt"})
+    meta = {"aggregate": "max", "batch_id": 3, "max_event_us": 5, "watermark_us": 0}
+    table = pa.Table.from_pandas(old, preserve_index=False)
+    table = table.replace_schema_metadata({"lacuna_state": __import__("json").dumps(meta)})
+    sink = io.BytesIO()
+    with ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    state = WindowState.restore(sink.getvalue())
+    assert state.open.columns.tolist() == partial_columns("max")
+    assert state.open["window_start"].tolist() == [0, HOUR_US]

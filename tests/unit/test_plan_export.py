@@ -21,6 +21,7 @@ from engine.export import (
     write_config,
 )
 from engine.planning import BacktestSettings, PlanParameters, make_plan, retarget
+from engine.query import WindowQuery
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 TOP_KEYS = {
@@ -46,7 +47,7 @@ def temps():
 
 @pytest.fixture(scope="module")
 def plan(temps):
-    params = PlanParameters(eps=1.0, delta=0.05, window=24)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24))
     return make_plan(temps, params, backtest=BacktestSettings(history=240, max_folds=12))
 
 
@@ -136,7 +137,7 @@ def test_recover_names_a_missing_backup_column(plan, temps, tmp_path: Path) -> N
 def test_parameters_validate_themselves(kwargs: dict, word: str) -> None:
     base = {"eps": 1.0, "delta": 0.05, "window": 24}
     with pytest.raises(ParameterError, match=word):
-        PlanParameters(**{**base, **kwargs})
+        PlanParameters.from_dict({**base, **kwargs})
 
 
 def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> None:
@@ -144,7 +145,7 @@ def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> Non
     horizon. 250 rows let calibration score a horizon (192 rows needed) but hold no
     backtest fold (192 + 96): the calibrated plan would rebuild sensors on its own word."""
     short = temps.rows(0, 250)
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, horizon=96)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, horizon=96))
     plan = make_plan(short, params)
     assert plan.backtest is not None and plan.backtest.n_folds == 0
     assert set(plan.backup_sensors) == set(temps.sensors)

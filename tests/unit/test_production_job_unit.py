@@ -9,11 +9,12 @@ import pytest
 from engine.backup.dataset import partition_columns
 from engine.cli import main
 from engine.errors import ParameterError
-from engine.job.partials import rebuild_window_extremes
+from engine.job.layout import SinkPaths, join_uri
+from engine.job.partials import rebuild_window_partials
 from engine.job.run import JobSettings
-from engine.job.sink import SinkPaths, join_uri
 from engine.job.transforms import WindowSpec
 from engine.model import LinearMap
+from engine.query import WindowQuery
 
 
 def _map() -> LinearMap:
@@ -28,7 +29,7 @@ def _map() -> LinearMap:
 
 
 @pytest.mark.parametrize("aggregate", ["max", "min"])
-def test_window_extremes_rebuild_each_reading_then_aggregate(aggregate: str) -> None:
+def test_window_partials_rebuild_each_reading_then_aggregate(aggregate: str) -> None:
     rng = np.random.default_rng(3)
     times = pd.date_range("2020-01-01", periods=5, freq="h")
     values = rng.normal(size=(5, 1))
@@ -41,16 +42,16 @@ def test_window_extremes_rebuild_each_reading_then_aggregate(aggregate: str) -> 
             "value": values[:, 0],
         }
     )
-    out = rebuild_window_extremes(pdf.sample(frac=1.0, random_state=1), _map(), aggregate)
+    out = rebuild_window_partials(pdf.sample(frac=1.0, random_state=1), _map(), aggregate)
     out = out.set_index("sensor")
     reduce = np.max if aggregate == "max" else np.min
     a = values[:, 0]
-    assert out.loc["b", "rebuilt"] == pytest.approx(reduce(1.0 + 2.0 * a))
-    assert out.loc["c", "rebuilt"] == pytest.approx(reduce(-2.0 + 0.5 * a))
+    assert out.loc["b", "rebuilt_agg"] == pytest.approx(reduce(1.0 + 2.0 * a))
+    assert out.loc["c", "rebuilt_agg"] == pytest.approx(reduce(-2.0 + 0.5 * a))
     assert (out["rebuilt_n"] == 5).all() and (out["n"] == 0).all()
 
 
-def test_window_extremes_without_the_backup_sensor_do_not_rebuild() -> None:
+def test_window_partials_without_the_backup_sensor_do_not_rebuild() -> None:
     pdf = pd.DataFrame(
         {
             "window_start": 0,
@@ -60,8 +61,8 @@ def test_window_extremes_without_the_backup_sensor_do_not_rebuild() -> None:
             "value": [1.0, 2.0],
         }
     )
-    out = rebuild_window_extremes(pdf, _map(), "max")
-    assert out["rebuilt"].isna().all() and (out["rebuilt_n"] == 0).all()
+    out = rebuild_window_partials(pdf, _map(), "max")
+    assert out["rebuilt_agg"].isna().all() and (out["rebuilt_n"] == 0).all()
 
 
 def test_partitions_are_daily_or_hourly_for_sub_minute_data() -> None:
@@ -94,12 +95,13 @@ def test_job_settings_name_the_bad_value(kwargs: dict, message: str) -> None:
         JobSettings(**{**base, **kwargs})
 
 
-def test_window_spec_from_config_parameters() -> None:
-    params = {"window": 24, "slide": 6, "aggregate": "avg", "eps": 0.5, "sampling_interval_s": 60}
-    spec = WindowSpec.from_parameters(params, 30.0)
+def test_window_spec_from_the_configs_query() -> None:
+    spec = WindowSpec.from_query(WindowQuery(0.5, 0.05, 24, 6), 60.0, 30.0)
     assert (spec.window_s, spec.slide_s, spec.watermark_s) == (1440.0, 360.0, 30.0)
-    with pytest.raises(ParameterError, match="aggregate"):
-        WindowSpec(10.0, 5.0, 0.0, "median", 1.0)
+    with pytest.raises(ParameterError, match=r"got -1\.0"):
+        WindowSpec.from_query(WindowQuery(0.5, 0.05, 24), 60.0, -1.0)
+    with pytest.raises(ParameterError, match=r"got 0\.0"):
+        WindowSpec.from_query(WindowQuery(0.5, 0.05, 24), 0.0, 0.0)
 
 
 def test_cli_run_bad_flag_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from engine.cli import main
 from engine.errors import ConfigError
-from engine.export import config as config_module
-from engine.export.config import BackupConfig, load_config, load_schema, validate_config
+from engine.export import BackupConfig, load_config, load_schema, validate_config
+from engine.export import loader as config_module
 from engine.export.reconstruction import coefficient_matrix, schema_problem
 
 SECTION_SCHEMA = load_schema(2)["properties"]["reconstruction"]

@@ -17,9 +17,10 @@ from engine.planning import (
     PlanParameters,
     ReplanningMonitor,
     make_plan,
+    pin_backups,
 )
-from engine.planning.plan import pin_backups
 from engine.planning.replan import fresh_plan
+from engine.query import WindowQuery
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
 WINDOW, EPS = 10, 1.0  # the shipped drift sample changes regime at row 1200
@@ -32,7 +33,7 @@ def drift() -> SensorHistory:
 
 @pytest.fixture(scope="module")
 def plan(drift: SensorHistory) -> BackupPlan:
-    params = PlanParameters(eps=EPS, delta=0.05, window=WINDOW, history=600)
+    params = PlanParameters(WindowQuery(EPS, 0.05, WINDOW), history=600)
     return make_plan(drift.rows(0, 1100), params, backtest=BacktestSettings(history=600))
 
 
@@ -332,7 +333,7 @@ def test_scheduled_replans_of_a_stationary_stream_keep_the_first_plans_savings()
     from engine.planning.replan import learning_rows
 
     history = _stationary(8000, 20, seed=3)
-    params = PlanParameters(eps=3.0, delta=0.05, window=30)
+    params = PlanParameters(WindowQuery(3.0, 0.05, 30))
     plan = make_plan(history.rows(0, 4000), params)
     assert 0 < len(plan.backup_sensors) <= 10
     applied: list[BackupPlan] = []

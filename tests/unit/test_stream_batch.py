@@ -31,6 +31,7 @@ from engine.live.rebuild import aggregate_windows_frame, reconstruct_frame, seed
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec, align_history
 from engine.live.status import StatusBoard
 from engine.model import LinearMap
+from engine.query import WindowQuery
 from tests.helpers import fit_map, write_backup_batch
 
 SENSORS = ("a", "b", "c", "d")
@@ -329,15 +330,15 @@ def test_feeder_stops_when_asked(tmp_path: Path) -> None:
 def test_bad_inputs_raise_clear_engine_errors(tmp_path: Path) -> None:
     h = make_history(10)
     lm = fit_map(h.values, SENSORS, ("a",))
-    spec = StreamSpec(SENSORS, ("a",), lm, 4, 2, "avg", 0.5, 0.05)
+    spec = StreamSpec(SENSORS, ("a",), lm, WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"))
     with pytest.raises(ConfigError, match="'c', 'd'"):
         align_history(History(h.times, h.values[:, :3], ("a", "b", "zz")), spec.sensors)
     with pytest.raises(ParameterError, match="got 'median'"):
-        StreamSpec(SENSORS, ("a",), lm, 4, 2, "median", 0.5, 0.05)
+        StreamSpec(SENSORS, ("a",), lm, WindowQuery(0.5, 0.05, 4, slide=2, aggregate="median"))
     with pytest.raises(ParameterError, match="slide"):
-        StreamSpec(SENSORS, ("a",), lm, 4, 5, "avg", 0.5, 0.05)
+        StreamSpec(SENSORS, ("a",), lm, WindowQuery(0.5, 0.05, 4, slide=5, aggregate="avg"))
     with pytest.raises(ParameterError, match="linear map reads"):
-        StreamSpec(SENSORS, ("b",), lm, 4, 2, "avg", 0.5, 0.05)
+        StreamSpec(SENSORS, ("b",), lm, WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"))
     with pytest.raises(ParameterError, match="mode"):
         spec.stored_sensors("partial")
     with pytest.raises(ParameterError):
@@ -353,15 +354,25 @@ def test_bad_inputs_raise_clear_engine_errors(tmp_path: Path) -> None:
 
 def test_spec_modes_and_compatibility() -> None:
     h = make_history(10)
-    spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 2, "avg", 0.5, 0.05)
+    spec = StreamSpec(
+        SENSORS,
+        ("a",),
+        fit_map(h.values, SENSORS, ("a",)),
+        WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"),
+    )
     assert spec.stored_sensors("approx") == ("a",) and spec.stored_sensors("none") == ()
     full = spec.recovery_map("full")
     np.testing.assert_array_equal(full.apply(h.values), h.values)
     wider = StreamSpec(
-        SENSORS, ("a", "b"), fit_map(h.values, SENSORS, ("a", "b")), 4, 2, "avg", 0.5, 0.05
+        SENSORS,
+        ("a", "b"),
+        fit_map(h.values, SENSORS, ("a", "b")),
+        WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"),
     )
     spec.check_compatible(wider)
-    other = StreamSpec(SENSORS, ("a",), spec.linear_map, 6, 2, "avg", 0.5, 0.05)
+    other = StreamSpec(
+        SENSORS, ("a",), spec.linear_map, WindowQuery(0.5, 0.05, 6, slide=2, aggregate="avg")
+    )
     with pytest.raises(PipelineError, match="window"):
         spec.check_compatible(other)
 
@@ -413,7 +424,12 @@ def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: 
     from engine.stream.query_errors import SimulatedFailure
 
     h = make_history(16)
-    spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)
+    spec = StreamSpec(
+        SENSORS,
+        ("a",),
+        fit_map(h.values, SENSORS, ("a",)),
+        WindowQuery(0.5, 0.05, 4, slide=4, aggregate="avg"),
+    )
     stage = CountingStage()
     with BackupStore(tmp_path / "s.duckdb") as store:
         pipeline = LivePipeline(

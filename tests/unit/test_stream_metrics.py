@@ -18,6 +18,7 @@ from engine.live.metrics import (
     worst_sensors,
 )
 from engine.live.status import StatusBoard
+from engine.query import WindowQuery
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -92,7 +93,7 @@ def test_board_records_rate_backlog_and_shadow_per_batch() -> None:
 
 def test_disorder_stage_reports_k_and_the_watermark_gap() -> None:
     times = np.array(["2026-01-01T00:00", "2026-01-01T01:00"], dtype="datetime64[ns]")
-    stage = DisorderStage.for_history(times, 2, None, "avg", eps_thr=1.0, delta=0.05)
+    stage = DisorderStage.for_history(times, WindowQuery(1.0, 0.05, 2))
     assert stage.metrics() == {"k_s": None, "watermark_gap_s": None}
     ts = pd.to_datetime(["2026-01-01T02:00", "2026-01-01T00:00"], utc=True)
     arrival = pd.to_datetime(["2026-01-01T02:00", "2026-01-01T03:00"], utc=True)

@@ -7,6 +7,7 @@ import pytest
 from engine.data.units import eps_for_units, guess_unit, mixed_unit_warning, unit_groups
 from engine.errors import ParameterError
 from engine.planning import PlanParameters
+from engine.query import WindowQuery
 
 
 @pytest.mark.parametrize(
@@ -69,17 +70,17 @@ def test_mixed_units_under_one_eps_warn_and_per_unit_eps_does_not() -> None:
     warning = mixed_unit_warning(sensors)
     assert warning is not None and "2 units" in warning and "degC (2)" in warning
     assert mixed_unit_warning(sensors[:2]) is None
-    one = PlanParameters(eps=1.0, delta=0.05, window=24)
+    one = PlanParameters(WindowQuery(1.0, 0.05, 24))
     assert one.unit_warning(sensors) == warning
     per = PlanParameters(
-        eps=1.0, delta=0.05, window=24, eps_by_sensor=eps_for_units(sensors, {"ug/m3": 20.0})
+        WindowQuery(1.0, 0.05, 24, eps_by_sensor=eps_for_units(sensors, {"ug/m3": 20.0}))
     )
     # the PM2.5 sensors have their own eps; the rest (all degC) share the single eps
     assert per.unit_warning(sensors) is None
     assert per.eps_vector(sensors).tolist() == [1.0, 1.0, 20.0, 20.0]
     # the operator says the PM sensors are degC too: no longer mixed
     same = PlanParameters(
-        eps=1.0, delta=0.05, window=24, units=(("A_PM2.5", "degC"), ("B_PM2.5", "degC"))
+        WindowQuery(1.0, 0.05, 24), units=(("A_PM2.5", "degC"), ("B_PM2.5", "degC"))
     )
     assert same.unit_warning(sensors) is None
 
@@ -102,11 +103,11 @@ def test_eps_for_units_rejects_a_unit_no_sensor_has() -> None:
 )
 def test_per_sensor_parameters_validate_themselves(kwargs: dict, word: str) -> None:
     with pytest.raises(ParameterError, match=word):
-        PlanParameters(eps=1.0, delta=0.05, window=24, **kwargs)
+        PlanParameters.from_dict({"eps": 1.0, "delta": 0.05, "window": 24, **kwargs})
 
 
 def test_eps_vector_rejects_sensors_not_planned_for() -> None:
-    p = PlanParameters(eps=1.0, delta=0.05, window=24, eps_by_sensor={"x": 2.0})
+    p = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor={"x": 2.0}))
     assert p.eps_by_sensor == (("x", 2.0),)
     with pytest.raises(ParameterError, match="'x'"):
         p.eps_vector(("a", "b"))

@@ -25,6 +25,7 @@ from engine.live.versions import (
     map_to_json,
     read_versions,
 )
+from engine.query import WindowQuery
 from tests.helpers import fit_map
 
 SENSORS = ("a", "b", "c", "d")
@@ -38,7 +39,12 @@ def values(rows: int = 40, seed: int = 0) -> np.ndarray:
 
 
 def spec(backup: tuple[str, ...], x: np.ndarray) -> StreamSpec:
-    return StreamSpec(SENSORS, backup, fit_map(x, SENSORS, backup), 4, 2, "avg", 0.5, 0.05)
+    return StreamSpec(
+        SENSORS,
+        backup,
+        fit_map(x, SENSORS, backup),
+        WindowQuery(0.5, 0.05, 4, slide=2, aggregate="avg"),
+    )
 
 
 def test_a_map_round_trips_through_json_bit_for_bit() -> None:

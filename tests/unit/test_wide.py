@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bench.recovery_core import write_dataset
 from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import DataError
-from engine.export.config import load_config
+from engine.export import load_config
 from engine.export.recover import recover_dataset, recover_file
 from engine.export.wide import rebuild, widen
 from tests.production_reference import long_readings, sample_rows, write_config
