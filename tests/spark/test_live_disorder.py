@@ -30,10 +30,7 @@ def test_late_tuples_are_recorded_and_corrections_land_in_the_results(
     paths = PipelinePaths(tmp_path).ensure()
     options = FeedOptions(rows_per_file=4, delays=delays)
     Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, options).run()
-    stage = DisorderStage.for_history(
-        history.times, spec.window, spec.slide, spec.aggregate, eps_thr=spec.eps, delta=0.05,
-        backup_sensors=spec.backup_sensors,
-    )  # fmt: skip
+    stage = DisorderStage.for_history(history.times, spec.query, backup_sensors=spec.backup_sensors)
     with BackupStore(paths.store_file) as store:
         pipeline = LivePipeline(
             spark, spec, "approx", paths, store, stage=stage,
@@ -105,10 +102,7 @@ def test_a_failure_after_a_gap_in_time_loses_no_window_and_leaves_no_wrong_resul
     gapped = type(history)(times, history.values, history.sensors)
 
     def stage() -> DisorderStage:
-        return DisorderStage.for_history(
-            times, spec.window, spec.slide, spec.aggregate, eps_thr=spec.eps, delta=0.05,
-            backup_sensors=spec.backup_sensors,
-        )  # fmt: skip
+        return DisorderStage.for_history(times, spec.query, backup_sensors=spec.backup_sensors)
 
     manager = PipelineManager(SparkSettings(master="local[2]", shuffle_partitions=2))
     paths = PipelinePaths(tmp_path)
@@ -161,9 +155,8 @@ def test_windows_a_failure_leaves_without_a_whole_row_are_reported_unrecoverable
 
     def stage() -> DisorderStage:
         return DisorderStage.for_history(
-            history.times, spec.window, spec.slide, spec.aggregate, eps_thr=spec.eps,
-            delta=0.05, backup_sensors=spec.backup_sensors,
-        )  # fmt: skip
+            history.times, spec.query, backup_sensors=spec.backup_sensors
+        )
 
     options = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0, fail_after_readings=240)
     manager = PipelineManager(SparkSettings(master="local[2]", shuffle_partitions=2))
@@ -189,3 +182,39 @@ def test_windows_a_failure_leaves_without_a_whole_row_are_reported_unrecoverable
     assert (
         "cannot be rebuilt" in report.note and not indexed.duplicated(["window_id", "sensor"]).any()
     )
+
+
+def test_simulate_with_disorder_runs_the_stage_through_failure_and_recovery(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``simulate --disorder``: the CLI starts the run the way the app does (one launch
+    path), so late readings go through the K-slack stage, its corrections and final
+    results are stored, and recovery and the report work as without delays."""
+    from engine.cli import main
+    from engine.live.spec import PipelinePaths
+
+    root = Path(__file__).resolve().parents[2]
+    code = main(
+        ["simulate", "--data", str(root / "sample_data" / "beijing_aq_small.csv"),
+         "--sensors", "Aotizhongxin_TEMP,Changping_TEMP,Dongsi_TEMP,Aotizhongxin_PM2.5",
+         "--eps", "1", "--delta", "0.1", "--window", "12", "--rows", "120",
+         "--disorder", "exp:7200", "--seed", "3", "--workdir", str(tmp_path),
+         "--master", "local[2]"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = __import__("json").loads(out)
+    disorder = report["disorder"]
+    assert disorder["delays"].startswith("exp")
+    assert disorder["late_readings"] > 0 and disorder["corrected_results"] > 0
+    assert report["windows_lost"] > 0 and report["windows_pending"] == 0
+    with BackupStore(PipelinePaths(tmp_path).store_file) as store:
+        results = store.read_results()
+        late = store.read_table("late")
+    assert len(late) == disorder["late_readings"]
+    kinds = set(results["kind"])
+    assert {"live", "provisional", "correction", "final"} <= kinds, kinds
+    staged = results[results["kind"].isin(["provisional", "correction", "final"])]
+    finals = staged[staged["final"]].groupby(["window_id", "sensor"]).size()
+    # every window the stage reported after the flush has a final result
+    assert len(finals) == len(staged.groupby(["window_id", "sensor"]).size())
