@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.data import load_history
@@ -187,6 +188,7 @@ def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
         # the plan's --horizon serves simulate too: PlanParameters names the value
         (["--horizon", "0"], "horizon must be an integer >= 1 row, got 0"),
         (["--rows", "100000"], "rows to replay"),
+        (["--disorder", "gamma:3"], "unknown delay kind 'gamma'"),
     ],
 )
 def test_simulate_refuses_a_bad_horizon_or_replay_before_spark_starts(
@@ -229,6 +231,40 @@ def test_simulate_passes_its_backup_uri_to_the_pipeline(monkeypatch: pytest.Monk
             simulate_from_cli(history, params, args)
         paths = seen.pop()
         assert paths.backup_uri == (want or str(paths.root / "backup"))  # type: ignore[attr-defined]
+
+
+def test_simulate_disorder_draws_the_delays_it_names_with_its_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``simulate --disorder exp:60 --seed 4`` starts the run with those delays (the
+    disorder stage then runs, as in the app); without it, readings arrive in order."""
+    import engine.live.simulation as simulation
+    from engine.cli_parser import build_parser
+    from engine.data import load_history
+    from engine.live.simulate import simulate_from_cli
+    from engine.planning import PlanParameters
+
+    seen: list[object] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(*args: object, **kwargs: object) -> None:
+        seen.append(kwargs["disorder"])
+        raise Stop
+
+    monkeypatch.setattr(simulation, "run_simulation", fake_run)
+    history = load_history(SMALL).select(list(load_history(SMALL).sensors[:4]))
+    params = PlanParameters(WindowQuery(1.0, 0.1, 24))
+    base = ["simulate", "--data", "x", "--eps", "1", "--delta", "0.1", "--window", "24"]
+    for extra in (["--disorder", "exp:60", "--seed", "4"], []):
+        with pytest.raises(Stop):
+            simulate_from_cli(history, params, build_parser().parse_args([*base, *extra]))
+    late, in_order = seen
+    assert in_order is None
+    assert late.delays.describe() == "exp:60"  # type: ignore[attr-defined]
+    drawn = late.rng.random()  # type: ignore[attr-defined]
+    assert drawn == np.random.default_rng(4).random()
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
