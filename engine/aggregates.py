@@ -68,6 +68,23 @@ class Field:
             out = np.where(present, lifted, np.inf).min(axis=axis, initial=np.inf)
         return np.where(present.any(axis=axis), out, np.nan)
 
+    @property
+    def empty(self) -> float:
+        """This field of no reading: 0 for a sum, NaN for a max or a min."""
+        return 0.0 if self.reduce == "sum" else math.nan
+
+    def add(self, old: float, value: float) -> float:
+        """``old`` with one more reading ``value`` (NaN: none); ``fold`` of one reading at
+        a time, in plain floats (the disorder ledger adds late readings one by one)."""
+        if math.isnan(value):
+            return old
+        lifted = 1.0 if self.power == 0 else value**self.power
+        if self.reduce == "sum":
+            return old + lifted
+        if math.isnan(old):
+            return lifted
+        return max(old, lifted) if self.reduce == "max" else min(old, lifted)
+
     def merge(self, a: Any, b: Any) -> Any:
         """Two partials' values of this field as one (NaN-skipping for max/min)."""
         if self.reduce == "sum":

@@ -29,8 +29,6 @@ import heapq
 import math
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from engine.aggregates import get_aggregate
 from engine.disorder.buffer import KSlackBuffer, Zone
 from engine.disorder.config import DisorderConfig
@@ -94,13 +92,14 @@ class ResultLedger:
         return float(self._aggregate.finish(state, None if final else self.config.window))
 
     def _partial(self, values: list[float]) -> list[float]:
-        state = self._aggregate.partial(np.asarray(values, dtype=float))
-        return [float(state[f]) for f in self._fields]
+        state = [f.empty for f in self._aggregate.state_fields]
+        for value in values:
+            state = self._merged(state, value)
+        return state
 
     def _merged(self, old: list[float], value: float) -> list[float]:
-        agg, names = self._aggregate, self._fields
-        state = agg.merge(dict(zip(names, old, strict=True)), agg.partial(np.array([value])))
-        return [float(state[f]) for f in names]
+        fields = self._aggregate.state_fields
+        return [f.add(o, float(value)) for f, o in zip(fields, old, strict=True)]
 
     def _emit(self, key: tuple[int, str], kind: str, final: bool, now: float) -> None:
         version = self.versions.get(key, -1) + 1

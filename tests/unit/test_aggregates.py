@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.aggregates import (
     Aggregate,
+    Field,
     aggregate_names,
     get_aggregate,
     window_aggregates,
@@ -122,3 +125,21 @@ def test_prefix_errors_match_recomputing_each_prefix(name: str) -> None:
 def test_unknown_aggregate_is_a_parameter_error_naming_it(bad: object) -> None:
     with pytest.raises(ParameterError, match=repr(bad).replace("(", r"\(")):
         get_aggregate(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3) | st.just(float("nan")), max_size=12),
+    st.sampled_from(["sum", "max", "min"]),
+    st.integers(0, 3),
+)
+def test_adding_readings_one_by_one_is_folding_them_at_once(
+    values: list[float], reduce: str, power: int
+) -> None:
+    """The ledger adds late readings one at a time; the job folds batches with NumPy."""
+    field = Field("f", reduce, power)  # type: ignore[arg-type]
+    one_by_one = field.empty
+    for v in values:
+        one_by_one = field.add(one_by_one, v)
+    at_once = float(field.fold(np.asarray(values, dtype=float)))
+    assert one_by_one == pytest.approx(at_once, rel=1e-12, nan_ok=True)
