@@ -85,6 +85,9 @@ class PlanParameters(HoldsQuery):
         unknown = sorted(set(data) - set(cls.KEYS))
         if unknown:
             raise ParameterError(f"unknown plan parameter(s): {', '.join(unknown)}")
+        missing = [k for k in ("eps", "delta", "window") if k not in data]
+        if missing:
+            raise ParameterError(f"plan parameters lack {', '.join(missing)}")
         query = WindowQuery(**{k: v for k, v in data.items() if k in _QUERY_KEYS})
         return cls(query, **{k: v for k, v in data.items() if k not in _QUERY_KEYS})
 

@@ -26,7 +26,8 @@ LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
 def per_unit(spec: StreamSpec, history: Any) -> tuple[StreamSpec, np.ndarray]:
     """degC sensors at eps 0.5, PM2.5 at eps 15: a miss in one unit is not one in the other."""
     eps = np.array([0.5 if s.endswith("_TEMP") else 15.0 for s in spec.sensors])
-    return replace(spec, eps_by_sensor=tuple(eps.tolist())), eps
+    pairs = tuple(zip(spec.sensors, eps.tolist(), strict=True))
+    return replace(spec, query=replace(spec.query, eps_by_sensor=pairs)), eps
 
 
 def test_shadow_misses_count_against_each_sensors_eps(

@@ -178,3 +178,14 @@ def test_a_config_without_a_query_key_says_which() -> None:
     del parameters["delta"]
     with pytest.raises(ConfigError, match="config parameters lack 'delta'"):
         from_config({"parameters": parameters})
+
+
+def test_plan_parameters_round_trip_flat_and_name_what_is_wrong() -> None:
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, 6, "max", horizon=48), "paper")
+    flat = params.to_dict()
+    assert flat["window"] == 24 and flat["method"] == "paper" and "query" not in flat
+    assert PlanParameters.from_dict(flat) == params
+    with pytest.raises(ParameterError, match=r"unknown plan parameter.*colour"):
+        PlanParameters.from_dict({**flat, "colour": 1})
+    with pytest.raises(ParameterError, match="plan parameters lack delta"):
+        PlanParameters.from_dict({"eps": 1.0, "window": 3})
