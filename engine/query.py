@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.aggregates import check_window, get_aggregate
-from engine.data.units import check_eps_pairs
+from engine.data.units import sensor_pairs
 from engine.errors import ParameterError
 
 MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
@@ -42,6 +42,18 @@ def check_eps(eps: object, name: str = "eps") -> None:
 # max/min over long windows) round to 1 in double precision, so every target would be 0
 # or a division by zero; and no history could measure so small a rate anyway.
 MIN_DELTA = 1e-12
+
+
+def check_eps_pairs(value: object) -> tuple[tuple[str, float], ...]:
+    """Validated (sensor, eps) pairs: names unique, each eps a finite number > 0 and at
+    most ``MAX_EPS``, as ``eps`` is."""
+    out = []
+    for name, eps in sensor_pairs(value, "eps_by_sensor"):
+        if isinstance(eps, bool) or not isinstance(eps, int | float | np.floating):
+            raise ParameterError(f"eps of {name!r} must be a number, got {eps!r}")
+        check_eps(eps, f"eps of {name!r}")  # the one cap of every eps
+        out.append((name, float(eps)))
+    return tuple(out)
 
 
 def check_delta(delta: object) -> None:
@@ -112,8 +124,6 @@ class WindowQuery:
         check_horizon(self.horizon)
         check_exposure(self.exposure)
         pairs = check_eps_pairs(self.eps_by_sensor)
-        for name, eps in pairs:
-            check_eps(eps, f"eps of {name!r}")
         tumbling = self.slide is None or int(self.slide) == int(self.window)
         for name, value in (
             ("eps", float(self.eps)),

@@ -18,10 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from engine.errors import ParameterError
-from engine.query import check_eps
 
 UNKNOWN = "unknown:"
 # Explicit unit tokens at the end of a name (case-insensitive), as written in the file.
@@ -202,29 +199,16 @@ def eps_for_units(
     return tuple((s, float(eps_by_unit[u])) for s, u in units.items() if u in eps_by_unit)
 
 
-def check_eps_pairs(value: object) -> tuple[tuple[str, float], ...]:
-    """Validated (sensor, eps) pairs: names unique, each eps a finite number > 0 and at
-    most ``engine.query.MAX_EPS``, as ``--eps`` is."""
-    pairs = _pairs(value, "eps_by_sensor")
-    out = []
-    for name, eps in pairs:
-        if isinstance(eps, bool) or not isinstance(eps, int | float | np.floating):
-            raise ParameterError(f"eps of {name!r} must be a number, got {eps!r}")
-        check_eps(eps, f"eps of {name!r}")  # the one cap of every eps (engine.query)
-        out.append((name, float(eps)))
-    return tuple(out)
-
-
 def check_unit_pairs(value: object) -> tuple[tuple[str, str], ...]:
     """Validated (sensor, unit) pairs: names unique, units non-empty text."""
-    pairs = _pairs(value, "units")
+    pairs = sensor_pairs(value, "units")
     for name, unit in pairs:
         if not isinstance(unit, str) or not unit.strip():
             raise ParameterError(f"unit of {name!r} must be non-empty text, got {unit!r}")
     return tuple((name, str(unit).strip()) for name, unit in pairs)
 
 
-def _pairs(value: object, what: str) -> list[tuple[str, Any]]:
+def sensor_pairs(value: object, what: str) -> list[tuple[str, Any]]:
     """(sensor, value) pairs from a mapping or a sequence of pairs; names unique."""
     items = list(value.items()) if isinstance(value, dict) else value
     if not isinstance(items, list | tuple):
