@@ -53,6 +53,8 @@ from engine.job.watch import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from engine.job.layout import SinkPaths
+    from engine.job.sink import BatchWriter
     from engine.stream.source import LandingDirSource
 
 
@@ -184,7 +186,7 @@ def _run_query(
         in_background,
         read_fit_period,
     )
-    from engine.job.sink import BatchWriter, start_job_query
+    from engine.job.sink import BatchWriter
     from engine.job.transforms import WindowSpec
     from engine.planning.monitor import ViolationMonitor
 
@@ -251,6 +253,21 @@ def _run_query(
         backup=paths.backup,
         results=paths.results,
     )
+
+
+def start_job_query(
+    readings: Any, writer: BatchWriter, paths: SinkPaths, trigger: tuple[bool, float]
+) -> Any:
+    """The one streaming query: each micro-batch handed to ``writer`` once per attempt."""
+    stream = (
+        readings.writeStream.queryName("lacuna_job")
+        .foreachBatch(writer)
+        .option("checkpointLocation", paths.query_checkpoint("job"))
+    )
+    available_now, interval_s = trigger
+    if available_now:
+        return stream.trigger(availableNow=True).start()
+    return stream.trigger(processingTime=f"{interval_s:g} seconds").start()
 
 
 def _check_local_paths(settings: JobSettings) -> None:

@@ -385,18 +385,3 @@ class _Phases:
 
     def total(self) -> float:
         return self._now() - self._start
-
-
-def start_job_query(
-    readings: Any, writer: BatchWriter, paths: SinkPaths, trigger: tuple[bool, float]
-) -> Any:
-    """The one streaming query: each micro-batch handed to ``writer`` once per attempt."""
-    stream = (
-        readings.writeStream.queryName("lacuna_job")
-        .foreachBatch(writer)
-        .option("checkpointLocation", paths.query_checkpoint("job"))
-    )
-    available_now, interval_s = trigger
-    if available_now:
-        return stream.trigger(availableNow=True).start()
-    return stream.trigger(processingTime=f"{interval_s:g} seconds").start()

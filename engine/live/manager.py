@@ -49,7 +49,7 @@ from engine.live.spec import (
     align_history,
     check_mode,
 )
-from engine.live.status import PipelineStatus, Restore, StatusBoard
+from engine.live.status import PipelineStatus, StatusBoard
 from engine.live.store import BackupStore
 from engine.live.versions import PendingPlan, PlanVersion, read_versions
 from engine.live.views import ManagerViews
@@ -131,7 +131,7 @@ class PipelineManager(ManagerViews):
             first = self._claim(paths, action, run_identity(spec, mode))
             feed = FeedOptions(speed=speed, rows_per_file=rows, delays=delays, start_row=first)
             feed = replace(feed, stop_row=stop_row) if stop_row is not None else feed
-            self._spark = _spark(self.settings)
+            self._spark = get_spark(self.settings)
             self.board = self._board_for(paths, action, len(spec.sensors))
             self._truth, self._stage_factory, self._recovery = truth, stage_factory, None
             self._carry = None
@@ -152,7 +152,7 @@ class PipelineManager(ManagerViews):
             feeder = self._feeder
             self.board.watch_feed(lambda: feeder.progress().readings)
             if action == "resume":
-                self._restored("resume", first, text=f"run {self._pipeline.run} resumed")
+                self.board.restored("resume", first, f"run {self._pipeline.run} resumed")
             self._feeder.start()
             return self.status()
 
@@ -161,39 +161,17 @@ class PipelineManager(ManagerViews):
 
         A run resumed in this process keeps its board: every counter, the shadow tallies
         and the metrics history go on. Resumed by a new process, the board starts from
-        what the store holds (batches, backup rows and bytes, windows, readings up to
-        the last committed row); the shadow tallies of before live only in memory.
+        what the store holds (``StatusBoard.from_store``); the shadow tallies of before
+        live only in memory.
         """
         previous, store = self.board, self._require_store()
         same = previous.snapshot().run == store.next_run() - 1 and self._root == paths.root
         self._root = paths.root
         if action == "resume" and same:
             return previous
-        board = StatusBoard(self._now)
-        if action == "resume":
-            totals = store.totals()
-            board.add(
-                batches=totals["batches"],
-                backup_rows=totals["backup_rows"],
-                backup_bytes=totals["backup_bytes"],
-                windows_emitted=totals["windows"],
-                input_rows=(store.horizon() + 1) * n_sensors,
-            )
-        return board
-
-    def _restored(
-        self, kind: str, row: int, text: str, run: int | None = None, **details: Any
-    ) -> None:
-        """Count a recovery or resume of ``run`` (default: the run in force), keep it as
-        the latest restore, mark it on the metrics' time axis."""
-        snap = self.board.snapshot()
-        restore = Restore(
-            kind=kind, at=self._now().isoformat(), run=snap.run if run is None else run,
-            resumed_at_row=row, plan_version=snap.plan_version, **details,
-        )  # fmt: skip
-        self.board.record_restore(restore)
-        seconds, rows = details.get("seconds"), details.get("rows_read")
-        self.board.mark(kind, text, seconds=seconds, rows=rows)
+        if action != "resume":
+            return StatusBoard(self._now)
+        return StatusBoard.from_store(self._now, store.totals(), (store.horizon() + 1) * n_sensors)
 
     def _claim(self, paths: PipelinePaths, action: str, identity: dict[str, Any]) -> int:
         """Lock ``paths.root``, deal with leftovers, open the store; the first row to feed."""
@@ -290,7 +268,7 @@ class PipelineManager(ManagerViews):
             except BaseException:
                 self._release()
                 raise
-            self._spark = _spark(self.settings)
+            self._spark = get_spark(self.settings)
             self._config, self._stage_factory, self._recovery = config, stage_factory, None
             run = self._store.next_run() - 1
             if config.paths.checkpoint_dir.exists():  # a crash keeps it; its state is gone
@@ -358,8 +336,8 @@ class PipelineManager(ManagerViews):
             if self._carry is not None:
                 self._pipeline.queue(self._carry)
             self._failed_run, self._carry = None, None
-            self._restored(
-                "recovery", lost.last_row + 1, text=f"{cfg.mode}: {rows} rebuilt", run=failed,
+            self.board.restored(
+                "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,
                 lost_first_row=lost.first_row, lost_last_row=lost.last_row,
                 windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=outcome.rows_read,
                 seconds=seconds,
@@ -404,10 +382,6 @@ class PipelineManager(ManagerViews):
         self.stop()
         with self._lock:
             self._release()
-
-
-def _spark(settings: SparkSettings) -> Any:
-    return get_spark(settings)
 
 
 _DEFAULT: PipelineManager | None = None

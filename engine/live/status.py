@@ -240,6 +240,36 @@ class StatusBoard:
                 updated_at=self._now().isoformat(),
             )
 
+    @classmethod
+    def from_store(
+        cls, now: Callable[[], datetime], totals: dict[str, int], input_rows: int
+    ) -> StatusBoard:
+        """The board of a run resumed by a new process: its counters as its store holds
+        them (``BackupStore.totals``: batches, backup rows and bytes, windows) and the
+        readings up to its last committed row."""
+        board = cls(now)
+        board.add(
+            batches=totals["batches"],
+            backup_rows=totals["backup_rows"],
+            backup_bytes=totals["backup_bytes"],
+            windows_emitted=totals["windows"],
+            input_rows=input_rows,
+        )
+        return board
+
+    def restored(
+        self, kind: str, row: int, text: str, run: int | None = None, **details: Any
+    ) -> None:
+        """Count a recovery or resume of ``run`` (default: the run in force) restarting at
+        ``row``, keep it as the latest restore, mark it on the metrics' time axis."""
+        snap = self.snapshot()
+        restore = Restore(
+            kind=kind, at=self._now().isoformat(), run=snap.run if run is None else run,
+            resumed_at_row=row, plan_version=snap.plan_version, **details,
+        )  # fmt: skip
+        self.record_restore(restore)
+        self.mark(kind, text, seconds=details.get("seconds"), rows=details.get("rows_read"))
+
     def record_restore(self, restore: Restore) -> None:
         """A recovery or resume: counted and kept as the latest."""
         with self._lock:
