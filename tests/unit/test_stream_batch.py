@@ -465,6 +465,7 @@ def test_a_batch_retried_after_a_crash_restarts_from_the_stored_state(tmp_path: 
 def test_a_batch_a_stop_interrupts_raises_a_short_stop_without_its_cause(tmp_path: Path) -> None:
     import traceback
 
+    from engine.live.failure import LET_THROUGH
     from engine.live.pipeline import LivePipeline
     from engine.live.store import BackupStore
     from engine.stream.query_errors import (
@@ -475,7 +476,8 @@ def test_a_batch_a_stop_interrupts_raises_a_short_stop_without_its_cause(tmp_pat
     )
 
     h = make_history(16)
-    spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), 4, 4, "avg", 0.5, 0.05)
+    lm = fit_map(h.values, SENSORS, ("a",))
+    spec = StreamSpec(SENSORS, ("a",), lm, WindowQuery(0.5, 0.05, 4, aggregate="avg"))
 
     def interrupted(df, target, sensors, version):  # type: ignore[no-untyped-def]
         raise RuntimeError("An error occurred while calling o85.parquet.\n" + "\tat x\n" * 5000)
@@ -493,8 +495,8 @@ def test_a_batch_a_stop_interrupts_raises_a_short_stop_without_its_cause(tmp_pat
         text = "".join(traceback.format_exception(caught.value))
         assert STOPPED_PREFIX in text and STOPPED_CAUSE in text
         assert "o85" not in text and len(text) < 2000  # the interrupted call's text is gone
-        pipeline._fail.set()
-        pipeline._let_through = 99
+        pipeline.request_failure()
+        pipeline._failure._let_through = LET_THROUGH  # nothing more is let through
         with pytest.raises(SimulatedFailure):  # a simulated failure is not a stop
             pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
         assert store.committed_batches(0) == []
