@@ -104,6 +104,7 @@ from engine.planning.horizon import (
     horizon_origins,
     prediction_bound,
 )
+from engine.planning.scores import window_residuals
 
 _SPEC = P.PlanParameters.spec
 _QUANTILES = C._forward_quantiles
@@ -129,7 +130,7 @@ def patch(opts: dict[str, str]) -> None:
         h = spec.horizon_rows
         pairs = zip(*forward, strict=True)
         if spec.exposure is None:  # range: signed window errors (some options read the sign)
-            res = [C._window_residuals(x[o : o + h], m, backup, spec) for o, m in pairs]
+            res = [window_residuals(x[o : o + h], m, backup, spec) for o, m in pairs]
             neff = sum(r.shape[0] // spec.window + 1 for r in res)
         else:  # crash: the product's scores, w + m - 1 (max/min: twice) per window
             res = [C.calibration_scores(x[o : o + h], m, backup, spec) for o, m in pairs]
@@ -420,11 +421,11 @@ def horizons(case: Any, data: Any, names: list[str], h: int, s: int, origins: An
         x = x_all[t - h : t]
         ors = horizon_origins(h, first_fit_rows(n, case.window, s), s)[-MAX_SCORED_HORIZONS:]
         per = [
-            conformal_quantile(np.abs(C._window_residuals(x[o : o + s], m, sub, spec)), spec.level)
+            conformal_quantile(np.abs(window_residuals(x[o : o + s], m, sub, spec)), spec.level)
             for o, m in zip(ors, forward_models(x, ors, tuple(names)), strict=True)
         ]
         model = GaussianModel().fit(x, tuple(names))
-        ahead = C._window_residuals(x_all[t : t + s], model, sub, spec)
+        ahead = window_residuals(x_all[t : t + s], model, sub, spec)
         realised = conformal_quantile(np.abs(ahead), spec.level)
         for j in (j for j in range(n) if j not in sub):
             past = ", ".join(f"{p[j]:.2f}" for p in per)

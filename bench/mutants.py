@@ -47,7 +47,7 @@ class Mutant:
 
 MUTANTS = (
     Mutant("a: worst-sensor bound without the Bonferroni correction",
-           "engine/planning/verdict.py",
+           "engine/planning/backtest_result.py",
            "int(viol[worst]), int(rebuilt[worst]), 1.0 - VERDICT_ALPHA / m",
            "int(viol[worst]), int(rebuilt[worst]), 1.0 - VERDICT_ALPHA",
            ("tests/unit/test_verdict.py",)),
@@ -217,7 +217,7 @@ MUTANTS = (
            "",
            ("tests/unit/test_crash_contract.py",)),
     Mutant("x7: the crash verdict tests triples as if independent",
-           "engine/planning/verdict.py",
+           "engine/planning/crash_result.py",
            "window_p_value(v / self.positions, r // self.positions, delta)",
            "window_p_value(v, r, delta)",
            ("tests/unit/test_crash_contract.py",)),

@@ -29,70 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import gammaln, ndtr
 from scipy.stats import norm
 
 from engine.errors import ParameterError
+from engine.partial_state import COUNT, Field, State
 from engine.stretches import in_windows, kept_max, lost_rows, range_max
-
-Reduce = Literal["sum", "max", "min"]
-State = dict[str, Any]  # field name -> a number, or an array/Series of them (one per window)
-
-
-@dataclass(frozen=True)
-class Field:
-    """One number of a partial state: each reading adds ``value ** power`` to it by
-    ``reduce`` (``power`` 0: one per reading, a count), and two partials merge by
-    ``reduce`` too. Readings without a value (NaN) are left out."""
-
-    name: str
-    reduce: Reduce
-    power: int = 1
-
-    def fold(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
-        """This field of the readings ``x`` along ``axis``; NaN for a max/min of none."""
-        present = ~np.isnan(x)
-        if self.reduce == "sum":
-            if self.power == 0:
-                return present.sum(axis=axis).astype(float)
-            return np.where(present, x**self.power, 0.0).sum(axis=axis)
-        lifted = x if self.power == 1 else x**self.power
-        if self.reduce == "max":
-            out = np.where(present, lifted, -np.inf).max(axis=axis, initial=-np.inf)
-        else:
-            out = np.where(present, lifted, np.inf).min(axis=axis, initial=np.inf)
-        return np.where(present.any(axis=axis), out, np.nan)
-
-    @property
-    def empty(self) -> float:
-        """This field of no reading: 0 for a sum, NaN for a max or a min."""
-        return 0.0 if self.reduce == "sum" else math.nan
-
-    def add(self, old: float, value: float) -> float:
-        """``old`` with one more reading ``value`` (NaN: none); ``fold`` of one reading at
-        a time, in plain floats (the disorder ledger adds late readings one by one)."""
-        if math.isnan(value):
-            return old
-        lifted = 1.0 if self.power == 0 else value**self.power
-        if self.reduce == "sum":
-            return old + lifted
-        if math.isnan(old):
-            return lifted
-        return max(old, lifted) if self.reduce == "max" else min(old, lifted)
-
-    def merge(self, a: Any, b: Any) -> Any:
-        """Two partials' values of this field as one (NaN-skipping for max/min)."""
-        if self.reduce == "sum":
-            return a + b
-        return np.fmax(a, b) if self.reduce == "max" else np.fmin(a, b)
-
-
-COUNT = Field("n", "sum", 0)  # readings with a value: part of every aggregate's state
 
 
 @dataclass(frozen=True)
@@ -397,104 +343,3 @@ def get_aggregate(name: object) -> Aggregate:
         names = ", ".join(aggregate_names())
         raise ParameterError(f"aggregate must be one of {names}, got {name!r}")
     return AGGREGATES[name]
-
-
-# ---------------------------------------------------------------- partial states in frames
-
-
-def grouped_partials(
-    frame: pd.DataFrame, keys: list[str], value: str, aggregate: Aggregate
-) -> pd.DataFrame:
-    """The partial state of each group of readings: ``keys`` and one column per state
-    field, from ``frame[value]`` (NaN: no reading)."""
-    x = frame[value].astype(float)
-    lifted = {
-        f.name: x.notna().astype(np.int64) if f.power == 0 else x**f.power
-        for f in aggregate.state_fields
-    }
-    parts = pd.DataFrame({**{k: frame[k] for k in keys}, **lifted})
-    return merged_partials(parts, keys, aggregate)
-
-
-def merged_partials(
-    frame: pd.DataFrame, keys: list[str], aggregate: Aggregate, prefixes: tuple[str, ...] = ("",)
-) -> pd.DataFrame:
-    """One row per ``keys`` of partial-state rows: each field merged by its reduction.
-
-    ``prefixes``: the state's columns appear once per prefix (``rebuilt_n``, ...).
-    Max and min skip NaN; a sum of none is 0.
-    """
-    spec = {
-        prefix + f.name: (prefix + f.name, f.reduce)
-        for prefix in prefixes
-        for f in aggregate.state_fields
-    }
-    return frame.groupby(keys, as_index=False, sort=True).agg(**spec)
-
-
-# ---------------------------------------------------------------- windows
-
-
-def check_window(window: int, slide: int) -> None:
-    """Raise ``ParameterError`` unless ``1 <= slide <= window``."""
-    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
-        raise ParameterError(f"window must be an integer >= 1, got {window!r}")
-    if isinstance(slide, bool) or not isinstance(slide, int | np.integer) or slide < 1:
-        raise ParameterError(f"slide must be an integer >= 1, got {slide!r}")
-    if slide > window:
-        raise ParameterError(f"slide must not exceed window ({window}), got {slide!r}")
-
-
-def window_starts(n_rows: int, window: int, slide: int) -> np.ndarray:
-    """First row of every complete window: (W,) int."""
-    check_window(window, slide)
-    if n_rows < window:
-        return np.zeros(0, dtype=int)
-    return np.arange(0, n_rows - window + 1, slide)
-
-
-def window_aggregates(values: np.ndarray, window: int, slide: int, aggregate: str) -> np.ndarray:
-    """Aggregate every complete sliding window.
-
-    Parameters
-    ----------
-    values : (T, n) readings (a 1-D array is treated as one sensor).
-    window, slide : in readings.
-    aggregate : a name of ``AGGREGATES``.
-
-    Returns
-    -------
-    (W, n) window aggregates.
-    """
-    agg = get_aggregate(aggregate)
-    x = np.asarray(values, dtype=float)
-    if x.ndim == 1:
-        x = x[:, None]
-    starts = window_starts(x.shape[0], window, slide)
-    if starts.size == 0:
-        return np.zeros((0, x.shape[1]))
-    return agg.over_windows(x, starts, window)
-
-
-def window_errors(
-    truth: np.ndarray, recovered: np.ndarray, window: int, slide: int, aggregate: str
-) -> np.ndarray:
-    """Absolute error of every recovered window aggregate: (W, n)."""
-    if np.shape(truth) != np.shape(recovered):
-        raise ParameterError(
-            f"truth and recovered shapes differ: {np.shape(truth)} vs {np.shape(recovered)}"
-        )
-    a = window_aggregates(truth, window, slide, aggregate)
-    b = window_aggregates(recovered, window, slide, aggregate)
-    return np.abs(a - b)
-
-
-def violation_rates(errors: np.ndarray, eps: float | np.ndarray) -> np.ndarray:
-    """Fraction of windows whose error exceeds ``eps`` (scalar or (n,)), per sensor: (n,).
-
-    A sensor with no window has rate ``nan`` (nothing was measured).
-    """
-    e = np.asarray(errors, dtype=float)
-    if e.shape[0] == 0:
-        return np.full(e.shape[1] if e.ndim == 2 else 1, np.nan)
-    return (e > eps).mean(axis=0)

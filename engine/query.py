@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.aggregates import check_window, get_aggregate
+from engine.aggregates import get_aggregate
 from engine.data.units import sensor_pairs
 from engine.errors import ParameterError
+from engine.windows import check_window
 
 MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
 

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.aggregates import window_aggregates
 from engine.data import SensorHistory
 from engine.live import PipelineManager, RecoveryReport
 from engine.planning import BackupPlan
+from engine.windows import window_aggregates
 from ui import charts, resources
 from ui.format import plural, span
 from ui.live import PENDING, plan_signature

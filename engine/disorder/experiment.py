@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import get_aggregate, grouped_partials
+from engine.aggregates import get_aggregate
 from engine.disorder.config import DisorderConfig
 from engine.disorder.delays import DelayModel, parse_delays
 from engine.disorder.items import LateItem
 from engine.disorder.ledger import DisorderProcessor, ResultRow
 from engine.errors import ParameterError
+from engine.partial_state import grouped_partials
 
 # Called with ours' late tuples and result rows of a replay (see ``run_disorder_experiment``).
 Recorder = Callable[[Sequence[LateItem], Sequence[ResultRow]], object]

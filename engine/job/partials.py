@@ -31,9 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from engine.aggregates import COUNT, Aggregate, get_aggregate, merged_partials
+from engine.aggregates import Aggregate, get_aggregate
 from engine.errors import PipelineError
 from engine.model.linear import LinearMap
+from engine.partial_state import COUNT, merged_partials
 
 KEYS = ["window_start", "window_end", "sensor"]
 RESULT_COLUMNS = [*KEYS, "n", "value", "rebuilt", "error", "miss", "backed_up"]

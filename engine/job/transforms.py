@@ -19,9 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from engine.aggregates import COUNT, Field, get_aggregate
+from engine.aggregates import get_aggregate
 from engine.errors import ParameterError
 from engine.model.linear import LinearMap
+from engine.partial_state import COUNT, Field
 from engine.query import WindowQuery
 
 BACKUP_COLUMNS: tuple[str, ...] = ("event_time", "sensor", "value", "plan_version")

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import window_aggregates, window_errors
 from engine.live.records import LIVE, RECOVERED
 from engine.model.linear import LinearMap, column_indices
 from engine.query import WindowQuery
+from engine.windows import window_aggregates, window_errors
 
 FEED_COLUMNS: tuple[str, ...] = ("seq", "event_time", "arrival_time", "sensor", "value")
 BACKUP_COLUMNS: tuple[str, ...] = ("seq", "event_time", "sensor", "value")

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import window_aggregates
 from engine.errors import ParameterError
 from engine.live.batch import WindowParams, WindowState
 from engine.model.linear import LinearMap
+from engine.windows import window_aggregates
 
 __all__ = ["aggregate_windows_frame", "reconstruct_frame", "seed_state"]
 

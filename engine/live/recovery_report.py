@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.aggregates import violation_rates, window_aggregates
 from engine.errors import ParameterError
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
+from engine.windows import violation_rates, window_aggregates
 
 __all__ = ["RecoveryReport", "score_recovery"]
 

@@ -14,6 +14,7 @@
 """
 
 from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
+from engine.planning.backtest_result import BacktestResult
 from engine.planning.calibration import (
     CALIBRATIONS,
     CalibrationInfo,
@@ -43,7 +44,6 @@ from engine.planning.plan import BackupPlan, make_plan
 from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
 from engine.planning.reselect import pin_backups, retarget
 from engine.planning.savings import BYTES_PER_READING, Savings
-from engine.planning.verdict import BacktestResult
 from engine.planning.whatif import DELTA_GRID, eps_grid, scaled_eps, whatif_delta, whatif_eps
 
 __all__ = [

@@ -15,17 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from engine.aggregates import get_aggregate, window_starts
+from engine.aggregates import get_aggregate
 from engine.errors import ParameterError
+from engine.planning.backtest_result import summarise_backtest
 from engine.planning.calibration import (
     FoldPlan,
     PlanningSpec,
     Progress,
-    _recovered,
-    _window_residuals,
     plan_on,
 )
-from engine.planning.verdict import summarise_backtest, summarise_crash
+from engine.planning.crash_result import summarise_crash
+from engine.planning.scores import rebuilt, window_residuals
+from engine.windows import window_starts
 
 __all__ = ["MAX_LOG_SCALE", "BacktestSettings", "fold_origins", "run_backtest", "track_quantile"]
 
@@ -152,7 +153,7 @@ def _score_fold(
     """
     backup = fold.selection.backup
     test = x[t : t + step]
-    resid = _window_residuals(test, fold.model, backup, spec, spec.slide)
+    resid = window_residuals(test, fold.model, backup, spec, spec.slide)
     rebuilt = np.ones(x.shape[1], dtype=bool)
     rebuilt[list(backup)] = False
     return np.abs(resid) > spec.eps, rebuilt
@@ -169,7 +170,7 @@ def _score_fold_crash(
     """
     test = x[t : t + step]
     starts = window_starts(test.shape[0], spec.window, spec.slide)
-    recovered = _recovered(test, fold.model, fold.selection.backup)
+    recovered = rebuilt(test, fold.model, fold.selection.backup)
     agg = get_aggregate(spec.aggregate)
     err = agg.exposure_errors(test, recovered, starts, spec.window, exposure)
     return np.asarray(np.abs(err) > spec.eps)

@@ -23,7 +23,7 @@ than ``delta``. Two remedies live here:
   rate cannot be measured: its target is 0 and it is backed up.
 * **the backtest**: fit on ``[t - H, t)``, plan, measure real window errors on
   ``[t, t + S)``; this is the figure an operator is shown, not the model's
-  (``engine.planning.backtest``, which scores folds with ``_window_residuals``).
+  (``engine.planning.backtest``, scoring folds with ``scores.window_residuals``).
 
 Two contracts (DESIGN.md section 3b). ``exposure=None``: the **range contract**,
 whole windows rebuilt, scored as above. ``exposure=m``: the **crash contract**, a
@@ -45,9 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.linalg
 
-from engine.aggregates import get_aggregate, window_aggregates, window_starts
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.planning.guarantee import variance_target
@@ -61,6 +59,7 @@ from engine.planning.horizon import (
     horizon_origins,
     prediction_bound,
 )
+from engine.planning.scores import calibration_scores, dropped_variance
 from engine.query import WindowQuery, check_exposure, check_horizon, horizon_rows
 from engine.selection import Method, Selection, select_backups
 
@@ -236,7 +235,7 @@ def _calibrate(
     n_windows, iterations, seen = 0, 0, {selection.backup}
     for iterations in range(1, 9):
         q, n_windows = _forward_quantiles(x, forward, selection.backup, spec, level)
-        sd = np.sqrt(_dropped_variance(model, selection.backup))
+        sd = np.sqrt(dropped_variance(model, selection.backup))
         ok = sd > 1e-12 * max(1.0, float(np.sqrt(np.mean(np.diag(model.cov_)))))
         ratio = np.where(ok, np.maximum(q, 1e-300) / np.where(ok, sd, 1.0), ratio)
         with np.errstate(over="ignore"):  # a ratio of ~0: see the flat rule below
@@ -284,34 +283,6 @@ def _calibrate(
     return FoldPlan(model, selection, targets * scale, info)
 
 
-def _dropped_variance(model: GaussianModel, backup: tuple[int, ...]) -> np.ndarray:
-    """var_{i|O} for i outside O, and var_{i|O minus i} for i in O: (n,).
-
-    For i in O the leave-one-out variance is ``1 / P_ii`` with ``P`` the inverse
-    of ``Sigma_OO`` (informative sensors only): one inversion for all of O.
-    """
-    var = model.conditional_variance(list(backup)).copy()
-    inf, precision = _backup_precision(model, backup)
-    if inf:
-        var[inf] = 1.0 / np.diag(precision)
-    return var
-
-
-def _backup_precision(
-    model: GaussianModel, backup: tuple[int, ...]
-) -> tuple[list[int], np.ndarray]:
-    """Informative backed-up sensors and the inverse of their covariance block.
-
-    Constant sensors (zero variance) are left out: they are rebuilt by their mean
-    and their leave-one-out variance is 0, as ``conditional_variance`` says.
-    """
-    inf = [j for j in backup if not model.constant_[j]]
-    if not inf:
-        return inf, np.zeros((0, 0))
-    block = model.cov_[np.ix_(inf, inf)]
-    return inf, scipy.linalg.cho_solve(scipy.linalg.cho_factor(block), np.eye(len(inf)))
-
-
 def _forward_quantiles(
     x: np.ndarray,
     forward: tuple[list[int], list[GaussianModel]],
@@ -350,67 +321,6 @@ def _forward_quantiles(
     disjoint = len(scores) * (windows // spec.window + 1)
     q = np.maximum(q, prediction_bound(e, disjoint, level))
     return q, e.shape[0]
-
-
-def calibration_scores(
-    x: np.ndarray, model: GaussianModel, backup: tuple[int, ...], spec: PlanningSpec
-) -> np.ndarray:
-    """(N, n) non-negative scores on ``x``, each against ``spec.eps``, linear in the
-    scale of the rebuild's residual.
-
-    Range contract: every window (sliding by one reading) rebuilt whole, its
-    ``|error|``. Crash contract: every window and every failure position touching it
-    (``w + m - 1`` a window), the lost rows rebuilt (``Aggregate.exposure_scores``),
-    for max and min with the residual's sign and with its opposite.
-    """
-    if spec.exposure is None:
-        return np.abs(_window_residuals(x, model, backup, spec))
-    starts = window_starts(x.shape[0], spec.window, 1)
-    recovered = _recovered(x, model, backup)
-    agg = get_aggregate(spec.aggregate)
-    scores = [agg.exposure_scores(x, recovered, starts, spec.window, spec.exposure, spec.eps)]
-    if not agg.sign_blind:
-        # The model's error is symmetric; a sign the scored horizons happened to show (a
-        # rebuild running low all along never overshoots a max) is not a property of the
-        # next one. So max and min also score the mirrored residual: the rebuild
-        # ``2 x - recovered``. Benchmark, choose half: a room's light sensor rebuilt low
-        # through calibration overshot in 43 % of a week's failures once it ran high.
-        mirrored = 2.0 * x - recovered
-        scores.append(
-            agg.exposure_scores(x, mirrored, starts, spec.window, spec.exposure, spec.eps)
-        )
-    return np.vstack([s.reshape(-1, x.shape[1]) for s in scores])
-
-
-def _window_residuals(
-    x: np.ndarray, model: GaussianModel, backup: tuple[int, ...], spec: PlanningSpec, slide: int = 1
-) -> np.ndarray:
-    """(W, n) signed window residuals (truth - recovered) on ``x``.
-
-    Calibration slides by one reading: more (overlapping) samples.
-    """
-    truth = window_aggregates(x, spec.window, slide, spec.aggregate)
-    recovered = _recovered(x, model, backup)
-    return truth - window_aggregates(recovered, spec.window, slide, spec.aggregate)
-
-
-def _recovered(x: np.ndarray, model: GaussianModel, backup: tuple[int, ...]) -> np.ndarray:
-    """(T, n) readings of ``x`` as rebuilt from the backup set ``O``.
-
-    Every sensor is rebuilt as in ``_dropped_variance``: sensors outside ``O`` from
-    ``O``, a sensor in ``O`` from ``O`` without it (what would happen if it were
-    dropped).
-    """
-    recovered = model.linear_map(list(backup)).apply(x[:, list(backup)])
-    # A sensor j in O rebuilt from O without j: x_j - (P (x_O - mu_O))_j / P_jj,
-    # the leave-one-out regression read off the precision P of Sigma_OO.
-    inf, precision = _backup_precision(model, backup)
-    if inf:
-        centred = x[:, inf] - model.mean_[inf]
-        recovered[:, inf] = x[:, inf] - (centred @ precision) / np.diag(precision)
-    constant = [j for j in backup if model.constant_[j]]
-    recovered[:, constant] = model.mean_[constant]
-    return recovered
 
 
 # ---------------------------------------------------------------- backtest

@@ -16,10 +16,11 @@ from typing import overload
 
 import numpy as np
 
-from engine.aggregates import check_window, get_aggregate
+from engine.aggregates import get_aggregate
 from engine.aggregates import z_value as aggregate_z_value
 from engine.errors import ParameterError
 from engine.query import check_delta, check_eps
+from engine.windows import check_window
 
 
 def z_value(delta: float) -> float:

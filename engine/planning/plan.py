@@ -20,6 +20,7 @@ from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
 from engine.planning.backtest import BacktestSettings, run_backtest
+from engine.planning.backtest_result import BacktestResult
 from engine.planning.calibration import (
     CalibrationInfo,
     FoldPlan,
@@ -32,7 +33,7 @@ from engine.planning.guarantee import window_violation_probability
 from engine.planning.horizon import calibration_rows
 from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
 from engine.planning.savings import BYTES_PER_READING, Savings
-from engine.planning.verdict import BacktestResult, Verdict
+from engine.planning.verdict import Verdict
 from engine.query import WindowQuery
 from engine.selection.greedy import Selection
 

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.aggregates import window_aggregates
 from engine.data import load_history
 from engine.errors import PipelineError
 from engine.live.recovery_report import RecoveryReport
 from engine.live.status import PipelineStatus, StatusBoard
 from engine.query import WindowQuery
+from engine.windows import window_aggregates
 from tests.app.apphelpers import SMALL, metric, settle, texts
 from ui import dashboard, live, recovery, resources
 from ui.jobs import get_runner

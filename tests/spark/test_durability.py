@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.aggregates import window_aggregates
 from engine.errors import PipelineError
 from engine.live.manager import PipelineManager
 from engine.live.simulation import run_simulation
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
+from engine.windows import window_aggregates
 
 pytestmark = pytest.mark.spark
 

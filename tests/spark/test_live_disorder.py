@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.aggregates import window_aggregates
 from engine.disorder import DisorderStage
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.manager import PipelineManager
@@ -16,6 +15,7 @@ from engine.live.pipeline import LivePipeline
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
+from engine.windows import window_aggregates
 
 pytestmark = pytest.mark.spark
 

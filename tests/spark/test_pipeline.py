@@ -14,13 +14,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from engine.aggregates import window_aggregates, window_errors
 from engine.backup.dataset import read_backup as production_read_backup
 from engine.live.failure import consumed_files
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.pipeline import LivePipeline
 from engine.live.spec import Fault, PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
+from engine.windows import window_aggregates, window_errors
 from tests.production_reference import write_config
 
 pytestmark = pytest.mark.spark

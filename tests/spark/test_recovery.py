@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.aggregates import window_aggregates
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
 from engine.live.backup_writer import write_batch
 from engine.live.manager import PipelineManager
@@ -24,6 +23,7 @@ from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.live.versions import PlanVersion
 from engine.stream.session import SparkSettings, get_spark
+from engine.windows import window_aggregates
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.aggregates import window_aggregates
 from engine.data import SensorHistory, load_history
 from engine.live.manager import PipelineManager
 from engine.live.recovery import LostRange, recover_lost_range
@@ -25,6 +24,7 @@ from engine.live.versions import PlanVersion, read_versions
 from engine.planning import BackupPlan, PlanParameters, make_plan
 from engine.query import WindowQuery
 from engine.stream.session import SparkSettings
+from engine.windows import window_aggregates
 
 pytestmark = pytest.mark.spark
 

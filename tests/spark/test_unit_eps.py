@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.aggregates import window_errors
 from engine.live.simulation import run_simulation
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.stream.session import SparkSettings
+from engine.windows import window_errors
 from tests.spark.test_pipeline import ONCE, feed, run_once
 
 pytestmark = pytest.mark.spark

@@ -7,15 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.aggregates import (
-    Aggregate,
-    Field,
-    aggregate_names,
-    get_aggregate,
-    window_aggregates,
-    window_starts,
-)
+from engine.aggregates import Aggregate, aggregate_names, get_aggregate
 from engine.errors import ParameterError
+from engine.partial_state import Field
+from engine.windows import window_aggregates, window_starts
 
 AGGREGATE_NAMES = aggregate_names()
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from bench.bench_honesty import crash_misses, exposures
-from engine.aggregates import AGGREGATE_NAMES, get_aggregate, window_starts
+from engine.aggregates import aggregate_names, get_aggregate
+from engine.windows import window_starts
 
 
-@pytest.mark.parametrize("name", AGGREGATE_NAMES)
+@pytest.mark.parametrize("name", aggregate_names())
 @pytest.mark.parametrize(("window", "exposure"), [(6, 1), (6, 2), (24, 6), (4, 4)])
 def test_bench_crash_misses_match_the_engine(name: str, window: int, exposure: int) -> None:
     rng = np.random.default_rng(2)

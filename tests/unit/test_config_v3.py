@@ -12,8 +12,9 @@ import pytest
 from engine.cli import main
 from engine.data import load_history
 from engine.errors import ConfigError, ParameterError
-from engine.export.config import BackupConfig, load_config, plan_to_config, write_config
+from engine.export import BackupConfig, load_config, plan_to_config, write_config
 from engine.planning import BacktestSettings, PlanParameters, make_plan
+from engine.query import WindowQuery
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 
@@ -26,7 +27,7 @@ def history():
 
 @pytest.fixture(scope="module")
 def crash_plan(history):
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, history=300, exposure=2)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, exposure=2), history=300)
     return make_plan(history, params, backtest=BacktestSettings(history=300, max_folds=3))
 
 
@@ -46,7 +47,7 @@ def test_a_crash_plan_states_its_exposure_and_both_contracts(crash_plan, tmp_pat
 
 
 def test_a_range_plan_writes_a_null_exposure(history) -> None:
-    params = PlanParameters(eps=1.0, delta=0.05, window=24, history=300)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24), history=300)
     plan = make_plan(history, params, backtest=BacktestSettings(history=300, max_folds=2))
     config = plan_to_config(plan)
     assert config["parameters"]["exposure"] is None
@@ -75,7 +76,7 @@ def test_v3_loader_rejects_bad_exposures(crash_plan, mutate, word: str) -> None:
 @pytest.mark.parametrize("bad", [0, -3, True, 2.5])
 def test_exposure_must_be_a_whole_number_of_rows(bad) -> None:
     with pytest.raises(ParameterError, match="exposure"):
-        PlanParameters(eps=1.0, delta=0.05, window=24, exposure=bad)
+        PlanParameters(WindowQuery(1.0, 0.05, 24, exposure=bad))
 
 
 def test_cli_plan_takes_exposure(tmp_path, capsys) -> None:

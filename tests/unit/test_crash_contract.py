@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 
 import engine.planning.calibration as C
-from engine.aggregates import get_aggregate, window_starts
+import engine.planning.scores as S
+from engine.aggregates import get_aggregate
 from engine.model import GaussianModel
 from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
+from engine.planning.crash_result import CrashResult, summarise_crash
 from engine.planning.horizon import conformal_quantile
-from engine.planning.verdict import CrashResult, summarise_crash, window_p_value
+from engine.planning.verdict import window_p_value
+from engine.windows import window_starts
 
 
 def _smooth(rows: int, seed: int) -> np.ndarray:
@@ -26,8 +29,8 @@ def test_range_scores_are_the_window_errors() -> None:
     x = _smooth(300, 1)
     model = GaussianModel().fit(x[:200], ("a", "b", "c"))
     spec = C.PlanningSpec(1.0, 0.05, 12, 12, "avg")
-    got = C.calibration_scores(x[200:], model, (0,), spec)
-    np.testing.assert_array_equal(got, np.abs(C._window_residuals(x[200:], model, (0,), spec)))
+    got = S.calibration_scores(x[200:], model, (0,), spec)
+    np.testing.assert_array_equal(got, np.abs(S.window_residuals(x[200:], model, (0,), spec)))
 
 
 @pytest.mark.parametrize(("name", "count"), [("avg", 1), ("sum", 1), ("max", 2), ("min", 2)])
@@ -35,10 +38,10 @@ def test_crash_scores_every_window_and_failure_position(name: str, count: int) -
     x = _smooth(300, 2)
     model = GaussianModel().fit(x[:200], ("a", "b", "c"))
     spec = C.PlanningSpec(1.0, 0.05, 12, 12, name, exposure=3)
-    got = C.calibration_scores(x[200:], model, (0,), spec)
+    got = S.calibration_scores(x[200:], model, (0,), spec)
     windows = 100 - 12 + 1
     assert got.shape == (count * windows * (12 + 3 - 1), 3)  # max/min: the mirror too
-    rec = C._recovered(x[200:], model, (0,))
+    rec = S.rebuilt(x[200:], model, (0,))
     own = get_aggregate(name).exposure_scores(x[200:], rec, window_starts(100, 12, 1), 12, 3, 1.0)
     np.testing.assert_array_equal(got[: own.size // 3], own.reshape(-1, 3))
 
@@ -55,13 +58,13 @@ def test_max_scores_the_mirrored_residual_of_a_rebuild_that_ran_low() -> None:
     later = x[300:].copy()
     later[:, 1] = later[:, 0] + 3.0  # b drifted up: the model rebuilds it 3 low
     spec = C.PlanningSpec(1.0, 0.05, 12, 12, "max", exposure=1)
-    rec = C._recovered(later, model, (0,))
+    rec = S.rebuilt(later, model, (0,))
     assert np.all(rec[:, 1] < later[:, 1] - 2.5)
     as_seen = get_aggregate("max").exposure_scores(
         later, rec, window_starts(100, 12, 1), 12, 1, 1.0
     )
     assert as_seen[..., 1].max() <= 1.0  # never a miss as the rebuild ran
-    q = conformal_quantile(C.calibration_scores(later, model, (0,), spec), 0.965)
+    q = conformal_quantile(S.calibration_scores(later, model, (0,), spec), 0.965)
     assert q[1] > 1.5  # the mirrored rebuild overshoots: b needs a smaller variance
 
 
@@ -82,7 +85,7 @@ def test_a_sensor_with_no_measured_error_keeps_a_finite_target(monkeypatch) -> N
     fold = C.plan_on(x, ("a", "b", "c"), spec)
     assert np.all(np.isfinite(fold.targets))
     assert fold.calibration.flat == ("c",)
-    sd2 = C._dropped_variance(fold.model, fold.selection.backup)[2]
+    sd2 = S.dropped_variance(fold.model, fold.selection.backup)[2]
     assert fold.targets[2] == pytest.approx(sd2, rel=1e-9) or fold.targets[2] < sd2
     assert "held to the variance measured" in fold.calibration.reason
 
@@ -139,7 +142,7 @@ def test_backtest_tallies_the_crash_contract_as_a_brute_force_does() -> None:
     for t in fold_origins(700, 8, settings, 96):
         fold = C.plan_on(x[t - 300 : t], sensors, spec)
         test = x[t : t + 96]
-        rec = C._recovered(test, fold.model, fold.selection.backup)
+        rec = S.rebuilt(test, fold.model, fold.selection.backup)
         for j in range(3):
             if j in fold.selection.backup:
                 continue

@@ -19,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.aggregates import window_aggregates
 from engine.data import history_from_frame
 from engine.disorder import (
     METHODS,
@@ -44,6 +43,7 @@ from engine.disorder.experiment import (
 )
 from engine.errors import ParameterError, PipelineError
 from engine.query import WindowQuery
+from engine.windows import window_aggregates
 
 Tuple4 = tuple[float, str, float, float]  # event time, sensor, value, arrival
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.aggregates import violation_rates
 from engine.data import load_history
 from engine.live.spec import StreamSpec
 from engine.live.status import StatusBoard
@@ -23,6 +22,7 @@ from engine.planning import (
 )
 from engine.planning.plan import eps_units
 from engine.query import WindowQuery
+from engine.windows import violation_rates
 
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 SETTINGS = BacktestSettings(history=240, max_folds=8)
@@ -107,8 +107,8 @@ def test_backtest_counts_each_sensor_against_its_own_eps(mixed) -> None:
     # reference: plan each fold in the original units with the same backup set, and
     # count |error| > eps_i in those units
     e = params.eps_vector(mixed.sensors)
-    from engine.aggregates import window_errors
     from engine.planning import fold_origins, plan_on
+    from engine.windows import window_errors
 
     viol = np.zeros(len(e), dtype=int)
     # each fold's plan is kept for the horizon (4 windows here) and all its windows scored

@@ -14,7 +14,7 @@ from scipy.stats import t as student
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.planning.backtest import track_quantile
-from engine.planning.calibration import PlanningSpec, _window_residuals, plan_on
+from engine.planning.calibration import PlanningSpec, plan_on
 from engine.planning.horizon import (
     HISTORY_READINGS_CAP,
     calibration_rows,
@@ -26,6 +26,7 @@ from engine.planning.horizon import (
     horizon_origins,
     prediction_bound,
 )
+from engine.planning.scores import window_residuals
 
 
 def test_default_horizon_is_about_a_day_of_whole_windows() -> None:
@@ -108,7 +109,7 @@ def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
     origins = horizon_origins(3000, first_fit_rows(12, 12, 240), 240)[-16:]
     models = forward_models(x, origins, tuple(f"s{i}" for i in range(12)))
     residuals = [
-        np.abs(_window_residuals(x[o : o + 240], m, fold.selection.backup, spec))
+        np.abs(window_residuals(x[o : o + 240], m, fold.selection.backup, spec))
         for o, m in zip(origins, models, strict=True)
     ]
     # pooled over the horizons, the most recent horizon on its own (the drift check), and
@@ -203,7 +204,7 @@ def test_a_quantile_read_off_few_disjoint_windows_does_not_rebuild() -> None:
     models = forward_models(x, origins, ("a", "b"))
     e = np.vstack(
         [
-            np.abs(_window_residuals(x[o : o + 48], m, (0,), spec))
+            np.abs(window_residuals(x[o : o + 48], m, (0,), spec))
             for o, m in zip(origins, models, strict=True)
         ]
     )

@@ -72,8 +72,8 @@ def test_a_re_plan_keeps_a_crash_contract_plans_exposure(first: BackupConfig) ->
     whole windows (the range contract), which would back up far more."""
     data = first.to_dict()
     data["parameters"] = {**data["parameters"], "exposure": 3}
-    assert parameters_of(BackupConfig.from_dict(data)).exposure == 3
-    assert parameters_of(first).exposure is None
+    assert BackupConfig.from_dict(data).plan_parameters().exposure == 3
+    assert first.plan_parameters().exposure is None
 
 
 def test_the_book_starts_at_the_given_config_and_refuses_another(first, history) -> None:  # type: ignore[no-untyped-def]

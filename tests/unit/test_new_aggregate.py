@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.aggregates import AGGREGATES, Aggregate, Field, grouped_partials
+from engine.aggregates import AGGREGATES, Aggregate
 from engine.cli_parser import build_parser
 from engine.export import load_schema
 from engine.job.partials import (
@@ -28,6 +28,7 @@ from engine.job.partials import (
 )
 from engine.live.batch import WindowParams, advance_windows, shadow_errors
 from engine.live.batch import WindowState as LiveState
+from engine.partial_state import Field, grouped_partials
 from engine.query import WindowQuery
 from tests.helpers import fit_map
 from tests.production_reference import BACKUP, long_readings, sample_rows

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from engine.aggregates import get_aggregate, grouped_partials
+from engine.aggregates import get_aggregate
 from engine.errors import PipelineError
 from engine.job.partials import (
     WindowState,
@@ -22,6 +22,7 @@ from engine.job.partials import (
     rebuild_window_partials,
     shadow_results,
 )
+from engine.partial_state import grouped_partials
 from tests.helpers import fit_map
 from tests.production_reference import (
     BACKUP,

@@ -150,6 +150,7 @@ def test_the_codec_writes_the_configs_flat_keys() -> None:
             "slide": 24,
             "aggregate": "avg",
             "eps_by_sensor": {"a": 2.0, "b": 5.0, "c": 2.0},
+            "exposure": None,
         },
         "validity": {"horizon_rows": 96},
     }

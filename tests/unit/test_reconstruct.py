@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.aggregates import violation_rates, window_aggregates, window_errors, window_starts
 from engine.errors import ParameterError
 from engine.model import LinearMap, column_indices
+from engine.windows import violation_rates, window_aggregates, window_errors, window_starts
 
 REDUCE = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.aggregates import window_errors
 from engine.data import SensorHistory, load_history
 from engine.errors import ParameterError
 from engine.planning import (
@@ -21,6 +20,7 @@ from engine.planning import (
 )
 from engine.planning.replan import fresh_plan
 from engine.query import WindowQuery
+from engine.windows import window_errors
 
 DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.csv"
 WINDOW, EPS = 10, 1.0  # the shipped drift sample changes regime at row 1200

@@ -16,7 +16,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from engine.aggregates import window_aggregates, window_errors
 from engine.errors import ConfigError, EngineError, ParameterError, PipelineError
 from engine.live.batch import (
     WindowParams,
@@ -32,6 +31,7 @@ from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec, align_h
 from engine.live.status import StatusBoard
 from engine.model import LinearMap
 from engine.query import WindowQuery
+from engine.windows import window_aggregates, window_errors
 from tests.helpers import fit_map, write_backup_batch
 
 SENSORS = ("a", "b", "c", "d")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy.stats import beta, binomtest
 
+from engine.planning.backtest_result import summarise_backtest
 from engine.planning.monitor import binomial_p_value, rate_upper_bound
-from engine.planning.verdict import VERDICT_TEST, summarise_backtest
+from engine.planning.verdict import VERDICT_TEST
 
 SENSORS = ("a", "b", "c", "d", "e")
 

@@ -1,0 +1,194 @@
+"""CrashResult: what a backtest measured under the crash contract (a failure loses
+``exposure`` consecutive rows), and its verdict (``CRASH_TEST``; the states and the
+shared tests are ``engine.planning.verdict``'s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.planning.verdict import (
+    FIX,
+    VERDICT_ALPHA,
+    Verdict,
+    first_settled,
+    pct,
+    sensor_test_level,
+    window_p_value,
+    window_upper_bound,
+)
+
+__all__ = ["CRASH_TEST", "CrashResult", "summarise_crash"]
+
+
+CRASH_TEST = (
+    "pooled miss rate over (failure position, window touched, rebuilt sensor) triples <= delta, "
+    "and every rebuilt sensor consistent with delta: one-sided binomial test over its rebuilt "
+    "windows, each counting the fraction of its failure positions that missed, at "
+    "5 % / (sensors rebuilt), Bonferroni"
+)
+
+
+@dataclass(frozen=True)
+class CrashResult:
+    """The crash contract measured: a failure loses ``exposure`` consecutive rows.
+
+    Every window touched by a failure is exact except the lost rows of the rebuilt
+    sensors. The rate counts (failure position, window touched, rebuilt sensor)
+    triples: of the window results a failure leaves approximate, the fraction off by
+    more than eps, a failure equally likely at every row. Each window is touched by
+    ``positions = w + m - 1`` failure positions, so ``per_sensor`` maps sensor ->
+    (missed triples, triples), triples = ``positions`` x rebuilt windows.
+
+    The triples of one window share its readings, so the verdict's tests count
+    windows, not triples (``CRASH_TEST``): a window counts the fraction of its
+    failure positions that missed, a number in [0, 1] whose variance is at most a
+    Bernoulli's of the same mean, so the binomial test stays conservative.
+    """
+
+    exposure: int
+    positions: int  # failure positions touching one window, w + m - 1
+    scored: int  # triples scored
+    violation_rate_mean: float
+    violation_rate_worst_sensor: float
+    violation_rate_worst_sensor_ucb95: float
+    worst_sensor: str | None
+    per_sensor: dict[str, tuple[int, int]]
+
+    @property
+    def rebuilt_sensors(self) -> int:
+        return sum(1 for _, r in self.per_sensor.values() if r > 0)
+
+    def rejected_sensors(self, delta: float) -> list[str]:
+        """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni
+        (the same level as the range contract's test, ``BacktestResult.rejected_sensors``)."""
+        level = sensor_test_level(self.rebuilt_sensors)
+        return [
+            s
+            for s, (v, r) in self.per_sensor.items()
+            if r > 0 and window_p_value(v / self.positions, r // self.positions, delta) < level
+        ]
+
+    @property
+    def worst_counts(self) -> tuple[float, int]:
+        """The worst sensor's (missed fraction summed over its windows, rebuilt windows)."""
+        if self.worst_sensor is None:
+            return 0.0, 0
+        v, r = self.per_sensor.get(self.worst_sensor, (0, 0))
+        return v / self.positions, r // self.positions
+
+    def verdict(self, delta: float) -> str:
+        """One honest sentence, stating its test (``CRASH_TEST``); ``assess`` is typed."""
+        return self.assess(delta).sentence()
+
+    def assess(self, delta: float) -> Verdict:
+        """The three-state verdict (``Verdict``) at ``delta``, as ``BacktestResult.assess``
+        states the range contract's, its figures counting failures and windows."""
+        what = f"crash contract, {self.exposure} row(s) lost"
+        if self.scored == 0:
+            return Verdict(
+                "holds", f"holds trivially ({what}): every sensor was backed up, nothing rebuilt"
+            )
+        windows = self.scored // self.positions
+        pooled = (
+            f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window) "
+            f"pairs over {windows:,} rebuilt windows missed eps"
+        )
+        where = what
+        if self.violation_rate_mean > delta:
+            return Verdict(
+                "fails", f"DOES NOT HOLD: {pooled}, above delta {pct(delta)} ({where})", FIX
+            )
+        rejected = self.rejected_sensors(delta)
+        if rejected:
+            return Verdict(
+                "fails",
+                f"DOES NOT HOLD: {len(rejected)} sensor(s) miss eps more often than delta "
+                f"{pct(delta)} (binomial test over windows, Bonferroni over "
+                f"{self.rebuilt_sensors}), e.g. {rejected[0]}; {pooled} ({where})",
+                FIX,
+            )
+        ucb = self.violation_rate_worst_sensor_ucb95
+        worst = (
+            f"worst sensor {self.worst_sensor} {pct(self.violation_rate_worst_sensor)} of its "
+            f"(failure, window) pairs"
+        )
+        if ucb <= delta:
+            return Verdict(
+                "holds",
+                f"holds: {pooled}; {worst}, 95 % bound over all sensors {pct(ucb)} <= delta "
+                f"{pct(delta)} ({where})",
+            )
+        needed = self.windows_to_settle(delta)
+        text = (
+            f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
+            f"significantly more often than delta, but the {worst}: its 95 % bound "
+            f"{pct(ucb)} is above delta ({where})"
+        )
+        rebuilt = self.worst_counts[1]
+        settle = (
+            f"What would settle it: {needed:,} rebuilt windows of {self.worst_sensor} at its "
+            f"measured rate (it has {rebuilt:,}): backtest more folds over more history"
+            if needed
+            else f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+            "measured rate is not below delta: loosen its eps or back it up"
+        )
+        return Verdict("unsettled", text, settle, needed)
+
+    def windows_to_settle(self, delta: float) -> int:
+        """Rebuilt windows of the worst sensor that, at its measured rate, bring its 95 %
+        bound (Bonferroni, as the verdict) to ``delta`` or below; 0 when its rate is not
+        below ``delta``."""
+        rate = self.violation_rate_worst_sensor
+        if self.worst_sensor is None or not rate < delta:
+            return 0
+        level = 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        return first_settled(
+            lambda n: window_upper_bound(rate * n, n, level) <= delta,
+            max(self.worst_counts[1], 1),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "exposure_rows": self.exposure,
+            "failure_positions_per_window": self.positions,
+            "triples_scored": self.scored,
+            "violation_rate_mean": self.violation_rate_mean,
+            "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
+            "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
+            "worst_sensor": self.worst_sensor,
+            "rates_over": "(failure position, window touched, rebuilt sensor) triples",
+            "verdict_test": CRASH_TEST,
+            "per_sensor": {
+                s: {"violations": v, "triples_rebuilt": r} for s, (v, r) in self.per_sensor.items()
+            },
+        }
+
+
+def summarise_crash(
+    exposure: int, window: int, misses: np.ndarray, triples: np.ndarray, sensors: tuple[str, ...]
+) -> CrashResult:
+    """Build the crash figures from per-sensor missed triples (n,) and triples (n,)."""
+    positions = window + exposure - 1
+    per = {s: (int(v), int(r)) for s, v, r in zip(sensors, misses, triples, strict=True)}
+    scored = int(triples.sum())
+    if scored == 0:
+        return CrashResult(exposure, positions, 0, 0.0, 0.0, 0.0, None, per)
+    rate = np.where(triples > 0, misses / np.maximum(triples, 1), -1.0)
+    worst = int(np.argmax(rate))
+    m = int(np.count_nonzero(triples))
+    return CrashResult(
+        exposure=exposure,
+        positions=positions,
+        scored=scored,
+        violation_rate_mean=float(misses.sum() / scored),
+        violation_rate_worst_sensor=float(rate[worst]),
+        # over the worst sensor's windows, each counting its fraction of missed positions
+        violation_rate_worst_sensor_ucb95=window_upper_bound(
+            misses[worst] / positions, int(triples[worst]) // positions, 1.0 - VERDICT_ALPHA / m
+        ),
+        worst_sensor=sensors[worst],
+        per_sensor=per,
+    )
