@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,9 +32,11 @@ def fit_map(values: np.ndarray, sensors: tuple[str, ...], backup: tuple[str, ...
     return LinearMap(sensors, backup, targets, sol[0], sol[1:].T, resid.var(axis=0))
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # The small sample's six sensors and a two-sensor backup set, shared by the Spark
 # fixtures and the production job's reference.
-SMALL_SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "beijing_aq_small.csv"
+SMALL_SAMPLE = ROOT / "sample_data" / "beijing_aq_small.csv"
 SMALL_SENSORS = (
     "Aotizhongxin_TEMP",
     "Changping_TEMP",
@@ -76,3 +81,24 @@ def write_backup_batch(target: str, rows: pd.DataFrame, plan_version: int = 0) -
         total += out.stat().st_size
     (folder / "_SUCCESS").write_bytes(b"")
     return total
+
+
+def run_engine(*argv: object) -> subprocess.CompletedProcess[str]:
+    """``python -m engine ARGV`` run in this process from the repository root:
+    ``engine.cli.main`` with stdout and stderr captured, returned as a finished process
+    (``returncode``, ``stdout``, ``stderr``).
+
+    The CLI's logic without a new interpreter's seconds of imports per call. Where the
+    process boundary is the point (a signal, a closed pipe, warnings or a traceback that
+    only a real interpreter prints) the tests start ``python -m engine`` instead."""
+    from engine.cli import main
+
+    args = [str(a) for a in argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as stop:  # argparse's --help
+            code = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess(["python", "-m", "engine", *args], code, out.getvalue(),
+                                       err.getvalue())  # fmt: skip

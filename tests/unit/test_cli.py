@@ -1,4 +1,6 @@
-"""The CLI as an operator uses it: a real subprocess, JSON out, exit 2 on bad input."""
+"""The CLI as an operator uses it: JSON out, exit 2 on bad input. Its logic runs in this
+process (``run_cli``); a real ``python -m engine`` where the process is the point (a whole
+plan and recovery, a reader that closes the pipe)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ import pytest
 from engine.data import load_history
 from engine.export import load_config
 from engine.query import WindowQuery
+from tests.helpers import run_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_engine(*args)
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "engine", *args],
         cwd=ROOT,
@@ -30,7 +37,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_plan_writes_a_valid_config_and_recover_rebuilds_every_sensor(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    done = run_cli(
+    done = run_process(
         "plan",
         "--data",
         str(SMALL),
@@ -60,7 +67,7 @@ def test_plan_writes_a_valid_config_and_recover_rebuilds_every_sensor(tmp_path: 
     history = load_history(SMALL)
     frame = history.to_frame()[["time", *config.backup_sensors]]
     frame.to_csv(tmp_path / "backup.csv", index=False)
-    done = run_cli(
+    done = run_process(
         "recover",
         "--config",
         str(out),

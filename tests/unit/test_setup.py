@@ -1,9 +1,10 @@
 """Setup beyond this machine: Python 3.11-3.13, Java 17+, Chromium anywhere, every
-transitive dependency pinned."""
+transitive dependency pinned; CI runs README's test command, which checks before it tests."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import stat
 import subprocess
 import tomllib
@@ -132,3 +133,59 @@ def test_the_image_is_pinned_and_its_user_cannot_rewrite_the_app() -> None:
 def test_the_app_listens_on_loopback_by_default() -> None:
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["address"] == "127.0.0.1"
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block is not None
+    return [ln for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_ci_runs_readmes_test_command_verbatim() -> None:
+    setup, tests = readme_commands()
+    assert setup.startswith("bash scripts/setup.sh &&")
+    assert tests == "bash scripts/setup.sh --dev && bash scripts/test.sh"
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    wiring = ("#", "set ", "cd ", "export ")
+    commands = [ln for ln in run if ln.strip() and not ln.startswith(wiring)]
+    assert commands == [tests]
+    assert "set -euo pipefail" in run
+
+
+def fake_venv(tmp_path: Path) -> Path:
+    """A copy of scripts/test.sh beside a ``.venv/bin/python`` that logs its arguments and
+    fails (exit 3) when they contain ``$FAIL_AT``."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    body = 'echo "$*" >> "$LOG"\ncase "$*" in *"${FAIL_AT:-never}"*) exit 3;; esac'
+    script(tmp_path / ".venv" / "bin", "python", body)
+    return tmp_path / "scripts" / "test.sh"
+
+
+def run_test_sh(tmp_path: Path, *args: str, fail_at: str = "never") -> tuple[int, list[str]]:
+    log = tmp_path / "calls.log"
+    env = {"PATH": "/usr/bin:/bin", "LOG": str(log), "FAIL_AT": fail_at}
+    done = subprocess.run(["bash", str(fake_venv(tmp_path)), *args], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    return done.returncode, log.read_text().splitlines()
+
+
+def test_the_test_script_lints_formats_and_types_before_the_tests(tmp_path: Path) -> None:
+    code, calls = run_test_sh(tmp_path, "tests/unit", "-x")
+    assert code == 0
+    assert calls == [
+        "-m ruff check .",
+        "-m ruff format --check .",
+        "-m mypy engine",
+        "-m pytest -n 2 --dist loadgroup --no-loadscope-reorder tests/unit -x",
+    ]
+
+
+@pytest.mark.parametrize(("fail_at", "ran"), [("ruff check", 1), ("format", 2), ("mypy", 3)])
+def test_the_test_script_stops_at_the_first_check_that_fails(
+    tmp_path: Path, fail_at: str, ran: int
+) -> None:
+    code, calls = run_test_sh(tmp_path, fail_at=fail_at)
+    assert code == 3 and len(calls) == ran and fail_at in calls[-1]

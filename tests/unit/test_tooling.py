@@ -1,4 +1,5 @@
-"""House rules that CI enforces: lint, format and types (pyproject.toml)."""
+"""House rules that a test enforces. Lint, format and types (pyproject.toml) are their own
+steps of ``scripts/test.sh``, before pytest (tests/unit/test_setup.py checks the order)."""
 
 from __future__ import annotations
 
@@ -6,25 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["ruff", "check", "."],
-        ["ruff", "format", "--check", "."],
-        ["mypy", "engine"],
-    ],
-    ids=["ruff-check", "ruff-format", "mypy-engine"],
-)
-def test_tooling_is_clean(command: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
 def test_engine_never_imports_streamlit_or_starts_spark() -> None:
