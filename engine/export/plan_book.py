@@ -2,7 +2,7 @@
 
 ``<backup>/_lacuna/plans/v000001.json``, one file per plan version, written by
 the job (``engine.job.plans``) and read here without Spark by
-``recover --backup``. Each holds the exported config (schema v2) of the
+``recover --backup``. Each holds the exported config (schema v3) of the
 version, the first micro-batch written under it and why it was made.
 """
 

@@ -123,7 +123,7 @@ def validity_warning(config: BackupConfig, first: np.datetime64, last: np.dateti
     if v is None:
         return (
             f"the backup spans {span}, but this schema v{config.schema_version} config states "
-            "no validity period; re-export the plan (schema v2) to check it"
+            "no validity period; re-export the plan (schema v2 or later) to check it"
         )
     end, until = parse_utc(v["fit_end"]), parse_utc(v["valid_until"])
     if end <= first and last <= until:

@@ -1,7 +1,7 @@
 """The production job's plan versions: kept with the backup, re-planned on schedule.
 
 ``<backup>/_lacuna/plans/v000001.json``, one file per version: the exported
-config (schema v2) it rebuilds with, the first micro-batch written under it and
+config (schema v3) it rebuilds with, the first micro-batch written under it and
 why it was made:
 
 * ``initial``: the ``--config`` the job was started with;
@@ -132,7 +132,7 @@ def read_fit_period(
 def plan_again(
     config: BackupConfig, wide: pd.DataFrame, pinned: tuple[str, ...] = ()
 ) -> BackupConfig:
-    """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v2);
+    """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v3);
     the ``pinned`` sensors backed up whatever it chooses."""
     from engine.data.history import history_from_frame
     from engine.planning import make_plan, pin_backups

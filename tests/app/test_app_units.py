@@ -61,13 +61,13 @@ def test_unit_corrections_regroup_the_sensors(app):  # type: ignore[no-untyped-d
     assert any("unit line 1" in e.value for e in app.error)
 
 
-def test_export_states_schema_v2_validity_and_group_eps(app):  # type: ignore[no-untyped-def]
+def test_export_states_schema_v3_validity_and_group_eps(app):  # type: ignore[no-untyped-def]
     app = _all_sensors_on_tune(app)
     app.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
     app.switch_page("pages/export.py").run()
     assert not app.exception
     shown = texts(app)
-    assert "schema v2" in shown and "valid until" in shown
+    assert "schema v3" in shown and "valid until" in shown
     preview = next(c.value for c in app.code if '"eps_by_sensor"' in c.value)
     assert '"Dongsi_PM2.5": 20.0' in preview
 

@@ -177,7 +177,7 @@ FIRST_VISIT = {  # page -> (text it must show, plotly charts it must draw)
     "Plan & savings": ("Projected savings", 1),
     "Live pipeline": ("Start the pipeline", 0),
     "Disorder": ("MP-K-slack's", 4),
-    "Export": ("valid against backup config schema v2", 0),
+    "Export": ("valid against backup config schema v3", 0),
     "Production job": ("Give the job's --backup location", 0),
 }
 
@@ -247,7 +247,7 @@ def export_and_recover(page, shots_dir: Path, tmp_path: Path, live: tuple[int, i
     Live page's, ``live`` = (version, backed up), unless a re-plan computed before the
     schedule was switched off landed since), validates, and ``recover`` accepts it."""
     open_page(page, "Export")
-    page.get_by_text(re.compile("valid against backup config schema v2")).wait_for()
+    page.get_by_text(re.compile("valid against backup config schema v3")).wait_for()
     banner = page.get_by_text(re.compile("Plan of record: the live pipeline's plan")).first
     version, backed = banner_plan(banner.inner_text())
     assert version >= live[0] and (version > live[0] or backed == live[1]), (version, live)

@@ -74,7 +74,7 @@ def test_a_stop_during_a_batch_ends_the_query_as_stopped_and_promptly(
     def slow_writer(df: Any, target: str, sensors: Any, version: int) -> int:
         # a Spark action a stop interrupts, as it interrupts a batch's backup write
         started.set()
-        df.sparkSession.range(0, 10**12, numPartitions=2).selectExpr("sum(id)").collect()
+        df.sparkSession.range(0, 10**13, numPartitions=2).selectExpr("sum(id % 2)").collect()
         return 0
 
     with BackupStore(paths.store_file) as store, jvm_stderr(spark) as stderr:

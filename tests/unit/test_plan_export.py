@@ -1,4 +1,4 @@
-"""Plans, the exported config (schema v2; v1 still loads) and offline recovery from it."""
+"""Plans, the exported config (schema v3; v1 and v2 still load) and offline recovery from it."""
 
 from __future__ import annotations
 
