@@ -40,6 +40,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import datasets_dir  # noqa: E402
 from engine.data.history import history_from_frame  # noqa: E402
 from engine.disorder.buffer import DisorderConfig  # noqa: E402
 from engine.disorder.delays import parse_delays  # noqa: E402
@@ -52,7 +53,7 @@ from engine.disorder.experiment import (  # noqa: E402
 )
 from engine.query import WindowQuery  # noqa: E402
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = datasets_dir()
 BEIJING = DATASETS / "beijing_multisite_aq" / "wide.csv"
 UMTS = DATASETS / "ooo_events_umts" / "events.csv"
 SERIES = ("k_over_time", "cumulative_accuracy", "alpha_over_time")

@@ -14,20 +14,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import engine  # noqa: F401  (single-threaded BLAS before numpy loads)
+from bench.common import beijing_wide
 from engine.data import load_history
 from engine.planning import BacktestSettings, PlanParameters, make_plan
 from engine.query import WindowQuery
 
-WIDE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "datasets"
-    / "beijing_multisite_aq"
-    / "wide.csv"
-)
+WIDE = beijing_wide()
 
 
 def timed(fn):  # type: ignore[no-untyped-def]

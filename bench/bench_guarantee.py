@@ -5,7 +5,7 @@ calibrated plan, on the same rolling-origin folds of real data, in one run.
     python -m bench.bench_guarantee --quick    # every 4th fold
     python -m bench.bench_guarantee --held-out # series not used to choose the method
 
-Protocol (issue 6): delta = 0.05, history H = 336 rows, step S = 24 rows,
+Protocol: delta = 0.05, history H = 336 rows, step S = 24 rows,
 tumbling windows. Missing readings are filled by the loader (linear
 interpolation in time; see its report); no rows are dropped, so windows stay
 aligned with the clock.
@@ -21,13 +21,13 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import engine  # noqa: F401  (sets single-threaded BLAS before numpy loads)
+from bench.common import datasets_dir
 from engine.data import load_history
 from engine.planning import BacktestSettings, PlanningSpec, run_backtest
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+DATASETS = datasets_dir()
 BEIJING = DATASETS / "beijing_multisite_aq" / "wide.csv"
 INTEL = DATASETS / "intel_lab_subset" / "wide.csv"
 
@@ -41,8 +41,7 @@ CASES = [
     ("intel_avg", INTEL, None, "avg", 6, 0.5, 48, 6),
 ]
 
-# Series never used to choose the calibration's form (issue 6: "do not tune to
-# these cases"); eps set by each quantity's unit before any run.
+# Series never used to choose the calibration's form (not tuned to); eps set by each quantity's unit before any run.
 HELD_OUT = [
     ("beijing_PM10_avg", BEIJING, "_PM10", "avg", 24, 20.0, 336, 24),
     ("beijing_NO2_avg", BEIJING, "_NO2", "avg", 24, 5.0, 336, 24),

@@ -1,4 +1,4 @@
-"""Is the (eps, delta) promise kept for the whole horizon a plan is used? (issue 10)
+"""Is the (eps, delta) promise kept for the whole horizon a plan is used?
 
     python -m bench.bench_honesty            # 8 folds a case (about a minute on 2 cores)
     python -m bench.bench_honesty --quick    # 3 folds a case
@@ -67,7 +67,7 @@ Fixed before any run (not tuned):
   window and eps; hPa counts as mbar (1.0 a reading). Intel is left out: its
   history is too short for one backtest fold, so every plan backs up every
   mote and the case could only read 0 % savings.
-* **fresh-3**: fixed and committed (eleventh session) before any of them was
+* **fresh-3**: fixed and committed before any of them was
   run, with the method unchanged since fresh-2: thirteen more aggregates of
   variables whose unit has a rule above (Beijing temperature max,
   PM2.5 sum and pressure min; five cities' temperature avg, PM max and dew point
@@ -110,7 +110,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -124,17 +123,13 @@ from scipy.special import betainc
 from scipy.stats import binomtest
 
 import engine  # noqa: F401  (sets single-threaded BLAS before numpy loads)
+from bench.common import datasets_dir
 from bench.honesty_live import run_live_fold
 from engine.cli import main as cli_main
 from engine.cli_parser import build_parser
 from engine.data import load_history
 
-# ../shared/datasets beside the checkout (as the other benchmarks); a worktree one level deeper.
-DATASETS = Path(os.environ["LACUNA_DATASETS"]) if "LACUNA_DATASETS" in os.environ else next(
-    (p / "shared" / "datasets" for p in Path(__file__).resolve().parents[2:4]
-     if (p / "shared" / "datasets").is_dir()),
-    Path(__file__).resolve().parents[2] / "shared" / "datasets",
-)  # fmt: skip
+DATASETS = datasets_dir()
 RESULTS = Path(__file__).resolve().parent / "results" / "honesty.json"
 DELTA = 0.05
 FOLDS = 8
@@ -637,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     report = {
-        "protocol": "issue 10: plan via the CLI on H rows, config applied for S rows, "
+        "protocol": "plan via the CLI on H rows, config applied for S rows, "
         "misses over rebuilt (window, sensor) pairs; worst sensor: scipy binomtest, 1 % level",
         "delta": DELTA,
         "folds": 3 if args.quick else FOLDS,

@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import print_json  # noqa: E402
+from bench.common import beijing_wide, print_json  # noqa: E402
 from engine.data.history import load_history  # noqa: E402
 from engine.live import (  # noqa: E402  # noqa: E402  # noqa: E402
     BackupStore,
@@ -55,7 +55,7 @@ from engine.query import WindowQuery  # noqa: E402
 from engine.selection.greedy import select_backups  # noqa: E402
 from engine.stream import SparkSettings, get_spark  # noqa: E402
 
-DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
+DATA = beijing_wide()
 MODES = ("none", "full", "approx")
 
 

@@ -59,11 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_recovery import block_gaussian  # noqa: E402
-from bench.common import print_json  # noqa: E402
+from bench.common import beijing_wide, print_json  # noqa: E402
 from bench.production_core import run_lacuna, run_plain, tiled_rows, write_landing  # noqa: E402
 from tests.production_reference import Rows, reference_results  # noqa: E402
 
-DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
+DATA = beijing_wide()
 SIZES = (100, 1_000, 10_000)
 # files per run by rows per file: enough micro-batches that steady state dominates
 FILES = {100: 12, 1_000: 10, 10_000: 6}

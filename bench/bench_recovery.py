@@ -62,12 +62,12 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import print_json  # noqa: E402
+from bench.common import beijing_wide, print_json  # noqa: E402
 from bench.recovery_core import compare_range  # noqa: E402
 from engine.backup import read_backup  # noqa: E402
 from tests.production_reference import Rows  # noqa: E402
 
-DATA = Path("/work/shared/datasets/beijing_multisite_aq/wide.csv")
+DATA = beijing_wide()
 LANDING_SCHEMA = pa.schema(
     [("event_time", pa.timestamp("us", tz="UTC")), ("sensor", pa.string()), ("value", pa.float64())]
 )
@@ -158,6 +158,7 @@ def lacuna_backup(spark: Any, config: Any, landing: Path, out: Path, files_per_b
         checkpoint=str(out) + "_ck",
         available_now=True,
         max_files_per_trigger=files_per_batch,
+        replan=False,  # one plan for the whole stream: the checks compare against its backup set
     )
     t0 = time.perf_counter()
     report = run_job(spark, config, settings, threading.Event(), log=lambda _r: None)

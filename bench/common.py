@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
 STRUCTURES: tuple[str, ...] = ("factor", "cluster", "toeplitz", "near_singular")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def datasets_dir() -> Path:
+    """The reference data sets the benchmarks read: ``$LACUNA_DATASETS`` when set, else
+    ``../shared/datasets`` beside the repository root."""
+    given = os.environ.get("LACUNA_DATASETS")
+    return Path(given) if given else ROOT.parent / "shared" / "datasets"
+
+
+def beijing_wide() -> Path:
+    """The 132 Beijing channels (35,064 hourly rows), wide: the throughput benchmarks' data."""
+    return datasets_dir() / "beijing_multisite_aq" / "wide.csv"
 
 
 def time_call(fn: Callable[[], T], repeat: int = 1) -> tuple[T, float]:

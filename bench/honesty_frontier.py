@@ -1,10 +1,10 @@
-"""Can any setting of the method's conservatism reach issue 10's targets? The frontier, measured.
+"""Can any setting of the method's conservatism reach the honesty targets? The frontier, measured.
 
     python -m bench.honesty_frontier "base;margin=1.0;nodrift,nopb,margin=1.0" \\
         choose,held-out,fresh,fresh-2,fresh-3 [--logs /tmp/sweep]
 
-A study tool, not product code. Issue 10 asks for a plan honest on every case of
-the honesty benchmark AND a mean savings of at least 40 %. This runs each variant
+A study tool, not product code. The targets: a plan honest on every case of the
+honesty benchmark AND a mean savings of at least 40 %. This runs each variant
 of ``bench.honesty_variants`` (separated by ``;``, each a comma-separated set of its
 options: ``margin=M``, ``nodrift``, ``nopb``, ...) on the cases of the given halves,
 each in a fresh subprocess (``python -m bench.honesty_variants VARIANT HALVES --json

@@ -1,7 +1,7 @@
 """The honesty protocol with the plan used as the job uses it: shadow-monitored.
 
 ``bench.bench_honesty`` scores an exported config applied alone for its horizon,
-which is how issue 10 asks it to be measured. The production job (``engine run``)
+which is the protocol's measure. The production job (``engine run``)
 and the app's live pipeline do not use a plan alone: every sensor still flows
 through them, so after each closed window they compare the rebuilt aggregate with
 the true one (``engine.planning.monitor.ViolationMonitor``), and an alert re-plans

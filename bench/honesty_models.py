@@ -22,7 +22,7 @@ of H. Two backup sets per fold: the product's plan (``run_fold``, method ours)
 and ``small``, ceil(0.3 n) sensors by a forward greedy on the history. A small
 planner per model (the smallest prefix of the greedy order whose rebuilt sensors
 all have a 95th-percentile |window error| <= eps on the inner holdout) gives
-each model's savings. Written in the ninth session; JSON in
+each model's savings. JSON in
 ``bench/results/honesty_models.json``.
 """
 

@@ -3,7 +3,7 @@
     python -m bench.honesty_oracle                        # all cases (a few minutes)
     python -m bench.honesty_oracle --cases eeg_avg,beijing_TEMP_avg
 
-Issue 10 asks for every case honest AND mean savings of at least 40 %. This
+The targets are every case honest AND mean savings of at least 40 %. This
 module asks how much a plan could save on ``bench.bench_honesty``'s cases if it
 knew the scored weeks in advance, so that the savings target can be read
 against what the data allow.

@@ -17,7 +17,7 @@ protocol (our method, 8 folds) on the cases of the given halves. Variants
 * ``tighten``: the online correction may tighten targets, never relax them.
 * ``nodrift``: no latest-horizon drift check (pooled quantile only).
 * ``nopb``: no Gaussian prediction bound from the disjoint windows' count (the
-  method before issue 10's second round; ``student=disjoint`` measured it).
+  method without it; ``student=disjoint`` measured it).
 * ``pi=A``: also bound each sensor by a one-sided ``1 - A`` Student prediction
   bound for the next horizon's quantile from the scored horizons' own quantiles
   (a guard against a horizon worse than the past ones).
