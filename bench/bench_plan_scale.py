@@ -1,7 +1,7 @@
 """Planning speed at many sensors: ``make_plan`` at n = 10,000, this checkout against another.
 
     python -m bench.bench_plan_scale                       # n = 10,000, this checkout
-    python -m bench.bench_plan_scale --before fcd0392      # and the same run at that commit
+    python -m bench.bench_plan_scale --before REF          # and the same run at REF
     python -m bench.bench_plan_scale --n 2000 --profile    # where the time goes (cProfile)
 
 Protocol: synthetic correlated readings (40 AR(1) latent factors, loadings and sensor
