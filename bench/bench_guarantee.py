@@ -41,7 +41,8 @@ CASES = [
     ("intel_avg", INTEL, None, "avg", 6, 0.5, 48, 6),
 ]
 
-# Series never used to choose the calibration's form (not tuned to); eps set by each quantity's unit before any run.
+# Series never used to choose the calibration's form; eps set by each quantity's unit
+# before any run.
 HELD_OUT = [
     ("beijing_PM10_avg", BEIJING, "_PM10", "avg", 24, 20.0, 336, 24),
     ("beijing_NO2_avg", BEIJING, "_NO2", "avg", 24, 5.0, 336, 24),

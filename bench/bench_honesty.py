@@ -1,6 +1,7 @@
 """Is the (eps, delta) promise kept for the whole horizon a plan is used?
 
-    python -m bench.bench_honesty            # 8 folds a case (about a minute on 2 cores)
+    python -m bench.bench_honesty            # 8 folds a case, both contracts (~50 min, 2 cores)
+    python -m bench.bench_honesty --exposures ''   # the range contract alone (minutes)
     python -m bench.bench_honesty --quick    # 3 folds a case
     python -m bench.bench_honesty --cases beijing_TEMP_avg,eeg_avg
 
