@@ -226,6 +226,21 @@ MUTANTS = (
            "crash_viol += np.where(rebuilt, lost.sum(axis=(0, 1)), 0)",
            "crash_viol += lost.sum(axis=(0, 1))",
            ("tests/unit/test_crash_contract.py",)),
+    Mutant("e1: a micro-batch over the exposure keeps the plan's backup set",
+           "engine/live/exposure.py",
+           "    if rows > m:\n",
+           "    if rows > 2 * m:\n",
+           ("tests/unit/test_exposure_rules.py",)),
+    Mutant("e2: after a failure the plan's set again at once",
+           "engine/live/exposure.py",
+           "    return (damaged_until // slide) * slide + window - 1",
+           "    return damaged_until",
+           ("tests/unit/test_exposure_rules.py",)),
+    Mutant("e3: a crash covered by the crash contract whatever it lost",
+           "engine/live/recovery_report.py",
+           "exposure is not None and lost_rows <= exposure",
+           "exposure is not None",
+           ("tests/unit/test_exposure_rules.py",)),
 )  # fmt: skip
 
 

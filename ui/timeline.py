@@ -21,6 +21,7 @@ EVENT_COLOURS = {
     "recovery": ACCENT,
     "resume": "#17becf",
     "stop": "#7f7f7f",
+    "exposure": "#bcbd22",
 }
 WORST_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f")
 

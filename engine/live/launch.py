@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.disorder import DelayModel, DisorderStage
+from engine.live.exposure import feed_within_exposure
 from engine.live.manager import PipelineManager
 from engine.live.spec import HistoryLike, Monitor, PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.status import PipelineStatus
@@ -67,8 +68,11 @@ def start_live(
     runs. ``monitor`` sees every batch's shadow errors (re-planning). The rest is
     ``PipelineManager.start``'s: replay ``speed`` (0: as fast as possible), history
     rows per landing file, query options, what to do with an earlier run's files
-    (``leftovers``) and the row the feed pauses at (``stop_row``).
+    (``leftovers``) and the row the feed pauses at (``stop_row``). For a crash-contract
+    plan the files and the trigger are cut so a micro-batch holds at most its exposure
+    (``engine.live.exposure.feed_within_exposure``).
     """
+    rows_per_file, options = feed_within_exposure(spec, rows_per_file, options)
     delays, stage_factory = None, None
     if disorder is not None:
         delays = disorder.arrivals(history, len(spec.sensors))

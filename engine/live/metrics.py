@@ -21,7 +21,9 @@ from typing import Any
 from engine.errors import ParameterError
 
 DEFAULT_CAPACITY = 2000  # points: ~33 minutes of 1 s micro-batches
-EVENT_KINDS: tuple[str, ...] = ("alert", "replan", "failure", "recovery", "resume", "stop")
+EVENT_KINDS: tuple[str, ...] = (
+    "alert", "replan", "failure", "recovery", "resume", "stop", "exposure"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -82,3 +82,16 @@ def resume_stage(stage: Stage, history: HistoryLike | None, row: int) -> None:
         resume(int(times[row].astype(np.int64)) / 1e9)
     else:
         resume(float("inf"))  # the restart starts past the history: nothing to report
+
+
+def batch_results(live: pd.DataFrame, stage: Any | None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """A batch's live window results plus, with a disorder stage, its versioned results
+    (provisional, then corrections once late tuples span Gamma, then final), and the
+    count of the stage's rows by kind."""
+    pop = getattr(stage, "pop_results", None)  # a stage may keep no results
+    if pop is None:
+        return live, {}
+    staged = pop()
+    if not len(staged):
+        return live, {}
+    return with_stage_results(live, staged), staged["kind"].value_counts().to_dict()

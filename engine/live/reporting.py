@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from engine.live.batch import WindowAdvance
+from engine.live.exposure import BatchBackup
 from engine.live.records import BackupWritten
 from engine.live.spec import Monitor, Stage
 from engine.live.status import StatusBoard
@@ -27,6 +28,7 @@ class BatchReporting:
     _kinds: dict[str, int]
     _alerts: int
     _alerting: dict[int, set[str]]  # plan version -> sensors an alert has named
+    _full_reason: str | None  # why the previous batch backed up every sensor (None: it did not)
 
     def _report(
         self,
@@ -100,3 +102,13 @@ class BatchReporting:
             corrections=int(kinds.get("correction", 0)),
             final=int(kinds.get("final", 0)),
         )
+
+    def _report_backup(self, choice: BatchBackup) -> None:
+        """A batch that backed up every sensor to keep the crash contract: counted, and
+        marked on the timeline where a run of such batches begins (or changes reason)."""
+        if choice.reason is not None:
+            self.board.add(full_backup_batches=1)
+            self.board.update(last_full_backup=choice.text)
+            if choice.reason != self._full_reason:
+                self.board.mark("exposure", choice.text, rows=choice.rows)
+        self._full_reason = choice.reason

@@ -88,6 +88,10 @@ class PipelineStatus:
     late_rows: int = 0
     duplicate_readings: int = 0
     stale_readings: int = 0  # readings of windows lost in a failure, dropped
+    # Micro-batches that backed up every sensor to keep a crash-contract plan's promise
+    # (more rows than its exposure, or windows open at the last failure not closed yet)
+    full_backup_batches: int = 0
+    last_full_backup: str | None = None  # why the latest of them backed up everything
     buffered_rows: int = 0
     shadow_windows: int = 0
     shadow_violations: dict[str, int] = field(default_factory=dict)
