@@ -149,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="readings arrive late by these delays and the disorder stage runs: " + DELAYS_HELP,
     )
     sim.add_argument("--seed", type=int, default=0, help="seed of the --disorder delays")
+    sim.add_argument(
+        "--failure",
+        default=None,
+        choices=("crash", "machine"),
+        help="crash: the window state survives, the micro-batch in flight is lost and its "
+        "rows rebuilt (the crash contract); machine: the state is lost with the machine and "
+        "every open window rebuilt (the range contract). Default: crash with --exposure, "
+        "machine without",
+    )
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")
     dis.add_argument("--data", required=True)
     dis.add_argument("--delays", required=True, help=DELAYS_HELP)

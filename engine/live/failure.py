@@ -1,9 +1,17 @@
-"""A simulated failure: when it strikes, and what the crash destroys.
+"""A simulated failure: when it strikes, and what it destroys.
 
-The failure demo kills the live query at a batch that starts with a window open
-(``FailureTrigger``); before the restart, the input the dead run had consumed,
-its checkpoint and its window-state snapshot are discarded (``discard_lost_state``),
-so recovery must rebuild them from the backup.
+Two kinds (``FAILURE_KINDS``):
+
+* ``"machine"``: the machine is lost with the pipeline's state. The live query is
+  killed at a batch that starts with a window open (``FailureTrigger``); before
+  the restart, the input the dead run had consumed, its checkpoint and its
+  window-state snapshot are discarded (``discard_lost_state``), so recovery must
+  rebuild every open window from the backup: the range contract's case.
+* ``"crash"``: the process dies in a micro-batch, after the batch's backup was
+  written and before the batch committed; the committed window state survives
+  (it is on storage the crash does not take). The batch's input is lost, as from
+  a source that cannot replay it (``discard_after_crash``), so recovery rebuilds
+  that batch's rows only (``engine.live.crash``): the crash contract's case.
 """
 
 from __future__ import annotations
@@ -11,10 +19,11 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.errors import PipelineError
+from engine.errors import ParameterError, PipelineError
 from engine.live.recovery import find_lost_range
 from engine.live.spec import PipelinePaths
 from engine.live.status import FeedProgress
@@ -22,14 +31,41 @@ from engine.live.store import BackupStore
 from engine.stream.source import LandingDirSource, StreamSource, spark_committed_batches
 
 __all__ = [
+    "FAILURE_KINDS",
+    "CrashedBatch",
     "FailureTrigger",
     "await_end",
+    "check_failure_kind",
     "consumed_files",
+    "discard_after_crash",
     "discard_lost_state",
     "finished_batches",
 ]
 
 LET_THROUGH = 2  # batches a requested failure lets through while none would lose a window
+FAILURE_KINDS: tuple[str, ...] = ("crash", "machine")
+
+
+def check_failure_kind(kind: object) -> str:
+    """``kind`` if it is one of ``FAILURE_KINDS``; ``ParameterError`` naming it if not."""
+    if kind not in FAILURE_KINDS:
+        raise ParameterError(
+            f"failure kind must be one of {', '.join(FAILURE_KINDS)}, got {kind!r}"
+        )
+    return str(kind)
+
+
+@dataclass(frozen=True)
+class CrashedBatch:
+    """The micro-batch a crash took: its id, its rows, what its backup holds."""
+
+    run: int
+    batch_id: int
+    first_row: int
+    last_row: int
+    backup_rows: int
+    backup_bytes: int = 0
+    version: Any = None  # the plan version (``PlanVersion``) the batch ran under
 
 
 class FailureTrigger:
@@ -47,13 +83,19 @@ class FailureTrigger:
         self.store, self.slide = store, slide
         self._asked = threading.Event()
         self._let_through = 0  # batches processed since the failure was asked for
+        self.kind = "machine"
 
-    def request(self) -> None:
+    def request(self, kind: str = "machine") -> None:
+        self.kind = check_failure_kind(kind)
         self._asked.set()
 
+    def crash_strikes(self, rows: int) -> bool:
+        """Does a crash asked for strike in this batch of ``rows`` rows (after its backup)?"""
+        return self._asked.is_set() and self.kind == "crash" and rows > 0
+
     def strikes(self) -> bool:
-        """Does the failure asked for strike at the batch starting now?"""
-        if not self._asked.is_set():
+        """Does the machine loss asked for strike at the batch starting now?"""
+        if not self._asked.is_set() or self.kind != "machine":
             return False
         if self._let_through >= LET_THROUGH or self._loses_a_window():
             return True
@@ -97,6 +139,27 @@ def discard_lost_state(
             f"cannot discard the failed run's files under {str(ck)!r}: {err}"
         ) from err
     store.delete_state(run)
+    return files
+
+
+def discard_after_crash(
+    paths: PipelinePaths, store: BackupStore, crashed: CrashedBatch, source: StreamSource
+) -> list[Path]:
+    """What a crash in a micro-batch destroys: that batch's input and the checkpoint.
+
+    The input of the run's finished batches and of the crashed one goes (the source
+    cannot replay it); the checkpoint goes with the process. The store's committed
+    window state and the crashed batch's backup stay. Returns the files destroyed.
+    """
+    ck = paths.checkpoint_dir
+    batches = finished_batches(ck, store, crashed.run) | {crashed.batch_id}
+    files = source.destroy_consumed(ck, batches)
+    try:
+        shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
+    except OSError as err:
+        raise PipelineError(
+            f"cannot discard the crashed run's checkpoint {str(ck)!r}: {err}"
+        ) from err
     return files
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import PipelineError
-from engine.live.failure import await_end, discard_lost_state
+from engine.live.failure import CrashedBatch, await_end, discard_lost_state
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.operator_state import resume_stage
 from engine.live.ownership import (
@@ -36,8 +36,7 @@ from engine.live.ownership import (
     run_identity,
 )
 from engine.live.pipeline import LivePipeline
-from engine.live.recovery import find_lost_range, recover_lost_range, stored_throughout
-from engine.live.recovery_report import RecoveryReport
+from engine.live.restoring import FailureAndRecovery
 from engine.live.run_config import RunConfig, _calibration, _Recovery, default_rows_per_file
 from engine.live.spec import (
     HistoryLike,
@@ -52,11 +51,10 @@ from engine.live.spec import (
 from engine.live.status import PipelineStatus, StatusBoard
 from engine.live.store import BackupStore
 from engine.live.versions import PendingPlan, PlanVersion, read_versions
-from engine.live.views import ManagerViews
 from engine.stream.session import SparkSettings, get_spark
 
 
-class PipelineManager(ManagerViews):
+class PipelineManager(FailureAndRecovery):
     """Owns at most one live pipeline at a time. Safe to share between threads."""
 
     def __init__(
@@ -77,6 +75,7 @@ class PipelineManager(ManagerViews):
         self._truth: np.ndarray | None = None
         self._stage_factory: Callable[[], Stage] | None = None
         self._failed_run: int | None = None
+        self._crash: CrashedBatch | None = None  # what a crash took (None: a machine loss)
         self._recovery: _Recovery | None = None
         self._config: RunConfig | None = None
         self._carry: PendingPlan | None = None
@@ -278,72 +277,6 @@ class PipelineManager(ManagerViews):
             self.board.update(state="failed", mode=config.mode, run=run)
             return self.status()
 
-    def simulate_failure(self, grace_seconds: float = 15.0) -> PipelineStatus:
-        """Kill the query and destroy everything that was not backed up.
-
-        The first batch that starts with a window open raises inside ``foreachBatch``
-        (``engine.live.failure.FailureTrigger``: up to ``LET_THROUGH`` that would lose nothing
-        are let through). When no batch can come (the feed has ended and every landed
-        file is processed) the query is stopped where it is at once; when none comes
-        within ``grace_seconds`` (the query is stuck), then.
-        """
-        with self._lock:
-            pipeline = self._require_pipeline()
-            pipeline.request_failure()
-            await_end(pipeline, self._feeder, self._clock, grace_seconds)
-            pipeline.stop()
-            deleted = discard_lost_state(
-                pipeline.paths, self._require_store(), pipeline.run, pipeline.source
-            )
-            self._failed_run, self._pipeline = pipeline.run, None
-            self._carry = pipeline.pending  # a re-plan not in force yet survives the failure
-            self.board.mark("failure", f"run {pipeline.run} killed", rows=len(deleted))
-            self.board.update(
-                state="failed",
-                buffered_rows=0,
-                last_error=f"simulated failure of run {pipeline.run}: query killed, checkpoint "
-                f"and window state discarded, {len(deleted)} consumed input file(s) deleted",
-            )
-            return self.status()
-
-    def recover(self) -> RecoveryReport:
-        """Rebuild the lost windows from the backup, then restart the live query."""
-        with self._lock:
-            if self._failed_run is None:
-                raise PipelineError("nothing to recover: simulate a failure first")
-            store, cfg = self._require_store(), self._require_config()
-            failed = self._failed_run
-            self.board.update(state="recovering")
-            t0 = self._clock()
-            versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
-            current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
-            lost = find_lost_range(store, cfg.spec.slide)
-            outcome = recover_lost_range(
-                self._spark, store, current.spec, cfg.mode, lost, self._failed_run, versions
-            )
-            seconds = self._clock() - t0
-            self._recovery = _Recovery(
-                lost, seconds, outcome.rows_read, outcome.seed.next_window,
-                outcome.rows_by_version, stored_throughout(versions or [current], lost, cfg.mode),
-            )  # fmt: skip
-            rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
-            # The restarted run must not fail again on its own.
-            options = replace(cfg.options, fail_after_readings=None)
-            self._config = replace(cfg, options=options)
-            self._pipeline = self._new_pipeline(
-                current, seed=outcome.seed, resume_row=lost.last_row + 1
-            ).start()
-            if self._carry is not None:
-                self._pipeline.queue(self._carry)
-            self._failed_run, self._carry = None, None
-            self.board.restored(
-                "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,
-                lost_first_row=lost.first_row, lost_last_row=lost.last_row,
-                windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=outcome.rows_read,
-                seconds=seconds,
-            )  # fmt: skip
-            return self.report()
-
     def drain(self, timeout: float = 600.0) -> PipelineStatus:
         """Wait for the feeder to finish and the query to process every file."""
         with self._lock:
@@ -373,7 +306,7 @@ class PipelineManager(ManagerViews):
                 if self._pipeline is not None:
                     self._pipeline.stop()
             finally:
-                self._pipeline, self._failed_run = None, None
+                self._pipeline, self._failed_run, self._crash = None, None, None
                 self.board.update(state="stopped")
             return self.status()
 

@@ -35,14 +35,10 @@ from engine.live.batch import (
     select_backup_rows,
     shadow_errors,
 )
-from engine.live.failure import FailureTrigger
+from engine.live.exposure import stored_sensors
+from engine.live.failure import CrashedBatch, FailureTrigger
 from engine.live.listener import make_listener
-from engine.live.operator_state import (
-    late_as_released,
-    pack_state,
-    unpack_state,
-    with_stage_results,
-)
+from engine.live.operator_state import batch_results, late_as_released, pack_state, unpack_state
 from engine.live.records import BackupWritten, BatchWrite
 from engine.live.reporting import BatchReporting
 from engine.live.spec import (
@@ -129,6 +125,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._kinds: dict[str, int] = {}  # the stage's result rows of this batch, by kind
         self._alerts = 0
         self._alerting: dict[int, set[str]] = {}
+        self._full_reason: str | None = None
+        self.crashed: CrashedBatch | None = None  # the batch a simulated crash took
         self.run = -1
         self.query: Any = None
         self._listener: Any = None
@@ -190,10 +188,11 @@ class LivePipeline(PlanSwitching, BatchReporting):
     def state(self) -> WindowState:
         return self._state
 
-    def request_failure(self) -> None:
-        """Kill the query at the first batch that starts with a window open
-        (``engine.live.failure.FailureTrigger``)."""
-        self._failure.request()
+    def request_failure(self, kind: str = "machine") -> None:
+        """``"machine"``: kill the query at the first batch that starts with a window open;
+        ``"crash"``: in the next batch with rows, once its backup is written
+        (``engine.live.failure``)."""
+        self._failure.request(kind)
 
     def process_all_available(self) -> None:
         """Block until everything that has landed is processed (raises if the query died)."""
@@ -260,10 +259,23 @@ class LivePipeline(PlanSwitching, BatchReporting):
         t1 = time.perf_counter()
         version = self._batch_version(pdf)
         spec = version.spec
+        choice = stored_sensors(pdf, spec, self.mode, self._state)  # the crash contract's rules
         advance, late, errors = self._compute(pdf, spec)
         t2 = time.perf_counter()
-        backup = self._backup(df, pdf, batch_id, spec.stored_sensors(self.mode), version.id)
+        backup = self._backup(df, pdf, batch_id, choice.sensors, version.id)
         t_backup = time.perf_counter()
+        if self._failure.crash_strikes(choice.rows):  # the batch's backup is durable, not its state
+            seq = pdf["seq"]
+            self.crashed = CrashedBatch(
+                self.run,
+                batch_id,
+                int(seq.min()),
+                int(seq.max()),
+                backup.rows,
+                backup.bytes,
+                version,
+            )
+            raise SimulatedFailure(f"{FAILURE_MARK}: crash in batch {batch_id} of run {self.run}")
         write = BatchWrite(
             run=self.run,
             batch_id=batch_id,
@@ -283,6 +295,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._state, self._inflight = advance.state, None
         self._readings += len(pdf)
         self._report(pdf, advance, late, errors, backup, version)
+        self._report_backup(choice)
         self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
         self.board.add_profile(
             {
@@ -306,17 +319,9 @@ class LivePipeline(PlanSwitching, BatchReporting):
         return BackupWritten(rows, self._write_backup(df, target, sensors, version))
 
     def _results(self, advance: WindowAdvance, spec: StreamSpec) -> pd.DataFrame:
-        """Live window results plus, with a disorder stage, its versioned results
-        (provisional, then corrections once late tuples span Gamma, then final)."""
-        live = results_frame(advance.closed, spec.sensors)
-        pop = getattr(self.stage, "pop_results", None)  # a stage may keep no results
-        if pop is None:
-            return live
-        staged = pop()
-        if not len(staged):
-            return live
-        self._kinds = staged["kind"].value_counts().to_dict()
-        return with_stage_results(live, staged)
+        """Live window results plus a disorder stage's (``operator_state.batch_results``)."""
+        frame, self._kinds = batch_results(results_frame(advance.closed, spec.sensors), self.stage)
+        return frame
 
     def _reload_state(self) -> None:
         """Window (and stage) state as of the run's last committed batch."""

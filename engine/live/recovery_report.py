@@ -20,7 +20,14 @@ from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
 from engine.windows import violation_rates, window_aggregates
 
-__all__ = ["RecoveryReport", "score_recovery"]
+__all__ = ["RecoveryReport", "covering_contract", "score_recovery"]
+
+
+def covering_contract(failure: str, lost_rows: int, exposure: int | None) -> str:
+    """The contract that covers a recovery: ``"crash"`` for a crash that kept the window
+    state and lost at most the plan's exposure, ``"range"`` otherwise."""
+    crash = failure == "crash" and exposure is not None and lost_rows <= exposure
+    return "crash" if crash else "range"
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,11 @@ class RecoveryReport:
     # Lost windows that will get no result: a row they need had no whole backup when
     # recovery ran (with arrival delays, its backed-up readings can come after the failure).
     windows_unrecoverable: int = 0
+    # What failed (``engine.live.failure``: "crash" or "machine") and the contract whose
+    # measured miss rate covers this recovery: "crash" when the plan has an exposure and
+    # the failure lost at most that many rows with the window state kept, else "range".
+    failure: str = "machine"
+    contract: str = "range"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; NaN becomes ``None``."""

@@ -34,6 +34,7 @@ class _Recovery:
     # Sensors backed up throughout the lost range (by every version governing its rows):
     # the report scores the others as rebuilt, whatever plan is in force when it is read.
     stored: tuple[str, ...] | None = None
+    failure: str = "machine"  # the kind of failure recovered from (engine.live.failure)
 
 
 @dataclass(frozen=True)

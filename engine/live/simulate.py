@@ -36,7 +36,9 @@ def simulate_from_cli(
     The live monitor re-plans on alerts and every horizon (the plan's) stream rows; the
     report lists the plan versions and the rows each served. ``--disorder DELAYS``:
     readings arrive late by those delays (drawn with ``--seed``) and the disorder stage
-    runs (provisional results, corrections, final ones)."""
+    runs (provisional results, corrections, final ones). ``--failure``: a crash (the window
+    state survives, the micro-batch in flight is lost) or a machine loss (every open
+    window rebuilt); by default a crash for a crash-contract plan (``--exposure``)."""
     from engine.disorder import parse_delays
     from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
@@ -47,6 +49,7 @@ def simulate_from_cli(
     text = getattr(args, "disorder", None)
     seed = getattr(args, "seed", 0)
     disorder = Disorder(parse_delays(text), np.random.default_rng(seed)) if text else None
+    failure = getattr(args, "failure", None) or ("machine" if params.exposure is None else "crash")
     split = split_for_replay(len(history.times), args.rows)
     fit = split.fit(history)
     rows = params.history or default_history(fit.values.shape[0], params.window)
@@ -71,6 +74,7 @@ def simulate_from_cli(
                 every_rows=plan.horizon_rows,
             ),
             disorder=disorder,
+            failure=failure,
         )
     out = report.to_dict()
     # Top level: every plan version of the run; the report keeps rows_by_version.

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.errors import ParameterError
+from engine.live.failure import check_failure_kind
 from engine.live.launch import Disorder, start_live
 from engine.live.manager import PipelineManager
 from engine.live.recovery_report import RecoveryReport
@@ -37,6 +38,7 @@ def run_simulation(
     timeout: float = 900.0,
     monitor_factory: Callable[[PipelineManager], Monitor] | None = None,
     disorder: Disorder | None = None,
+    failure: str = "machine",
 ) -> RecoveryReport:
     """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
 
@@ -47,7 +49,11 @@ def run_simulation(
     The report is taken after the restarted query has processed the whole feed.
     ``monitor_factory`` builds the live monitor (e.g. scheduled re-planning);
     ``disorder``: readings arrive late and the disorder stage runs (``start_live``).
+    ``failure``: ``"machine"`` loses the window state (every open window rebuilt);
+    ``"crash"`` keeps it and loses the first micro-batch after ``failure_row``, in flight
+    (its rows rebuilt from its backup; ``engine.live.failure``).
     """
+    check_failure_kind(failure)
     if not 0.0 < fail_at < 1.0:
         raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
     check_mode(mode)
@@ -62,9 +68,15 @@ def run_simulation(
             rows_per_file=rows_per_file, options=opts, leftovers="archive", stop_row=fail_row,
         )  # fmt: skip
         manager.drain(timeout)
-        manager.simulate_failure(grace_seconds=0.5)
-        manager.recover()
-        manager.feed_rest()
+        if failure == "crash":  # the first batch after ``fail_row`` dies once backed up
+            manager.arm_failure("crash")
+            manager.feed_rest()
+            manager.simulate_failure(grace_seconds=timeout, kind="crash")
+            manager.recover()
+        else:
+            manager.simulate_failure(grace_seconds=0.5)
+            manager.recover()
+            manager.feed_rest()
         manager.drain(timeout)
         report = manager.report()
     except BaseException as err:

@@ -17,7 +17,7 @@ import pandas as pd
 from engine.errors import PipelineError
 from engine.live.feeder import Feeder
 from engine.live.pipeline import LivePipeline
-from engine.live.recovery_report import RecoveryReport, score_recovery
+from engine.live.recovery_report import RecoveryReport, covering_contract, score_recovery
 from engine.live.run_config import RunConfig, _Recovery
 from engine.live.spec import StreamSpec
 from engine.live.status import PipelineStatus, StatusBoard
@@ -144,6 +144,8 @@ class ManagerViews:
                 f"{report.note}: {gone} of them cannot be rebuilt (a row they need had no "
                 "whole backup when recovery ran) and stay without a result"
             )  # fmt: skip
+            contract = covering_contract(rec.failure, rec.lost.rows, spec.query.exposure)
+            note = f"{_failure_note(rec, contract, spec.query.exposure)}; {note}"
             served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
             last = self.rows_seen() - 1
             versions = tuple(v.to_dict(last) for v in self.versions())
@@ -154,6 +156,8 @@ class ManagerViews:
                 note=note,
                 rows_by_version=served,
                 plan_versions=versions,
+                failure=rec.failure,
+                contract=contract,
             )
 
     def _require_pipeline(self) -> LivePipeline:
@@ -181,3 +185,16 @@ class ManagerViews:
         if self._store is None:
             raise PipelineError("the pipeline has not been started")
         return self._store
+
+
+def _failure_note(rec: _Recovery, contract: str, exposure: int | None) -> str:
+    """What failed, what was rebuilt, and which contract's miss rate covers it."""
+    rows = f"{rec.lost.rows} row{'' if rec.lost.rows == 1 else 's'}"
+    if rec.failure == "crash":
+        what = f"crash: window state kept, the micro-batch in flight ({rows}) rebuilt"
+    else:
+        what = f"machine loss: window state lost, every open window rebuilt ({rows})"
+    if contract == "crash":
+        return f"{what}; the crash contract (exposure {exposure} rows) covers it"
+    why = "" if exposure is None or rec.failure != "crash" else f", more than its {exposure}"
+    return f"{what}; the range contract covers it{why}"
