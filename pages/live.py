@@ -38,18 +38,28 @@ with panels.page_guard():
         live.replan_now()
     live.start_button(c3, data, plan.parameters, mode, rate, disorder, running, scheduled)
     failed = manager.status().state == "failed"
+    kind = st.radio(
+        "Failure to simulate",
+        list(dashboard.FAILURE_LABELS),
+        index=0 if plan.parameters.exposure is not None else 1,
+        format_func=dashboard.FAILURE_LABELS.get,
+        horizontal=True,
+        key="w_failure_kind",
+        disabled=failed,
+    )
     if c4.button(
         "Recover" if failed else "Simulate failure",
         key="simulate_failure",
         disabled=manager.status().state not in ("running", "failed"),
     ):
-        dashboard.fail_and_recover(already_failed=failed)
+        dashboard.fail_and_recover(already_failed=failed, kind=kind)
     c5.button(  # a callback: the page then draws Start enabled in the same run
         "Stop",
         disabled=manager.status().state not in live.ACTIVE,
         key="stop_pipeline",
         on_click=live.stop,
     )
+    live.contract_note(plan)
     live.ownership_note()
     live.audit_history()
     live.split_note(data)
@@ -58,9 +68,10 @@ with panels.page_guard():
     report = live.last_report()
     if report is None:
         st.caption(
-            "Start the pipeline, let a few batches through, then press Simulate failure: "
-            "the query is killed, its state and unsaved input are discarded, and the lost "
-            "windows are rebuilt from the backup."
+            "Start the pipeline, let a few batches through, then press Simulate failure: a "
+            "crash kills the query in a micro-batch (its input is lost, the window state "
+            "kept, its rows rebuilt from the backup); a machine loss also discards the state "
+            "and unsaved input, and every open window is rebuilt from the backup."
         )
         st.stop()
     running = manager.status().state in live.ACTIVE

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from engine.costs import compare_costs
-from ui import charts, fleet, panels, plans, savings, shell
+from ui import charts, fleet, panels, plans, resources, savings, shell
 
 shell.frame()
 st.title("Backup plan and savings")
@@ -21,7 +21,11 @@ with panels.page_guard():
     with st.expander("Model variances (conditional variance given the backup, and target)"):
         st.dataframe(table[savings.VARIANCE_COLUMNS], hide_index=True)
     st.subheader("Projected savings at fleet scale: what an operator pays for")
-    inputs = fleet.cost_inputs(plan, savings.measured_bytes_per_reading())
+    inputs = fleet.cost_inputs(
+        plan,
+        savings.measured_bytes_per_reading(),
+        plans.range_fraction(data, plan, resources.plan_cache()),
+    )
     report = compare_costs(inputs)
     savings.cost_section(report, plan)
     st.plotly_chart(charts.cost_bars(report))

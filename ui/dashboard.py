@@ -289,7 +289,13 @@ def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
     st.dataframe(recent_table(points, events), hide_index=True, height=280)
 
 
-def fail_and_recover(already_failed: bool) -> None:
+FAILURE_LABELS = {
+    "crash": "crash (window state kept, the batch in flight lost)",
+    "machine": "machine loss (window state lost)",
+}
+
+
+def fail_and_recover(already_failed: bool, kind: str = "machine") -> None:
     """Kill the query (unless it already failed) and recover, in a background job.
 
     The dashboard stays on screen and shows the job's progress; the page reruns
@@ -301,10 +307,13 @@ def fail_and_recover(already_failed: bool) -> None:
         runner.forget(RECOVERY_JOB)
 
     def work(progress: background.Progress) -> object:
-        if not already_failed:
+        if not already_failed and kind == "crash":
+            progress(0.05, "simulating a crash: the next micro-batch dies once backed up")
+            manager.simulate_failure(kind="crash")
+        elif not already_failed:
             progress(0.05, "simulating a failure: the first batch to start with a window open dies")
             manager.simulate_failure()
-        progress(0.3, "recovering the lost windows from the backup (Spark batch job)")
+        progress(0.3, "recovering the lost rows from the backup")
         report = manager.recover()
         live.remember(report, log)
         return report

@@ -182,35 +182,53 @@ def _rates(fleet: Fleet, job: JobShape) -> tuple[ComputeRates, ComputePrices]:
     return rates, ComputePrices(int(cores), float(price), COMPUTE.source)
 
 
-def _contracts(plan: BackupPlan) -> Contracts:
-    """One backup fraction per contract; both follow a new plan (its own figure)."""
-    if st.session_state.get("_cost_plan_fraction") != plan.backup_fraction:
-        for key in ("w_cost_crash", "w_cost_range"):
-            st.session_state[key] = st.session_state[KEPT + key] = float(plan.backup_fraction)
-        st.session_state["_cost_plan_fraction"] = plan.backup_fraction
-    for key in ("w_cost_crash", "w_cost_range"):
-        remembered(key, float(plan.backup_fraction))
+def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
+    """One backup fraction per contract, each from its own plan; both follow a new plan.
+
+    A crash-contract plan's own fraction is the crash figure and ``range_fraction`` (the
+    same query planned for whole windows) the range one; a range plan has only its own.
+    """
+    crash_plan = plan.parameters.exposure is not None
+    seeds = {"w_cost_crash": plan.backup_fraction, "w_cost_range": range_fraction}
+    signature = (plan.backup_fraction, range_fraction)
+    if st.session_state.get("_cost_plan_fraction") != signature:
+        for key, value in seeds.items():
+            st.session_state[key] = st.session_state[KEPT + key] = float(value)
+        st.session_state["_cost_plan_fraction"] = signature
+    for key, value in seeds.items():
+        remembered(key, float(value))
     c = st.columns(2)
     crash = c[0].number_input(
         "Crash contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
-        key="w_cost_crash", help="A failure loses at most one micro-batch. Until plans carry "
-        "a crash-contract backup set, this starts at the plan's fraction: set your own.",
+        key="w_cost_crash", help=(
+            f"A failure loses at most one micro-batch ({plan.parameters.exposure} rows): "
+            "this plan's own fraction." if crash_plan else "This plan is made for the range "
+            "contract: set an exposure on Tune for a crash-contract plan's own fraction; "
+            "until then this starts at the range plan's."
+        ),
     )  # fmt: skip
     whole = c[1].number_input(
         "Range contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
-        key="w_cost_range", help="Whole windows are rebuilt: the plan's backup fraction.",
+        key="w_cost_range", help="Whole windows are rebuilt: the fraction the same query "
+        "backs up when planned for whole windows.",
     )  # fmt: skip
     keep(("w_cost_crash", "w_cost_range"))
     return Contracts(float(crash), float(whole))
 
 
-def cost_inputs(plan: BackupPlan, measured_bytes: float | None) -> CostInputs:
-    """Fleet, store, job, compute and contract inputs for ``plan`` (kept across visits)."""
+def cost_inputs(
+    plan: BackupPlan, measured_bytes: float | None, range_fraction: float | None = None
+) -> CostInputs:
+    """Fleet, store, job, compute and contract inputs for ``plan`` (kept across visits);
+    ``range_fraction``: what the same query backs up planned for whole windows (default:
+    the plan's own)."""
     fleet = _fleet(plan, measured_bytes)
     store = _store()
     with st.expander("Micro-batches, retention, re-plans and contracts"):
         job = _job(plan)
-        contracts = _contracts(plan)
+        contracts = _contracts(
+            plan, plan.backup_fraction if range_fraction is None else range_fraction
+        )
     with st.expander("Compute: measured rates (edit to use your own) and executor price"):
         rates, compute = _rates(fleet, job)
     return CostInputs(fleet, store, job, rates, contracts, compute)

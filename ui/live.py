@@ -114,7 +114,7 @@ def start(
         monitor=monitor,
         speed=float(rows_per_second) * plan.sampling_interval_s,
         rows_per_file=max(1, rows_per_second),
-        options=PipelineOptions(trigger_seconds=1.0),
+        options=PipelineOptions(trigger_seconds=trigger_seconds(plan, rows_per_second)),
         leftovers=leftovers,
     )
     with log.lock:
@@ -130,6 +130,38 @@ def start(
         }
         log.history, log.plan, log.monitor = history, plan, monitor
         log.data_key = data.key
+
+
+def trigger_seconds(plan: BackupPlan, rows_per_second: int) -> float:
+    """The replay's trigger: each second, or as often as batches of at most the plan's
+    exposure keep up with the replay speed (``engine.live.exposure.feed_within_exposure``
+    cuts every batch to the exposure)."""
+    m = plan.parameters.exposure
+    if m is None:
+        return 1.0
+    return max(0.2, min(1.0, m / max(1, rows_per_second)))
+
+
+def contract_note(plan: BackupPlan) -> None:
+    """Which contract covers which failure of this run, and what makes it hold."""
+    m = plan.parameters.exposure
+    home = pipeline_paths().root
+    if m is None:
+        st.caption(
+            "Range contract: this plan's figures are for whole windows rebuilt, which covers "
+            "either failure below. Set an exposure on Tune to plan for the loss of one "
+            "micro-batch instead (more sensors can be left out)."
+        )
+        return
+    st.caption(
+        f"Crash contract, exposure {m} row{'' if m == 1 else 's'}: the replay commits at most "
+        f"{m} rows a micro-batch, a batch holding more (a backlog) backs up every sensor, "
+        "and after a recovery every sensor is backed up until the windows open at the failure "
+        f"close. The window state and the backup live under {str(home)!r} on this machine: a "
+        "crash of the pipeline keeps them (the crash contract's figure holds); the loss of "
+        "the machine takes the state, every open window is rebuilt, and the range "
+        "contract's figure is the one that holds."
+    )
 
 
 def pipeline_paths() -> PipelinePaths:
@@ -289,6 +321,11 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         show(s.last_error)
     if s.last_alert:
         st.warning(f"Live monitor: {s.last_alert}")
+    if s.full_backup_batches:
+        st.info(
+            f"{s.full_backup_batches:,} micro-batch(es) backed up every sensor to keep the "
+            f"crash contract; the latest: {s.last_full_backup}."
+        )
     plan_versions(s)
 
 

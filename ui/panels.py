@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from engine.errors import EngineError
-from engine.planning import BackupPlan, PlanParameters
+from engine.planning import BackupPlan, PlanParameters, contract_assessment
 from engine.planning.verdict import VERDICT_TEST
 from ui import background, plans, resources, state
 from ui.format import eps_text, format_percent
@@ -220,18 +220,37 @@ def status_line(plan: BackupPlan) -> None:
     )
     if plan.measured and plan.backtest is not None:
         bt = plan.backtest
-        verdict = bt.assess(p.delta)
+        verdict = contract_assessment(bt, p.delta)
         text = (
             f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds, each plan kept "
             f"for its horizon of {bt.step} rows and every window in it scored, misses counted "
-            f"where a sensor was rebuilt): {what}. "
+            f"where a sensor was rebuilt): {what}. {contract_text(p.exposure)} "
         )
         VERDICT_STYLE[verdict.state](text + f"**Verdict: {verdict.sentence()}.**")
+        if bt.crash is not None:  # the crash plan's other figure: a range rebuilt whole
+            st.caption(f"Range contract (whole windows rebuilt): {bt.assess(p.delta).sentence()}.")
     elif plan.backtest is not None:
         st.warning(f"The backtest could not score this plan ({plan.backtest.note}): {what}.")
     else:
-        st.info(f"Plan is a {PREVIEW_LABEL}: the figures are the model's projection ({what}).")
+        st.info(
+            f"Plan is a {PREVIEW_LABEL}: the figures are the model's projection ({what}). "
+            + contract_text(p.exposure)
+        )
     plan_warnings(plan)
+
+
+def contract_text(exposure: int | None) -> str:
+    """Which contract the plan's figures belong to, in one sentence."""
+    if exposure is None:
+        return (
+            "Range contract: the figures are for whole windows rebuilt from the backup (a "
+            "machine lost with its window state, or a range recovered)."
+        )
+    return (
+        f"Crash contract: the figures are for a failure that loses at most {exposure} "
+        f"consecutive row{'' if exposure == 1 else 's'} (one micro-batch) while the open "
+        "windows' state survives; the range figure (whole windows rebuilt) is beside it."
+    )
 
 
 def plan_warnings(plan: BackupPlan) -> None:
@@ -258,6 +277,9 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
             f"Backtest {reason}: the model's probability alone is not a guarantee "
             "(it assumes errors independent over time), so treat this as a projection."
         )
+        return
+    if bt.crash is not None and bt.n_folds:
+        _crash_metrics(plan, left, right)
         return
     misses, rebuilt = bt.worst_counts
     left.metric(
@@ -305,3 +327,35 @@ def guarantee(plan: BackupPlan) -> None:
         "model never stale). The backtest beside it is the measured figure.",
     )
     _backtest_metrics(plan, c[2], c[3])
+
+
+def _crash_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator) -> None:
+    """A crash-contract plan's measured figures: (failure, window, sensor) triples."""
+    p, bt = plan.parameters, plan.backtest
+    assert bt is not None and bt.crash is not None
+    crash = bt.crash
+    missed, windows = crash.worst_counts
+    left.metric(
+        "Backtest rate, worst sensor",
+        pct(crash.violation_rate_worst_sensor),
+        f"crash contract: {missed:,.1f} of {windows:,} rebuilt windows; delta {pct(p.delta, 1)}",
+        **QUIET,
+        help=f"Worst sensor: {crash.worst_sensor or 'none rebuilt'}: of the failures "
+        f"touching its rebuilt windows ({crash.positions} positions a window, each losing "
+        f"{crash.exposure} rows), the fraction that left its window off by more than eps.",
+    )
+    right.metric(
+        "Backtest rate, pooled",
+        pct(crash.violation_rate_mean),
+        f"of {crash.scored:,} (failure, window) pairs, {bt.n_folds} folds",
+        **QUIET,
+    )
+    st.caption(
+        f"Crash contract: a failure loses {crash.exposure} consecutive rows at a uniformly "
+        f"random position; every window it touches is exact but for those rows of the rebuilt "
+        f"sensors. Range contract (whole windows rebuilt, as a long recovery): pooled "
+        f"{bt.pooled_label()}; worst sensor {bt.worst_label()}. The model alone claims "
+        f"{format_percent(plan.model_worst_probability, 2)} for whole windows. The figures are "
+        f"for a plan kept {bt.step} rows (its horizon), as in the backtest: re-plan on that "
+        f"cadence (the live pipeline does it on schedule). {bt.note}"
+    )

@@ -302,3 +302,12 @@ def measure_whatif(
         )  # fmt: skip
         points.append(point)
     return cache.put(_measured_whatif_key(data, params), tuple(points))
+
+
+def range_fraction(data: PlanningData, plan: BackupPlan, cache: PlanCache) -> float:
+    """The fraction the plan's query backs up when planned for whole windows (the range
+    contract): the plan's own for a range plan, a cached preview's for a crash plan."""
+    if plan.parameters.exposure is None:
+        return plan.backup_fraction
+    whole = plan.parameters.with_query(exposure=None)
+    return preview_plan(data, whole, cache).backup_fraction

@@ -17,6 +17,7 @@ import streamlit as st
 
 from engine.data import SensorHistory
 from engine.errors import EngineError
+from engine.live import default_exposure
 from engine.planning import PlanParameters
 from engine.query import WindowQuery
 from ui import resources, session_store
@@ -133,11 +134,13 @@ def nice_number(x: float) -> float:
 
 def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParameters:
     """eps = a tenth of the typical sensor spread (1.0 degC on the sample), delta 0.05,
-    window 24 readings (a day of hourly data) or less on short files, avg."""
+    window 24 readings (a day of hourly data) or less on short files, avg, the crash
+    contract for the live replay's micro-batch (``engine.live.exposure.default_exposure``)."""
     idx = [history.sensors.index(s) for s in sensors]
     spread = float(np.median(history.values[:, idx].std(axis=0))) if idx else 1.0
     window = int(max(1, min(24, history.values.shape[0] // 12)))
-    return PlanParameters(WindowQuery(nice_number(spread / 10), 0.05, window))
+    eps = nice_number(spread / 10)
+    return PlanParameters(WindowQuery(eps, 0.05, window, exposure=default_exposure(window)))
 
 
 def selection() -> list[str]:

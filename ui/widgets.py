@@ -16,6 +16,7 @@ from engine.aggregates import aggregate_names
 from engine.data import LoadOptions
 from engine.data.options import UNIT_WORDS
 from engine.errors import EngineError
+from engine.live import default_exposure
 from engine.planning import PlanParameters
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from ui import state
@@ -110,7 +111,8 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
 
 
 def _forget_parameter_widgets() -> None:
-    for key in ("w_eps", "w_delta", "w_window", "w_slide", "w_agg", "w_method", "w_horizon"):
+    keys = ("w_eps", "w_delta", "w_window", "w_slide", "w_agg", "w_method", "w_horizon")
+    for key in (*keys, "w_exposure"):
         st.session_state.pop(key, None)
 
 
@@ -122,6 +124,7 @@ def _seed_parameters(p: PlanParameters, n_sensors: int) -> None:
     _seed("w_agg", p.aggregate)
     _seed("w_method", p.method if (p.method != "exact" or n_sensors <= EXACT_MAX_N) else "greedy")
     _seed("w_horizon", int(p.horizon or 0))
+    _seed("w_exposure", int(p.exposure or 0))
 
 
 def _window_changed() -> None:
@@ -175,6 +178,30 @@ def _horizon_widget(col: DeltaGenerator, n_rows: int, window: int, interval_s: f
     return int(rows) or None
 
 
+EXPOSURE_HELP = (
+    "The crash contract: the most consecutive rows one failure can lose. The pipeline "
+    "commits the open windows' state with every micro-batch, so a crash loses the batch in "
+    "flight only; the plan is calibrated for losing that many rows at any position, and the "
+    "live pipeline backs up every sensor for a batch that holds more. The Live page's "
+    "replay commits at most this many rows a batch (default: a quarter window, rounded "
+    "up). 0: the range contract, whole windows rebuilt (a lost machine with its state, "
+    "or a recovered range); its figure is shown beside the crash contract's either way."
+)
+
+
+def _exposure_widget(col: DeltaGenerator, window: int) -> int | None:
+    """The crash contract's exposure in rows; None (the input's 0) for the range contract."""
+    rows = col.number_input(
+        f"Exposure: rows a failure loses (0: whole windows; default {default_exposure(window)})",
+        min_value=0,
+        max_value=max(1, 4 * int(window)),
+        step=1,
+        key="w_exposure",
+        help=EXPOSURE_HELP,
+    )
+    return int(rows) or None
+
+
 def parameter_widgets(
     n_sensors: int, n_rows: int, single_eps: bool = True, sampling_interval_s: float = 0.0
 ) -> PlanParameters | None:
@@ -211,7 +238,9 @@ def parameter_widgets(
     if st.session_state["w_method"] not in methods:
         st.session_state["w_method"] = "greedy"
     method = c6.selectbox("Method", methods, key="w_method", help=METHOD_HELP)
-    horizon = _horizon_widget(st.columns(3)[0], n_rows, window, sampling_interval_s)
+    h1, h2, _ = st.columns(3)
+    horizon = _horizon_widget(h1, n_rows, window, sampling_interval_s)
+    exposure = _exposure_widget(h2, window)
     try:
         asked = p.with_query(
             eps=float(eps),
@@ -220,6 +249,7 @@ def parameter_widgets(
             slide=None if slide == window else slide,
             aggregate=agg,
             horizon=horizon,
+            exposure=exposure,
         )
         new = replace(asked, method=method)
     except EngineError as err:

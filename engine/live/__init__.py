@@ -15,6 +15,8 @@ way a run starts (the app's and ``simulate``'s), the disorder stage included; ``
 """
 
 from engine.live.audit import AuditLog
+from engine.live.exposure import default_exposure
+from engine.live.failure import FAILURE_KINDS
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.launch import Disorder, start_live
 from engine.live.manager import PipelineManager, get_manager
@@ -32,6 +34,7 @@ from engine.live.store import BackupStore
 from engine.live.versions import changes
 
 __all__ = [
+    "FAILURE_KINDS",
     "AuditLog",
     "BackupStore",
     "BatchPoint",
@@ -50,6 +53,7 @@ __all__ = [
     "Restore",
     "StreamSpec",
     "changes",
+    "default_exposure",
     "find_leftovers",
     "get_manager",
     "recover_lost_range",

@@ -29,13 +29,18 @@ from engine.live.run_config import default_rows_per_file
 from engine.live.spec import PipelineOptions, StreamSpec
 
 __all__ = [
+    "BATCHES_PER_WINDOW",
     "BatchBackup",
     "batch_rows",
+    "default_exposure",
     "feed_within_exposure",
     "repair_window_end",
     "stored_sensors",
 ]
 
+# The app's replay commits a micro-batch about every quarter window by default: that is
+# the exposure a crash-contract plan is made for unless the operator says otherwise.
+BATCHES_PER_WINDOW = 4
 OVER_EXPOSURE = "over exposure"
 AFTER_RECOVERY = "after recovery"
 
@@ -112,3 +117,9 @@ def feed_within_exposure(
     return rows, replace(
         opts, max_files_per_trigger=max(1, min(opts.max_files_per_trigger, m // rows))
     )
+
+
+def default_exposure(window: int) -> int:
+    """The rows one failure loses when the feed commits ``BATCHES_PER_WINDOW`` micro-batches
+    a window: ``ceil(window / BATCHES_PER_WINDOW)``, at least 1."""
+    return max(1, -(-int(window) // BATCHES_PER_WINDOW))

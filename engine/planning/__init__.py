@@ -40,7 +40,7 @@ from engine.planning.monitor import (
     rate_upper_bound,
 )
 from engine.planning.parameters import PlanParameters, default_history
-from engine.planning.plan import BackupPlan, make_plan
+from engine.planning.plan import BackupPlan, contract_assessment, make_plan
 from engine.planning.replan import PlanChange, ReplanningMonitor, widen_plan
 from engine.planning.reselect import pin_backups, retarget
 from engine.planning.savings import BYTES_PER_READING, Savings
@@ -66,6 +66,7 @@ __all__ = [
     "SensorController",
     "ShadowFeedback",
     "ViolationMonitor",
+    "contract_assessment",
     "default_history",
     "eps_grid",
     "fold_origins",

@@ -111,9 +111,10 @@ class CrashResult:
                 FIX,
             )
         ucb = self.violation_rate_worst_sensor_ucb95
+        missed, windows = self.worst_counts  # a window counts its missed positions' fraction
         worst = (
-            f"worst sensor {self.worst_sensor} {pct(self.violation_rate_worst_sensor)} of its "
-            f"(failure, window) pairs"
+            f"worst sensor {self.worst_sensor} missed {missed:.3g} of {windows:,} rebuilt "
+            f"windows ({pct(self.violation_rate_worst_sensor)} of its (failure, window) pairs)"
         )
         if ucb <= delta:
             return Verdict(

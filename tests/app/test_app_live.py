@@ -93,8 +93,10 @@ class FakeManager:
     def status(self) -> PipelineStatus:
         return self._status
 
-    def simulate_failure(self) -> PipelineStatus:
-        self.calls.append("simulate_failure")
+    def simulate_failure(
+        self, grace_seconds: float = 15.0, kind: str = "machine"
+    ) -> PipelineStatus:
+        self.calls.append(f"simulate_failure {kind}")
         raise PipelineError("no pipeline is running (state: failed)")
 
     def report(self) -> RecoveryReport:
@@ -131,7 +133,8 @@ def test_running_pipeline_cannot_be_started_twice_and_refusals_are_one_line(app,
     assert app.button(key="start_pipeline").disabled
     try:
         settle(app.button(key="simulate_failure").click().run())
-        assert manager.calls == ["simulate_failure"]  # on the background recovery job
+        # on the background recovery job; a crash by default for the crash-contract plan
+        assert manager.calls == ["simulate_failure crash"]
         assert not app.exception
         expected = "Recovery failed: no pipeline is running (state: failed)"
         assert [e.value for e in app.error] == [expected]

@@ -321,3 +321,35 @@ def test_run_says_a_wrong_local_path_in_one_line_and_writes_nothing(
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert re.search(said, done.stderr) and "Traceback" not in done.stderr
     assert not (tmp_path / "b").exists()  # no plan book, nothing else written
+
+
+def test_simulate_failure_defaults_to_the_plans_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``simulate --failure``: a crash by default for a plan with an exposure (the crash
+    contract's failure), a machine loss without; the flag overrides; a bad kind is one line."""
+    import engine.live.simulation as simulation
+    from engine.cli_parser import build_parser
+    from engine.data import load_history
+    from engine.live.simulate import simulate_from_cli
+    from engine.planning import PlanParameters
+
+    seen: list[object] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(*args: object, **kwargs: object) -> None:
+        seen.append(kwargs["failure"])
+        raise Stop
+
+    monkeypatch.setattr(simulation, "run_simulation", fake_run)
+    history = load_history(SMALL).select(list(load_history(SMALL).sensors[:4]))
+    base = ["simulate", "--data", "x", "--eps", "1", "--delta", "0.1", "--window", "24"]
+    cases = [(None, [], "machine"), (6, [], "crash"), (6, ["--failure", "machine"], "machine"),
+             (None, ["--failure", "crash"], "crash")]  # fmt: skip
+    for exposure, extra, want in cases:
+        params = PlanParameters(WindowQuery(1.0, 0.1, 24, exposure=exposure))
+        with pytest.raises(Stop):
+            simulate_from_cli(history, params, build_parser().parse_args([*base, *extra]))
+        assert seen.pop() == want
+    done = run_cli("simulate", *base[1:], "--failure", "disk")
+    assert done.returncode == 2 and "invalid choice: 'disk'" in done.stderr
