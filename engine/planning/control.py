@@ -248,6 +248,19 @@ class SensorController:
         self.targets = _check_targets(targets, self.targets.size)
         return self.observe(())
 
+    def skip_to(self, window: int) -> int:
+        """Windows below ``window`` not applied yet will never come (another process or a
+        recovery closed them): stop waiting. They are not applied (``windows`` and the
+        bound count only applied windows). Returns how many were skipped."""
+        skipped = max(0, int(window) - self.watermark) - sum(
+            1 for w in self.recent if w < window
+        )
+        if window > self.watermark:
+            self.watermark = int(window)
+            self.recent = {w for w in self.recent if w >= self.watermark}
+            self._advance_watermark()
+        return skipped
+
     def changes_per_day(self, window_seconds: float) -> float:
         """Decisions that changed the set, per day of applied windows of ``window_seconds``."""
         if not window_seconds > 0:
@@ -334,12 +347,30 @@ class SensorController:
     @classmethod
     def restore(cls, state: dict[str, Any], cov: np.ndarray) -> SensorController:
         """The controller ``snapshot`` described, on the same model covariance ``cov``."""
+        return cls._from_state(state, cov, None)
+
+    @classmethod
+    def resume(
+        cls, state: dict[str, Any], cov: np.ndarray, targets: np.ndarray
+    ) -> SensorController:
+        """The controller ``snapshot`` described, rebased on another model: ``restore``
+        then ``rebase(cov, targets)`` (a process that resumes a run may hold another
+        model than the one the snapshot was taken under; the guarantee does not depend
+        on the model). The set is the snapshot's, repaired to the new targets by the
+        next ``observe``."""
+        return cls._from_state(state, cov, targets)
+
+    @classmethod
+    def _from_state(
+        cls, state: dict[str, Any], cov: np.ndarray, targets: np.ndarray | None
+    ) -> SensorController:
         try:
             if state["version"] != SNAPSHOT_VERSION:
                 raise ParameterError(f"unknown controller snapshot version {state['version']!r}")
             config = ControlConfig(**state["config"])
-            out = cls(config, cov, np.asarray(state["targets"], float), state["backup"])
-            if _digest(out.selection.cov) != state["cov_digest"]:
+            base = np.asarray(state["targets"] if targets is None else targets, float)
+            out = cls(config, cov, base, state["backup"])
+            if targets is None and _digest(out.selection.cov) != state["cov_digest"]:
                 raise ParameterError("the snapshot was taken under another model covariance")
             n = out.targets.size
             out.scale = _array(state["scale"], (n,), float)
