@@ -19,8 +19,8 @@ from engine.errors import EngineError
 from engine.live.control_loop import ControlledReplanning
 from engine.live.manager import PipelineManager
 from engine.live.spec import StreamSpec
-from engine.planning.plan import BackupPlan
 from engine.planning.control import ControlConfig
+from engine.planning.plan import BackupPlan
 from engine.planning.replan import ReplanningMonitor, learning_rows, run_in_thread
 
 

@@ -49,6 +49,15 @@ fraction over all windows, not conditional on being rebuilt, and it holds whatev
 selection rule decides the rest: every other rule here (the evidence to release,
 hysteresis, the incremental re-selection) only backs up more.
 
+**In the live pipeline** (``engine.live.control_loop``) a window's feedback arrives
+when it closes: after its last reading, and with the disorder stage after its
+stragglers are released. A decision after the batch whose largest row is ``h`` governs
+rows from ``h + 1``, so the windows holding rows up to ``h`` that are not applied yet are
+outstanding: ``d`` is the largest such count at a decision (measured there; about
+``window / slide`` without disorder, more with it). Windows the controller never gets
+(the recovery job closed them, or a process before a restart) are skipped, not
+applied: the bound covers the windows applied.
+
 **Never trusted without a measurement.** A backed-up sensor is released only when
 its last ``evidence_windows`` measured windows as a dropped sensor (actual misses
 while rebuilt, counterfactual ones while backed up) hold at most ``aim`` misses per
@@ -252,9 +261,7 @@ class SensorController:
         """Windows below ``window`` not applied yet will never come (another process or a
         recovery closed them): stop waiting. They are not applied (``windows`` and the
         bound count only applied windows). Returns how many were skipped."""
-        skipped = max(0, int(window) - self.watermark) - sum(
-            1 for w in self.recent if w < window
-        )
+        skipped = max(0, int(window) - self.watermark) - sum(1 for w in self.recent if w < window)
         if window > self.watermark:
             self.watermark = int(window)
             self.recent = {w for w in self.recent if w >= self.watermark}

@@ -54,7 +54,8 @@ def window_misses(
             f"{int(starts[-1]) + window}"
         )
     if exposure is None:
-        error = agg.over_windows(truth, starts, window) - agg.over_windows(recovered, starts, window)
+        whole = agg.over_windows(truth, starts, window)
+        error = whole - agg.over_windows(recovered, starts, window)
         return (np.abs(error) > eps).astype(float)
     errors = agg.exposure_errors(truth, recovered, starts, window, exposure)  # (W, K, n)
     return np.asarray((np.abs(errors) > eps).mean(axis=1), dtype=float)
@@ -134,9 +135,7 @@ def drop_one_rebuild(
     backup = list(backup)
     informative = [j for j in backup if not model.constant_[j]]
     constant = [j for j in backup if model.constant_[j]]
-    precision = (
-        np.linalg.inv(model.cov_[np.ix_(informative, informative)]) if informative else None
-    )
+    precision = np.linalg.inv(model.cov_[np.ix_(informative, informative)]) if informative else None
     mean = model.mean_
 
     def rebuild(x: np.ndarray) -> np.ndarray:

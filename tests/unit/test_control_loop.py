@@ -15,7 +15,6 @@ from engine.aggregates import get_aggregate
 from engine.data import SensorHistory, load_history
 from engine.live.versions import PlanVersion
 from engine.planning import BacktestSettings, BackupPlan, PlanParameters, make_plan
-from engine.planning.control import ControlConfig
 from engine.planning.feedback import drop_one_rebuild, shadow_feedback, window_misses
 from engine.planning.steering import with_backup
 from engine.query import WindowQuery
