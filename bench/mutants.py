@@ -31,6 +31,7 @@ COPY = ("engine", "tests", "sample_data", "bench", "pyproject.toml")
 
 CTRL = "tests/unit/test_control.py::"
 INC = "tests/unit/test_incremental_selection.py::"
+LOOP = "tests/unit/test_control_loop.py::"
 BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
 
 
@@ -241,6 +242,22 @@ MUTANTS = (
            "exposure is not None and lost_rows <= exposure",
            "exposure is not None",
            ("tests/unit/test_exposure_rules.py",)),
+    Mutant("c1: the live loop gives the controller no feedback",
+           "engine/live/control_loop.py",
+           "decision = self.controller.observe(self._feedback(closed))",
+           "decision = self.controller.observe([])",
+           (LOOP + "test_a_broken_sensor_is_backed_up_by_a_control_version",)),
+    Mutant("c2: the shadow feedback's miss flipped (a hit counts as the miss)",
+           "engine/planning/feedback.py",
+           "return (np.abs(error) > eps).astype(float)",
+           "return (np.abs(error) <= eps).astype(float)",
+           (LOOP + "test_window_misses_match_a_direct_reference",
+            LOOP + "test_a_broken_sensor_is_backed_up_by_a_control_version")),
+    Mutant("c3: windows holding rebuilt rows count as measured",
+           "engine/live/control_loop.py",
+           "measured=whole & ~closed.recovered",
+           "measured=whole",
+           (LOOP + "test_no_release_without_measured_windows",)),
 )  # fmt: skip
 
 

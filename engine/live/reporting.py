@@ -1,7 +1,8 @@
 """What a live micro-batch reports: status-board totals, shadow errors, metrics.
 
 ``_report`` adds the batch to the board's totals and feeds its shadow errors
-to the board and the monitor; ``_record`` puts the batch's point on the
+to the board and the monitor (and its closed windows to a monitor that steers the
+backup set online: ``engine.live.control_loop``); ``_record`` puts the batch's point on the
 metrics history, with the disorder stage's counts when there is a stage.
 """
 
@@ -13,7 +14,7 @@ import pandas as pd
 from engine.live.batch import WindowAdvance
 from engine.live.exposure import BatchBackup
 from engine.live.records import BackupWritten
-from engine.live.spec import Monitor, Stage
+from engine.live.spec import Monitor, PipelineOptions, Stage
 from engine.live.status import StatusBoard
 from engine.live.versions import PlanVersion
 from engine.planning.monitor import newly_alerting
@@ -24,6 +25,7 @@ class BatchReporting:
 
     board: StatusBoard
     monitor: Monitor | None
+    options: PipelineOptions
     stage: Stage | None
     _kinds: dict[str, int]
     _alerts: int
@@ -51,6 +53,9 @@ class BatchReporting:
             stale_readings=advance.stale,
         )
         self.board.update(buffered_rows=advance.state.buffered_rows)
+        steer = getattr(self.monitor, "observe_windows", None)  # online control, if any
+        if steer is not None and self.options.shadow:
+            steer(advance.closed, version)
         if errors is None:
             return
         targets = spec.linear_map.targets

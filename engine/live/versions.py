@@ -2,8 +2,9 @@
 
 A plan is valid for a stretch of time. The live pipeline starts with an
 ``initial`` version and installs a new one at a micro-batch boundary after a
-``scheduled`` re-plan (the horizon passed), an ``alert`` of the live monitor, or
-a ``manual`` change. Each version is stored (``plan_versions``) with the rows
+``scheduled`` re-plan (the horizon passed), an ``alert`` of the live monitor, a
+``control`` decision (the per-sensor controller changed the backup set) or a
+``manual`` change. Each version is stored (``plan_versions``) with the rows
 (``seq``) it governed, so a recovery, even by a new process, rebuilds every row
 with the reconstruction map that was in force when it was written.
 
@@ -26,7 +27,7 @@ from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
 from engine.model.linear import LinearMap
 
-REASONS: tuple[str, ...] = ("initial", "scheduled", "alert", "manual")
+REASONS: tuple[str, ...] = ("initial", "scheduled", "alert", "manual", "control")
 
 
 @dataclass(frozen=True)

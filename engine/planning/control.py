@@ -49,6 +49,15 @@ fraction over all windows, not conditional on being rebuilt, and it holds whatev
 selection rule decides the rest: every other rule here (the evidence to release,
 hysteresis, the incremental re-selection) only backs up more.
 
+**In the live pipeline** (``engine.live.control_loop``) a window's feedback arrives
+when it closes: after its last reading, and with the disorder stage after its
+stragglers are released. A decision after the batch whose largest row is ``h`` governs
+rows from ``h + 1``, so the windows holding rows up to ``h`` that are not applied yet are
+outstanding: ``d`` is the largest such count at a decision (measured there; about
+``window / slide`` without disorder, more with it). Windows the controller never gets
+(the recovery job closed them, or a process before a restart) are skipped, not
+applied: the bound covers the windows applied.
+
 **Never trusted without a measurement.** A backed-up sensor is released only when
 its last ``evidence_windows`` measured windows as a dropped sensor (actual misses
 while rebuilt, counterfactual ones while backed up) hold at most ``aim`` misses per
@@ -248,6 +257,17 @@ class SensorController:
         self.targets = _check_targets(targets, self.targets.size)
         return self.observe(())
 
+    def skip_to(self, window: int) -> int:
+        """Windows below ``window`` not applied yet will never come (another process or a
+        recovery closed them): stop waiting. They are not applied (``windows`` and the
+        bound count only applied windows). Returns how many were skipped."""
+        skipped = max(0, int(window) - self.watermark) - sum(1 for w in self.recent if w < window)
+        if window > self.watermark:
+            self.watermark = int(window)
+            self.recent = {w for w in self.recent if w >= self.watermark}
+            self._advance_watermark()
+        return skipped
+
     def changes_per_day(self, window_seconds: float) -> float:
         """Decisions that changed the set, per day of applied windows of ``window_seconds``."""
         if not window_seconds > 0:
@@ -334,12 +354,30 @@ class SensorController:
     @classmethod
     def restore(cls, state: dict[str, Any], cov: np.ndarray) -> SensorController:
         """The controller ``snapshot`` described, on the same model covariance ``cov``."""
+        return cls._from_state(state, cov, None)
+
+    @classmethod
+    def resume(
+        cls, state: dict[str, Any], cov: np.ndarray, targets: np.ndarray
+    ) -> SensorController:
+        """The controller ``snapshot`` described, rebased on another model: ``restore``
+        then ``rebase(cov, targets)`` (a process that resumes a run may hold another
+        model than the one the snapshot was taken under; the guarantee does not depend
+        on the model). The set is the snapshot's, repaired to the new targets by the
+        next ``observe``."""
+        return cls._from_state(state, cov, targets)
+
+    @classmethod
+    def _from_state(
+        cls, state: dict[str, Any], cov: np.ndarray, targets: np.ndarray | None
+    ) -> SensorController:
         try:
             if state["version"] != SNAPSHOT_VERSION:
                 raise ParameterError(f"unknown controller snapshot version {state['version']!r}")
             config = ControlConfig(**state["config"])
-            out = cls(config, cov, np.asarray(state["targets"], float), state["backup"])
-            if _digest(out.selection.cov) != state["cov_digest"]:
+            base = np.asarray(state["targets"] if targets is None else targets, float)
+            out = cls(config, cov, base, state["backup"])
+            if targets is None and _digest(out.selection.cov) != state["cov_digest"]:
                 raise ParameterError("the snapshot was taken under another model covariance")
             n = out.targets.size
             out.scale = _array(state["scale"], (n,), float)

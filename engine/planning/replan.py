@@ -193,13 +193,9 @@ class ReplanningMonitor:
             history = self.recent()
             if history.sensors != old.sensors:
                 raise ParameterError("recent history has different sensors from the plan")
-            if alert is not None:
-                new = widen_plan(old, history, self._tightened(alert))
-            else:
-                self.scale = np.ones(len(old.sensors))
-                new = fresh_plan(old, history)
+            new = self._new_plan(old, history, alert)
             reason = self._reason(kind, alert, history, old, new)
-            self.apply(new, kind, reason)
+            self._hand_over(new, kind, reason)
         except Exception as err:  # reported below (status and plan log), never silent
             # Never take the stream down over a re-plan: log it, say it in the status
             # (a worker that died quietly would stop all re-planning unseen) and keep
@@ -214,15 +210,37 @@ class ReplanningMonitor:
                 self._busy, self._wait_for = False, None
             if self.on_failure is not None:
                 self.on_failure(f"{kind} re-plan failed, the plan in force is kept: {text}")
-            return
+
+    def _hand_over(self, new: BackupPlan, kind: str, reason: str) -> None:
+        """Install the re-plan ``new`` (``apply``) and log it as the plan in force."""
+        self.apply(new, kind, reason)
+        self._log_applied(new, kind, reason)
+        with self._lock:
+            self._busy = False
+
+    def _log_applied(self, new: BackupPlan, kind: str, reason: str) -> None:
+        old = self.plan
         added = tuple(s for s in new.backup_sensors if s not in old.backup_sensors)
         dropped = tuple(s for s in old.backup_sensors if s not in new.backup_sensors)
         with self._lock:
             self.changes.append(
                 PlanChange(self.now(), kind, reason, new.backup_sensors, added, dropped)
             )
-            self.plan, self._busy = new, False
+            self.plan = new
             self.plans.append(new)
+
+    def calibration_for(self, plan: BackupPlan) -> dict[str, Any]:
+        """What the plan version of ``plan`` stores about its calibration (JSON types)."""
+        return calibration_state(plan, self.scale)
+
+    def _new_plan(
+        self, old: BackupPlan, history: SensorHistory, alert: MonitorAlert | None
+    ) -> BackupPlan:
+        """The re-plan: widened with tightened targets on an alert, else a fresh plan."""
+        if alert is not None:
+            return widen_plan(old, history, self._tightened(alert))
+        self.scale = np.ones(len(old.sensors))
+        return fresh_plan(old, history)
 
     def plan_for(self, linear_map: object) -> BackupPlan | None:
         """The plan (first or applied) whose reconstruction map is ``linear_map``:

@@ -1,0 +1,251 @@
+"""Online control in the live loop, in pure Python: the shadow check's feedback under
+both contracts (against a direct reference), a broken sensor backed up by a new plan
+version, a stationary stream's set kept, no release without measured windows, the
+feedback delay, re-plans rebasing the controller, and the state across a restart."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from engine.aggregates import get_aggregate
+from engine.data import SensorHistory, load_history
+from engine.live.versions import PlanVersion
+from engine.planning import BacktestSettings, BackupPlan, PlanParameters, make_plan
+from engine.planning.feedback import drop_one_rebuild, shadow_feedback, window_misses
+from engine.planning.steering import with_backup
+from engine.query import WindowQuery
+from tests.unit.control_driver import Loop
+from tests.unit.test_replan import DRIFT
+
+WINDOW = 10
+BREAK = 600  # the broken sensor's relation to the others ends here
+
+
+@pytest.fixture(scope="module")
+def drift() -> SensorHistory:
+    return load_history(DRIFT)
+
+
+def _plan(drift: SensorHistory, exposure: int | None = None) -> BackupPlan:
+    query = WindowQuery(1.0, 0.05, WINDOW, exposure=exposure)
+    params = PlanParameters(query, history=600)
+    return make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+
+
+@pytest.fixture(scope="module")
+def plan(drift: SensorHistory) -> BackupPlan:
+    return _plan(drift)
+
+
+def stationary(drift: SensorHistory, broken: str | None = None) -> SensorHistory:
+    """1,200 rows of the regime the plan was fitted on (rows 400-1000 twice); ``broken``
+    drifts away from its model from row ``BREAK`` on."""
+    values = np.vstack([drift.values[400:1000], drift.values[400:1000]])
+    if broken is not None:
+        j = drift.sensors.index(broken)
+        values[BREAK:, j] += 3.0 * np.sin(np.arange(values.shape[0] - BREAK) / 7.0)
+    return replace(drift.rows(0, 1200), values=values)
+
+
+def _rebuilt(plan: BackupPlan) -> list[str]:
+    return [s for s in plan.sensors if s not in plan.backup_sensors]
+
+
+# ------------------------------------------------------------------ feedback
+def _reference_misses(truth, recovered, count, window, slide, aggregate, eps, exposure):
+    """Window by window, failure position by failure position."""
+    agg = get_aggregate(aggregate)
+    out = np.zeros((count, truth.shape[1]))
+    for k in range(count):
+        t = truth[k * slide : k * slide + window]
+        if exposure is None:
+            r = recovered[k * slide : k * slide + window]
+            out[k] = np.abs(agg.over_windows(t, np.array([0]), window)[0]
+                            - agg.over_windows(r, np.array([0]), window)[0]) > eps  # fmt: skip
+            continue
+        positions = range(1 - exposure, window)
+        for d in positions:
+            lost = t.copy()
+            lo, hi = max(d, 0), min(d + exposure, window)
+            lost[lo:hi] = recovered[k * slide + lo : k * slide + hi]
+            err = agg.over_windows(t, np.array([0]), window) - agg.over_windows(
+                lost, np.array([0]), window
+            )
+            out[k] += (np.abs(err[0]) > eps) / len(positions)
+    return out
+
+
+@pytest.mark.parametrize("aggregate", ["avg", "max"])
+@pytest.mark.parametrize("exposure", [None, 1, 3, 12])
+def test_window_misses_match_a_direct_reference(aggregate: str, exposure: int | None) -> None:
+    rng = np.random.default_rng(7)
+    truth = rng.normal(size=(40, 3))
+    recovered = truth + rng.normal(scale=[0.2, 1.0, 3.0], size=(40, 3))
+    eps = np.array([0.3, 0.5, 0.5])
+    got = window_misses(truth, recovered, 7, 10, 5, aggregate, eps, exposure)
+    want = _reference_misses(truth, recovered, 7, 10, 5, aggregate, eps, exposure)
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert 0 < got.mean() < 1
+
+
+def test_feedback_marks_rebuilt_windows_and_unmeasured_ones() -> None:
+    truth = np.arange(40.0).reshape(20, 2)
+    recovered = truth + np.array([0.0, 5.0])
+    backed = np.zeros((20, 2), bool)
+    backed[:, 0] = True
+    backed[:13, 1] = True  # sensor 1 backed up until row 13: window 1 holds both
+    feedback = shadow_feedback(
+        np.array([4, 5]), truth, recovered, backed, window=10, slide=10, aggregate="avg",
+        eps=np.ones(2), exposure=None, measured=np.array([True, False]),
+    )  # fmt: skip
+    assert [f.window for f in feedback] == [4, 5]
+    assert feedback[0].rebuilt.tolist() == [False, False]
+    assert feedback[1].rebuilt.tolist() == [False, True]
+    assert np.isnan(feedback[1].miss).all()  # rows rebuilt after a failure: unmeasured
+    assert feedback[0].counterfactual is None
+
+
+def test_drop_one_rebuild_is_the_conditional_mean_given_the_rest(plan: BackupPlan) -> None:
+    idx = [plan.sensors.index(s) for s in plan.backup_sensors]
+    x = np.random.default_rng(3).normal(size=(5, len(plan.sensors))) + plan.model.mean_
+    got = drop_one_rebuild(plan.model, idx)(x)
+    j = idx[2]
+    rest = [i for i in idx if i != j]
+    lm = plan.model.linear_map(rest)
+    want = lm.apply(x[:, rest])[:, lm.sensors.index(plan.sensors[j])]
+    np.testing.assert_allclose(got[:, j], want, rtol=1e-9, atol=1e-9)
+
+
+# ------------------------------------------------------------------ the loop
+def test_a_broken_sensor_is_backed_up_by_a_control_version(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    broken = _rebuilt(plan)[0]
+    loop = Loop(plan, stationary(drift, broken))
+    loop.monitor(min_windows=10**6)  # no alert: the controller alone
+    loop.run(BREAK, 7)
+    assert all(broken not in s for s in loop.backup_sets())
+    loop.run(1200, 7)
+    first = next(v for v in loop.versions if broken in v.spec.backup_sensors)
+    assert first.reason == "control" and BREAK < first.first_seq < BREAK + 30 * WINDOW
+    assert "online control: backed up" in first.detail and broken in first.detail
+    assert broken in loop.versions[-1].spec.backup_sensors
+
+
+def test_an_alert_refits_the_model_and_the_controller_keeps_the_set(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    broken = _rebuilt(plan)[0]
+    loop = Loop(plan, stationary(drift, broken))
+    monitor = loop.monitor()
+    loop.run(1200, 7)
+    alerts = [v for v in loop.versions if v.reason == "alert"]
+    assert alerts and "the controller's set kept" in alerts[0].detail
+    assert monitor.model_plan is not plan  # rebased on the refit
+    assert broken in loop.versions[-1].spec.backup_sensors
+
+
+def test_a_stationary_stream_keeps_the_set(drift: SensorHistory, plan: BackupPlan) -> None:
+    loop = Loop(plan, stationary(drift))
+    monitor = loop.monitor()
+    loop.run(1200, 7)
+    first, sets = set(plan.backup_sensors), loop.backup_sets()
+    assert max(len(s - first) for s in sets) <= 2  # never grows by more than 2
+    assert all(len(s) <= len(first) for s in sets[1:])  # the savings are kept
+    status = monitor.status()
+    assert status.windows == 1200 // WINDOW and status.skipped == 0
+    assert status.miss_bound == pytest.approx(monitor.controller.config.miss_bound(120, 1))
+
+
+def test_no_release_without_measured_windows(drift: SensorHistory, plan: BackupPlan) -> None:
+    everything = with_backup(plan, range(len(plan.sensors)))
+    unmeasured = Loop(everything, stationary(drift))
+    unmeasured.recovered_rows = set(range(1200))  # every window holds rebuilt rows
+    unmeasured.monitor()
+    unmeasured.run(1200, 7)
+    assert len(unmeasured.versions) == 1  # nothing released: nothing was measured
+
+    measured = Loop(everything, stationary(drift))
+    monitor = measured.monitor()
+    measured.run(1200, 7)
+    released = measured.versions[1]
+    assert released.reason == "control" and "released" in released.detail
+    evidence = monitor.controller.config.evidence_windows
+    assert released.first_seq >= evidence * WINDOW  # 24 measured windows first
+
+
+def test_the_crash_contract_feeds_the_exposure_miss(drift: SensorHistory) -> None:
+    plan = _plan(drift, exposure=2)
+    loop = Loop(plan, stationary(drift, _rebuilt(plan)[0]))
+    seen = []
+    monitor = loop.monitor()
+    original = monitor.controller.observe
+
+    def spy(feedback):  # the feedback as the controller receives it
+        seen.extend(feedback)
+        return original(feedback)
+
+    monitor.controller.observe = spy  # type: ignore[method-assign]
+    loop.run(300, 7)
+    misses = np.array([f.miss for f in seen])
+    rebuilt = np.array([f.rebuilt for f in seen])
+    fractions = misses[rebuilt]
+    # fractions of the w + m - 1 = 11 failure positions, not indicators
+    assert np.all(np.isclose(fractions * 11, np.round(fractions * 11)))
+
+
+def test_the_delay_counts_windows_outstanding_at_a_decision(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    tumbling = Loop(plan, stationary(drift))
+    tumbling.monitor()
+    tumbling.run(300, 7)  # a batch ends inside a window: that window is outstanding
+    assert tumbling.ctl.delay == 1
+    aligned = Loop(plan, stationary(drift))
+    aligned.monitor()
+    aligned.run(300, 10)  # every batch ends on a window's end
+    assert aligned.ctl.delay == 0
+
+
+def test_a_scheduled_replan_rebases_the_controller_and_keeps_its_set(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    loop = Loop(plan, stationary(drift))
+    monitor = loop.monitor(every_rows=300)
+    loop.run(900, 7)
+    scheduled = [v for v in loop.versions if v.reason == "scheduled"]
+    assert scheduled, [v.reason for v in loop.versions]
+    assert monitor.model_plan is not plan  # the controller holds the refit's model
+    for v in scheduled:  # the set right before it is kept (repaired to the new targets)
+        before = loop.versions[v.id - 1].spec.backup_sensors
+        assert set(before) <= set(v.spec.backup_sensors)
+        assert "the controller's set kept" in v.detail
+
+
+def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    history = stationary(drift, _rebuilt(plan)[0])
+    loop = Loop(plan, history)
+    before = loop.monitor()
+    loop.run(1000, 7)
+    stored = loop.versions[-1]
+    assert "control" in stored.calibration
+    # what a new process reads back from the store
+    record = stored.record()
+    back = PlanVersion.from_record(record, stored.spec)
+    assert json.loads(record.calibration)["control"]["counters"]["windows"] > 0
+
+    again = Loop(plan, history)
+    after = again.monitor()
+    again.versions, again.rows = [back], 1000
+    again.state = loop.state
+    snapshot = back.calibration["control"]
+    again.run(1100, 7)
+    assert after.controller.windows == snapshot["counters"]["windows"] + 10
+    assert after.skipped == 1000 // WINDOW - snapshot["counters"]["watermark"]
+    assert before.controller.windows >= snapshot["counters"]["windows"]
