@@ -1,4 +1,5 @@
-"""Mutation check of calibration (both contracts), K-slack, re-planning and online control.
+"""Mutation check of calibration (both contracts), K-slack, re-planning, online control and
+the production job's exposure rule.
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -258,6 +259,16 @@ MUTANTS = (
            "measured=whole & ~closed.recovered",
            "measured=whole",
            (LOOP + "test_no_release_without_measured_windows",)),
+    Mutant("j1: the production job lets a micro-batch over the exposure keep the plan's set",
+           "engine/job/exposure.py",
+           "return exposure is not None and rows > exposure",
+           "return exposure is not None and rows > 2 * exposure",
+           ("tests/unit/test_job_exposure.py",)),
+    Mutant("j2: the production job counts a batch's rows in one window only",
+           "engine/job/exposure.py",
+           'per_sensor = partials.groupby("sensor", sort=False)["readings"].sum()',
+           'per_sensor = partials.groupby("sensor", sort=False)["readings"].max()',
+           ("tests/unit/test_job_exposure.py",)),
 )  # fmt: skip
 
 

@@ -50,9 +50,11 @@ def write_config(
     eps: float = 1.0,
     lm: LinearMap | None = None,
     sampling_interval_s: float = 3600.0,
+    exposure: int | None = None,
 ) -> dict[str, Any]:
     """A schema-v1 config (valid for ``load_config``); the map is a least-squares fit
-    unless ``lm`` is given."""
+    unless ``lm`` is given. With ``exposure``, a schema-v3 crash-contract config of that
+    exposure, valid far past the rows (so the job never finds it expired)."""
     from engine.export import production_snippets, validate_config
 
     lm = lm or fit_map(rows.values, rows.sensors, backup)
@@ -91,9 +93,32 @@ def write_config(
         "savings": _savings(len(backup), len(rows.sensors)),
         "production": production_snippets(backup, slide * sampling_interval_s),
     }
+    if exposure is not None:
+        _crash_contract(config, rows, exposure)
     validate_config(config)
     path.write_text(json.dumps(config))
     return config
+
+
+def _crash_contract(config: dict[str, Any], rows: Rows, exposure: int) -> None:
+    """Make ``config`` a schema-v3 config for the crash contract at ``exposure`` rows."""
+    params = config["parameters"]
+    stamp = [pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M:%SZ") for t in rows.times[[0, -1]]]
+    horizon = 100 * len(rows.times)
+    seconds = horizon * params["sampling_interval_s"]
+    until = pd.Timestamp(rows.times[-1]) + pd.Timedelta(seconds=seconds)
+    config["schema_version"] = 3
+    params["eps_by_sensor"] = dict.fromkeys(rows.sensors, params["eps"])
+    params["units"] = dict.fromkeys(rows.sensors, "unknown:test")
+    params["exposure"] = exposure
+    config["guarantee"].update(contract="crash", exposure_rows=exposure)
+    config["validity"] = {
+        "fit_start": stamp[0],
+        "fit_end": stamp[1],
+        "horizon_rows": horizon,
+        "horizon_seconds": seconds,
+        "valid_until": until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def _savings(m: int, n: int) -> dict[str, float]:

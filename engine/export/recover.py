@@ -1,6 +1,9 @@
 """Offline recovery: a backup config plus the backed-up sensors' data gives every sensor.
 
-This is the proof that an exported config is enough on its own.
+This is the proof that an exported config is enough on its own. What it rebuilds is a
+range of time steps, whole windows of them: the range contract covers it, whatever the
+plan's own contract, and each result says so with the plan's measured figure for it
+(``range_guarantee``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from engine.errors import ConfigError, DataError
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
-from engine.export.wide import rebuild, widen
+from engine.export.wide import infinite_readings, overlay, rebuild, widen
 from engine.model.linear import LinearMap
 
 
@@ -55,6 +58,8 @@ class RecoverResult:
     backup_rows_dropped: int  # rows the loader could not fill (not written)
     notes: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # printed on stderr by the CLI (exit code stays 0)
+    contract: str = "range"  # whole windows rebuilt
+    guarantee: str = ""  # the plan's measured range-contract verdict (``range_guarantee``)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -103,7 +108,28 @@ def recover_file(
         backup_rows_dropped=history.report.n_rows_dropped,
         notes=history.report.notes,
         warnings=_warnings(config, history.times),
+        guarantee=range_guarantee(config),
     )
+
+
+def range_guarantee(config: BackupConfig) -> str:
+    """One line: the range contract covers a rebuilt range, and what the plan measured for it.
+
+    A crash-contract plan (schema v3, ``exposure`` m) states its range verdict beside its
+    crash one (``guarantee.verdicts.range``): its crash figure covers a failure that
+    loses at most m rows while the windows' state survives, never a range rebuilt here.
+    A v1 or v2 config's ``verdict`` is the range contract's (the only one then).
+    """
+    guarantee = config.data.get("guarantee") or {}
+    verdict = (guarantee.get("verdicts") or {}).get("range") or guarantee.get("verdict")
+    exposure = config.parameters.get("exposure")
+    head = "range contract (whole windows rebuilt from the backup)"
+    if exposure is not None:
+        head += (
+            f"; the plan's crash contract ({exposure} row{'' if exposure == 1 else 's'} lost, "
+            "window state kept) does not cover a rebuilt range"
+        )
+    return f"{head}: {verdict or 'not measured: the config states no verdict'}"
 
 
 def _warnings(config: BackupConfig, times: np.ndarray) -> tuple[str, ...]:
@@ -149,6 +175,11 @@ class RangeRecoverResult:
     end: str | None
     out: str
     warnings: tuple[str, ...] = ()
+    contract: str = "range"  # whole windows rebuilt
+    guarantee: str = ""  # the plan's measured range-contract verdict (``range_guarantee``)
+    # readings of rebuilt sensors the backup held (a batch over the plan's exposure backs
+    # up every sensor): written as read, not rebuilt
+    stored_readings: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -200,11 +231,15 @@ def recover_dataset(
     # sensors outside every plan version: the job backed them up in full, so they come
     # back as they were read, in columns after the plan's (nothing it kept is left out)
     planned = {s for m in maps.values() for s in m.sensors}
-    names = set(long["sensor"].unique().to_pylist()) - planned - {None}
-    outside = tuple(sorted(names))
-    times, both = widen(long, union + outside)
-    wide, raw = both[:, : len(union)], both[:, len(union) :]
-    odd = _infinite_readings(wide, times, union)  # left out, as a missing reading is
+    names = set(long["sensor"].unique().to_pylist()) - {None}
+    outside = tuple(sorted(names - planned))
+    lm = maps[max(maps)]
+    # sensors the plan rebuilds whose readings the backup holds anyway (a micro-batch
+    # over the plan's exposure backs up every sensor): written as read where read
+    stored = tuple(s for s in lm.sensors if s in names and s not in union)
+    times, both = widen(long, union + outside + stored)
+    wide, raw = both[:, : len(union)], both[:, len(union) : len(union) + len(outside)]
+    odd = infinite_readings(wide, times, union)  # left out, as a missing reading is
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
     if missing:
@@ -219,8 +254,11 @@ def recover_dataset(
     )
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         kept, values = _rebuild_by_version(maps, union, wide, versions)
-    lm = maps[max(maps)]
     _check_finite(values, lm.sensors)
+    found = 0
+    if stored:
+        readings = both[kept, len(union) + len(outside) :]
+        values, found = overlay(values, lm.sensors, readings, stored)
     if outside:
         values = np.hstack([values, raw[kept]])
     rows = _write(values, times[kept], lm.sensors + outside, out)
@@ -246,21 +284,8 @@ def recover_dataset(
         end=None if span.end is None else span.end.isoformat(),
         out=str(out),
         warnings=tuple(warnings),
-    )
-
-
-def _infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> str:
-    """Make ``wide``'s infinite backup readings missing, in place; a warning naming the
-    first, or "". A sensor cannot read inf: its time step is left out like one with a
-    missing reading, instead of rebuilding every sensor there as inf."""
-    bad = np.isinf(wide)
-    if not bad.any():
-        return ""
-    row, col = np.argwhere(bad)[0]
-    wide[bad] = np.nan
-    return (
-        f"{int(bad.sum())} backup reading(s) are infinite (first {sensors[col]} at "
-        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are left out"
+        guarantee=range_guarantee(config),
+        stored_readings=found,
     )
 
 

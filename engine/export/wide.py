@@ -4,7 +4,9 @@ At 1,056 sensors and a 12-week range (343,000 backup readings, 2,016 time
 steps) pandas' ``pivot_table`` and ``LinearMap.apply``'s column scatter into a
 row-major result were most of ``recover_dataset`` after the config; both are
 replaced here, and ``tests/unit/test_wide.py`` checks them against those
-reference routines.
+reference routines. ``overlay`` writes readings the backup holds of rebuilt sensors over
+their rebuilt values; ``infinite_readings`` leaves out time steps a backup reading
+cannot be.
 """
 
 from __future__ import annotations
@@ -65,3 +67,35 @@ def rebuild(lm: LinearMap, backup_values: np.ndarray) -> np.ndarray:
     out[[position[s] for s in lm.backup]] = x.T
     out[[position[s] for s in lm.targets]] = lm.coef @ x.T + lm.intercept[:, None]
     return out.T
+
+
+def overlay(
+    values: np.ndarray, sensors: tuple[str, ...], readings: np.ndarray, columns: tuple[str, ...]
+) -> tuple[np.ndarray, int]:
+    """``values`` (T, n) of ``sensors`` with every reading of ``readings`` (T, k) of
+    ``columns`` (a subset of ``sensors``) written over it, NaN left out; and how many.
+
+    A rebuilt sensor's reading the backup holds anyway (a micro-batch over the plan's
+    exposure backs up every sensor) is the truth: it replaces the rebuilt value.
+    """
+    out = np.array(values, order="F")
+    index = {s: i for i, s in enumerate(sensors)}
+    found = ~np.isnan(readings)
+    for j, sensor in enumerate(columns):
+        out[found[:, j], index[sensor]] = readings[found[:, j], j]
+    return out, int(found.sum())
+
+
+def infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> str:
+    """Make ``wide``'s infinite backup readings missing, in place; a warning naming the
+    first, or "". A sensor cannot read inf: its time step is left out like one with a
+    missing reading, instead of rebuilding every sensor there as inf."""
+    bad = np.isinf(wide)
+    if not bad.any():
+        return ""
+    row, col = np.argwhere(bad)[0]
+    wide[bad] = np.nan
+    return (
+        f"{int(bad.sum())} backup reading(s) are infinite (first {sensors[col]} at "
+        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are left out"
+    )

@@ -2,7 +2,8 @@
 
 Every event is a JSON line on stdout (``engine.job.run``). Those an operator
 must be able to find after the fact (an alert, a re-plan, an expired plan, a
-failed re-plan, a resumed monitor, input it could not use) are also written to
+failed re-plan, a resumed monitor, input it could not use, a micro-batch over the
+plan's exposure) are also written to
 ``<backup>/_lacuna/events/<batch:012d>-<event>.json``, through Hadoop's
 FileSystem like the job's other small files. Named by the micro-batch that
 raised them, a replayed batch rewrites its own events rather than adding more.
@@ -19,7 +20,7 @@ from engine.backup.durable import DurableFiles
 NOTABLE = (
     "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
     "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
-    "nanosecond_timestamps", "unread_landing_files",
+    "nanosecond_timestamps", "unread_landing_files", "over_exposure",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

@@ -14,6 +14,9 @@
     (``backup_files``: how readers tell a lost part file, ``engine.backup.integrity``);
 ``<backup>/_lacuna/events/NNNNNNNNNNNN-<event>.json``
     alerts, re-plans and expiries (``engine.job.events``);
+``<backup>/_lacuna/run.json``
+    what the last start stated: the plan's contract, its exposure, the rows a
+    micro-batch carries and which failure the checkpoint survives;
 ``<backup>/_lacuna/plans/vNNNNNN.json``
     the plan versions (``engine.export.plan_book``): which plan wrote which batches;
 ``<checkpoint>/job``
@@ -62,6 +65,11 @@ class SinkPaths:
     @property
     def events(self) -> str:
         return join_uri(self.backup, *EVENTS_DIR)
+
+    @property
+    def run(self) -> str:
+        """The last start's contract, exposure and durability (``engine.job.exposure``)."""
+        return join_uri(self.backup, "_lacuna", "run.json")
 
     @property
     def state(self) -> str:

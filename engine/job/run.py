@@ -104,6 +104,7 @@ class JobReport:
     windows: int
     rebuilt_pairs: int
     misses: int
+    batches_over_exposure: int  # batches that backed up every sensor (engine.job.exposure)
     plan_versions: int  # versions in the backup's plan book (1: never re-planned)
     seconds: float
     backup: str
@@ -212,6 +213,7 @@ def _run_query(
             "numbers its batches from 0 and would overwrite them)"
         )
     log = DurableLog(files, paths.events, log)  # alerts etc. kept with the backup
+    state_exposure(config, settings, files, paths, log)
     trigger = (settings.available_now, settings.trigger_s)
     book = PlanBook(files, settings.backup)
     book.start(config)
@@ -235,7 +237,7 @@ def _run_query(
     )
     query = start_job_query(source.read_stream(spark), writer, paths, trigger)
     try:
-        watch_queries([query], stop, log, writer.batch_readings)
+        watch_queries([query], stop, log, writer.batch_readings, writer.full_batches)
     finally:
         replanner.close()  # a re-plan still computing is given up: the next run plans again
     return JobReport(
@@ -248,11 +250,33 @@ def _run_query(
         windows=writer.totals["windows"],
         rebuilt_pairs=writer.totals["pairs"],
         misses=writer.totals["misses"],
+        batches_over_exposure=writer.totals["over_exposure"],
         plan_versions=len(book.versions),
         seconds=round(now() - started, 3),
         backup=paths.backup,
         results=paths.results,
     )
+
+
+def state_exposure(
+    config: Any, settings: JobSettings, files: Any, paths: SinkPaths, log: Callable
+) -> None:
+    """Say at start which contract the plan carries, its exposure, the rows a micro-batch
+    carries and what survives a failure (``engine.job.exposure``); warn once when batches
+    can exceed the exposure. Kept as ``_lacuna/run.json`` for ``status``."""
+    from engine.job.exposure import run_exposure
+
+    facts = run_exposure(
+        config.query.exposure,
+        config.sampling_interval_s,
+        settings.trigger_s,
+        settings.available_now,
+        settings.checkpoint,
+    ).to_dict()
+    files.write(paths.run, (json.dumps(facts) + "\n").encode())
+    log({"event": "contract", **facts})
+    if facts["warning"]:
+        log({"event": "exposure_warning", "warning": facts["warning"]})
 
 
 def start_job_query(

@@ -27,6 +27,7 @@ from engine.aggregates import get_aggregate
 from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
+from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
 from engine.job.partials import WindowState, collected_partials, shadow_results
@@ -47,6 +48,7 @@ from engine.stream.source import LandingDirSource
 Log = Callable[[dict[str, Any]], None]
 MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
 KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
+TOTALS = ("batches", "readings", "windows", "misses", "pairs", "over_exposure")
 
 
 @dataclass
@@ -68,9 +70,7 @@ class BatchWriter:
     replanner: Replanner | None = None
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     now: Callable[[], float] = time.time
-    totals: dict[str, int] = field(
-        default_factory=lambda: {"batches": 0, "readings": 0, "windows": 0, "misses": 0, "pairs": 0}
-    )
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
 
     def __post_init__(self) -> None:
         self.files = DurableFiles(self.spark)
@@ -83,6 +83,7 @@ class BatchWriter:
         self.landing = LandingWatch(str(self.source.directory))
         # readings of each recent micro-batch (the progress line's count; the last few only)
         self.batch_readings: dict[int, int] = {}
+        self.full_batches: set[int] = set()  # of those, the ones over the plan's exposure
 
     @property
     def plan_version(self) -> int:
@@ -114,11 +115,14 @@ class BatchWriter:
         partials, screened = self._screen(*self._outputs(readings, batch_id, group), batch_id)
         if screened["unusable_readings"] or screened["missing_values"]:
             self._check_landed_columns(int(batch_id))  # a file without a column: stop
-        if screened["unplanned_sensors"]:  # rare: the plan cannot rebuild them, so keep them
+        exposure = self._exposure(partials, batch_id)
+        # rare: sensors the plan cannot rebuild, or a batch over the plan's exposure
+        if more := [*screened["unplanned_sensors"], *exposure.added]:
             # readers take _SUCCESS as "the batch is complete": withdraw it until the
             # append commits (Spark writes it again), so no reader sees half a batch
             self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
-            self._write_backup(readings, screened["unplanned_sensors"], batch_id, "append")
+            self._write_backup(readings, more, batch_id, "append")
+        screened["rows"], screened["over_exposure"] = exposure.rows, exposure.full
         screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
         clock.mark("backup_and_partials")
         # readings stamped in the future would move the watermark past every later one
@@ -149,6 +153,13 @@ class BatchWriter:
         self._report(results, batch_id, jobs, clock, screened)
         if self.replanner is not None:  # a new version governs the next batch on
             self.replanner.after_batch(int(batch_id), state.watermark_us, alert)
+
+    def _exposure(self, partials: pd.DataFrame, batch_id: int) -> BatchExposure:
+        """The batch against the version's exposure (``engine.job.exposure``); said when over."""
+        config = self.version.config
+        found = check_batch(partials, config.query.exposure, config.sensors, config.backup_sensors)
+        self._say(found.event, batch_id)
+        return found
 
     def _eps(self) -> dict[str, float]:
         config = self.version.config
@@ -331,6 +342,8 @@ class BatchWriter:
             "batch_id": int(batch_id),
             "plan_version": int(self.plan_version),
             "readings": readings,
+            "rows": int(counts["rows"]),
+            "over_exposure": bool(counts["over_exposure"]),
             "windows": windows,
             "rebuilt_pairs": pairs,
             "misses": misses,
@@ -361,12 +374,17 @@ class BatchWriter:
             ("windows", windows),
             ("misses", misses),
             ("pairs", pairs),
+            ("over_exposure", int(metrics["over_exposure"])),
         )
         for key, add in adds:
             self.totals[key] += add
         self.batch_readings[int(batch_id)] = readings
+        if metrics["over_exposure"]:
+            self.full_batches.add(int(batch_id))
         while len(self.batch_readings) > KEPT_BATCHES:
-            del self.batch_readings[min(self.batch_readings)]
+            oldest = min(self.batch_readings)
+            del self.batch_readings[oldest]
+            self.full_batches.discard(oldest)
         self.log({k: v for k, v in metrics.items() if k != "backup_files"})  # in the file
 
 

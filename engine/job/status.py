@@ -8,7 +8,8 @@ The ``run`` job (``engine.job.run``) keeps beside its backup:
 * ``_lacuna/results/batch_id=N/part-00000.pq``: every closed window's true and
   rebuilt aggregate per sensor, its miss and its plan version (Parquet; named
   ``.parquet`` by jobs before, still read);
-* ``_lacuna/events/NNNNNNNNNNNN-<event>.json``: alerts, re-plans, expiries.
+* ``_lacuna/events/NNNNNNNNNNNN-<event>.json``: alerts, re-plans, expiries;
+* ``_lacuna/run.json``: the last start's contract, exposure and durability.
 
 ``read_job_status`` gathers them for the console and ``engine status``: a local
 or mounted path, as ``recover --backup`` reads. Live rates count rebuilt
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -39,7 +40,7 @@ from engine.planning.monitor import (
 
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
-    "seconds", "last_window_end",
+    "seconds", "last_window_end", "rows", "over_exposure",
 )  # fmt: skip
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
@@ -55,6 +56,9 @@ class JobStatus:
     batches: pd.DataFrame  # BATCH_COLUMNS, one row per micro-batch, in order
     rates: pd.DataFrame  # RATE_COLUMNS, per version and sensor, rebuilt windows only
     events: tuple[dict, ...]  # newest first
+    # the last start's contract, exposure and durability (``engine.job.exposure``);
+    # empty for a job that did not record them
+    run: dict = field(default_factory=dict)
 
     @property
     def in_force(self) -> JobPlan:
@@ -75,6 +79,7 @@ class JobStatus:
         b, current = self.batches, self.version_rates()
         windows, misses = int(current["windows"].sum()), int(current["misses"].sum())
         validity = self.in_force.config.validity or {}
+        exposure = self.in_force.config.query.exposure
         return {
             "batches": len(b),
             "readings": int(b["readings"].sum()) if len(b) else 0,
@@ -93,6 +98,12 @@ class JobStatus:
             "delta": self.delta,
             "sensors_above_delta": int(current["above_delta"].sum()),
             "alerts": sum(1 for e in self.events if e.get("event") == "alert"),
+            # micro-batches over the plan's exposure: each backed up every sensor
+            "batches_over_exposure": int(b["over_exposure"].fillna(False).astype(bool).sum()),
+            "contract": "range" if exposure is None else "crash",
+            "exposure_rows": exposure,
+            "rows_per_trigger": self.run.get("rows_per_trigger"),
+            "durability": self.run.get("durability"),
         }
 
     def to_dict(self, events: int = 20) -> dict[str, object]:
@@ -161,6 +172,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         batches=_batches(lacuna / "metrics"),
         rates=_rates(lacuna / "results", versions[-1]),
         events=_events(lacuna / "events"),
+        run=_run(lacuna / "run.json"),
     )
 
 
@@ -212,6 +224,15 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
     frame["upper95"] = [rate_upper_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
     frame["above_delta"] = (frame["lower95"] > delta) & (w >= MIN_WINDOWS)
     return frame[list(RATE_COLUMNS)]
+
+
+def _run(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as err:
+        raise DataError(f"job start record {path} is unreadable: {err}") from None
 
 
 def _events(folder: Path) -> tuple[dict, ...]:

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,8 +35,12 @@ def watch_queries(
     stop: threading.Event,
     log: Callable[[dict[str, Any]], None],
     readings: Mapping[int, int] | None = None,
+    full: Collection[int] = (),
 ) -> None:
     """Log each new progress; stop every query on ``stop``; raise if one failed.
+
+    ``readings``: batch id -> the readings the job counted; ``full``: the batches that
+    backed up every sensor (over the plan's exposure).
 
     A failed query is a ``PipelineError`` whose one line says what to do
     (``query_failure_line``), never Spark's exception and its stack.
@@ -52,12 +56,12 @@ def watch_queries(
                 # a failure is reported from q.exception() below, after every query stopped
                 with contextlib.suppress(StreamingQueryException):
                     q.awaitTermination(0.2)
-                _log_progress(q, seen, log, readings)
+                _log_progress(q, seen, log, readings, full)
     finally:
         for q in queries:
             q.stop()
     for q in queries:
-        _log_progress(q, seen, log, readings)
+        _log_progress(q, seen, log, readings, full)
         err = q.exception()
         if err is not None:
             raise PipelineError(f"query {q.name} failed: {query_failure_line(err)}")
@@ -68,9 +72,11 @@ def _log_progress(
     seen: dict[str, int],
     log: Callable[[dict], None],
     readings: Mapping[int, int] | None = None,
+    full: Collection[int] = (),
 ) -> None:
-    """One line per new micro-batch: its id, Spark's phase durations and the readings it
-    carried (``readings``: batch id -> the job's own count; None for a batch without)."""
+    """One line per new micro-batch: its id, Spark's phase durations, the readings it
+    carried (``readings``: batch id -> the job's own count; None for a batch without)
+    and whether it backed up every sensor (``full``: over the plan's exposure)."""
     for progress in q.recentProgress:
         batch = int(progress["batchId"])
         if batch <= seen.get(q.name, -1):
@@ -83,6 +89,7 @@ def _log_progress(
         record["readings_per_second"] = (
             round(count / seconds, 1) if count is not None and seconds > 0 else None
         )
+        record["over_exposure"] = batch in full
         log({"event": "progress", "query": q.name, **record})
 
 

@@ -101,3 +101,36 @@ def test_cli_backtest_states_both_contracts(capsys) -> None:
     assert out["verdict"] == out["verdicts"]["crash"]
     assert out["verdicts"]["range"].startswith(("holds", "not enough evidence", "DOES NOT HOLD"))
     assert "crash contract" not in out["verdicts"]["range"]
+
+
+def test_recover_says_the_range_contract_covers_what_it_rebuilds(crash_plan, tmp_path) -> None:
+    """A rebuilt range is whole windows: the plan's range verdict, not its crash one."""
+    from tests.helpers import run_engine
+
+    config = plan_to_config(crash_plan)
+    path = write_config(config, tmp_path / "plan.json")
+    frame = load_history(SMALL).to_frame()[["time", *config["backup_sensors"]]]
+    frame.to_csv(tmp_path / "backup.csv", index=False)
+    args = ("--backup", str(tmp_path / "backup.csv"), "--out", str(tmp_path / "all.csv"))
+    done = run_engine("recover", "--config", str(path), *args)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["contract"] == "range"
+    range_verdict = config["guarantee"]["verdicts"]["range"]
+    assert range_verdict != config["guarantee"]["verdicts"]["crash"]
+    assert result["guarantee"].startswith("range contract (whole windows rebuilt")
+    assert result["guarantee"].endswith(": " + range_verdict)
+    assert "crash contract (2 rows lost, window state kept) does not cover" in result["guarantee"]
+    # a v2 config's verdict is the range contract's, the only one it knew
+    old = json.loads(json.dumps(config))
+    old["schema_version"] = 2
+    old["parameters"].pop("exposure")
+    for key in ("contract", "exposure_rows", "verdicts"):
+        old["guarantee"].pop(key)
+    old["guarantee"]["verdict"] = range_verdict
+    old["guarantee"]["backtest"].pop("crash")
+    done = run_engine("recover", "--config", str(write_config(old, tmp_path / "v2.json")), *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["guarantee"] == (
+        "range contract (whole windows rebuilt from the backup): " + range_verdict
+    )

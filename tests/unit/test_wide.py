@@ -19,7 +19,7 @@ from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import DataError
 from engine.export import load_config
 from engine.export.recover import recover_dataset, recover_file
-from engine.export.wide import rebuild, widen
+from engine.export.wide import overlay, rebuild, widen
 from tests.production_reference import long_readings, sample_rows, write_config
 
 WANTED = ("a", "b", "c")
@@ -186,3 +186,37 @@ def test_recover_never_writes_over_or_into_its_backup(dataset, tmp_path: Path) -
     with pytest.raises(DataError, match="would overwrite the backup"):
         recover_file(config_path, wide, wide)
     assert not inside.exists() and pd.read_csv(wide).shape == (1, 2)
+
+
+def test_a_rebuilt_sensors_reading_the_backup_holds_is_written_as_read(tmp_path: Path) -> None:
+    """A micro-batch over a crash-contract plan's exposure backs up every sensor: over
+    its rows recovery gives the readings themselves, elsewhere the map's rebuild."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    lm = load_config(tmp_path / "plan.json").linear_map()
+    long = long_readings(rows)
+    at = pd.Timestamp(rows.times[24])
+    full = long["sensor"].isin(lm.backup) | (long["event_time"] >= at)
+    write_dataset(long[full].reset_index(drop=True), tmp_path / "backup")
+    result = recover_dataset(tmp_path / "plan.json", tmp_path / "backup", tmp_path / "a.parquet")
+    got = pd.read_parquet(tmp_path / "a.parquet")[list(lm.sensors)].to_numpy()
+    truth = rows.values[:, [rows.sensors.index(s) for s in lm.sensors]]
+    rebuilt = lm.apply(rows.values[:, [rows.sensors.index(b) for b in lm.backup]])
+    np.testing.assert_allclose(got[:24], rebuilt[:24], rtol=1e-12)
+    np.testing.assert_array_equal(got[24:], truth[24:])
+    assert not np.allclose(rebuilt[24:], truth[24:])  # the map alone would not give them
+    assert result.stored_readings == 24 * len(lm.targets) and result.rows == 48
+    assert result.contract == "range" and result.guarantee.startswith("range contract")
+
+
+def test_overlay_writes_each_reading_over_its_sensors_column() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(6, 3))
+    readings = np.where(rng.random((6, 2)) < 0.5, np.nan, rng.normal(size=(6, 2)))
+    got, count = overlay(values, ("a", "b", "c"), readings, ("c", "a"))
+    want = pd.DataFrame(values, columns=["a", "b", "c"])
+    for j, s in enumerate(("c", "a")):
+        want[s] = pd.Series(readings[:, j]).fillna(want[s])
+    np.testing.assert_array_equal(got, want.to_numpy())
+    assert count == int((~np.isnan(readings)).sum())
+    assert not np.shares_memory(got, values)

@@ -1,0 +1,180 @@
+"""The crash contract in the production job: the exposure it gives a failure, and the
+rule it keeps for a micro-batch over the plan's exposure. Pure (no Spark, no I/O).
+
+A crash-contract plan (``query.exposure = m``) promises its miss rate for a failure
+that loses at most ``m`` consecutive rows of the rebuilt sensors: the micro-batch in
+flight, while the open windows' state (under ``--checkpoint``) and the batches'
+backup survive. The job keeps that true:
+
+* **a micro-batch holding more than ``m`` rows backs up every sensor** (a backlog
+  after downtime, a catch-up run, a large landing file): a crash inside it would
+  lose more rows than the plan covers. ``check_batch`` decides it per batch;
+  the job logs ``over_exposure`` and counts such batches (progress line, metrics,
+  ``status``).
+* **the exposure a failure gets** is what one micro-batch carries: a
+  ``--trigger`` of ``T`` seconds at ``dt`` seconds a reading carries
+  ``ceil(T / dt)`` rows of a stream that lands as it is read, more when a landing
+  file holds more rows; a catch-up run (``--available-now``) takes what landed.
+  ``run_exposure`` states it when the job starts, and warns once when batches can
+  exceed ``m``.
+* **durability**: a checkpoint on a local disk survives a process crash, not the
+  loss of the machine; a failure that loses the window state falls under the range
+  contract (whole windows rebuilt, ``recover --from --to``).
+
+A range-contract plan (``exposure`` None) is calibrated for whole windows rebuilt,
+which covers any loss inside them: no batch needs more than the plan's set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import pandas as pd
+
+OVER_EXPOSURE = "over_exposure"
+CRASH, RANGE = "crash", "range"
+
+
+def batch_rows(partials: pd.DataFrame) -> int:
+    """Rows one micro-batch carries: the most readings one sensor has in it.
+
+    ``partials`` are the batch's partials per (window, sensor) with ``readings``
+    (each reading counted once, in its latest window; rebuilt rows have none). A
+    crash in the batch loses a rebuilt sensor's readings of it, so this is the
+    stretch a failure there would lose: a row is one reading per sensor.
+    """
+    if partials.empty:
+        return 0
+    per_sensor = partials.groupby("sensor", sort=False)["readings"].sum()
+    return int(per_sensor.max()) if len(per_sensor) else 0
+
+
+def over_exposure(rows: int, exposure: int | None) -> bool:
+    """Whether a batch of ``rows`` rows exceeds a crash-contract plan's ``exposure``."""
+    return exposure is not None and rows > exposure
+
+
+@dataclass(frozen=True)
+class BatchExposure:
+    """One micro-batch against the plan's exposure: its rows, and the sensors it backs
+    up beyond the plan's set (all the plan's others when it is over the exposure)."""
+
+    rows: int
+    added: tuple[str, ...] = ()
+    event: dict[str, Any] | None = None  # ``over_exposure``, logged and kept
+
+    @property
+    def full(self) -> bool:
+        return self.event is not None
+
+
+def check_batch(
+    partials: pd.DataFrame,
+    exposure: int | None,
+    sensors: Sequence[str],
+    backup_sensors: Collection[str],
+) -> BatchExposure:
+    """What the batch of ``partials`` must back up under a plan of ``sensors`` that backs
+    up ``backup_sensors`` and covers ``exposure`` rows (None: the range contract)."""
+    rows = batch_rows(partials)
+    if not over_exposure(rows, exposure):
+        return BatchExposure(rows)
+    kept = set(backup_sensors)
+    added = tuple(s for s in sensors if s not in kept)
+    event = {
+        "event": OVER_EXPOSURE,
+        "rows": rows,
+        "exposure_rows": exposure,
+        "sensors_added": len(added),
+        "what": (
+            f"a micro-batch of {rows} rows exceeds the plan's exposure of {exposure} "
+            f"row{'' if exposure == 1 else 's'}: every sensor backed up for it, so a "
+            "crash inside it loses no reading the plan does not cover"
+        ),
+    }
+    return BatchExposure(rows, added, event)
+
+
+@dataclass(frozen=True)
+class RunExposure:
+    """What the job states when it starts: its plan's contract, the exposure the plan
+    covers, the rows a micro-batch carries at the data's rate, and what survives."""
+
+    contract: str  # "crash" or "range"
+    exposure_rows: int | None  # the plan's m; None under the range contract
+    rows_per_trigger: int | None  # None: a catch-up run takes what landed
+    checkpoint_local: bool  # a plain path or file: URI
+    durability: str  # one sentence: which failure each contract covers here
+    warning: str | None = None  # batches can exceed the exposure
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rows_per_trigger(trigger_s: float, sampling_interval_s: float) -> int:
+    """Rows a ``trigger_s`` micro-batch carries of a stream that lands as it is read."""
+    return max(1, math.ceil(trigger_s / sampling_interval_s - 1e-9))
+
+
+def is_local(uri: str) -> bool:
+    """A plain path or a ``file:`` URI (a drive letter is not a scheme)."""
+    scheme = urlparse(str(uri)).scheme
+    return scheme in ("", "file") or len(scheme) == 1
+
+
+def run_exposure(
+    exposure: int | None,
+    sampling_interval_s: float,
+    trigger_s: float,
+    available_now: bool,
+    checkpoint: str,
+) -> RunExposure:
+    """The start line's facts for a plan covering ``exposure`` rows (None: the range
+    contract), run with a ``trigger_s`` trigger (or ``available_now``) and its window
+    state under ``checkpoint``."""
+    rows = None if available_now else rows_per_trigger(trigger_s, sampling_interval_s)
+    local = is_local(checkpoint)
+    if exposure is None:
+        return RunExposure(
+            RANGE,
+            None,
+            rows,
+            local,
+            "the plan's range contract covers whole windows rebuilt from the backup, "
+            "whatever the failure lost",
+        )
+    if local:
+        durability = (
+            "the checkpoint is on a local disk: the crash contract covers a process crash "
+            "(the window state survives); a lost machine takes the state with it and falls "
+            "under the range contract (rebuild whole windows with recover --from --to)"
+        )
+    else:
+        durability = (
+            f"the checkpoint is on {urlparse(checkpoint).scheme}: the crash contract covers "
+            "a failure that storage survives; one that loses the window state falls under "
+            "the range contract (rebuild whole windows with recover --from --to)"
+        )
+    return RunExposure(
+        CRASH, exposure, rows, local, durability, _warning(exposure, rows, trigger_s)
+    )
+
+
+def _warning(exposure: int, rows: int | None, trigger_s: float) -> str | None:
+    rule = f"micro-batches over {exposure} row{'' if exposure == 1 else 's'} back up every sensor"
+    if rows is None:
+        return (
+            f"a catch-up run (--available-now) takes what landed, up to "
+            f"--max-files-per-trigger files a micro-batch: {rule}"
+        )
+    if rows > exposure:
+        return (
+            f"a {trigger_s:g} s trigger carries up to {rows} rows at the data's rate, more "
+            f"than the plan's exposure of {exposure}: {rule} (a shorter --trigger keeps "
+            "the plan's savings)"
+        )
+    return None

@@ -1,0 +1,103 @@
+"""The production job keeps a crash-contract plan's exposure on real Spark: a micro-batch
+holding more rows than the plan covers backs up every sensor, says so (event, metrics,
+progress line, ``status``), and the start states the contract and the checkpoint's
+durability; recover over the range says the range contract covers it and gives the
+backlog's readings as read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.backup.dataset import read_backup
+from engine.export import load_config
+from engine.export.recover import recover_dataset
+from engine.job import read_job_status
+from tests.production_reference import (
+    BACKUP,
+    SENSORS,
+    feed,
+    long_readings,
+    run_landed,
+    sample_rows,
+    write_config,
+)
+
+pytestmark = pytest.mark.spark
+
+EXPOSURE = 6
+
+
+def test_batches_over_the_exposure_back_up_every_sensor(spark: Any, tmp_path: Path) -> None:
+    rows = sample_rows(48)
+    config = tmp_path / "plan.json"
+    write_config(config, rows, aggregate="avg", eps=1.0, exposure=EXPOSURE)
+    # six files of 4 rows (within the exposure); then, resumed, a backlog of two files
+    # of 12 rows (over it)
+    feed(rows, tmp_path / "landing", rows_per_file=4, stop=24)
+    first, logged = run_landed(spark, tmp_path, config, max_files_per_trigger=1, replan=False)
+    assert first.batches == 6 and first.batches_over_exposure == 0
+    feed(rows, tmp_path / "landing", rows_per_file=12, start=24)
+    second, more = run_landed(spark, tmp_path, config, max_files_per_trigger=1, replan=False)
+    assert second.batches == 2 and second.batches_over_exposure == 2
+    logged += more
+
+    backup = read_backup(tmp_path / "backup")
+    truth = long_readings(rows)
+    cut = pd.Timestamp(rows.times[24])
+    within, over = backup[backup["event_time"] < cut], backup[backup["event_time"] >= cut]
+    assert set(within["sensor"]) == set(BACKUP) and len(within) == 24 * len(BACKUP)
+    # every sensor's every reading of the batches over the exposure, as it landed
+    want = truth[truth["event_time"] >= cut].sort_values(["event_time", "sensor"])
+    assert set(over["sensor"]) == set(SENSORS) and len(over) == len(want) == 24 * len(SENSORS)
+    np.testing.assert_array_equal(over["value"].to_numpy(), want["value"].to_numpy())
+
+    said = [r for r in logged if r["event"] == "over_exposure"]
+    assert [(r["batch_id"], r["rows"], r["exposure_rows"]) for r in said] == [
+        (6, 12, EXPOSURE),
+        (7, 12, EXPOSURE),
+    ]
+    kept = sorted(p.name for p in (tmp_path / "backup" / "_lacuna" / "events").iterdir())
+    assert [n for n in kept if "over_exposure" in n] == [
+        "000000000006-over_exposure.json",
+        "000000000007-over_exposure.json",
+    ]
+    shadow = {
+        r["batch_id"]: (r["rows"], r["over_exposure"]) for r in logged if r["event"] == "shadow"
+    }
+    assert shadow == {b: (4, False) for b in range(6)} | {6: (12, True), 7: (12, True)}
+    progress = {r["batchId"]: r["over_exposure"] for r in logged if r["event"] == "progress"}
+    assert progress == {b: b >= 6 for b in range(8)}
+
+    start = next(r for r in logged if r["event"] == "contract")
+    assert start["contract"] == "crash" and start["exposure_rows"] == EXPOSURE
+    assert start["checkpoint_local"] and "process crash" in start["durability"]
+    # a catch-up run takes what landed: warned once a start
+    assert sum(r["event"] == "exposure_warning" for r in more) == 1
+
+    status = read_job_status(tmp_path / "backup")
+    summary = status.summary()
+    assert summary["batches_over_exposure"] == 2
+    assert summary["contract"] == "crash" and summary["exposure_rows"] == EXPOSURE
+    assert "lost machine" in str(summary["durability"])
+    stored = json.loads((tmp_path / "backup" / "_lacuna" / "run.json").read_text())
+    assert stored == {k: start[k] for k in stored}
+
+    # recover over the range: the range contract, and the backlog's readings as read
+    out = tmp_path / "rebuilt.parquet"
+    start, end = pd.Timestamp(rows.times[18]).isoformat(), pd.Timestamp(rows.times[42]).isoformat()
+    result = recover_dataset(config, tmp_path / "backup", out, start, end)
+    lm = load_config(config).linear_map()
+    assert result.contract == "range" and result.guarantee.startswith("range contract")
+    assert "crash contract (6 rows lost" in result.guarantee
+    assert result.rows == 24 and result.stored_readings == 18 * len(lm.targets)
+    got = pd.read_parquet(out)[list(lm.sensors)].to_numpy()
+    truth = rows.values[18:42][:, [rows.sensors.index(s) for s in lm.sensors]]
+    rebuilt = lm.apply(rows.values[18:42][:, [rows.sensors.index(b) for b in lm.backup]])
+    np.testing.assert_allclose(got[:6], rebuilt[:6], rtol=1e-12)
+    np.testing.assert_array_equal(got[6:], truth[6:])

@@ -1,0 +1,122 @@
+"""The production job's crash-contract rule (``engine.job.exposure``): a micro-batch over
+the plan's exposure backs up every sensor, and the start line states the exposure a
+failure gets and which failure the checkpoint survives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.job.exposure import (
+    CRASH,
+    OVER_EXPOSURE,
+    RANGE,
+    batch_rows,
+    check_batch,
+    rows_per_trigger,
+    run_exposure,
+)
+
+SENSORS = ("a", "b", "c", "d")
+BACKUP = ("a",)
+
+
+def _partials(times: dict[str, list[int]], window: int = 4) -> pd.DataFrame:
+    """Partials as ``batch_partials`` makes them (tumbling windows of ``window`` rows):
+    per (window, sensor) the readings it holds, from each sensor's reading rows."""
+    rows = [
+        (t // window * window, s) for s, ts in times.items() for t in ts
+    ]  # each reading in its (latest) window
+    frame = pd.DataFrame(rows, columns=["window_start", "sensor"])
+    return frame.groupby(["window_start", "sensor"]).size().rename("readings").reset_index()
+
+
+def _reference_rows(times: dict[str, list[int]]) -> int:
+    """The rows a crash in the batch loses of one sensor, at most: its readings, counted."""
+    return max((len(ts) for ts in times.values()), default=0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batch_rows_counts_the_most_readings_one_sensor_has(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    times = {
+        s: sorted(rng.choice(60, size=int(rng.integers(1, 40)), replace=False).tolist())
+        for s in SENSORS
+    }
+    assert batch_rows(_partials(times)) == _reference_rows(times)
+
+
+def test_batch_rows_skips_rebuilt_rows_and_an_empty_batch() -> None:
+    partials = _partials({"a": [0, 1, 2], "b": [0, 1, 2]})
+    rebuilt = pd.DataFrame({"window_start": [0], "sensor": ["b"], "readings": [np.nan]})
+    assert batch_rows(pd.concat([partials, rebuilt], ignore_index=True)) == 3
+    assert batch_rows(partials.iloc[:0]) == 0
+
+
+def test_a_batch_over_the_exposure_backs_up_every_sensor() -> None:
+    partials = _partials({s: list(range(7)) for s in SENSORS})
+    found = check_batch(partials, 6, SENSORS, BACKUP)
+    assert found.full and found.rows == 7
+    assert set(found.added) | set(BACKUP) == set(SENSORS) and not set(found.added) & set(BACKUP)
+    assert found.event is not None and found.event["event"] == OVER_EXPOSURE
+    assert found.event["rows"] == 7 and found.event["exposure_rows"] == 6
+    assert "every sensor backed up" in found.event["what"]
+
+
+def test_a_batch_within_the_exposure_keeps_the_plans_set() -> None:
+    partials = _partials({s: list(range(6)) for s in SENSORS})
+    found = check_batch(partials, 6, SENSORS, BACKUP)  # exactly m rows: covered
+    assert not found.full and found.added == () and found.rows == 6
+
+
+def test_a_range_contract_plan_never_backs_up_more_than_its_set() -> None:
+    partials = _partials({s: list(range(500)) for s in SENSORS})
+    found = check_batch(partials, None, SENSORS, BACKUP)
+    assert not found.full and found.added == () and found.rows == 500
+
+
+def test_a_batch_whose_sensors_are_all_backed_up_adds_nothing() -> None:
+    partials = _partials({s: list(range(9)) for s in SENSORS})
+    found = check_batch(partials, 2, SENSORS, SENSORS)
+    assert found.full and found.added == ()  # said all the same: the batch was over
+
+
+@pytest.mark.parametrize(
+    ("trigger_s", "dt", "rows"), [(1.0, 3600.0, 1), (60.0, 10.0, 6), (61.0, 10.0, 7), (30, 10, 3)]
+)
+def test_rows_per_trigger_is_the_trigger_at_the_datas_rate(trigger_s, dt, rows) -> None:
+    assert rows_per_trigger(trigger_s, dt) == rows
+
+
+def test_the_start_line_warns_once_when_a_trigger_carries_more_than_the_exposure() -> None:
+    over = run_exposure(4, 10.0, 60.0, False, "/tmp/ckpt")
+    assert over.contract == CRASH and over.exposure_rows == 4 and over.rows_per_trigger == 6
+    assert over.warning is not None and "over 4 rows back up every sensor" in over.warning
+    within = run_exposure(6, 10.0, 60.0, False, "/tmp/ckpt")
+    assert within.warning is None
+
+
+def test_a_catch_up_run_says_its_batches_take_what_landed() -> None:
+    found = run_exposure(4, 10.0, 1.0, True, "file:///tmp/ckpt")
+    assert found.rows_per_trigger is None
+    assert found.warning is not None and "--available-now" in found.warning
+
+
+@pytest.mark.parametrize("checkpoint", ["/var/lib/lacuna/ckpt", "file:///srv/ckpt", "C:/ckpt"])
+def test_a_local_checkpoint_covers_a_process_crash_not_the_machines_loss(checkpoint) -> None:
+    found = run_exposure(4, 10.0, 1.0, False, checkpoint)
+    assert found.checkpoint_local
+    assert "process crash" in found.durability and "lost machine" in found.durability
+    assert "range contract" in found.durability
+
+
+def test_a_remote_checkpoint_names_its_storage() -> None:
+    found = run_exposure(4, 10.0, 1.0, False, "hdfs://nn/ckpt")
+    assert not found.checkpoint_local and "hdfs" in found.durability
+
+
+def test_a_range_contract_plan_states_no_exposure_and_no_warning() -> None:
+    found = run_exposure(None, 10.0, 600.0, True, "/tmp/ckpt")
+    assert found.contract == RANGE and found.exposure_rows is None and found.warning is None
+    assert "whole windows" in found.durability
