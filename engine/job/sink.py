@@ -31,6 +31,7 @@ from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
 from engine.job.partials import WindowState, collected_partials, shadow_results
+from engine.job.phases import Phases
 from engine.job.plans import JobPlan, PlanBook, Replanner
 from engine.job.screening import (
     FUTURE_S,
@@ -102,7 +103,7 @@ class BatchWriter:
         return self._maps[v]
 
     def __call__(self, batch: Any, batch_id: int) -> None:
-        clock = _Phases(self.now)
+        clock = Phases(self.now)
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
         self.version = self.plans.in_force(int(batch_id))
@@ -330,7 +331,7 @@ class BatchWriter:
             self.files.delete(join_uri(folder, "part-00000.parquet"))
 
     def _report(
-        self, results: pd.DataFrame, batch_id: int, jobs: int, clock: _Phases, counts: dict
+        self, results: pd.DataFrame, batch_id: int, jobs: int, clock: Phases, counts: dict
     ) -> None:
         readings = int(counts["readings"])
         # checked windows: rebuilt and true aggregates both numbers (as the monitor counts)
@@ -386,20 +387,3 @@ class BatchWriter:
             del self.batch_readings[oldest]
             self.full_batches.discard(oldest)
         self.log({k: v for k, v in metrics.items() if k != "backup_files"})  # in the file
-
-
-class _Phases:
-    """Wall seconds of each phase of a micro-batch (for the metrics and the profile)."""
-
-    def __init__(self, now: Callable[[], float]) -> None:
-        self._now, self._start = now, now()
-        self._last = self._start
-        self.phases: dict[str, float] = {}
-
-    def mark(self, name: str) -> None:
-        t = self._now()
-        self.phases[name] = round(t - self._last, 3)
-        self._last = t
-
-    def total(self) -> float:
-        return self._now() - self._start
