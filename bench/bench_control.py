@@ -3,6 +3,7 @@
     python -m bench.bench_control                     # latency and every honesty case
     python -m bench.bench_control --latency-only
     python -m bench.bench_control --cases eeg_avg,room_temp_avg --folds 3
+    python -m bench.bench_control --no-latency --exposure w/12   # the crash contract
 
 **Latency** (n = 100 and 1,000; wall and CPU milliseconds per decision, the CPU
 figure being what a shared machine's load does not inflate): a factor-model
@@ -32,6 +33,17 @@ Scored as bench_honesty scores: misses over rebuilt (window, sensor) pairs, hone
 pooled rate <= delta and the worst sensor's binomial test not rejecting at 1 %;
 savings averaged over the windows; backup-set changes per day (windows whose set
 differs from the one before, per day of test rows). Prints one JSON object.
+
+**Honesty, crash contract** (``--exposure w/12``, ``w/4`` or ``w``: m rows, as
+bench_honesty rounds them). The plan is the CLI's with ``--exposure m``; ``static`` is
+its config applied alone and ``control`` the controller fed, after each window, every
+rebuilt sensor's fraction of the ``w + m - 1`` m-row losses touching the window that
+put it more than eps off (``engine.planning.feedback.window_misses``, as the live
+pipeline feeds it) and every backed-up sensor's counterfactual fraction. Both are
+scored as bench_honesty scores the crash contract (``score_crash``: rates over
+(failure position, window, rebuilt sensor) triples, the worst sensor's test over
+windows). The shadow monitor's re-plans (``monitored``) are for whole windows and are
+left out.
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ from engine.planning import (
     ShadowFeedback,
     make_plan,
 )
+from engine.planning.feedback import window_misses
 from engine.query import WindowQuery
 from engine.selection import select_backups
 
@@ -124,11 +137,15 @@ def _quantiles(seconds: list[float]) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ honesty
-def plan_like_cli(case: honesty.Case, data: Any, t: int, h: int, s: int, tmp: Path) -> Any:
-    """The plan ``plan --data CSV --eps E --delta D --window W --agg A --horizon S`` makes."""
+def plan_like_cli(
+    case: honesty.Case, data: Any, t: int, h: int, s: int, tmp: Path, exposure: int | None = None
+) -> Any:
+    """The plan ``plan --data CSV --eps E --delta D --window W --agg A --horizon S
+    [--exposure M]`` makes."""
     csv = tmp / "history.csv"
     honesty.write_history(csv, data.times[t - h : t], data.values[t - h : t], list(data.sensors))
-    query = WindowQuery(case.eps, honesty.DELTA, case.window, aggregate=case.aggregate, horizon=s)
+    query = WindowQuery(case.eps, honesty.DELTA, case.window, aggregate=case.aggregate,
+                        horizon=s, exposure=exposure)  # fmt: skip
     params = PlanParameters(query)
     return make_plan(load_history(csv), params, backtest=BacktestSettings(max_folds=None))
 
@@ -148,29 +165,36 @@ def rebuild_all(model: GaussianModel, backup: tuple[int, ...], x: np.ndarray) ->
 
 
 def run_control_fold(
-    plan: Any, case: honesty.Case, truth: np.ndarray, config: ControlConfig
+    plan: Any,
+    case: honesty.Case,
+    truth: np.ndarray,
+    config: ControlConfig,
+    exposure: int | None = None,
 ) -> dict[str, Any]:
-    """The controller in the loop over the fold's test rows ``truth`` (S, n)."""
+    """The controller in the loop over the fold's test rows ``truth`` (S, n); with
+    ``exposure`` m it is fed and scored under the crash contract (fractions of the m-row
+    losses touching each window)."""
     n, w = truth.shape[1], case.window
     backup = tuple(plan.sensors.index(x) for x in plan.backup_sensors)
     ctl = SensorController(config, plan.model.cov_, plan.targets, backup)
-    misses, pairs = np.zeros(n, dtype=int), np.zeros(n, dtype=int)
+    misses, pairs = np.zeros(n, dtype=float), np.zeros(n, dtype=int)
     sizes, changes = [], 0
+    eps = np.full(n, float(case.eps))
     for k in range(truth.shape[0] // w):
         rows = truth[k * w : (k + 1) * w]
         current = ctl.backup
         rebuilt = ~np.isin(np.arange(n), current)
-        error = np.abs(honesty.tumbling(rebuild_all(plan.model, current, rows), w, case.aggregate)
-                       - honesty.tumbling(rows, w, case.aggregate))[0]  # fmt: skip
-        miss = error > case.eps
-        misses += miss & rebuilt
+        recovered = rebuild_all(plan.model, current, rows)
+        miss = window_misses(rows, recovered, 1, w, w, case.aggregate, eps, exposure)[0]
+        misses += np.where(rebuilt, miss, 0.0)
         pairs += rebuilt
         sizes.append(len(current))
         feedback = ShadowFeedback(k, np.where(rebuilt, miss, 0.0), rebuilt,
-                                  np.where(rebuilt, np.nan, miss.astype(float)))  # fmt: skip
+                                  np.where(rebuilt, np.nan, miss))  # fmt: skip
         changes += ctl.observe([feedback]).changed
-    return {"misses": misses, "pairs": pairs, "backup": float(np.mean(sizes)),
-            "changes": changes, "warnings": []}  # fmt: skip
+    out = {"misses": misses, "pairs": pairs, "backup": float(np.mean(sizes)),
+           "changes": changes, "warnings": []}  # fmt: skip
+    return out | {"crash": {"m": dict(out)}} if exposure is not None else out
 
 
 def run_static_fold(config: dict[str, Any], case: honesty.Case, truth: np.ndarray,
@@ -184,8 +208,13 @@ def run_static_fold(config: dict[str, Any], case: honesty.Case, truth: np.ndarra
             "backup": len(config["backup_sensors"]), "warnings": []}  # fmt: skip
 
 
-def run_case(case: honesty.Case, folds: int, config: ControlConfig) -> dict[str, Any]:
+def run_case(
+    case: honesty.Case, folds: int, config: ControlConfig, fraction: str | None = None
+) -> dict[str, Any]:
+    """The three ways (range contract), or static and control under the crash contract at
+    the exposure ``fraction`` (``w/12``, ``w/4``, ``w``) of the window."""
     data, names, h, s, origins = honesty.case_folds(case, folds)
+    m = None if fraction is None else honesty.exposures(case.window, [fraction])[fraction]
     out: dict[str, Any] = {
         "case": case.name,
         "half": case.half,
@@ -195,20 +224,29 @@ def run_case(case: honesty.Case, folds: int, config: ControlConfig) -> dict[str,
         "H": h,
         "S": s,
     }
-    runs: dict[str, list[dict[str, Any]]] = {"static": [], "monitored": [], "control": []}
+    ways = ("static", "monitored", "control") if m is None else ("static", "control")
+    runs: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for t in (int(o) for o in origins):
-            plan = plan_like_cli(case, data, t, h, s, Path(tmp))
+            plan = plan_like_cli(case, data, t, h, s, Path(tmp), m)
             exported = json.loads(json.dumps(plan_to_config(plan)))
             truth = data.values[t : t + s]
-            runs["static"].append(run_static_fold(exported, case, truth, names))
-            runs["monitored"].append(run_live_fold(exported, data.times, data.values, names, t,
-                                                   s, case.window, case.aggregate))  # fmt: skip
-            runs["control"].append(run_control_fold(plan, case, truth, config))
+            if m is None:
+                runs["static"].append(run_static_fold(exported, case, truth, names))
+                live = run_live_fold(exported, data.times, data.values, names, t, s,
+                                     case.window, case.aggregate)  # fmt: skip
+                runs["monitored"].append(live)
+            else:
+                runs["static"].append(honesty.score_config(exported, truth, case, names, {"m": m}))
+            runs["control"].append(run_control_fold(plan, case, truth, config, m))
     days = s * data.report.sampling_interval_s / 86400.0
+    if m is not None:
+        out["exposure"] = m
     for name, fold in runs.items():
-        out[name] = honesty.score(fold, names)
+        out[name] = (
+            honesty.score(fold, names) if m is None else honesty.score_crash(fold, names, "m")
+        )
         if name == "control":
             out[name]["changes_per_day"] = float(np.mean([f["changes"] for f in fold]) / days)
         if name == "monitored":
@@ -223,7 +261,8 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         rs = [r for r in results if half in ("all", r["half"])]
         if not rs:
             continue
-        out[half] = {m: _summary(rs, m) for m in ("static", "monitored", "control")}
+        ways = [m for m in ("static", "monitored", "control") if m in rs[0]]
+        out[half] = {m: _summary(rs, m) for m in ways}
     return out
 
 
@@ -242,26 +281,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-only", action="store_true")
     ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--seed", type=int, default=20240501)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--exposure",
+        default=None,
+        choices=("w/12", "w/4", "w"),
+        help="the crash contract at this exposure (default: the range contract)",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help=f"default {RESULTS.name} (range), control_crash_<w12|w4|w>.json (crash)",
+    )
     args = ap.parse_args(argv)
+    if args.out is None:
+        tag = "" if args.exposure is None else "_crash_" + args.exposure.replace("/", "")
+        args.out = str(RESULTS.with_name(f"control{tag}.json"))
     try:
         chosen = [] if args.latency_only else honesty.chosen_cases(args.cases)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = ControlConfig(delta=honesty.DELTA)
-    report: dict[str, Any] = {"benchmark": "control", "config": config.__dict__}
+    report: dict[str, Any] = {"benchmark": "control", "config": config.__dict__,
+                              "contract": "range" if args.exposure is None else "crash",
+                              "exposure": args.exposure}  # fmt: skip
     if not args.no_latency:
         report["latency"] = [bench_latency(100, 300, 300, args.seed),
                              bench_latency(1000, 300, 20, args.seed)]  # fmt: skip
     results = []
     for case in chosen:
-        results.append(run_case(case, args.folds, config))
+        results.append(run_case(case, args.folds, config, args.exposure))
         r = results[-1]
         print(f"{case.name}: " + "; ".join(
             f"{m} {'honest' if r[m]['honest'] else 'NOT'} {r[m]['savings']:.0%}"
-            for m in ("static", "monitored", "control")) + f" ({r['seconds']:.0f} s)",
-            file=sys.stderr)  # fmt: skip
+            for m in ("static", "monitored", "control") if m in r) + f" ({r['seconds']:.0f} s)",
+            file=sys.stderr, flush=True)  # fmt: skip
     if results:
         report["folds"] = args.folds
         report["summary"] = summarise(results)

@@ -82,3 +82,29 @@ def test_the_loop_backs_up_a_sensor_that_leaves_the_model(tmp_path: Path) -> Non
     assert 1 <= fold["misses"][2] <= config.miss_bound(windows) * windows
     assert fold["pairs"][2] < S // W
     assert fold["changes"] >= 1 and fold["backup"] > 1.0
+
+
+def test_under_the_crash_contract_the_loop_counts_fractions_of_lost_stretches(
+    tmp_path: Path,
+) -> None:
+    """``--exposure``: each rebuilt window counts the fraction of its ``w + m - 1`` m-row
+    losses that miss (bench_honesty's ``crash_misses``, the direct reference), and a sensor
+    that leaves the model is still backed up by the loop."""
+    from bench.bench_honesty import crash_misses
+
+    times, values, sensors = recording(H + 40)
+    csv = tmp_path / "h.csv"
+    write_history(csv, times, values, sensors)
+    data = load_history(csv)
+    plan = plan_like_cli(CASE, data, H, H, S, tmp_path, exposure=W)
+    assert plan.parameters.exposure == W and "c" not in plan.backup_sensors
+    # c is 3 off once it leaves: of the 7 losses touching a window of 4, the 5 that lose
+    # 2 rows or more put its average more than eps = 1 off
+    truth = values[H + 40 : H + 40 + W]
+    direct = crash_misses(truth, rebuild_all(plan.model, (0,), truth), W, "avg", W, 1.0)[0]
+    assert direct[2] == pytest.approx(5 / 7)
+    fold = run_control_fold(plan, CASE, values[H : H + S], ControlConfig(delta=0.05), W)
+    missed = fold["misses"][2]
+    assert missed > 0 and missed / (5 / 7) == pytest.approx(round(missed / (5 / 7)))
+    assert fold["crash"]["m"]["pairs"][2] == fold["pairs"][2] < S // W  # then backed up
+    assert fold["changes"] >= 1
