@@ -30,10 +30,17 @@ def sample_path() -> Path:
     return Path(os.environ.get(SAMPLE_ENV) or DEFAULT_SAMPLE)
 
 
-@st.cache_resource(show_spinner=False)
 def work_dir() -> Path:
-    """``LACUNA_HOME`` (default ``~/.lacuna``), or a temp dir when that is not writable."""
-    wanted = Path(os.environ.get(HOME_ENV) or Path.home() / ".lacuna").expanduser()
+    """``LACUNA_HOME`` (default ``~/.lacuna``), or a temp dir when that is not writable.
+
+    Read at every call and kept per value: a process whose ``LACUNA_HOME`` changes (the
+    test suite gives each test its own) must not go on writing to the first one."""
+    return _work_dir(os.environ.get(HOME_ENV) or "")
+
+
+@st.cache_resource(show_spinner=False)
+def _work_dir(home: str) -> Path:
+    wanted = Path(home or Path.home() / ".lacuna").expanduser()
     try:
         wanted.mkdir(parents=True, exist_ok=True)
         probe = wanted / ".write-probe"

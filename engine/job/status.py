@@ -99,7 +99,7 @@ class JobStatus:
             "sensors_above_delta": int(current["above_delta"].sum()),
             "alerts": sum(1 for e in self.events if e.get("event") == "alert"),
             # micro-batches over the plan's exposure: each backed up every sensor
-            "batches_over_exposure": int(b["over_exposure"].fillna(False).astype(bool).sum()),
+            "batches_over_exposure": int(b["over_exposure"].eq(True).sum()),
             "contract": "range" if exposure is None else "crash",
             "exposure_rows": exposure,
             "rows_per_trigger": self.run.get("rows_per_trigger"),

@@ -30,6 +30,20 @@ def crash_spec(spec: StreamSpec, exposure: int) -> StreamSpec:
     return replace(spec, query=replace(spec.query, exposure=exposure))
 
 
+@pytest.fixture(scope="module")
+def crashed(
+    spark: Any, history: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, StreamSpec, PipelinePaths]:
+    """One simulated crash of a crash-contract plan (exposure 3), recovered and replayed."""
+    from tests.spark.conftest import make_spec
+
+    crash = crash_spec(make_spec(history), exposure=3)
+    paths = PipelinePaths(tmp_path_factory.mktemp("crash"))
+    report = run_simulation(history, crash, "approx", 0.5, paths, LOCAL, options=FAST,
+                            failure="crash")  # fmt: skip
+    return report, crash, paths
+
+
 def rebuilt_truth(history: Any, spec: StreamSpec, first: int, last: int) -> np.ndarray:
     """The readings recovery should hold: exact, but rows first..last of the rebuilt
     sensors from the plan's linear map."""
@@ -44,12 +58,9 @@ def rebuilt_truth(history: Any, spec: StreamSpec, first: int, last: int) -> np.n
 
 
 def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_reference(
-    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+    history: Any, crashed: Any
 ) -> None:
-    crash = crash_spec(spec, exposure=3)
-    paths = PipelinePaths(tmp_path)
-    report = run_simulation(history, crash, "approx", 0.5, paths, LOCAL, options=FAST,
-                            failure="crash")  # fmt: skip
+    report, crash, _ = crashed
     first, last = report.lost_rows
     assert report.failure == "crash" and report.contract == "crash"
     assert 1 <= last - first + 1 <= 3  # the feed was cut to the exposure: one batch, <= m rows
@@ -78,18 +89,6 @@ def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_ref
     assert "crash contract" in report.note
 
 
-def test_a_machine_loss_is_covered_by_the_range_contract(
-    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
-) -> None:
-    crash = crash_spec(spec, exposure=3)
-    report = run_simulation(history, crash, "approx", 0.5, PipelinePaths(tmp_path), LOCAL,
-                            options=FAST, failure="machine")  # fmt: skip
-    assert report.failure == "machine" and report.contract == "range"
-    first, last = report.lost_rows
-    assert last - first + 1 > 3  # the open windows were rebuilt whole, more than m rows
-    assert "range contract" in report.note
-
-
 def test_batches_over_the_exposure_and_after_a_recovery_back_up_every_sensor(
     spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
 ) -> None:
@@ -112,12 +111,9 @@ def test_batches_over_the_exposure_and_after_a_recovery_back_up_every_sensor(
 
 
 def test_after_a_crash_every_sensor_is_backed_up_until_the_windows_open_at_it_close(
-    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+    history: Any, crashed: Any
 ) -> None:
-    crash = crash_spec(spec, exposure=3)
-    paths = PipelinePaths(tmp_path)
-    report = run_simulation(history, crash, "approx", 0.5, paths, LOCAL, options=FAST,
-                            failure="crash")  # fmt: skip
+    report, crash, paths = crashed
     _, last = report.lost_rows
     end = (last // crash.slide) * crash.slide + crash.window - 1
     from engine.live.store import BackupStore

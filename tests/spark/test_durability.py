@@ -108,6 +108,9 @@ def test_a_backup_on_a_shared_mount_outlives_the_drivers_disk(
     report = run_simulation(history, spec, "approx", 0.5, paths, LOCAL, rows_per_file=5,
                             options=FAST)  # fmt: skip
     assert report.windows_lost >= 2 and report.windows_recovered == report.windows_lost
+    # a machine loss takes the window state: every open window rebuilt, the range contract
+    assert report.failure == "machine" and report.contract == "range"
+    assert "range contract covers it" in report.note
     with BackupStore(paths.store_file) as store:
         assert store.backup_uri == str(shared)
         runs = sorted(store.read_table("backup")["run"].unique().tolist())
