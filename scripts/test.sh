@@ -15,5 +15,5 @@ step .venv/bin/python -m ruff format --check .
 step .venv/bin/python -m mypy engine
 # Spark, browser and cluster tests are grouped (tests/conftest.py): a worker starts one
 # local Spark session, the slowest groups are handed out first, in the order collected.
-step .venv/bin/python -m pytest -n "${LACUNA_TEST_WORKERS:-2}" --dist loadgroup \
+step .venv/bin/python -m pytest -n "${LACUNA_TEST_WORKERS:-2}" --dist loadgroup --durations=15 \
   --no-loadscope-reorder "$@"

@@ -27,15 +27,11 @@ WIDGETS = ("button", "text_input", "number_input", "selectbox", "slider", "selec
 
 @pytest.fixture(autouse=True)
 def private_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    from ui.resources import work_dir
-
-    monkeypatch.setenv("LACUNA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LACUNA_HOME", str(tmp_path / "home"))  # the app reads it at every call
     monkeypatch.setenv("LACUNA_SAMPLE", str(ROOT / "sample_data" / "beijing_aq_small.csv"))
     monkeypatch.setenv("LACUNA_MAX_FOLDS", "3")
     monkeypatch.delenv("LACUNA_TOKEN", raising=False)
-    work_dir.clear()  # cached per process: read LACUNA_HOME again
     yield
-    work_dir.clear()
 
 
 @pytest.fixture
