@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.errors import EngineError, ParameterError, PipelineError
+from engine.job.run_lock import checkpoint_lock
 from engine.job.watch import (
     log_json,
     quiet_a_dying_jvm,
@@ -136,7 +137,8 @@ def run_job(
     ``config`` is an ``engine.export.BackupConfig``.
     """
     started = now()
-    with spark_errors_in_one_line(spark), _session_conf(spark, JOB_CONF):
+    lock, errors = checkpoint_lock(settings.checkpoint), spark_errors_in_one_line(spark)
+    with lock, errors, _session_conf(spark, JOB_CONF):
         return _run_query(spark, config, settings, stop, log, now, started)
 
 

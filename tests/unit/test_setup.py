@@ -179,7 +179,7 @@ def test_the_test_script_lints_formats_and_types_before_the_tests(tmp_path: Path
         "-m ruff check .",
         "-m ruff format --check .",
         "-m mypy engine",
-        "-m pytest -n 2 --dist loadgroup --no-loadscope-reorder tests/unit -x",
+        "-m pytest -n 2 --dist loadgroup --durations=15 --no-loadscope-reorder tests/unit -x",
     ]
 
 
