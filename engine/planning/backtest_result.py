@@ -26,6 +26,7 @@ from engine.planning.verdict import (
     first_settled,
     pct,
     sensor_test_level,
+    unrejected,
 )
 
 __all__ = ["BacktestResult", "summarise_backtest"]
@@ -122,21 +123,13 @@ class BacktestResult:
                 f"{rejected[0]} missed {v:,} of {r:,} rebuilt windows; {pooled} ({where})",
                 FIX,
             )
-        ucb = self.violation_rate_worst_sensor_ucb95
         worst = f"worst sensor {self.worst_label()}"
-        if ucb <= delta:
-            return Verdict(
-                "holds",
-                f"holds: {pooled}; {worst}, 95 % bound over all sensors {pct(ucb)} <= delta "
-                f"{pct(delta)} ({where})",
-            )
+        ucb = self.violation_rate_worst_sensor_ucb95
+        return unrejected(pooled, worst, ucb, delta, where, lambda: self._settle(delta))
+
+    def _settle(self, delta: float) -> tuple[str, int]:
         needed = self.windows_to_settle(delta)
-        text = (
-            f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
-            f"significantly more often than delta, but the {worst}: its 95 % bound "
-            f"{pct(ucb)} is above delta ({where})"
-        )
-        return Verdict("unsettled", text, self._settle_text(needed), needed)
+        return self._settle_text(needed), needed
 
     def windows_to_settle(self, delta: float) -> int:
         """Rebuilt windows of the worst sensor that, at its measured miss rate, bring its

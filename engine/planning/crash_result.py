@@ -16,6 +16,7 @@ from engine.planning.verdict import (
     first_settled,
     pct,
     sensor_test_level,
+    unrejected,
     window_p_value,
     window_upper_bound,
 )
@@ -110,33 +111,25 @@ class CrashResult:
                 f"{self.rebuilt_sensors}), e.g. {rejected[0]}; {pooled} ({where})",
                 FIX,
             )
-        ucb = self.violation_rate_worst_sensor_ucb95
-        missed, windows = self.worst_counts  # a window counts its missed positions' fraction
+        missed, rebuilt = self.worst_counts  # a window counts its missed positions' fraction
         worst = (
-            f"worst sensor {self.worst_sensor} missed {missed:.3g} of {windows:,} rebuilt "
+            f"worst sensor {self.worst_sensor} missed {missed:.3g} of {rebuilt:,} rebuilt "
             f"windows ({pct(self.violation_rate_worst_sensor)} of its (failure, window) pairs)"
         )
-        if ucb <= delta:
-            return Verdict(
-                "holds",
-                f"holds: {pooled}; {worst}, 95 % bound over all sensors {pct(ucb)} <= delta "
-                f"{pct(delta)} ({where})",
+        ucb = self.violation_rate_worst_sensor_ucb95
+
+        def settle() -> tuple[str, int]:
+            needed = self.windows_to_settle(delta)
+            advice = (
+                f"What would settle it: {needed:,} rebuilt windows of {self.worst_sensor} at "
+                f"its measured rate (it has {rebuilt:,}): backtest more folds over more history"
+                if needed
+                else f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+                "measured rate is not below delta: loosen its eps or back it up"
             )
-        needed = self.windows_to_settle(delta)
-        text = (
-            f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
-            f"significantly more often than delta, but the {worst}: its 95 % bound "
-            f"{pct(ucb)} is above delta ({where})"
-        )
-        rebuilt = self.worst_counts[1]
-        settle = (
-            f"What would settle it: {needed:,} rebuilt windows of {self.worst_sensor} at its "
-            f"measured rate (it has {rebuilt:,}): backtest more folds over more history"
-            if needed
-            else f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
-            "measured rate is not below delta: loosen its eps or back it up"
-        )
-        return Verdict("unsettled", text, settle, needed)
+            return advice, needed
+
+        return unrejected(pooled, worst, ucb, delta, where, settle)
 
     def windows_to_settle(self, delta: float) -> int:
         """Rebuilt windows of the worst sensor that, at its measured rate, bring its 95 %

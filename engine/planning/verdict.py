@@ -78,6 +78,33 @@ class Verdict:
         return f"{self.text}. {self.settle}" if self.settle else self.text
 
 
+def unrejected(
+    pooled: str,
+    worst: str,
+    ucb: float,
+    delta: float,
+    where: str,
+    settle: Callable[[], tuple[str, int]],
+) -> Verdict:
+    """The verdict once no test rejects ``delta``: *holds* when the worst sensor's 95 %
+    bound over all sensors (``ucb``) is within it, else *not enough evidence*, with
+    ``settle()``'s (what would settle it, the windows it needs). Both contracts' results
+    read their figures into these sentences."""
+    if ucb <= delta:
+        return Verdict(
+            "holds",
+            f"holds: {pooled}; {worst}, 95 % bound over all sensors {pct(ucb)} <= delta "
+            f"{pct(delta)} ({where})",
+        )
+    text = (
+        f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
+        f"significantly more often than delta, but the {worst}: its 95 % bound "
+        f"{pct(ucb)} is above delta ({where})"
+    )
+    advice, needed = settle()
+    return Verdict("unsettled", text, advice, needed)
+
+
 def sensor_test_level(rebuilt_sensors: int) -> float:
     """Each sensor's test level: ``VERDICT_ALPHA`` over the sensors rebuilt (Bonferroni)."""
     return VERDICT_ALPHA / max(rebuilt_sensors, 1)
