@@ -33,9 +33,10 @@ from bench.common import ROOT
 RESULTS = ROOT / "bench" / "results" / "live_savings.json"
 
 
-def stationary_csv(path: Path, rows: int, sensors: int, seed: int) -> Path:
+def stationary_frame(rows: int, sensors: int, seed: int, unit: str = "") -> pd.DataFrame:
     """Correlated sensors that never change regime (clusters of four share an AR(1)
-    factor; each adds its own AR(1) noise), one reading a minute."""
+    factor; each adds its own AR(1) noise, so errors are autocorrelated in time), one
+    reading a minute; columns ``time`` and ``s00{unit}``, ``s01{unit}``, ..."""
     rng = np.random.default_rng(seed)
 
     def ar1(n: int) -> np.ndarray:
@@ -47,9 +48,14 @@ def stationary_csv(path: Path, rows: int, sensors: int, seed: int) -> Path:
 
     factors = ar1(sensors // 4)
     values = np.repeat(factors, 4, axis=1) + rng.uniform(0.15, 0.35, sensors) * ar1(sensors)
-    frame = {f"s{i:02d}_degC": 20.0 + 5.0 * values[:, i] for i in range(sensors)}
+    frame = {f"s{i:02d}{unit}": 20.0 + 5.0 * values[:, i] for i in range(sensors)}
     times = pd.date_range("2024-01-01", periods=rows, freq="min")
-    pd.DataFrame({"time": times, **frame}).to_csv(path, index=False)
+    return pd.DataFrame({"time": times, **frame})
+
+
+def stationary_csv(path: Path, rows: int, sensors: int, seed: int) -> Path:
+    """``stationary_frame`` (in degC) written to ``path``."""
+    stationary_frame(rows, sensors, seed, unit="_degC").to_csv(path, index=False)
     return path
 
 

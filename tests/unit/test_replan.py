@@ -303,26 +303,12 @@ def test_pinned_sensors_are_backed_up_with_the_models_own_map(plan: BackupPlan) 
 
 
 def _stationary(rows: int, sensors: int, seed: int) -> SensorHistory:
-    """Correlated sensors that never change regime: clusters of four share an AR(1)
-    factor, each sensor adds its own AR(1) noise (errors autocorrelated in time)."""
+    """Correlated sensors that never change regime (``bench.bench_live_savings``'s stream,
+    the one the live pipeline's savings are measured on)."""
+    from bench.bench_live_savings import stationary_frame
     from engine.data import history_from_frame
 
-    rng = np.random.default_rng(seed)
-
-    def ar1(n: int) -> np.ndarray:
-        out = np.empty((rows, n))
-        out[0] = rng.standard_normal(n)
-        for t in range(1, rows):
-            out[t] = 0.9 * out[t - 1] + np.sqrt(1 - 0.81) * rng.standard_normal(n)
-        return out
-
-    factors = ar1(sensors // 4)
-    values = np.repeat(factors, 4, axis=1) + rng.uniform(0.15, 0.35, sensors) * ar1(sensors)
-    frame = {f"s{i:02d}": 20.0 + 5.0 * values[:, i] for i in range(sensors)}
-    import pandas as pd
-
-    times = pd.date_range("2024-01-01", periods=rows, freq="min")
-    return history_from_frame(pd.DataFrame({"time": times, **frame}), source="stationary")
+    return history_from_frame(stationary_frame(rows, sensors, seed), source="stationary")
 
 
 def test_scheduled_replans_of_a_stationary_stream_keep_the_first_plans_savings() -> None:
