@@ -122,22 +122,15 @@ def consumed_files(
 def discard_lost_state(
     paths: PipelinePaths, store: BackupStore, run: int, source: StreamSource | None = None
 ) -> list[Path]:
-    """What a crash destroys: the consumed input, the checkpoint, the window state.
+    """What a machine loss destroys: the consumed input, the checkpoint, the window state.
 
     The source destroys the input the failed run had consumed (for the landing
     directory, its files: their readings now exist only in the backup); then the
     checkpoint directory and the run's state snapshot go. Input not consumed yet
     stays: the restarted query reads it. Returns what the source destroyed.
     """
-    ck = paths.checkpoint_dir
     source = source or LandingDirSource(paths.landing_dir)
-    files = source.destroy_consumed(ck, finished_batches(ck, store, run))
-    try:
-        shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
-    except OSError as err:
-        raise PipelineError(
-            f"cannot discard the failed run's files under {str(ck)!r}: {err}"
-        ) from err
+    files = _discard_input_and_checkpoint(paths, store, run, source)
     store.delete_state(run)
     return files
 
@@ -151,14 +144,25 @@ def discard_after_crash(
     cannot replay it); the checkpoint goes with the process. The store's committed
     window state and the crashed batch's backup stay. Returns the files destroyed.
     """
+    return _discard_input_and_checkpoint(paths, store, crashed.run, source, {crashed.batch_id})
+
+
+def _discard_input_and_checkpoint(
+    paths: PipelinePaths,
+    store: BackupStore,
+    run: int,
+    source: StreamSource,
+    in_flight: set[int] | frozenset[int] = frozenset(),
+) -> list[Path]:
+    """Destroy the input ``run``'s finished batches (and ``in_flight``) consumed, then the
+    checkpoint directory; the files destroyed."""
     ck = paths.checkpoint_dir
-    batches = finished_batches(ck, store, crashed.run) | {crashed.batch_id}
-    files = source.destroy_consumed(ck, batches)
+    files = source.destroy_consumed(ck, finished_batches(ck, store, run) | set(in_flight))
     try:
         shutil.rmtree(ck, ignore_errors=False) if ck.exists() else None
     except OSError as err:
         raise PipelineError(
-            f"cannot discard the crashed run's checkpoint {str(ck)!r}: {err}"
+            f"cannot discard the failed run's files under {str(ck)!r}: {err}"
         ) from err
     return files
 
