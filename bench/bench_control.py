@@ -63,6 +63,7 @@ import engine  # noqa: F401  (single-threaded BLAS before numpy loads)
 from bench import bench_honesty as honesty
 from bench.common import random_covariance
 from bench.honesty_live import run_live_fold
+from engine.aggregates import leave_out
 from engine.data import load_history
 from engine.export import plan_to_config
 from engine.model import GaussianModel
@@ -180,11 +181,14 @@ def run_control_fold(
     misses, pairs = np.zeros(n, dtype=float), np.zeros(n, dtype=int)
     sizes, changes = [], 0
     eps = np.full(n, float(case.eps))
+    kept = np.isin(np.arange(n), [plan.sensors.index(x) for x in plan.kept_sensors])
     for k in range(truth.shape[0] // w):
         rows = truth[k * w : (k + 1) * w]
         current = ctl.backup
         rebuilt = ~np.isin(np.arange(n), current)
         recovered = rebuild_all(plan.model, current, rows)
+        if exposure is not None:  # a crash leaves the kept sensors' lost readings out
+            recovered = leave_out(recovered, kept, case.aggregate)
         miss = window_misses(rows, recovered, 1, w, w, case.aggregate, eps, exposure)[0]
         misses += np.where(rebuilt, miss, 0.0)
         pairs += rebuilt

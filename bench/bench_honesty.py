@@ -401,8 +401,14 @@ def score_config(
         "backup": len(config["backup_sensors"]),
         "crash": {},
     }
+    # A crash leaves the lost readings of the config's kept_readings sensors out of their
+    # max/min windows: a fill no kept reading loses to (re-implemented here, not the engine's).
+    left_out = recovered.copy()
+    kept = [sensors.index(x) for x in config.get("kept_readings", [])]
+    if kept:
+        left_out[:, kept] = -np.inf if case.aggregate == "max" else np.inf
     for label, m in crash.items():
-        lost = crash_misses(truth, recovered, case.window, case.aggregate, m, eps)
+        lost = crash_misses(truth, left_out, case.window, case.aggregate, m, eps)
         out["crash"][label] = {
             "misses": np.where(rebuilt, lost.sum(axis=0), 0.0),
             "pairs": np.where(rebuilt, lost.shape[0], 0),

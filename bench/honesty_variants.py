@@ -126,7 +126,11 @@ def patch(opts: dict[str, str]) -> None:
             kw["adapt_rate"] = float(opts["adapt"])
         return replace(_SPEC(self), **kw)
 
-    def quantiles(x: Any, forward: Any, backup: Any, spec: Any, level: float) -> Any:
+    def quantiles(
+        x: Any, forward: Any, backup: Any, spec: Any, level: float, score: Any = None
+    ) -> Any:
+        if score is not None:  # another rule's scores (the kept readings'): the product's way
+            return _QUANTILES(x, forward, backup, spec, level, score=score)
         h = spec.horizon_rows
         pairs = zip(*forward, strict=True)
         if spec.exposure is None:  # range: signed window errors (some options read the sign)

@@ -88,6 +88,13 @@ class Aggregate:
         """True when a window's ``|error|`` is the same for a residual and its negation."""
         raise NotImplementedError
 
+    @property
+    def kept_fill(self) -> float | None:
+        """The rebuilt value that leaves a lost reading out of a window (max: -inf, min:
+        +inf), so the window takes the extreme of its kept readings; None where a lost
+        reading cannot be left out (avg and sum need every reading)."""
+        return None
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         """(W, n) aggregates of the windows starting at rows ``starts`` of ``x`` (T, n)."""
         view = sliding_window_view(x, window, axis=0)[starts]
@@ -236,6 +243,10 @@ class _Extreme(Aggregate):
         # raise it: which misses depends on the residual's sign.
         return False
 
+    @property
+    def kept_fill(self) -> float | None:
+        return -self.sign * math.inf
+
     def over_windows(self, x: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
         view = sliding_window_view(x, window, axis=0)[starts]
         return view.max(axis=-1) if self.sign > 0 else view.min(axis=-1)
@@ -343,3 +354,18 @@ def get_aggregate(name: object) -> Aggregate:
         names = ", ".join(aggregate_names())
         raise ParameterError(f"aggregate must be one of {names}, got {name!r}")
     return AGGREGATES[name]
+
+
+def leave_out(rebuilt: np.ndarray, kept: Any, aggregate: str) -> np.ndarray:
+    """``rebuilt`` (T, n) with the columns ``kept`` (indices or an (n,) mask) set to the
+    aggregate's ``kept_fill``: the readings a crash loses of those sensors are left out
+    of their windows, each window taking the extreme of its kept readings. A copy."""
+    out = np.array(rebuilt, dtype=float)
+    cols = np.flatnonzero(kept) if np.asarray(kept).dtype == bool else np.asarray(kept, int)
+    if cols.size == 0:
+        return out
+    fill = get_aggregate(aggregate).kept_fill
+    if fill is None:
+        raise ParameterError(f"a {aggregate} window needs every reading: none can be left out")
+    out[:, cols] = fill
+    return out

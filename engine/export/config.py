@@ -110,6 +110,7 @@ def plan_to_config(
         },
         "sensors": list(plan.sensors),
         "backup_sensors": list(plan.backup_sensors),
+        "kept_readings": list(plan.kept_sensors),
         "reconstruction": reconstruction,
         "guarantee": _guarantee(plan),
         "savings": plan.savings().to_dict(),

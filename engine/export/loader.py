@@ -94,6 +94,11 @@ class BackupConfig:
         return tuple(self.data["backup_sensors"])
 
     @property
+    def kept_readings(self) -> tuple[str, ...]:
+        """Sensors a crash leaves out of their max/min windows (v3; none when absent)."""
+        return tuple(self.data.get("kept_readings", ()))
+
+    @property
     def parameters(self) -> dict[str, Any]:
         return dict(self.data["parameters"])
 
@@ -176,6 +181,16 @@ def validate_config(data: Any) -> None:
         raise ConfigError(
             f"reconstruction of {target} lacks coefficient(s) of backup sensor(s) "
             f"{lacking[:5]} (an exported plan writes every one, 0 included)"
+        )
+    left = data.get("kept_readings", [])
+    wrong = [s for s in left if s not in known or s in kept]
+    if wrong:
+        raise ConfigError(
+            f"kept_readings must be sensors that are not backed up, got {', '.join(wrong[:5])}"
+        )
+    if left and data["parameters"].get("aggregate") not in ("max", "min"):
+        raise ConfigError(
+            "kept_readings is for max and min plans only (avg and sum need every reading)"
         )
     if version >= 2:
         _validate_v2(data)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.aggregates import get_aggregate
+from engine.aggregates import get_aggregate, leave_out
 from engine.errors import ParameterError
 from engine.planning.backtest_result import summarise_backtest
 from engine.planning.calibration import (
@@ -170,7 +170,9 @@ def _score_fold_crash(
     """
     test = x[t : t + step]
     starts = window_starts(test.shape[0], spec.window, spec.slide)
-    recovered = rebuilt(test, fold.model, fold.selection.backup)
+    recovered = leave_out(
+        rebuilt(test, fold.model, fold.selection.backup), fold.kept, spec.aggregate
+    )
     agg = get_aggregate(spec.aggregate)
     err = agg.exposure_errors(test, recovered, starts, spec.window, exposure)
     return np.asarray(np.abs(err) > spec.eps)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.aggregates import get_aggregate
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.planning.guarantee import variance_target
@@ -59,7 +60,7 @@ from engine.planning.horizon import (
     horizon_origins,
     prediction_bound,
 )
-from engine.planning.scores import calibration_scores, dropped_variance
+from engine.planning.scores import calibration_scores, dropped_variance, kept_scores
 from engine.query import WindowQuery, check_exposure, check_horizon, horizon_rows
 from engine.selection import Method, Selection, select_backups
 
@@ -122,6 +123,15 @@ class PlanningSpec:
         return "range" if self.exposure is None else "crash"
 
     @property
+    def keeps_readings(self) -> bool:
+        """True when a crash's lost readings may be left out of a window instead of rebuilt:
+        the crash contract, an aggregate that can (max, min), and an exposure shorter than
+        the window (so every window a failure touches keeps a reading)."""
+        if self.exposure is None or get_aggregate(self.aggregate).kept_fill is None:
+            return False
+        return self.exposure < self.window
+
+    @property
     def level(self) -> float:
         """The quantile level calibration aims at: ``1 - delta * margin``."""
         return 1.0 - self.delta * self.margin
@@ -144,6 +154,7 @@ class CalibrationInfo:
     level: float = 0.0  # the quantile level used, 1 - delta * margin
     ratio: dict[str, float] = field(default_factory=dict)  # c_i per sensor
     flat: tuple[str, ...] = ()  # sensors with no measured error, held to the variance measured
+    kept: tuple[str, ...] = ()  # sensors whose lost readings a crash leaves out (max/min)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -154,6 +165,7 @@ class CalibrationInfo:
             "windows_per_sensor": self.windows_per_sensor,
             "quantile_level": self.level,
             "flat_sensors": list(self.flat),
+            "kept_readings": list(self.kept),
         }
 
 
@@ -165,6 +177,7 @@ class FoldPlan:
     selection: Selection
     targets: np.ndarray  # (n,) per-sensor variance targets actually used
     calibration: CalibrationInfo
+    kept: tuple[int, ...] = ()  # rebuilt sensors a crash leaves out of their windows (max/min)
 
 
 def seed_targets(spec: PlanningSpec, n: int) -> np.ndarray:
@@ -228,8 +241,16 @@ def _calibrate(
     scale: np.ndarray,
 ) -> FoldPlan:
     level = spec.level
+    kept = _kept_readings(x, forward, spec, level)
+    # A kept sensor needs no rebuild within eps: its target is its whole variance, which
+    # every backup set meets (selection needs finite targets).
+    free = np.diag(model.cov_).copy()
+
+    def chosen(t: np.ndarray) -> Selection:
+        return select_backups(model.cov_, np.where(kept, free, t * scale), spec.method)
+
     targets = seed_targets(spec, x.shape[1])
-    selection = select_backups(model.cov_, targets * scale, spec.method)
+    selection = chosen(targets)
     ratio = np.ones(x.shape[1])
     flat = np.zeros(x.shape[1], dtype=bool)
     n_windows, iterations, seen = 0, 0, {selection.backup}
@@ -248,7 +269,7 @@ def _calibrate(
         ratio = np.where(flat, spec.eps / np.where(ok, sd, 1.0), ratio)
         # First pass may relax or tighten; later passes only tighten, so the loop ends.
         targets = new if iterations == 1 else np.minimum(targets, new)
-        nxt = select_backups(model.cov_, targets * scale, spec.method)
+        nxt = chosen(targets)
         if nxt.backup == selection.backup or nxt.backup in seen:
             selection = nxt
             break
@@ -259,7 +280,9 @@ def _calibrate(
         if spec.exposure is None
         else f"window error when a failure loses {spec.exposure} consecutive rows"
     )
-    held = [s for s, f in zip(sensors, flat, strict=True) if f]
+    held = [s for s, f, k in zip(sensors, flat, kept, strict=True) if f and not k]
+    keeping = tuple(i for i in np.flatnonzero(kept) if i not in selection.backup)
+    names = [sensors[i] for i in keeping]
     info = CalibrationInfo(
         method="backtest",
         reason=(
@@ -272,15 +295,37 @@ def _calibrate(
                 if held
                 else ""
             )
+            + (
+                f"; {len(names)} sensor(s) keep their readings under a crash (each window "
+                f"takes the {spec.aggregate} of the readings the failure did not lose, "
+                f"within eps at that quantile without a rebuild: {', '.join(names[:5])})"
+                if names
+                else ""
+            )
         ),
         flat=tuple(held),
+        kept=tuple(names),
         blocks=len(forward[0]),
         iterations=iterations,
         windows_per_sensor=n_windows,
         level=level,
         ratio={s: float(r) for s, r in zip(sensors, ratio, strict=True)},
     )
-    return FoldPlan(model, selection, targets * scale, info)
+    used = np.where(kept, free, targets * scale)
+    return FoldPlan(model, selection, used, info, kept=tuple(int(i) for i in keeping))
+
+
+def _kept_readings(
+    x: np.ndarray, forward: tuple[list[int], list[GaussianModel]], spec: PlanningSpec, level: float
+) -> np.ndarray:
+    """(n,) True for the sensors the kept-readings rule serves: under the crash contract
+    for max or min, the ``level`` quantile of the window's error when a failure's lost
+    readings are left out (``kept_scores``) is within eps on the scored horizons, with
+    the same drift check and prediction bound as a rebuild's (``_forward_quantiles``)."""
+    if not spec.keeps_readings:
+        return np.zeros(x.shape[1], dtype=bool)
+    q, _ = _forward_quantiles(x, forward, (), spec, level, score=lambda b, _m: kept_scores(b, spec))
+    return np.asarray(q <= spec.eps)
 
 
 def _forward_quantiles(
@@ -289,8 +334,12 @@ def _forward_quantiles(
     backup: tuple[int, ...],
     spec: PlanningSpec,
     level: float,
+    score: Callable[[np.ndarray, GaussianModel], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, int]:
     """(n,) conformal ``level`` quantile of forward-horizon scores, and scores used.
+
+    ``score(rows, model)`` scores a horizon's rows; by default ``calibration_scores``
+    with the backup set ``backup``.
 
     The larger of the pooled quantile and the most recent horizon's own (where finite).
 
@@ -299,10 +348,12 @@ def _forward_quantiles(
     scored under the spec's contract (``calibration_scores``).
     """
     horizon = spec.horizon_rows
-    scores = [
-        calibration_scores(x[o : o + horizon], m, backup, spec)
-        for o, m in zip(*forward, strict=True)
-    ]
+    if score is None:
+
+        def score(rows: np.ndarray, model: GaussianModel) -> np.ndarray:
+            return calibration_scores(rows, model, backup, spec)
+
+    scores = [score(x[o : o + horizon], m) for o, m in zip(*forward, strict=True)]
     e = np.vstack(scores)
     q = conformal_quantile(e, level)
     # Drift: a sensor must also meet the level in the most recent scored horizon (when

@@ -64,6 +64,9 @@ class BackupPlan:
     fit_end: np.datetime64 | None = None
     warnings: tuple[str, ...] = ()  # why the plan is less than measured, one sentence each
     horizon_rows: int = 0  # rows the plan is meant to be used for (resolved by ``make_plan``)
+    # Max/min crash plans: the readings a crash loses of these sensors are left out of their
+    # windows (each takes the extreme of its kept readings) instead of rebuilt.
+    kept_sensors: tuple[str, ...] = ()
 
     @property
     def query(self) -> WindowQuery:
@@ -164,7 +167,7 @@ def make_plan(
         fold = plan_on(x[-rows:], sensors, spec, scale)
     plan = assemble_plan(
         history, params, fold.model, fold.selection, fold.targets, fold.calibration, result, rows,
-        horizon,
+        horizon, fold.kept,
     )  # fmt: skip
     return replace(plan, warnings=plan.warnings + plan_warnings(fold, result, spec))
 
@@ -318,9 +321,11 @@ def assemble_plan(
     backtest: BacktestResult | None,
     rows: int,
     horizon_rows: int,
+    kept: tuple[int, ...] = (),
 ) -> BackupPlan:
     """The plan of ``selection``, fitted on the last ``rows`` of ``source``, to be used
-    for ``horizon_rows`` rows."""
+    for ``horizon_rows`` rows; ``kept`` (indices) the sensors a crash leaves out of their
+    windows (those backed up by ``selection`` are dropped from it)."""
     backup = sorted(selection.backup)
     sensors = model.sensors_
     rebuilt = ~np.isin(np.arange(len(sensors)), backup)
@@ -351,6 +356,7 @@ def assemble_plan(
         fit_end=fit[1],
         warnings=(warning,) if warning else (),
         horizon_rows=horizon_rows,
+        kept_sensors=tuple(sensors[i] for i in sorted(set(kept) - set(backup))),
     )
 
 

@@ -330,7 +330,7 @@ def _assemble_like(
     """The re-planned ``BackupPlan``, keeping ``plan``'s horizon."""
     return assemble_plan(
         history, plan.parameters, fold.model, selection, fold.targets, calibration, None,
-        len(history.times), plan.horizon_rows,
+        len(history.times), plan.horizon_rows, fold.kept,
     )  # fmt: skip
 
 

@@ -42,7 +42,20 @@ def retarget(
         ),
         method=method or given.method,
     )
-    targets = plan.targets * (params.eps_vector(plan.sensors) / plan.eps_per_sensor) ** 2
+    factor = params.eps_vector(plan.sensors) / plan.eps_per_sensor
+    targets = plan.targets * factor**2
+    # A kept sensor's targets is its whole variance (no rebuild needed). Its kept readings
+    # were measured within its eps: still so under a larger eps; under a smaller one it is
+    # rebuilt, held to the target its calibrated ratio gives (unmeasured: 0, backed up).
+    kept = [plan.sensors.index(s) for s in plan.kept_sensors]
+    still = [i for i in kept if factor[i] >= 1.0]
+    eps_new = params.eps_vector(plan.sensors)
+    for i in kept:
+        ratio = plan.calibration.ratio.get(plan.sensors[i])
+        if i in still:
+            targets[i] = plan.targets[i]
+        else:
+            targets[i] = (eps_new[i] / ratio) ** 2 if ratio and np.isfinite(ratio) else 0.0
     selection = select_in_eps_units(
         plan.model,
         targets,
@@ -58,13 +71,13 @@ def retarget(
     )
     out = assemble_plan(
         history_stub, params, plan.model, selection, targets, info, None, plan.history_rows,
-        plan.horizon_rows,
+        plan.horizon_rows, tuple(still),
     )  # fmt: skip
     # The plan's other warnings still hold; its mixed-unit one is for its own eps, so the
     # new eps says its own (none once each unit group has its eps).
     stale = plan.parameters.unit_warning(plan.sensors)
-    kept = tuple(w for w in plan.warnings if w != stale)
-    return replace(out, warnings=out.warnings + kept)
+    still_true = tuple(w for w in plan.warnings if w != stale)
+    return replace(out, warnings=out.warnings + still_true)
 
 
 def pin_backups(plan: BackupPlan, pinned: Sequence[str], why: str) -> BackupPlan:
@@ -92,6 +105,7 @@ def pin_backups(plan: BackupPlan, pinned: Sequence[str], why: str) -> BackupPlan
     return replace(
         plan,
         backup_sensors=tuple(plan.sensors[i] for i in backup),
+        kept_sensors=tuple(s for s in plan.kept_sensors if s not in added),
         linear_map=plan.model.linear_map(backup),
         conditional_variance=variance,
         model_violation_probability=np.where(rebuilt, model_p, 0.0),

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.linalg
 
 from engine.aggregates import get_aggregate
+from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.windows import window_aggregates, window_starts
 
@@ -76,6 +77,22 @@ def calibration_scores(
             agg.exposure_scores(x, mirrored, starts, spec.window, spec.exposure, spec.eps)
         )
     return np.vstack([s.reshape(-1, x.shape[1]) for s in scores])
+
+
+def kept_scores(x: np.ndarray, spec: PlanningSpec) -> np.ndarray:
+    """(N, n) errors on ``x`` of the kept-readings rule (crash contract, max or min): every
+    window (sliding by one reading) and failure position touching it, the lost rows left
+    out and the window's extreme taken over its kept readings. No model is involved."""
+    agg = get_aggregate(spec.aggregate)
+    if spec.exposure is None or agg.kept_fill is None:
+        raise ParameterError(
+            f"only a crash plan for max or min can keep readings, not {spec.aggregate!r} "
+            f"with exposure {spec.exposure!r}"
+        )
+    starts = window_starts(x.shape[0], spec.window, 1)
+    left_out = np.full_like(x, agg.kept_fill, dtype=float)
+    errors = agg.exposure_errors(x, left_out, starts, spec.window, spec.exposure)
+    return np.abs(errors).reshape(-1, x.shape[1])
 
 
 def window_residuals(

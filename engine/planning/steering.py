@@ -37,6 +37,11 @@ def backup_indices(plan: BackupPlan) -> tuple[int, ...]:
     return tuple(plan.sensors.index(s) for s in plan.backup_sensors)
 
 
+def kept_indices(plan: BackupPlan) -> tuple[int, ...]:
+    """Indices of ``plan``'s kept-readings sensors (a crash leaves their lost rows out)."""
+    return tuple(plan.sensors.index(s) for s in plan.kept_sensors)
+
+
 def with_backup(plan: BackupPlan, backup: Sequence[int]) -> BackupPlan:
     """``plan`` with the backup set ``backup`` (indices): same model, targets and horizon;
     the reconstruction map and conditional variances of the new set. Unmeasured (no
@@ -59,5 +64,5 @@ def with_backup(plan: BackupPlan, backup: Sequence[int]) -> BackupPlan:
                         plan.fit_end)  # fmt: skip
     return assemble_plan(
         source, plan.parameters, plan.model, selection, targets, calibration, None,
-        plan.history_rows, plan.horizon_rows,
+        plan.history_rows, plan.horizon_rows, kept_indices(plan),
     )  # fmt: skip
