@@ -110,7 +110,6 @@ def plan_to_config(
         },
         "sensors": list(plan.sensors),
         "backup_sensors": list(plan.backup_sensors),
-        "kept_readings": list(plan.kept_sensors),
         "reconstruction": reconstruction,
         "guarantee": _guarantee(plan),
         "savings": plan.savings().to_dict(),
@@ -121,6 +120,8 @@ def plan_to_config(
         ),
         "validity": validity(plan),
     }
+    if plan.kept_sensors:  # absent means none, so configs without the rule read as before
+        config["kept_readings"] = list(plan.kept_sensors)
     return json_safe(config)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from engine.aggregates import get_aggregate
+from engine.aggregates import get_aggregate, leave_out
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.planning.control import ShadowFeedback
@@ -74,6 +74,7 @@ def shadow_feedback(
     exposure: int | None,
     measured: np.ndarray | None = None,
     dropped: np.ndarray | None = None,
+    kept: np.ndarray | None = None,
 ) -> list[ShadowFeedback]:
     """One ``ShadowFeedback`` per closed window.
 
@@ -88,6 +89,9 @@ def shadow_feedback(
         unmeasured window as a miss). None: all measured.
     dropped : (B, n) each backed-up reading as the rest of the set rebuilds it; None: no
         counterfactual.
+    kept : (n,) bool, the plan's kept-readings sensors (crash contract, max/min): a crash
+        leaves their lost readings out of the window instead of rebuilding them, so their
+        misses (and counterfactuals) are scored that way. None: none.
     """
     count = int(np.asarray(ids).size)
     n = truth.shape[1]
@@ -98,6 +102,9 @@ def shadow_feedback(
         )
     if count == 0:
         return []
+    if kept is not None and exposure is not None and np.any(kept):
+        recovered = leave_out(recovered, kept, aggregate)
+        dropped = None if dropped is None else leave_out(dropped, kept, aggregate)
     exact = np.where(backed, truth, recovered)
     miss = window_misses(truth, exact, count, window, slide, aggregate, eps, exposure)
     rebuilt = _rebuilt_in_window(backed, count, window, slide)
