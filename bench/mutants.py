@@ -34,6 +34,8 @@ CTRL = "tests/unit/test_control.py::"
 INC = "tests/unit/test_incremental_selection.py::"
 LOOP = "tests/unit/test_control_loop.py::"
 BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
+KEPT = "tests/unit/test_kept_readings.py::"
+KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,26 @@ MUTANTS = (
            'per_sensor = partials.groupby("sensor", sort=False)["readings"].sum()',
            'per_sensor = partials.groupby("sensor", sort=False)["readings"].max()',
            ("tests/unit/test_job_exposure.py",)),
+    Mutant("k1: the backtest scores kept sensors as rebuilt from the backup",
+           "engine/planning/backtest.py",
+           "recovered = leave_out(",
+           "recovered = (lambda r, _k, _a: r)(",
+           (KEPT + "test_the_backtest_scores_a_folds_kept_sensors_by_their_kept_readings",)),
+    Mutant("k2: calibration keeps a sensor whose kept readings miss by up to twice eps",
+           "engine/planning/calibration.py",
+           "return np.asarray(q <= spec.eps)",
+           "return np.asarray(q <= 2 * spec.eps)",
+           (KEPT_PLAN,)),
+    Mutant("k3: a re-target to a smaller eps keeps what was measured at the larger one",
+           "engine/planning/reselect.py",
+           "still = [i for i in kept if factor[i] >= 1.0]",
+           "still = list(kept)",
+           (KEPT + "test_a_smaller_eps_does_not_keep_what_was_measured_at_a_larger_one",)),
+    Mutant("k4: the shadow check scores kept sensors as rebuilt",
+           "engine/planning/feedback.py",
+           "if kept is not None and exposure is not None and np.any(kept):",
+           "if False:",
+           (KEPT + "test_the_shadow_check_scores_kept_sensors_by_their_kept_readings",)),
 )  # fmt: skip
 
 
