@@ -230,7 +230,11 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
         rows.append(
             {
                 "sensor": s,
-                "status": "backed up" if backed else "reconstructed",
+                "status": "backed up"
+                if backed
+                else "kept readings under a crash, else reconstructed"
+                if s in plan.kept_sensors
+                else "reconstructed",
                 "reconstructed from (top 3, coef)": ""
                 if backed
                 else ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3)),

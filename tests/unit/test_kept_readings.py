@@ -169,3 +169,22 @@ def test_the_shadow_check_scores_kept_sensors_by_their_kept_readings() -> None:
         np.arange(4), truth, recovered, backed, exposure=None, kept=kept, **args
     )
     assert all(f.miss[0] == 1.0 for f in whole)
+
+
+def test_the_plan_table_says_which_sensors_keep_their_readings() -> None:
+    from ui.plans import backup_table
+
+    x = _smooth_and_spiky(1400, 5)
+    query = WindowQuery(1.0, 0.05, 24, aggregate="max", horizon=168, exposure=2)
+    plan = make_plan(_history(x), PlanParameters(query))
+    status = {row["sensor"]: row["status"] for row in backup_table(plan)}
+    for s in plan.sensors:
+        want = (
+            "backed up"
+            if s in plan.backup_sensors
+            else "kept readings under a crash, else reconstructed"
+            if s in plan.kept_sensors
+            else "reconstructed"
+        )
+        assert status[s] == want
+    assert "kept readings under a crash, else reconstructed" in status.values()
