@@ -64,6 +64,7 @@ class BackupPlan:
     fit_end: np.datetime64 | None = None
     warnings: tuple[str, ...] = ()  # why the plan is less than measured, one sentence each
     horizon_rows: int = 0  # rows the plan is meant to be used for (resolved by ``make_plan``)
+    kept_sensors: tuple[str, ...] = ()  # max/min crash plans: a crash's lost rows of these are left out of their windows
 
     @property
     def query(self) -> WindowQuery:
