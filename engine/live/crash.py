@@ -49,6 +49,7 @@ class CrashRecovery:
     seed: WindowState  # the restarted query's state (the rebuilt rows of open windows)
     rows_read: int  # backup rows of the crashed batch
     stored: tuple[str, ...]  # sensors the crashed batch backed up (exact after recovery)
+    kept: tuple[str, ...] = ()  # sensors whose lost readings were left out of their windows
 
 
 def crash_lost_range(crashed: CrashedBatch, state: WindowState, spec: StreamSpec) -> LostRange:
@@ -93,7 +94,8 @@ def recover_crash(
     )
     present = set(rows["sensor"])
     stored = tuple(s for s in spec.sensors if s in present)
-    return CrashRecovery(lost, closed.ids, seed, len(rows), stored)
+    left_out = tuple(s for s in kept if s not in present)
+    return CrashRecovery(lost, closed.ids, seed, len(rows), stored, left_out)
 
 
 def _surviving_state(store: BackupStore, run: int, spec: StreamSpec) -> WindowState:

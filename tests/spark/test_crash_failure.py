@@ -180,6 +180,7 @@ def test_a_crash_gives_a_kept_sensor_the_extreme_of_its_kept_readings(
     np.testing.assert_allclose(got[:, others], mapped[:, others], rtol=1e-12, atol=1e-12)
     assert not np.allclose(got[:, k], mapped[:, k])  # a rebuild would have given another max
     assert np.isfinite(np.asarray(report.errors)).all()
+    assert f"({KEPT}: the extreme of the readings the crash did not lose" in report.note
 
 
 def test_a_machine_loss_still_rebuilds_a_kept_sensor_with_the_linear_map(
