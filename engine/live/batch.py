@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from engine.errors import ParameterError
 from engine.live.records import LIVE, RECOVERED
 from engine.model.linear import LinearMap, column_indices
 from engine.query import WindowQuery
@@ -59,6 +60,10 @@ class WindowState:
     filled : (R,) rows completed by reconstruction (their windows are ``recovered``).
     damaged_until : rows with ``seq <= damaged_until`` lost readings in a failure;
         once their backed-up sensors are present, the rest is reconstructed.
+    left_out : (R, n) readings a crash lost of kept-readings sensors: ``values`` holds
+        their linear-map rebuild (so every consumer of the rows sees finite readings),
+        but a window's max or min leaves them out (``aggregate_each_window``).
+        ``None`` is taken as none left out.
     """
 
     start: int
@@ -67,6 +72,22 @@ class WindowState:
     times: np.ndarray
     filled: np.ndarray
     damaged_until: int = -1
+    left_out: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.left_out is None:
+            object.__setattr__(self, "left_out", np.zeros(self.values.shape, dtype=bool))
+        elif self.left_out.shape != self.values.shape:
+            raise ParameterError(
+                f"left_out must have the values' shape {self.values.shape}, "
+                f"got {self.left_out.shape}"
+            )
+
+    @property
+    def left_out_cells(self) -> np.ndarray:
+        """(R, n) bool: ``left_out``, never None."""
+        assert self.left_out is not None  # set by __post_init__
+        return self.left_out
 
     @classmethod
     def empty(cls, n_sensors: int, next_window: int = 0, slide: int = 1) -> WindowState:
@@ -91,6 +112,7 @@ class WindowState:
             values=self.values,
             times=self.times.astype("datetime64[ns]").view(np.int64),
             filled=self.filled,
+            left_out=self.left_out_cells,
         )
         return buf.getvalue()
 
@@ -98,6 +120,8 @@ class WindowState:
     def from_bytes(cls, blob: bytes) -> WindowState:
         with np.load(io.BytesIO(blob)) as data:
             start, next_window, damaged = (int(v) for v in data["meta"])
+            # a snapshot from before kept-readings sensors has no left-out cells
+            left_out = data["left_out"].copy() if "left_out" in data.files else None
             return cls(
                 start=start,
                 next_window=next_window,
@@ -105,6 +129,7 @@ class WindowState:
                 times=data["times"].view("datetime64[ns]").copy(),
                 filled=data["filled"].copy(),
                 damaged_until=damaged,
+                left_out=left_out,
             )
 
 
@@ -157,6 +182,7 @@ def advance_windows(
     batch: pd.DataFrame,
     params: WindowParams,
     linear_map: LinearMap | None = None,
+    kept: Sequence[str] = (),
 ) -> WindowAdvance:
     """Add a batch's readings to the open rows and emit every window now complete.
 
@@ -164,8 +190,15 @@ def advance_windows(
     before ``state.start`` are returned as late (or counted as stale when the row
     was lost in a failure, ``seq <= state.damaged_until``); a second reading of the same
     (row, sensor) is counted as a duplicate and dropped (the first one wins).
-    ``linear_map`` completes damaged rows (see ``WindowState``).
+    ``linear_map`` completes damaged rows (see ``WindowState``). ``kept`` (a crash's
+    recovery of a max/min query only): the damaged readings of these sensors are
+    completed too, but marked ``left_out``, so the windows holding them take the
+    extreme of the sensor's other readings.
     """
+    if kept and params.aggregate not in ("max", "min"):
+        raise ParameterError(
+            f"kept sensors apply to max and min only, got aggregate {params.aggregate!r}"
+        )
     n = len(params.sensors)
     known = batch[batch["sensor"].isin(list(params.sensors))]
     seq = known["seq"].to_numpy(dtype=np.int64)
@@ -175,7 +208,7 @@ def advance_windows(
     fresh = known.loc[~before]
     seq = seq[~before]
     col = pd.Categorical(fresh["sensor"], categories=list(params.sensors)).codes.astype(np.int64)
-    values, times, filled = _grown(state, int(seq.max()) + 1 if seq.size else 0, n)
+    values, times, filled, left_out = _grown(state, int(seq.max()) + 1 if seq.size else 0, n)
     rel = seq - state.start
     first = np.zeros(seq.size, dtype=bool)
     first[np.unique(rel * n + col, return_index=True)[1]] = True
@@ -183,29 +216,39 @@ def advance_windows(
     values[rel[new], col[new]] = fresh["value"].to_numpy(dtype=float)[new]
     times[rel] = fresh["event_time"].to_numpy(dtype="datetime64[ns]")
     if linear_map is not None and state.damaged_until >= state.start:
-        _fill_damaged(values, filled, state, params.sensors, linear_map)
-    grown = WindowState(state.start, state.next_window, values, times, filled, state.damaged_until)
+        cols = column_indices(params.sensors, kept)
+        _fill_damaged(values, filled, left_out, state, params.sensors, linear_map, cols)
+    grown = WindowState(
+        state.start, state.next_window, values, times, filled, state.damaged_until, left_out
+    )
     next_state, closed = emit_windows(grown, params)
     return WindowAdvance(next_state, closed, late, int(seq.size - new.sum()), int(stale.sum()))
 
 
-def _grown(state: WindowState, end: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Copies of the state's arrays, extended with empty rows up to reading ``end``."""
+def _grown(
+    state: WindowState, end: int, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Copies of the state's arrays (values, times, filled, left_out), extended with
+    empty rows up to reading ``end``."""
     extra = max(0, end - state.start - state.buffered_rows)
     values = np.vstack([state.values, np.full((extra, n), np.nan)])
     times = np.concatenate([state.times, np.full(extra, np.datetime64("NaT"), "datetime64[ns]")])
     filled = np.concatenate([state.filled, np.zeros(extra, dtype=bool)])
-    return values, times, filled
+    left_out = np.vstack([state.left_out_cells, np.zeros((extra, n), dtype=bool)])
+    return values, times, filled, left_out
 
 
 def _fill_damaged(
     values: np.ndarray,
     filled: np.ndarray,
+    left_out: np.ndarray,
     state: WindowState,
     sensors: Sequence[str],
     linear_map: LinearMap,
+    kept_cols: list[int],
 ) -> None:
-    """In place: reconstruct the missing readings of damaged rows whose backup is whole."""
+    """In place: reconstruct the missing readings of damaged rows whose backup is whole;
+    those of the ``kept_cols`` sensors are marked ``left_out`` as well."""
     stop = min(values.shape[0], state.damaged_until - state.start + 1)
     backup_cols = column_indices(sensors, linear_map.backup)
     head = values[:stop]
@@ -218,6 +261,9 @@ def _fill_damaged(
     missing = np.isnan(head[rows])
     head[rows] = np.where(missing, rebuilt, head[rows])
     filled[rows] = True
+    if kept_cols:
+        cols = np.asarray(kept_cols, dtype=np.int64)
+        left_out[np.ix_(rows, cols)] |= missing[:, cols]
 
 
 def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState, ClosedWindows]:
@@ -240,7 +286,9 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         ids=np.arange(state.next_window, stop, dtype=np.int64),
         starts=state.times[firsts],
         ends=state.times[firsts + w - 1],
-        aggregates=aggregate_each_window(block, count, w, step, params.aggregate),
+        aggregates=aggregate_each_window(
+            block, count, w, step, params.aggregate, state.left_out_cells[lo:hi]
+        ),
         recovered=window_aggregates(state.filled[lo:hi].astype(float), w, step, "max")[:, 0] > 0,
         block=block,
     )
@@ -252,26 +300,45 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         times=state.times[cut:],
         filled=state.filled[cut:],
         damaged_until=state.damaged_until,
+        left_out=state.left_out_cells[cut:],
     )
     return rest, closed
 
 
 def aggregate_each_window(
-    block: np.ndarray, count: int, window: int, slide: int, aggregate: str
+    block: np.ndarray,
+    count: int,
+    window: int,
+    slide: int,
+    aggregate: str,
+    left_out: np.ndarray | None = None,
 ) -> np.ndarray:
     """(count, n) aggregates of the windows at rows ``k*slide`` of ``block``.
 
     Each window is aggregated on its own rows, so the live pipeline, the recovery
-    job and the scoring give bit-identical results on identical rows.
+    job and the scoring give bit-identical results on identical rows. ``left_out``
+    (same shape as ``block``; max and min only): cells a window's extreme leaves out;
+    a sensor whose readings a window leaves out entirely keeps their extreme.
     """
     if count == 0:
         return np.zeros((0, block.shape[1]))
-    return np.vstack(
+    out = np.vstack(
         [
             window_aggregates(block[k * slide : k * slide + window], window, window, aggregate)
             for k in range(count)
         ]
     )
+    if left_out is None or not left_out.any():
+        return out
+    if aggregate not in ("max", "min"):
+        raise ParameterError(f"readings can be left out of max and min only, got {aggregate!r}")
+    pick, skip = (np.max, -np.inf) if aggregate == "max" else (np.min, np.inf)
+    for k in range(count):
+        rows = slice(k * slide, k * slide + window)
+        cols = np.flatnonzero(left_out[rows].any(axis=0) & ~left_out[rows].all(axis=0))
+        if cols.size:
+            out[k, cols] = pick(np.where(left_out[rows, cols], skip, block[rows, cols]), axis=0)
+    return out
 
 
 def _no_windows(n: int) -> ClosedWindows:

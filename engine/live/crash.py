@@ -10,6 +10,12 @@ own id with them, so its backup rows are part of the store from then on. The
 restarted query is seeded with the state after it: the windows still open hold the
 rebuilt rows and are finished, as ``recovered``, by the live query.
 
+A max/min plan's kept-readings sensors (``StreamSpec.kept_sensors``) are the exception:
+their lost readings are left out of every window (``WindowState.left_out``), so each
+window the crash touches takes the extreme of the readings it kept, the rows before
+the stretch from the surviving state and the rows after it as they arrive. Only
+here: a machine loss keeps no window state and rebuilds every sensor.
+
 Only the crashed batch's rows (``m`` at most when the pipeline keeps the exposure:
 ``engine.live.exposure``) are rebuilt: every window is exact except those rows of
 the rebuilt sensors, the crash contract's case. No Spark: one micro-batch.
@@ -43,6 +49,7 @@ class CrashRecovery:
     seed: WindowState  # the restarted query's state (the rebuilt rows of open windows)
     rows_read: int  # backup rows of the crashed batch
     stored: tuple[str, ...]  # sensors the crashed batch backed up (exact after recovery)
+    kept: tuple[str, ...] = ()  # sensors whose lost readings were left out of their windows
 
 
 def crash_lost_range(crashed: CrashedBatch, state: WindowState, spec: StreamSpec) -> LostRange:
@@ -70,7 +77,8 @@ def recover_crash(
         return CrashRecovery(lost, np.zeros(0, dtype=np.int64), state, 0, ())
     damaged = replace(state, damaged_until=max(state.damaged_until, lost.last_row))
     repair = spec.recovery_map(mode) if mode != "none" else None
-    advance = advance_windows(damaged, rows, spec.window_params, repair)
+    kept = spec.kept_sensors if mode == "approx" else ()
+    advance = advance_windows(damaged, rows, spec.window_params, repair, kept)
     seed, closed = advance.state, advance.closed
     if _holes(seed, lost.last_row):  # rows no backup can complete: their windows are lost
         seed = _past(seed, lost.last_row, spec)
@@ -86,7 +94,8 @@ def recover_crash(
     )
     present = set(rows["sensor"])
     stored = tuple(s for s in spec.sensors if s in present)
-    return CrashRecovery(lost, closed.ids, seed, len(rows), stored)
+    left_out = tuple(s for s in kept if s not in present)
+    return CrashRecovery(lost, closed.ids, seed, len(rows), stored, left_out)
 
 
 def _surviving_state(store: BackupStore, run: int, spec: StreamSpec) -> WindowState:

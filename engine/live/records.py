@@ -67,6 +67,7 @@ class VersionRecord:
     last_seq: int | None = None
     last_time: datetime | None = None
     closes_at: datetime | None = None
+    kept_sensors: tuple[str, ...] = ()  # JSON in the table; NULL (older stores) reads as ()
 
 
 VERSION_COLUMNS = (
@@ -81,6 +82,7 @@ VERSION_COLUMNS = (
     "backup_sensors",
     "reconstruction",
     "calibration",
+    "kept_sensors",
 )
 
 

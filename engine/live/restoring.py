@@ -117,7 +117,7 @@ class FailureAndRecovery(ManagerViews):
                 ran = self._crash.version or current  # the version the crashed batch ran under
                 crash = recover_crash(store, ran.spec, cfg.mode, self._crash)
                 lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
-                by_version, stored = {ran.id: crash.lost.rows}, crash.stored
+                by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
             else:
                 lost = find_lost_range(store, cfg.spec.slide)
                 outcome = recover_lost_range(
@@ -128,11 +128,11 @@ class FailureAndRecovery(ManagerViews):
                     outcome.rows_read,
                     outcome.rows_by_version,
                 )
-                stored = stored_throughout(versions or [current], lost, cfg.mode)
+                stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
             seconds = self._clock() - t0
             self._recovery = _Recovery(
                 lost, seconds, rows_read, seed.next_window, by_version, stored,
-                failure="machine" if self._crash is None else "crash",
+                failure="machine" if self._crash is None else "crash", kept=kept,
             )  # fmt: skip
             rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
             # The restarted run must not fail again on its own.

@@ -35,6 +35,7 @@ class _Recovery:
     # the report scores the others as rebuilt, whatever plan is in force when it is read.
     stored: tuple[str, ...] | None = None
     failure: str = "machine"  # the kind of failure recovered from (engine.live.failure)
+    kept: tuple[str, ...] = ()  # a crash's kept-readings sensors (their lost readings left out)
 
 
 @dataclass(frozen=True)

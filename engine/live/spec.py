@@ -73,12 +73,18 @@ class StreamSpec(HoldsQuery):
     map, and its window ``query`` (window and slide in readings, eps in the unit of
     the aggregate; validated by ``WindowQuery``). The linear map rebuilds every sensor
     that is not in ``backup_sensors`` from those that are.
+
+    ``kept_sensors`` (max/min plans under the crash contract only): after a crash, the
+    lost rows of these sensors are left out of their windows, so each window the crash
+    touches takes the extreme of the sensor's kept readings (``engine.live.crash``). A
+    machine loss still rebuilds them with the linear map.
     """
 
     sensors: tuple[str, ...]
     backup_sensors: tuple[str, ...]
     linear_map: LinearMap
     query: WindowQuery
+    kept_sensors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.query, WindowQuery):
@@ -99,11 +105,43 @@ class StreamSpec(HoldsQuery):
                 f"the linear map reads {self.linear_map.backup!r}, "
                 f"but the backup sensors are {self.backup_sensors!r}"
             )
+        self._check_kept()
+
+    def _check_kept(self) -> None:
+        """Kept-readings sensors: rebuilt sensors of a max/min query with an exposure < window."""
+        kept = self.kept_sensors
+        if not isinstance(kept, tuple) or len(set(kept)) != len(kept):
+            raise ParameterError(f"kept sensors must be a tuple of unique names, got {kept!r}")
+        if not kept:
+            return
+        unknown = [s for s in kept if s not in self.sensors]
+        if unknown:
+            raise ParameterError(f"kept sensors not among the sensors: got {unknown!r}")
+        backed = [s for s in kept if s in self.backup_sensors]
+        if backed:
+            raise ParameterError(f"kept sensors cannot be backup sensors too: got {backed!r}")
+        q = self.query
+        if q.aggregate not in ("max", "min"):
+            raise ParameterError(
+                f"kept sensors apply to max and min queries only, got aggregate {q.aggregate!r} "
+                f"with kept sensors {kept!r}"
+            )
+        if q.exposure is None or q.exposure >= q.window:
+            raise ParameterError(
+                "kept sensors need a crash exposure shorter than the window "
+                f"({q.window} rows), got exposure {q.exposure!r}"
+            )
 
     @classmethod
     def from_plan(cls, plan: BackupPlan) -> StreamSpec:
-        """Sensors, backup set, linear map and the window query of ``plan``."""
-        return cls(tuple(plan.sensors), tuple(plan.backup_sensors), plan.linear_map, plan.query)
+        """Sensors, backup set, linear map, window query and kept sensors of ``plan``.
+
+        A kept sensor the plan also backs up (a set widened after planning, e.g. by
+        online control) is recovered exactly from its backup: it is not kept.
+        """
+        backup = tuple(plan.backup_sensors)
+        kept = tuple(s for s in plan.kept_sensors if s not in backup)
+        return cls(tuple(plan.sensors), backup, plan.linear_map, plan.query, kept)
 
     @property
     def slide(self) -> int:

@@ -78,6 +78,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS plan_versions (id INTEGER PRIMARY KEY, created_at TIMESTAMP,"
     " reason VARCHAR, detail VARCHAR, first_seq BIGINT, last_seq BIGINT, first_time TIMESTAMP,"
     " last_time TIMESTAMP, backup_sensors VARCHAR, reconstruction VARCHAR, calibration VARCHAR)",
+    # a store made before kept-readings sensors gains the column, its rows NULL: none kept
+    "ALTER TABLE plan_versions ADD COLUMN IF NOT EXISTS kept_sensors VARCHAR",
 )
 
 _LOCKS: dict[str, threading.RLock] = {}

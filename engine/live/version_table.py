@@ -27,13 +27,14 @@ def insert_version(cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> bool:
     version that says another plan governed them.
     """
     cur.execute(
-        "SELECT first_seq, backup_sensors, reconstruction FROM plan_versions WHERE id = ?",
+        "SELECT first_seq, backup_sensors, reconstruction, kept_sensors FROM plan_versions"
+        " WHERE id = ?",
         [v.id],
     )
     row = cur.fetchone()
     if row is not None:
-        same = (int(row[0]), json.loads(row[1]), row[2]) == (
-            v.first_seq, list(v.backup_sensors), v.reconstruction,
+        same = (int(row[0]), json.loads(row[1]), row[2], _names(row[3])) == (
+            v.first_seq, list(v.backup_sensors), v.reconstruction, list(v.kept_sensors),
         )  # fmt: skip
         if not same:
             raise StoreError(
@@ -47,7 +48,7 @@ def insert_version(cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> bool:
     )
     cur.execute(
         f"INSERT INTO plan_versions ({', '.join(VERSION_COLUMNS)}) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"VALUES ({', '.join('?' * len(VERSION_COLUMNS))})",
         [
             v.id,
             _naive(v.created_at),
@@ -60,6 +61,7 @@ def insert_version(cur: duckdb.DuckDBPyConnection, v: VersionRecord) -> bool:
             json.dumps(list(v.backup_sensors)),
             v.reconstruction,
             v.calibration,
+            json.dumps(list(v.kept_sensors)),
         ],
     )
     return True
@@ -72,11 +74,17 @@ def read_version_rows(cur: duckdb.DuckDBPyConnection) -> list[VersionRecord]:
     for r in cur.fetchall():
         v = dict(zip(VERSION_COLUMNS, r, strict=True))
         v["backup_sensors"] = tuple(json.loads(v["backup_sensors"]))
+        v["kept_sensors"] = tuple(_names(v["kept_sensors"]))
         v["first_time"] = _aware(v["first_time"])
         v["last_time"] = _aware(v["last_time"])
         v["created_at"] = _aware(v["created_at"])
         out.append(VersionRecord(**v))
     return out
+
+
+def _names(text: str | None) -> list[str]:
+    """A JSON list of sensor names; NULL (a row from before the column) is none."""
+    return [] if text is None else list(json.loads(text))
 
 
 def _naive(t: datetime | None) -> datetime | None:

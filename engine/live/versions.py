@@ -101,6 +101,7 @@ class PlanVersion:
             first_seq=self.first_seq,
             backup_sensors=self.spec.backup_sensors,
             reconstruction=map_to_json(self.spec.linear_map),
+            kept_sensors=self.spec.kept_sensors,
             calibration=json.dumps(dict(self.calibration), allow_nan=False, default=float),
             first_time=self.first_time,
             last_seq=self.last_seq,
@@ -112,7 +113,12 @@ class PlanVersion:
     def from_record(cls, rec: VersionRecord, base: StreamSpec) -> PlanVersion:
         """The stored version, on ``base``'s sensors and windows (they never change in a run)."""
         lm = map_from_json(rec.reconstruction)
-        spec = replace(base, backup_sensors=tuple(rec.backup_sensors), linear_map=lm)
+        spec = replace(
+            base,
+            backup_sensors=tuple(rec.backup_sensors),
+            linear_map=lm,
+            kept_sensors=tuple(rec.kept_sensors),
+        )
         return cls(
             rec.id, rec.reason, rec.detail, spec, rec.created_at, rec.first_seq, rec.last_seq,
             rec.first_time, rec.last_time, json.loads(rec.calibration or "{}"),

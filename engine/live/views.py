@@ -192,6 +192,11 @@ def _failure_note(rec: _Recovery, contract: str, exposure: int | None) -> str:
     rows = f"{rec.lost.rows} row{'' if rec.lost.rows == 1 else 's'}"
     if rec.failure == "crash":
         what = f"crash: window state kept, the micro-batch in flight ({rows}) rebuilt"
+        if rec.kept:
+            what += (
+                f" ({', '.join(rec.kept)}: the extreme of the readings the crash did not "
+                "lose, those rows left out)"
+            )
     else:
         what = f"machine loss: window state lost, every open window rebuilt ({rows})"
     if contract == "crash":

@@ -2,7 +2,8 @@
 
 Each recovered window is checked against a pure-Python rebuild of the truth: the
 crashed micro-batch's rows of the rebuilt sensors replaced by the plan's linear map,
-every other reading exact.
+every other reading exact; a max plan's kept-readings sensor takes the extreme of the
+readings the crash did not lose.
 """
 
 from __future__ import annotations
@@ -42,6 +43,34 @@ def crashed(
     report = run_simulation(history, crash, "approx", 0.5, paths, LOCAL, options=FAST,
                             failure="crash")  # fmt: skip
     return report, crash, paths
+
+
+@pytest.fixture(scope="module")
+def kept_crash(
+    spark: Any, history: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, StreamSpec, PipelinePaths]:
+    """One simulated crash of a max plan (exposure 3) that keeps one PM2.5 sensor's readings."""
+    from tests.spark.conftest import make_spec
+
+    spec = crash_spec(make_spec(history, aggregate="max"), exposure=3)
+    kept = replace(spec, kept_sensors=(KEPT,))
+    paths = PipelinePaths(tmp_path_factory.mktemp("kept"))
+    report = run_simulation(history, kept, "approx", 0.5, paths, LOCAL, options=FAST,
+                            failure="crash")  # fmt: skip
+    return report, kept, paths
+
+
+KEPT = "Dongsi_PM2.5"  # its rebuilt readings at the crash overshoot its kept max
+
+
+def recovered_values(paths: PipelinePaths, spec: StreamSpec, ids: np.ndarray) -> np.ndarray:
+    """(W, n) the stored recovered results of windows ``ids``, ``spec.sensors`` order."""
+    from engine.live.store import BackupStore
+
+    with BackupStore(paths.store_file) as store:
+        res = store.read_results("recovered")
+    wide = res.pivot_table(index="window_id", columns="sensor", values="value", aggfunc="last")
+    return wide.loc[list(ids), list(spec.sensors)].to_numpy(dtype=float)
 
 
 def rebuilt_truth(history: Any, spec: StreamSpec, first: int, last: int) -> np.ndarray:
@@ -129,3 +158,49 @@ def test_after_a_crash_every_sensor_is_backed_up_until_the_windows_open_at_it_cl
     assert (after[after.index > end + 3] == k).all()
     before = per_row[per_row.index < report.lost_rows[0]]
     assert (before == k).all()
+
+
+def test_a_crash_gives_a_kept_sensor_the_extreme_of_its_kept_readings(
+    history: Any, kept_crash: Any
+) -> None:
+    report, spec, paths = kept_crash
+    first, last = report.lost_rows
+    assert report.contract == "crash" and report.windows_recovered == report.windows_lost >= 2
+    ids = np.asarray(report.window_ids)
+    w, step = spec.window, spec.slide
+    got = recovered_values(paths, spec, ids)
+    x = rebuilt_truth(history, spec, first, last)  # every rebuilt sensor by the linear map
+    mapped = np.vstack([window_aggregates(x[j * step : j * step + w], w, w, "max") for j in ids])
+    k = spec.sensors.index(KEPT)
+    truth = np.asarray(history.values, dtype=float)[:, k]
+    kept = [max(truth[r] for r in range(j * step, j * step + w) if not first <= r <= last)
+            for j in ids]  # fmt: skip
+    np.testing.assert_allclose(got[:, k], kept, rtol=0, atol=1e-12)
+    others = [i for i in range(len(spec.sensors)) if i != k]
+    np.testing.assert_allclose(got[:, others], mapped[:, others], rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got[:, k], mapped[:, k])  # a rebuild would have given another max
+    assert np.isfinite(np.asarray(report.errors)).all()
+    assert f"({KEPT}: the extreme of the readings the crash did not lose" in report.note
+
+
+def test_a_machine_loss_still_rebuilds_a_kept_sensor_with_the_linear_map(
+    spark: Any, history: Any, kept_crash: Any, tmp_path: Path
+) -> None:
+    """The recovery job a machine loss runs (no window state: whole windows from the
+    backup) on the same spec: every rebuilt sensor, the kept one too, by the linear map."""
+    from engine.live.recovery import LostRange, recover_lost_range
+    from engine.live.store import BackupStore
+    from tests.spark.test_recovery import commit_backup
+
+    _, spec, _ = kept_crash
+    lost = LostRange(first_window=10, first_row=40, last_row=59)
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        commit_backup(store, history, spec.backup_sensors)
+        outcome = recover_lost_range(spark, store, spec, "approx", lost, run=0)
+    ids = outcome.window_ids
+    assert ids.tolist() == lost.inside_windows(spec.window, spec.slide).tolist() and ids.size >= 2
+    w, step = spec.window, spec.slide
+    x = rebuilt_truth(history, spec, lost.first_row, lost.last_row)
+    mapped = np.vstack([window_aggregates(x[j * step : j * step + w], w, w, "max") for j in ids])
+    paths = PipelinePaths(tmp_path)
+    np.testing.assert_allclose(recovered_values(paths, spec, ids), mapped, rtol=1e-12, atol=1e-12)
