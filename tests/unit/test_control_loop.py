@@ -249,3 +249,30 @@ def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
     assert after.controller.windows == snapshot["counters"]["windows"] + 10
     assert after.skipped == 1000 // WINDOW - snapshot["counters"]["watermark"]
     assert before.controller.windows >= snapshot["counters"]["windows"]
+
+
+def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(drift: SensorHistory) -> None:
+    """Under a max crash plan, a sensor whose rebuild has gone wrong but whose readings are
+    smooth: kept, the controller hears the (rare) misses of its kept readings; not kept,
+    the frequent misses of its rebuild."""
+    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
+    params = PlanParameters(query, history=600)
+    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
+    rates = {}
+    for kept in ((), (target,)):
+        seen: list = []
+        loop = Loop(replace(plan, kept_sensors=kept), stationary(drift, target))
+        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
+        original = monitor.controller.observe
+
+        def spy(feedback, original=original, seen=seen):
+            seen.extend(feedback)
+            return original(feedback)
+
+        monitor.controller.observe = spy  # type: ignore[method-assign]
+        loop.run(900, 2)  # micro-batches within the exposure
+        j = plan.sensors.index(target)
+        late = [f.miss[j] for f in seen if f.rebuilt[j] and f.window * WINDOW >= BREAK]
+        rates[kept] = float(np.nanmean(late))
+    assert rates[(target,)] < 0.5 * rates[()]
