@@ -291,6 +291,11 @@ MUTANTS = (
            "if kept is not None and exposure is not None and np.any(kept):",
            "if False:",
            (KEPT + "test_the_shadow_check_scores_kept_sensors_by_their_kept_readings",)),
+    Mutant("k5: the live control loop scores kept sensors as rebuilt",
+           "engine/live/control_loop.py",
+           "kept=np.isin(self.plan.sensors, self.plan.kept_sensors),",
+           "kept=None,",
+           (LOOP + "test_a_kept_sensor_feeds_the_miss_of_its_kept_readings",)),
 )  # fmt: skip
 
 
