@@ -11,6 +11,16 @@ its violation rate (at ``confidence``) exceeds ``delta``. Under the null
 hypothesis "the true rate is at most delta" a single sensor alerts with
 probability at most ``1 - confidence`` at any one check. Checks repeat after
 every batch, so we also require ``min_windows`` observations before judging.
+
+Under the crash contract (a failure loses ``m`` consecutive rows) a window's miss is
+not an indicator but the fraction of the ``w + m - 1`` failure positions touching it
+that put its aggregate more than eps off (``engine.planning.feedback.window_misses``).
+``observe_misses`` tallies those fractions, a window counting its fraction, and the
+same bound is taken at the real-valued count: ``I_delta(k, W - k + 1)``, the binomial
+tail continued to real ``k`` (``engine.planning.verdict.window_p_value``), below
+``1 - confidence`` exactly when the lower bound is above ``delta``. A fraction's
+variance is at most a Bernoulli's of the same mean, so the test stays conservative,
+as the crash contract's backtest verdict's does.
 """
 
 from __future__ import annotations
@@ -43,7 +53,8 @@ def rate_lower_bound(violations: int, windows: int, confidence: float) -> float:
 def rate_lower_bounds(violations: np.ndarray, windows: np.ndarray, confidence: float) -> np.ndarray:
     """One-sided Clopper-Pearson lower bounds of binomial rates, pair by pair, in one
     ``beta.ppf`` call (the job's monitor bounds every sensor after every micro-batch);
-    0 where there is no violation or no window."""
+    0 where there is no violation or no window. ``violations`` may be real (a crash
+    contract's windows each count a fraction): the bound of the continued tail."""
     v, w = np.asarray(violations, dtype=float), np.asarray(windows, dtype=float)
     out = np.zeros(v.shape)
     some = (v > 0) & (w > 0)
@@ -68,6 +79,7 @@ def check_eps(eps: float | np.ndarray, n: int) -> float | np.ndarray:
     return float(e) if e.ndim == 0 else e
 
 
+CONTRACTS = ("range", "crash")
 MIN_WINDOWS = 10  # windows a sensor needs before it can alert (the default)
 CONFIDENCE = 0.95  # of the one-sided test that a sensor's rate exceeds delta (the default)
 
@@ -81,6 +93,9 @@ class ViolationMonitor:
     eps, delta : the operator's tolerance; ``eps`` a number or one per sensor (n,).
     confidence : of the one-sided test that the rate exceeds ``delta``.
     min_windows : windows a sensor needs before it can alert.
+    contract : ``"range"`` (``observe``: a window misses or not) or ``"crash"``
+        (``observe_misses``: a window counts the fraction of its failure positions that
+        missed); tallies of a crash monitor are real numbers.
     """
 
     def __init__(
@@ -90,7 +105,10 @@ class ViolationMonitor:
         delta: float,
         confidence: float = CONFIDENCE,
         min_windows: int = MIN_WINDOWS,
+        contract: str = "range",
     ) -> None:
+        if contract not in CONTRACTS:
+            raise ParameterError(f"contract must be one of {CONTRACTS}, got {contract!r}")
         if not 0.0 < delta < 1.0:
             raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
         if not 0.5 <= confidence < 1.0:
@@ -98,8 +116,9 @@ class ViolationMonitor:
         self.sensors = tuple(sensors)
         self.eps, self.delta = check_eps(eps, len(self.sensors)), float(delta)
         self.confidence, self.min_windows = confidence, int(min_windows)
+        self.contract = contract
         n = len(self.sensors)
-        self._violations = np.zeros(n, dtype=int)  # overall, never reset
+        self._violations: np.ndarray = np.zeros(n, dtype=self._kind)  # overall, never reset
         self._windows = np.zeros(n, dtype=int)
         self._by_version: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.version = 0  # the plan version of the last batch observed
@@ -120,7 +139,9 @@ class ViolationMonitor:
         e = np.asarray(errors, dtype=float)
         if e.ndim != 2 or e.shape[1] != len(self.sensors):
             raise ParameterError(f"errors must have shape (W, {len(self.sensors)}), got {e.shape}")
-        mask = np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
+        if self.contract != "range":
+            raise ParameterError("a crash-contract monitor counts miss fractions: observe_misses")
+        mask = self._mask(reconstructed)
         finite = np.isfinite(e)
         windows = (finite & mask).sum(axis=0)
         violations = ((e > self.eps) & finite & mask).sum(axis=0)
@@ -128,9 +149,42 @@ class ViolationMonitor:
         self.version = int(version)
         return self._alert()
 
-    def resume(self, version: int, counts: Mapping[str, tuple[int, int]]) -> None:
+    def observe_misses(
+        self, misses: np.ndarray, reconstructed: Sequence[str], version: int = 0
+    ) -> MonitorAlert | None:
+        """Count a batch of closed windows' crash-contract misses; return an alert if due.
+
+        Parameters
+        ----------
+        misses : (W, n) each window's miss in [0, 1], ``sensors`` order: the fraction of
+            its failure positions that put it more than eps off; NaN where the window
+            was not measured (it does not count).
+        reconstructed, version : as ``observe``.
+        """
+        f = np.asarray(misses, dtype=float)
+        if f.ndim != 2 or f.shape[1] != len(self.sensors):
+            raise ParameterError(f"misses must have shape (W, {len(self.sensors)}), got {f.shape}")
+        if self.contract != "crash":
+            raise ParameterError("a range-contract monitor counts window errors: observe")
+        finite = np.isfinite(f)
+        if np.any((f[finite] < 0) | (f[finite] > 1)):
+            raise ParameterError("a window's miss fraction must be in [0, 1]")
+        counted = finite & self._mask(reconstructed)
+        self._add(version, np.where(counted, f, 0.0).sum(axis=0), counted.sum(axis=0))
+        self.version = int(version)
+        return self._alert()
+
+    @property
+    def _kind(self) -> type:
+        return float if self.contract == "crash" else int
+
+    def _mask(self, reconstructed: Sequence[str]) -> np.ndarray:
+        return np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
+
+    def resume(self, version: int, counts: Mapping[str, tuple[float, int]]) -> None:
         """Start plan ``version``'s tally from ``counts`` (sensor -> (violations, windows)),
-        what an earlier run of the same job observed under it, before any new window.
+        what an earlier run of the same job observed under it, before any new window
+        (violations real for a crash monitor).
 
         Without it, a job restarted more often than it takes to gather
         ``min_windows`` per sensor would never alert.
@@ -138,7 +192,7 @@ class ViolationMonitor:
         unknown = sorted(set(counts) - set(self.sensors))
         if unknown:
             raise ParameterError(f"the tally names sensor(s) the monitor lacks: {unknown[:5]}")
-        v = np.array([int(counts.get(s, (0, 0))[0]) for s in self.sensors])
+        v = np.array([self._kind(counts.get(s, (0, 0))[0]) for s in self.sensors])
         w = np.array([int(counts.get(s, (0, 0))[1]) for s in self.sensors])
         if np.any(v < 0) or np.any(w < v):
             raise ParameterError("a tally needs 0 <= violations <= windows for every sensor")
@@ -147,20 +201,22 @@ class ViolationMonitor:
     def _add(self, version: int, violations: np.ndarray, windows: np.ndarray) -> None:
         """Add (n,) counts to plan ``version``'s tally and to the overall one."""
         zero = np.zeros(len(self.sensors), dtype=int)
-        v_old, w_old = self._by_version.get(int(version), (zero, zero))
+        v_old, w_old = self._by_version.get(int(version), (zero.astype(self._kind), zero))
         self._by_version[int(version)] = (v_old + violations, w_old + windows)
         self._violations += violations
         self._windows += windows
 
-    def rates(self, version: int | None = None) -> dict[str, tuple[int, int]]:
-        """sensor -> (violations, windows): overall, or under plan ``version``."""
+    def rates(self, version: int | None = None) -> dict[str, tuple[float, int]]:
+        """sensor -> (violations, windows): overall, or under plan ``version``
+        (violations an int for a range monitor, a real sum of fractions for a crash one)."""
         zero = np.zeros(len(self.sensors), dtype=int)
         v, w = (
             (self._violations, self._windows)
             if version is None
             else self._by_version.get(int(version), (zero, zero))
         )
-        return {s: (int(a), int(b)) for s, a, b in zip(self.sensors, v, w, strict=True)}
+        kind = self._kind
+        return {s: (kind(a), int(b)) for s, a, b in zip(self.sensors, v, w, strict=True)}
 
     def versions(self) -> list[int]:
         """Plan versions seen so far, in order."""
@@ -180,8 +236,9 @@ class ViolationMonitor:
             return None
         worst = max(rates, key=lambda s: rates[s])
         windows = int(windows_seen[self.sensors.index(worst)])
+        what = "live violation rate" if self.contract == "range" else "live crash miss rate"
         reason = (
-            f"live violation rate of {worst} is {rates[worst]:.1%} over {windows} windows "
+            f"{what} of {worst} is {rates[worst]:.1%} over {windows} windows "
             f"(lower {self.confidence:.0%} bound {hits[worst]:.1%} > delta {self.delta:.1%}); "
             f"{len(hits)} sensor(s) alerting under plan version {self.version}"
         )
