@@ -15,6 +15,10 @@ after batch ``b`` under ``b`` and a replayed batch ``b`` starts again from the
 state stored before it, so no partial is counted twice.
 
 Times are ``int64`` epoch microseconds (UTC) in the state, as Arrow stores them.
+
+Under the crash contract the state also keeps the open windows' rows (``rows``: one
+per event time, a column per sensor; ``engine.job.crash_check``), stored in the
+snapshot beside the partials; a snapshot written without them restores with none.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from engine.partial_state import COUNT, merged_partials
 KEYS = ["window_start", "window_end", "sensor"]
 RESULT_COLUMNS = [*KEYS, "n", "value", "rebuilt", "error", "miss", "backed_up"]
 NO_TIME = np.iinfo(np.int64).min
+ROWS_KEY = "lacuna_rows"  # the snapshot's metadata key of the open windows' rows
 REBUILT = "rebuilt_"  # the prefix of the rebuilt readings' state columns
 # a checkpoint written before the rebuilt state took its fields' names
 _OLD_NAMES = {"rebuilt": "rebuilt_agg"}
@@ -81,6 +86,9 @@ class WindowState:
     # small JSON-able facts the job keeps with the state (the monitor's tally); replaced
     # whole, never mutated in place, so a shallow copy of the state is a copy
     extra: dict[str, Any] = field(default_factory=dict)
+    # the open windows' rows, ``event_us`` + a column per sensor (crash contract only;
+    # empty otherwise); replaced whole too, never mutated in place
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def __post_init__(self) -> None:
         if self.open.columns.empty:
@@ -126,7 +134,10 @@ class WindowState:
             "extra": self.extra,
         }
         table = pa.Table.from_pandas(self.open, preserve_index=False)
-        table = table.replace_schema_metadata({"lacuna_state": json.dumps(meta)})
+        stored = {"lacuna_state": json.dumps(meta).encode()}
+        if not self.rows.columns.empty:  # Arrow metadata values are bytes: the rows' IPC
+            stored[ROWS_KEY] = _ipc_bytes(pa.Table.from_pandas(self.rows, preserve_index=False))
+        table = table.replace_schema_metadata(stored)
         sink = io.BytesIO()
         with ipc.new_file(sink, table.schema) as out:
             out.write_table(table)
@@ -137,6 +148,8 @@ class WindowState:
         try:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
             meta = json.loads(table.schema.metadata[b"lacuna_state"])
+            rows = table.schema.metadata.get(ROWS_KEY.encode())
+            kept = pd.DataFrame() if rows is None else _from_ipc(rows).to_pandas()
         except (pa.ArrowInvalid, KeyError, TypeError, ValueError) as err:
             raise PipelineError(f"window state in the checkpoint is unreadable: {err}") from None
         aggregate = str(meta["aggregate"])
@@ -148,7 +161,19 @@ class WindowState:
             watermark_us=int(meta["watermark_us"]),
             open=pd.DataFrame() if frame is None else frame[partial_columns(aggregate)],
             extra=dict(meta.get("extra", {})),
+            rows=kept,
         )
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return sink.getvalue()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return ipc.open_stream(pa.BufferReader(data)).read_all()
 
 
 def collected_partials(table: pa.Table, window_us: int, aggregate: str) -> tuple[pd.DataFrame, int]:

@@ -14,6 +14,7 @@ PySpark is imported inside functions only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +188,24 @@ def rebuilt_partials(readings: Any, lm: LinearMap, spec: WindowSpec) -> Any:
     schema = partial_schema(aggregate)
     rebuilt = backups.groupBy("window_start").applyInPandas(per_window, schema)
     return rebuilt.drop("window_end")  # as batch_partials': the driver derives it
+
+
+def wide_readings(readings: Any, sensors: Sequence[str]) -> Any:
+    """The readings of ``sensors`` one row per event time: ``event_us`` (epoch
+    microseconds) and a column per sensor (null where it has no finite reading at that
+    time; of two, the last Spark meets). Pivoted on the executors, so the driver
+    collects ``times x sensors`` numbers, not a sensor name per reading."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    finite = F.when(F.isnan(value) | (F.abs(value) == F.lit(float("inf"))), None).otherwise(value)
+    return (
+        readings.where(F.col("event_time").isNotNull())
+        .select(F.unix_micros("event_time").alias("event_us"), "sensor", finite.alias("value"))
+        .groupBy("event_us")
+        .pivot("sensor", list(sensors))
+        .agg(F.last("value", ignorenulls=True))
+    )
 
 
 def landed_readings(spark: Any, timestamps: list[str], nanos: list[str]) -> Any:

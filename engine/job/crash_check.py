@@ -1,0 +1,175 @@
+"""The production job's shadow check under the crash contract, on the driver.
+
+A crash plan (``exposure`` m) promises that a failure losing m consecutive rows of
+the rebuilt sensors leaves a window within eps, for all but ``delta`` of the
+``w + m - 1`` failure positions touching it. The partial aggregates the job keeps
+cannot say that (they hold a window's aggregate, not its rows in order), so for a
+crash plan the job also keeps the open windows' rows: each micro-batch's readings,
+pivoted on the executors to one row per event time with a column per sensor
+(``transforms.wide_readings``), are collected to the driver and merged into
+``WindowState.rows``; when a window closes, its ``w`` rows are rebuilt with the
+version's linear map (a kept-readings sensor's left out, ``engine.aggregates.leave_out``)
+and scored by ``engine.planning.feedback.window_misses``, the same quantity the live
+pipeline's controller gets. Rows no open window needs are then dropped.
+
+What it costs per micro-batch: one more Spark job (a scan and a pivot of the batch's
+readings), the batch's ``times x sensors`` numbers collected to the driver and kept
+until their last window closes (about ``window + slide + lateness`` time steps x
+sensors in the state, written with it after every batch), and on the driver
+``O(closed windows x (w + m - 1) x sensors)`` for the scores (max/min:
+``x w`` more). A crash plan's batches hold at most m rows (a batch over that backs
+up every sensor), so the collected rows stay small.
+
+A window is measured for a sensor when the window has exactly ``w`` rows and the
+sensor's readings, and the backup readings that rebuild it, are all numbers there;
+otherwise its miss is NaN and the monitor does not count it (a window with a time
+step missing cannot say which m rows a failure would lose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.aggregates import leave_out
+from engine.errors import ParameterError
+from engine.export import BackupConfig
+from engine.job.partials import WindowState
+from engine.model.linear import LinearMap
+from engine.planning.feedback import window_misses
+
+TIME = "event_us"
+
+
+def check_closed(
+    state: WindowState,
+    batch: pd.DataFrame,
+    starts_us: np.ndarray,
+    window_us: int,
+    config: BackupConfig,
+    lm: LinearMap,
+    cutoff_us: int,
+) -> np.ndarray:
+    """The crash misses (``crash_misses``) of the windows starting at ``starts_us``, which
+    the merge that moved ``state``'s watermark closed; ``batch``'s rows (``collect_rows``)
+    join ``state.rows`` first, and only the rows an open window needs stay there."""
+    rows = merge_rows(state.rows, batch, config.sensors, cutoff_us)
+    misses = crash_misses(rows, starts_us, window_us, config, lm)
+    state.rows = open_rows(rows, state.watermark_us, window_us)  # replaced whole
+    return misses
+
+
+def collect_rows(readings: Any, sensors: Sequence[str]) -> pd.DataFrame:
+    """The batch's readings, one row per event time (``TIME`` + ``sensors``), collected."""
+    from engine.job.transforms import wide_readings
+
+    frame = wide_readings(readings, sensors).toPandas()
+    return frame.reindex(columns=[TIME, *sensors])
+
+
+def merge_rows(
+    kept: pd.DataFrame, batch: pd.DataFrame, sensors: Sequence[str], cutoff_us: int
+) -> pd.DataFrame:
+    """``kept`` and ``batch`` rows as one, sorted by time: a time step in both takes each
+    sensor's reading from the batch where it has one. Rows at or past ``cutoff_us``
+    (stamped in the future, as the partials drop them) are left out."""
+    columns = [TIME, *sensors]
+    parts = [f.reindex(columns=columns) for f in (kept, batch) if not f.columns.empty]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == TIME else float) for c in columns})
+    both = pd.concat(parts, ignore_index=True)
+    both = both[both[TIME].notna() & (both[TIME] < cutoff_us)]
+    both[TIME] = both[TIME].astype("int64")
+    # groupby's last skips NaN: the latest number of each (time, sensor)
+    merged = both.groupby(TIME, sort=True).last().reset_index()
+    return merged.reindex(columns=columns).astype({c: float for c in sensors})
+
+
+def open_rows(rows: pd.DataFrame, watermark_us: int, window_us: int) -> pd.DataFrame:
+    """The rows an open window still needs: a window not closed ends after the
+    watermark, so it starts after ``watermark - window``."""
+    return rows[rows[TIME] > watermark_us - window_us].reset_index(drop=True)
+
+
+def crash_misses(
+    rows: pd.DataFrame,
+    starts_us: np.ndarray,
+    window_us: int,
+    config: BackupConfig,
+    lm: LinearMap,
+) -> np.ndarray:
+    """(W, n) each closed window's crash-contract miss in [0, 1], ``config.sensors`` order.
+
+    Parameters
+    ----------
+    rows : ``TIME`` + ``config.sensors``, sorted by time: every row of the windows.
+    starts_us : (W,) the windows' starts, epoch microseconds.
+    window_us : the window's length in microseconds (``config.query.window`` rows).
+    lm : the version's reconstruction map.
+
+    A backed-up sensor's miss is 0 (recovered exactly); NaN where not measured (see the
+    module).
+    """
+    query, sensors = config.query, list(config.sensors)
+    w, m, n = query.window, query.exposure, len(sensors)
+    if m is None:
+        raise ParameterError("the crash check needs a plan with an exposure, got none")
+    out = np.full((len(starts_us), n), np.nan)
+    times = rows[TIME].to_numpy(dtype=np.int64)
+    starts = np.asarray(starts_us, dtype=np.int64)
+    lo = np.searchsorted(times, starts, side="left")
+    whole = np.searchsorted(times, starts + window_us, side="left") - lo == w
+    if not whole.any():
+        return out
+    take = (lo[whole][:, None] + np.arange(w)).ravel()
+    truth = rows[sensors].to_numpy(dtype=float)[take]  # (count * w, n), window after window
+    rebuilt = np.array(truth)
+    rebuilt[:, _columns(sensors, lm.targets)] = lm.apply(truth[:, _columns(sensors, lm.backup)])[
+        :, _columns(lm.sensors, lm.targets)
+    ]
+    kept = np.isin(sensors, list(config.kept_readings))
+    if kept.any():
+        rebuilt = leave_out(rebuilt, kept, query.aggregate)
+    known = np.isfinite(truth) & ~np.isnan(rebuilt)
+    count = int(whole.sum())
+    misses = window_misses(
+        np.where(known, truth, 0.0),
+        np.where(known, rebuilt, 0.0),
+        count,
+        w,
+        w,  # the windows' rows laid end to end: window k starts at row k * w
+        query.aggregate,
+        config.eps_vector(),
+        m,
+    )
+    measured = known.reshape(count, w, n).all(axis=1)
+    out[whole] = np.where(measured, misses, np.nan)
+    return out
+
+
+def _columns(names: Sequence[str], wanted: Sequence[str]) -> list[int]:
+    index = {s: i for i, s in enumerate(names)}
+    return [index[s] for s in wanted]
+
+
+def shadow_contract(misses: np.ndarray | None, config: BackupConfig) -> dict[str, object]:
+    """The ``shadow`` metrics' words on what the monitor measured: ``contract`` (range:
+    whole windows rebuilt; crash: m-row losses) and, for a crash plan, its rebuilt
+    sensors' measured windows (``crash_windows``, (window, sensor) pairs), their missed
+    fractions summed (``crash_misses``) and the rate (``crash_miss_rate``)."""
+    if misses is None:
+        return {"contract": "range"}
+    rebuilt = ~np.isin(config.sensors, list(config.backup_sensors))
+    found = misses[:, rebuilt]
+    measured = np.isfinite(found)
+    windows, missed = int(measured.sum()), float(found[measured].sum())
+    return {
+        "contract": "crash",
+        "exposure_rows": config.query.exposure,
+        "crash_windows": windows,
+        "crash_misses": round(missed, 6),
+        "crash_miss_rate": missed / windows if windows else None,
+    }
