@@ -125,7 +125,8 @@ class WindowState:
         return merged[done].reset_index(drop=True)
 
     def snapshot(self) -> bytes:
-        """Arrow IPC bytes: the open partials plus the scalars in the schema metadata."""
+        """Arrow IPC bytes: the open partials plus the scalars in the schema metadata, and
+        the open windows' rows (when kept) as Arrow IPC bytes there too (``ROWS_KEY``)."""
         meta = {
             "aggregate": self.aggregate,
             "batch_id": self.batch_id,

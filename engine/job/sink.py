@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +28,7 @@ from engine.aggregates import get_aggregate
 from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
+from engine.job.crash_check import check_closed, collect_rows, shadow_contract
 from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
@@ -47,7 +49,8 @@ from engine.stream.readings import backup_rows
 from engine.stream.source import LandingDirSource
 
 Log = Callable[[dict[str, Any]], None]
-MONITOR_KEY = "monitor"  # WindowState.extra: [plan version, {sensor: [misses, windows]}]
+# WindowState.extra: [plan version, {sensor: [misses, windows]}] (crash: misses a real sum)
+MONITOR_KEY = "monitor"
 KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
 TOTALS = ("batches", "readings", "windows", "misses", "pairs", "over_exposure")
 
@@ -130,6 +133,8 @@ class BatchWriter:
         cutoff = int((self.now() + FUTURE_S) * 1e6)
         partials, screened["future_readings"], event = future_readings(partials, cutoff)
         self._say(event, batch_id)
+        crash = self.version.config.query.exposure is not None  # the shadow's contract
+        rows = collect_rows(readings, self.version.config.sensors) if crash else None
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
@@ -139,11 +144,17 @@ class BatchWriter:
         results = shadow_results(
             closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
         )
+        starts = results["window_start"].drop_duplicates().to_numpy(dtype="int64")
+        misses = None  # each closed window's crash miss, from its rows
+        if rows is not None:
+            config, w_us = self.version.config, self.spec.window_us
+            misses = check_closed(state, rows, starts, w_us, config, self.linear_map, cutoff)
         clock.mark("merge_and_shadow")
         screened["overfull_pairs"] = self._overfull(results, batch_id)
         self._write_results(results, batch_id)
-        alert = self._watch(results, int(batch_id))
+        alert = self._watch(results, int(batch_id), misses)
         screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
+        screened["shadow"] = shadow_contract(misses, self.version.config)
         state.batch_id = int(batch_id)
         if self.monitor is not None:  # the tally after this batch, kept with its state
             tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
@@ -223,7 +234,7 @@ class BatchWriter:
         saved = state.extra.get(MONITOR_KEY)
         if self.monitor is None or not saved or int(saved[0]) != self.plan_version:
             return  # nothing seen yet, or a new version starts at this batch
-        counts = {s: (int(v), int(w)) for s, (v, w) in saved[1].items()}
+        counts = {s: (float(v), int(w)) for s, (v, w) in saved[1].items()}
         self.monitor.resume(self.plan_version, counts)
         self.log(
             {
@@ -235,20 +246,27 @@ class BatchWriter:
             }
         )
 
-    def _watch(self, results: pd.DataFrame, batch_id: int) -> MonitorAlert | None:
+    def _watch(
+        self, results: pd.DataFrame, batch_id: int, misses: np.ndarray | None
+    ) -> MonitorAlert | None:
         """Feed the closed windows to the monitor and return its alert (the re-planner's
-        cue); log it when it names a sensor not yet said under the version."""
+        cue); log it when it names a sensor not yet said under the version. A crash plan's
+        monitor counts ``misses`` ((W, n) crash-contract fractions, ``check_closed``), a
+        range plan's the whole windows' errors."""
         if self.monitor is None or results.empty:
             return None
-        sensors = self.monitor.sensors
-        rebuilt = results[~results["backed_up"].astype(bool)]
-        errors = (
-            rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
-            .abs()
-            .reindex(columns=list(sensors))
-        )
-        targets = self.linear_map.targets
-        alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
+        sensors, targets = self.monitor.sensors, self.linear_map.targets
+        if misses is not None:
+            order = [self.version.config.sensors.index(s) for s in sensors]
+            alert = self.monitor.observe_misses(misses[:, order], targets, self.plan_version)
+        else:
+            rebuilt = results[~results["backed_up"].astype(bool)]
+            errors = (
+                rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
+                .abs()
+                .reindex(columns=list(sensors))
+            )
+            alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
         if alert is None:
             return None
         # `status` counts alert events: one per sensor and version, not one per batch
@@ -349,6 +367,7 @@ class BatchWriter:
             "rebuilt_pairs": pairs,
             "misses": misses,
             "miss_rate": misses / pairs if pairs else None,
+            **counts["shadow"],  # the contract the monitor measured
             "missing_values": int(counts["missing_values"]),
             "unusable_readings": int(counts["unusable_readings"]),
             "unplanned_readings": int(counts["unplanned_readings"]),

@@ -14,8 +14,12 @@ The ``run`` job (``engine.job.run``) keeps beside its backup:
 ``read_job_status`` gathers them for the console and ``engine status``: a local
 or mounted path, as ``recover --backup`` reads. Live rates count rebuilt
 windows only (a backed-up sensor is recovered exactly), each sensor judged as
-the job's monitor judges it: above ``delta`` when the one-sided 95 %
-Clopper-Pearson lower bound of its rate is, over at least ``MIN_WINDOWS``.
+the job's monitor judges a range plan: above ``delta`` when the one-sided 95 %
+Clopper-Pearson lower bound of its rate is, over at least ``MIN_WINDOWS``. Those
+rates are whole windows rebuilt (the range contract, what ``recover`` over a range
+needs); a crash plan's monitor measures m-row losses instead, and the summary states
+which contract the shadow check measured and, for a crash plan, its windows and
+missed fractions under the version in force (``shadow_contract``, ``crash_*``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from engine.planning.monitor import (
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
     "seconds", "last_window_end", "rows", "over_exposure",
+    "contract", "crash_windows", "crash_misses",
 )  # fmt: skip
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
@@ -102,8 +107,26 @@ class JobStatus:
             "batches_over_exposure": int(b["over_exposure"].eq(True).sum()),
             "contract": "range" if exposure is None else "crash",
             "exposure_rows": exposure,
+            **self._shadow_contract(),
             "rows_per_trigger": self.run.get("rows_per_trigger"),
             "durability": self.run.get("durability"),
+        }
+
+    def _shadow_contract(self) -> dict[str, object]:
+        """What the monitor measured under the version in force: whole windows rebuilt
+        (``range``: ``live_rates`` are its figures) or m-row losses (``crash``: each
+        window counts the fraction of its failure positions that missed)."""
+        if self.in_force.config.query.exposure is None:
+            return {"shadow_contract": "range"}
+        b = self.batches[self.batches["plan_version"] == self.in_force.version]
+        windows = int(b["crash_windows"].fillna(0).sum())
+        missed = float(b["crash_misses"].fillna(0).sum())
+        return {
+            "shadow_contract": "crash",
+            "crash_windows": windows,
+            "crash_misses": round(missed, 6),
+            "crash_miss_rate": missed / windows if windows else None,
+            "live_rates_contract": "range (whole windows rebuilt)",
         }
 
     def to_dict(self, events: int = 20) -> dict[str, object]:

@@ -2,7 +2,8 @@
 holding more rows than the plan covers backs up every sensor, says so (event, metrics,
 progress line, ``status``), and the start states the contract and the checkpoint's
 durability; recover over the range says the range contract covers it and gives the
-backlog's readings as read."""
+backlog's readings as read. The shadow check's monitor measures the crash contract a
+crash plan promises, not whole windows rebuilt."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from engine.backup.dataset import read_backup
 from engine.export import load_config
 from engine.export.recover import recover_dataset
 from engine.job import read_job_status
+from engine.model import LinearMap
 from tests.production_reference import (
     BACKUP,
     SENSORS,
+    Rows,
     feed,
     long_readings,
+    read_results,
     run_landed,
     sample_rows,
     write_config,
@@ -101,3 +105,54 @@ def test_batches_over_the_exposure_back_up_every_sensor(spark: Any, tmp_path: Pa
     rebuilt = lm.apply(rows.values[18:42][:, [rows.sensors.index(b) for b in lm.backup]])
     np.testing.assert_allclose(got[:6], rebuilt[:6], rtol=1e-12)
     np.testing.assert_array_equal(got[6:], truth[6:])
+
+
+def test_a_crash_plan_rebuilding_whole_windows_badly_but_lost_stretches_well_does_not_alert(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Rebuilt 1.5 off, every whole window misses eps 1 (the range contract would alert
+    after 10 windows), but 4 lost rows of 8 move the average at most 0.75: the crash
+    contract the plan promises holds, and the job's monitor stays quiet."""
+    logged = _offset_plan(spark, tmp_path, bias=1.5)
+    assert not [r for r in logged if r["event"] == "alert"]
+    shadow = [r for r in logged if r["event"] == "shadow"]
+    assert {r["contract"] for r in shadow} == {"crash"}
+    assert sum(r["crash_windows"] for r in shadow) == 12  # every whole window closed
+    assert sum(r["crash_misses"] for r in shadow) == 0
+    results = read_results(tmp_path / "backup")
+    b = results[results["sensor"] == "b"]
+    assert len(b) >= 12 and b["miss"].all()  # what the range check saw
+    summary = read_job_status(tmp_path / "backup").summary()
+    assert summary["shadow_contract"] == "crash" and summary["crash_windows"] == 12
+    assert summary["crash_miss_rate"] == 0 and summary["sensors_above_delta"] == 1
+
+
+def test_a_crash_plan_whose_lost_stretches_miss_alerts(spark: Any, tmp_path: Path) -> None:
+    """Rebuilt 3 off: a failure losing 3 or 4 of a window's rows (7 of its 11 failure
+    positions) moves the average more than eps 1; the job's monitor alerts on b."""
+    logged = _offset_plan(spark, tmp_path, bias=3.0)
+    shadow = [r for r in logged if r["event"] == "shadow"]
+    windows = sum(r["crash_windows"] for r in shadow)
+    assert windows == 12
+    assert sum(r["crash_misses"] for r in shadow) == pytest.approx(windows * 7 / 11, abs=1e-5)
+    alerts = [r for r in logged if r["event"] == "alert"]
+    assert alerts and alerts[0]["sensors"] == ["b"]
+    assert "crash miss rate of b is 63.6%" in alerts[0]["reason"]
+    summary = read_job_status(tmp_path / "backup").summary()
+    assert summary["crash_miss_rate"] == pytest.approx(7 / 11, abs=1e-6)
+
+
+def _offset_plan(spark: Any, tmp: Path, bias: float) -> list[dict[str, Any]]:
+    """A crash plan (avg, window 8, slide 4, eps 1, exposure 4) of two sensors where b
+    reads as a and the plan rebuilds it as ``a + bias``: every rebuilt reading ``bias``
+    off. Fed 4 rows a file (within the exposure), a file a batch; the events logged."""
+    times = pd.date_range("2026-01-01", periods=56, freq="h").to_numpy()
+    a = 10 + np.sin(np.arange(56) / 5.0)
+    rows = Rows(times, np.column_stack([a, a]), ("a", "b"))
+    lm = LinearMap(("a", "b"), ("a",), ("b",), np.array([bias]), np.ones((1, 1)), np.ones(1))
+    config = tmp / "plan.json"
+    write_config(config, rows, ("a",), window=8, slide=4, eps=1.0, lm=lm, exposure=4)
+    feed(rows, tmp / "landing", rows_per_file=4)
+    report, logged = run_landed(spark, tmp, config, max_files_per_trigger=1, replan=False)
+    assert report.batches == 14 and report.batches_over_exposure == 0
+    return logged
