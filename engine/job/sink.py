@@ -42,6 +42,7 @@ from engine.job.screening import (
     overfull_windows,
     screen_partials,
 )
+from engine.job.tally import MONITOR_KEY, kept_tally, saved_tally
 from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
@@ -49,8 +50,6 @@ from engine.stream.readings import backup_rows
 from engine.stream.source import LandingDirSource
 
 Log = Callable[[dict[str, Any]], None]
-# WindowState.extra: [plan version, {sensor: [misses, windows]}] (crash: misses a real sum)
-MONITOR_KEY = "monitor"
 KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
 TOTALS = ("batches", "readings", "windows", "misses", "pairs", "over_exposure")
 
@@ -157,8 +156,7 @@ class BatchWriter:
         screened["shadow"] = shadow_contract(misses, self.version.config)
         state.batch_id = int(batch_id)
         if self.monitor is not None:  # the tally after this batch, kept with its state
-            tally = {s: list(vw) for s, vw in self.monitor.rates(self.plan_version).items()}
-            state.extra = {**state.extra, MONITOR_KEY: [self.plan_version, tally]}
+            state.extra = {**state.extra, MONITOR_KEY: kept_tally(self.monitor, self.plan_version)}
         self.states.save(state)
         clock.mark("results_and_state")
         jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(group))
@@ -231,10 +229,11 @@ class BatchWriter:
         the tally of a replayed batch is counted once, by the replay.
         """
         self._resumed = True
-        saved = state.extra.get(MONITOR_KEY)
-        if self.monitor is None or not saved or int(saved[0]) != self.plan_version:
-            return  # nothing seen yet, or a new version starts at this batch
-        counts = {s: (float(v), int(w)) for s, (v, w) in saved[1].items()}
+        if self.monitor is None:
+            return
+        counts = saved_tally(state.extra.get(MONITOR_KEY), self.plan_version, self.monitor.contract)
+        if counts is None:
+            return
         self.monitor.resume(self.plan_version, counts)
         self.log(
             {

@@ -253,3 +253,16 @@ def test_each_contract_takes_its_own_input() -> None:
         ViolationMonitor(SENSORS, eps=1.0, delta=0.05).observe_misses(np.zeros((2, 4)), SENSORS)
     with pytest.raises(ParameterError, match="'whole'"):
         ViolationMonitor(SENSORS, eps=1.0, delta=0.05, contract="whole")
+
+
+def test_a_kept_tally_resumes_only_under_its_version_and_contract() -> None:
+    from engine.job.tally import saved_tally
+
+    crash = [3, {"b": [1.25, 7]}, "crash"]
+    assert saved_tally(crash, 3, "crash") == {"b": (1.25, 7)}
+    assert saved_tally(crash, 4, "crash") is None  # a new version starts afresh
+    assert saved_tally(crash, 3, "range") is None
+    older = [3, {"b": [2, 7]}]  # kept before the contract was: whole windows counted
+    assert saved_tally(older, 3, "range") == {"b": (2.0, 7)}
+    assert saved_tally(older, 3, "crash") is None
+    assert saved_tally(None, 3, "crash") is None
