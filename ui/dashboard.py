@@ -16,9 +16,9 @@ import pandas as pd
 import streamlit as st
 
 from engine.live import BatchPoint, PipelineEvent, PipelineStatus, Restore, summarise
-from engine.planning.monitor import binomial_p_value
+from engine.planning.verdict import window_p_value
 from ui import background, live, resources, timeline
-from ui.format import format_quantity, plural, span
+from ui.format import format_quantity, plural, shadow_counted, span
 
 POLL_SECONDS = 1.5
 FIGURES = "_dashboard_figures"  # session state: the history the figures were drawn from
@@ -88,13 +88,14 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
     rate, sensor = mine.get("worst_rate"), mine.get("worst_sensor")
     if rate is None or sensor is None or rate <= delta:
         return None
-    misses, windows = int(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
+    misses, windows = float(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
     counted = (
-        f"{sensor} missed eps in {misses:,} of {windows:,} shadow windows ({100 * rate:.1f} %) "
-        f"under plan version {s.plan_version}, against delta {100 * delta:g} %"
+        f"{sensor} missed eps in {shadow_counted(misses, windows, s.shadow_contract)} "
+        f"({100 * rate:.1f} %) under plan version {s.plan_version}, against delta "
+        f"{100 * delta:g} %"
     )
     level = GUARANTEE_ALPHA / max(int(mine.get("rebuilt_sensors", 1)), 1)
-    if binomial_p_value(misses, windows, delta) < level:
+    if window_p_value(misses, windows, delta) < level:
         return Level("failing", f"guarantee broken: {counted}; the live monitor re-plans")
     return Level("at risk", f"guarantee at risk: {counted}; too few windows to tell yet")
 
@@ -143,10 +144,10 @@ def _holding(s: PipelineStatus, delta: float) -> str:
     sensor = mine.get("worst_sensor")
     if sensor is None:
         return "guarantee not measured yet (no shadow window closed under this plan)"
-    misses, windows = int(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
+    misses, windows = float(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
     return (
-        f"guarantee holding so far: worst sensor {sensor} missed eps in {misses:,} of "
-        f"{windows:,} shadow windows, within delta {100 * delta:g} %"
+        f"guarantee holding so far: worst sensor {sensor} missed eps in "
+        f"{shadow_counted(misses, windows, s.shadow_contract)}, within delta {100 * delta:g} %"
     )
 
 

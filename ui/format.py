@@ -81,3 +81,13 @@ def span(first: int, last: int, noun: str = "reading") -> str:
     if last == first:
         return f"{noun} {first:,}"
     return f"{noun}s {first:,}..{last:,} ({last - first + 1:,})"
+
+
+def shadow_counted(misses: float, windows: int, contract: str) -> str:
+    """What a sensor's shadow misses count, in the contract's terms: whole windows that
+    missed (range), or the share of the m-row failures touching its windows that missed
+    (crash; a window counts the fraction of its failure positions)."""
+    if contract == "crash":
+        share = 100 * misses / windows if windows else 0.0
+        return f"{share:.1f} % of the failures touching its {windows:,} shadow windows"
+    return f"{round(misses):,} of {windows:,} shadow windows"

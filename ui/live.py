@@ -35,6 +35,7 @@ from engine.live import (
 )
 from engine.planning import BackupPlan, PlanParameters
 from ui import access, background, plans, resources
+from ui.format import shadow_counted
 from ui.panels import QUIET, pct
 from ui.plans import PlanningData
 
@@ -299,7 +300,11 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
     worst = s.shadow_worst
-    counted = f"{worst[0]}: {worst[1]:,} of {worst[2]:,} windows" if worst else "no window yet"
+    counted = (
+        f"{worst[0]}: {shadow_counted(worst[1], worst[2], s.shadow_contract)}"
+        if worst
+        else "no window yet"
+    )
     c[5].metric(
         "Shadow miss rate, worst sensor",
         pct(s.shadow_worst_rate),
@@ -339,8 +344,10 @@ def plan_versions(s: PipelineStatus) -> None:
     c = st.columns(4)
     c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
     counted = (
-        f"{mine['worst_sensor']}: {mine.get('worst_misses', 0):,} of "
-        f"{mine.get('worst_windows', 0):,} windows"
+        f"{mine['worst_sensor']}: "
+        + shadow_counted(
+            mine.get("worst_misses", 0), mine.get("worst_windows", 0), s.shadow_contract
+        )
         if mine.get("worst_sensor")
         else "no window yet"
     )

@@ -162,7 +162,7 @@ def make_point(
 
 
 def worst_sensors(
-    violations: dict[str, int], windows: dict[str, int], k: int = 3
+    violations: dict[str, float], windows: dict[str, int], k: int = 3
 ) -> tuple[tuple[str, float], ...]:
     """The ``k`` sensors with the highest miss rate (ties: name), as (sensor, rate)."""
     rates = [(s, violations.get(s, 0) / w) for s, w in windows.items() if w]

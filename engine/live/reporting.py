@@ -11,12 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.live.batch import WindowAdvance
+from engine.aggregates import leave_out
+from engine.live.batch import ClosedWindows, WindowAdvance
 from engine.live.exposure import BatchBackup
 from engine.live.records import BackupWritten
-from engine.live.spec import Monitor, PipelineOptions, Stage
+from engine.live.spec import Monitor, PipelineOptions, Stage, StreamSpec
 from engine.live.status import StatusBoard
 from engine.live.versions import PlanVersion
+from engine.model.linear import column_indices
+from engine.planning.feedback import window_misses
 from engine.planning.monitor import newly_alerting
 
 
@@ -59,9 +62,16 @@ class BatchReporting:
         if errors is None:
             return
         targets = spec.linear_map.targets
-        self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
+        if spec.query.exposure is None:  # the range contract: whole windows rebuilt
+            self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
+        else:  # the crash contract: the windows' m-row losses, as the plan promises
+            misses = crash_shadow_misses(advance.closed, spec)
+            self.board.record_misses(misses, spec.sensors, targets, version.id, "crash")
         if self.monitor is not None:
-            alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
+            if spec.query.exposure is None:
+                alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
+            else:
+                alert = self.monitor.observe_misses(misses, targets, version.id)
             if alert is not None:
                 reason = str(getattr(alert, "reason", alert))
                 self.board.update(last_alert=reason)
@@ -117,3 +127,23 @@ class BatchReporting:
             if choice.reason != self._full_reason:
                 self.board.mark("exposure", choice.text, rows=choice.rows)
         self._full_reason = choice.reason
+
+
+def crash_shadow_misses(closed: ClosedWindows, spec: StreamSpec) -> np.ndarray:
+    """(W, n) each closed window's crash-contract miss per sensor, ``spec.sensors`` order:
+    of the ``w + m - 1`` failure positions touching it, the fraction whose m lost rows,
+    rebuilt from the backed-up columns with the version's map (a kept sensor's left out,
+    ``engine.aggregates.leave_out``), put it more than eps off
+    (``engine.planning.feedback.window_misses``). NaN for a window holding rows recovery
+    rebuilt: its truth is not known."""
+    params, lm = spec.window_params, spec.linear_map
+    if len(closed) == 0:
+        return np.zeros((0, len(params.sensors)))
+    backup = closed.block[:, column_indices(params.sensors, lm.backup)]
+    rebuilt = lm.apply(backup)[:, column_indices(lm.sensors, params.sensors)]
+    kept = np.isin(np.asarray(params.sensors), np.asarray(spec.kept_sensors, dtype=object))
+    if kept.any():
+        rebuilt = leave_out(rebuilt, kept, params.aggregate)
+    misses = window_misses(closed.block, rebuilt, len(closed), params.window, params.slide,
+                           params.aggregate, spec.eps_vector, spec.query.exposure)  # fmt: skip
+    return np.where(np.asarray(closed.recovered)[:, None], np.nan, misses)

@@ -41,9 +41,12 @@ class HistoryLike(Protocol):
 
 
 class Monitor(Protocol):
-    """Sees every batch's shadow errors, with the plan version they were found under."""
+    """Sees every batch's shadow check, with the plan version it was found under: whole
+    windows' errors for a range plan (``observe``), each window's crash-contract miss
+    fraction for a crash plan (``observe_misses``)."""
 
     def observe(self, errors: np.ndarray, reconstructed: Any, version: int = 0) -> Any: ...
+    def observe_misses(self, misses: np.ndarray, reconstructed: Any, version: int = 0) -> Any: ...
 
 
 class Stage(Protocol):

@@ -94,11 +94,14 @@ class PipelineStatus:
     last_full_backup: str | None = None  # why the latest of them backed up everything
     buffered_rows: int = 0
     shadow_windows: int = 0
-    shadow_violations: dict[str, int] = field(default_factory=dict)
+    # misses per sensor: whole windows (range contract) or, under the crash contract, each
+    # window's fraction of the failure positions that missed, summed (a real count)
+    shadow_violations: dict[str, float] = field(default_factory=dict)
+    shadow_contract: str = "range"  # what the shadow check counts: "range" or "crash"
     shadow_violation_rate: float | None = None  # over (window, reconstructed sensor) pairs
     shadow_worst_rate: float | None = None
     # what the worst rate counts: (sensor, its misses, its rebuilt windows), all versions
-    shadow_worst: tuple[str, int, int] | None = None
+    shadow_worst: tuple[str, float, int] | None = None
     # The same tallies per plan version (id -> figures); the fields above are overall.
     shadow_by_version: dict[int, dict[str, Any]] = field(default_factory=dict)
     plan_version: int | None = None  # the version in force
@@ -133,7 +136,7 @@ class StatusBoard:
         self._now = now
         self._status = PipelineStatus()
         self._shadow_pairs = 0
-        self._shadow_misses = 0
+        self._shadow_misses = 0.0
         self._per_sensor_windows: dict[str, int] = {}
         self._versions: dict[int, _Tally] = {}
         self.history = MetricsHistory()
@@ -203,21 +206,39 @@ class StatusBoard:
         eps: float | np.ndarray,
         version: int = 0,
     ) -> None:
-        """Count shadow-recovery misses: errors (W, n) in ``sensors`` order, found under
-        plan ``version``, kept overall and per version (a re-plan resets nothing);
-        ``eps`` a number or one per sensor (n,)."""
+        """Count shadow-recovery misses of whole windows (the range contract): errors (W, n)
+        in ``sensors`` order, found under plan ``version``, kept overall and per version (a
+        re-plan resets nothing); ``eps`` a number or one per sensor (n,)."""
+        e = np.asarray(errors, dtype=float)
+        with np.errstate(invalid="ignore"):
+            misses = np.where(np.isfinite(e), (e > eps).astype(float), np.nan)
+        self.record_misses(misses, sensors, targets, version, "range")
+
+    def record_misses(
+        self,
+        misses: np.ndarray,
+        sensors: Sequence[str],
+        targets: Sequence[str],
+        version: int = 0,
+        contract: str = "range",
+    ) -> None:
+        """Count shadow-recovery misses (W, n) in ``sensors`` order: whole-window
+        indicators (range contract) or each window's fraction of the failure positions
+        that missed (crash contract); NaN where a window was not measured."""
+        m = np.asarray(misses, dtype=float)
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
-        finite = np.isfinite(np.asarray(errors, dtype=float))
-        misses = (np.asarray(errors) > eps) & mask & finite
+        finite = np.isfinite(m) & mask
+        misses = np.where(finite, m, 0.0)
+        errors = m  # the closed windows, for the window count below
         with self._lock:
             counts = dict(self._status.shadow_violations)
             for i, s in enumerate(sensors):
                 if mask[i]:
-                    counts[s] = counts.get(s, 0) + int(misses[:, i].sum())
+                    counts[s] = counts.get(s, 0) + float(misses[:, i].sum())
                     seen = int(finite[:, i].sum())
                     self._per_sensor_windows[s] = self._per_sensor_windows.get(s, 0) + seen
-            self._shadow_pairs += int((finite & mask).sum())
-            self._shadow_misses += int(misses.sum())
+            self._shadow_pairs += int(finite.sum())
+            self._shadow_misses += float(misses.sum())
             rates = [counts[s] / w for s, w in self._per_sensor_windows.items() if w]
             worst = max(
                 (s for s, w in self._per_sensor_windows.items() if w),
@@ -225,13 +246,14 @@ class StatusBoard:
                 default=None,
             )
             tally = self._versions.setdefault(int(version), _Tally())
-            tally.add(misses, finite & mask, sensors)
+            tally.add(misses, finite, sensors)
             by_version = {k: t.figures() for k, t in sorted(self._versions.items())}
             self._status = replace(
                 self._status,
                 shadow_by_version=by_version,
                 shadow_windows=self._status.shadow_windows + len(errors),
                 shadow_violations=counts,
+                shadow_contract=contract,
                 shadow_violation_rate=(
                     self._shadow_misses / self._shadow_pairs if self._shadow_pairs else None
                 ),
@@ -295,7 +317,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.windows: dict[str, int] = {}
-        self.misses: dict[str, int] = {}
+        self.misses: dict[str, float] = {}
         self.closed = 0
 
     def add(self, misses: np.ndarray, counted: np.ndarray, sensors: Sequence[str]) -> None:
@@ -303,7 +325,7 @@ class _Tally:
         for i, s in enumerate(sensors):
             if counted[:, i].any():
                 self.windows[s] = self.windows.get(s, 0) + int(counted[:, i].sum())
-                self.misses[s] = self.misses.get(s, 0) + int(misses[:, i].sum())
+                self.misses[s] = self.misses.get(s, 0) + float(misses[:, i].sum())
 
     def figures(self) -> dict[str, Any]:
         pairs, missed = sum(self.windows.values()), sum(self.misses.values())

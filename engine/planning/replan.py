@@ -137,8 +137,11 @@ class ReplanningMonitor:
         self.run, self.on_failure = run, on_failure
         self.scheduled = every_rows is not None  # the operator's switch
         p = plan.parameters
+        # A crash plan is watched under the crash contract (each window's fraction of m-row
+        # losses that miss), a range plan under whole windows: the contract it promises.
+        contract = "range" if plan.query.exposure is None else "crash"
         self.monitor = ViolationMonitor(
-            plan.sensors, plan.eps_per_sensor, p.delta, confidence, min_windows
+            plan.sensors, plan.eps_per_sensor, p.delta, confidence, min_windows, contract
         )
         self.scale = np.ones(len(plan.sensors))
         self.changes: list[PlanChange] = []
@@ -151,8 +154,18 @@ class ReplanningMonitor:
     def observe(
         self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0
     ) -> MonitorAlert | None:
-        """Count closed windows; start a re-plan when an alert or the schedule says so."""
-        alert = self.monitor.observe(errors, reconstructed, version)
+        """Count closed windows' errors (a range plan); start a re-plan when an alert or the
+        schedule says so."""
+        return self._after(self.monitor.observe(errors, reconstructed, version), version)
+
+    def observe_misses(
+        self, misses: np.ndarray, reconstructed: Sequence[str], version: int = 0
+    ) -> MonitorAlert | None:
+        """``observe`` for a crash plan: each closed window's crash-contract miss fraction
+        (W, n), NaN where not measured (``ViolationMonitor.observe_misses``)."""
+        return self._after(self.monitor.observe_misses(misses, reconstructed, version), version)
+
+    def _after(self, alert: MonitorAlert | None, version: int) -> MonitorAlert | None:
         with self._lock:
             if self._busy or (self._wait_for is not None and version < self._wait_for):
                 return alert  # a re-plan is computing or not in force yet

@@ -13,6 +13,7 @@ import pandas as pd
 from engine.data import SensorHistory
 from engine.live.batch import WindowState, advance_windows, shadow_errors
 from engine.live.control_loop import ControlledReplanning
+from engine.live.reporting import crash_shadow_misses
 from engine.live.spec import StreamSpec
 from engine.live.versions import PendingPlan, PlanVersion
 from engine.planning import BackupPlan
@@ -68,9 +69,15 @@ class Loop:
         self.state, self.rows = advance.state, stop
         version = self.versions[-1]
         self.ctl.observe_windows(closed, version)  # the pipeline's order (``_report``)
-        if len(closed):
-            errors = shadow_errors(closed, version.spec.window_params, version.spec.linear_map)
-            self.ctl.observe(errors, version.spec.linear_map.targets, version.id)
+        if len(closed):  # the monitor under the plan's contract, as ``_report`` feeds it
+            targets = version.spec.linear_map.targets
+            if version.spec.query.exposure is None:
+                errors = shadow_errors(closed, version.spec.window_params, version.spec.linear_map)
+                self.ctl.observe(errors, targets, version.id)
+            else:
+                self.ctl.observe_misses(
+                    crash_shadow_misses(closed, version.spec), targets, version.id
+                )
 
     def run(self, stop: int, batch_rows: int) -> None:
         while self.rows < stop:
