@@ -132,6 +132,7 @@ class PlanVersion:
             "detail": self.detail,
             "created_at": self.created_at.isoformat(timespec="seconds"),
             "backup_sensors": list(self.spec.backup_sensors),
+            "kept_readings": list(self.spec.kept_sensors),
             "first_row": self.first_seq,
             "last_row": self.last_seq if self.last_seq is not None else last_row,
             "first_time": None if self.first_time is None else self.first_time.isoformat(),

@@ -180,3 +180,13 @@ def test_a_batch_is_shadow_checked_under_its_plans_contract(exposure, contract) 
     # b is rebuilt 2 high: every whole window misses its avg; only 3- or 4-row losses do
     rate = status.shadow_by_version[0]["worst_rate"]
     assert rate == 1.0 if contract == "range" else 0.0 < rate < 1.0
+
+
+def test_the_version_table_names_each_versions_kept_sensors() -> None:
+    from datetime import UTC, datetime
+
+    from engine.live.versions import PlanVersion, changes
+
+    spec = _spec("max", 2, kept=("b",))
+    version = PlanVersion.initial(spec, datetime(2026, 1, 1, tzinfo=UTC))
+    assert changes([version])[0]["kept_readings"] == ["b"]
