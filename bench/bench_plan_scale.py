@@ -13,10 +13,14 @@ too short for one backtest fold, so the plan is unmeasured and backs up every se
 what ``plan`` gives an operator on such a file, and where its time went (the fit, the
 covariance check, the selection of every sensor, the conditional variances).
 
-``--before REF`` checks REF out into a temporary git worktree and runs the same
-measurement there in a subprocess (same data, same seed), so both figures come from
-one run on the same machine. Prints one JSON object: wall and CPU seconds of
-``make_plan`` (data generation not included), the backup size, the load average.
+Each figure is taken in a fresh interpreter that imports ``engine`` before numpy, as
+``python -m engine plan`` does, so BLAS runs under the engine's threading rule (numpy
+loaded first would start every BLAS call on every core). ``--before REF`` checks REF
+out into a temporary git worktree and runs the same measurement there (same data, same
+seed), so both figures come from one run on the same machine. Prints one JSON object:
+wall and CPU seconds of ``make_plan`` (data generation not included), then of turning
+the plan into the config ``plan`` prints and writes (``export_seconds``: what the plan
+left for its first reader), the backup size, the load average.
 """
 
 from __future__ import annotations
@@ -64,9 +68,10 @@ def _parameters(cls: Any) -> Any:
 
 
 def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
-    """Time ``make_plan`` on the synthetic file in this interpreter's checkout."""
-    import engine  # noqa: F401  (single-threaded BLAS, as the CLI runs)
+    """Time ``make_plan`` on the synthetic file in this interpreter's checkout, then the
+    config of the plan (``plan_to_config``)."""
     from engine.data.history import DataReport, SensorHistory
+    from engine.export import plan_to_config
     from engine.planning import PlanParameters, default_history, make_plan
     from engine.planning.parameters import resolve_horizon
 
@@ -86,13 +91,18 @@ def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
     if profiler:
         profiler.enable()
     plan = make_plan(history, params)
+    seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
+    export_wall, export_cpu = time.perf_counter(), time.process_time()
+    plan_to_config(plan)
     if profiler:
         profiler.disable()
     out: dict[str, Any] = {
         "n": n,
         "rows": rows,
-        "seconds": time.perf_counter() - wall,
-        "cpu_seconds": time.process_time() - cpu,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "export_seconds": time.perf_counter() - export_wall,
+        "export_cpu_seconds": time.process_time() - export_cpu,
         "backup": len(plan.backup_sensors),
         "measured": plan.measured,
         "load_average": os.getloadavg(),
@@ -104,24 +114,30 @@ def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
     return out
 
 
+def measure_in(where: Path, n: int, seed: int, profile: bool) -> dict[str, Any]:
+    """``measure`` in a fresh interpreter whose ``engine`` is the checkout at ``where``,
+    imported before numpy (as the CLI runs)."""
+    # This file is loaded by its path; ``engine`` must come from ``where`` only (first on
+    # the path, and the interpreter started there).
+    env = {**os.environ, "PYTHONPATH": str(where)}
+    code = ("import engine, importlib.util, json; "
+            f"assert engine.__file__.startswith({str(where)!r}); "
+            f"spec = importlib.util.spec_from_file_location('scale', {__file__!r}); "
+            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); "
+            f"print(json.dumps(mod.measure({n}, {seed}, {profile})))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=where, env=env,
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
 def measure_at(ref: str, n: int, seed: int) -> dict[str, Any]:
-    """``measure`` in a temporary worktree of ``ref`` (this script run from outside it)."""
+    """``measure_in`` a temporary worktree of ``ref``."""
     with tempfile.TemporaryDirectory(prefix="lacuna-before-") as tmp:
         where = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
                        check=True, capture_output=True)  # fmt: skip
         try:
-            # This file is loaded by its path; ``engine`` must come from the worktree only
-            # (the worktree first on the path, this checkout not on it at all).
-            env = {**os.environ, "PYTHONPATH": str(where)}
-            code = ("import importlib.util, json; "
-                    f"spec = importlib.util.spec_from_file_location('scale', {__file__!r}); "
-                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); "
-                    "import engine; assert engine.__file__.startswith(" + repr(str(where)) + "); "
-                    f"print(json.dumps(mod.measure({n}, {seed}, False)))")  # fmt: skip
-            done = subprocess.run([sys.executable, "-c", code], cwd=where, env=env,
-                                  check=True, capture_output=True, text=True)  # fmt: skip
-            return dict(json.loads(done.stdout.splitlines()[-1]))
+            return measure_in(where, n, seed, False)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
                            check=False, capture_output=True)  # fmt: skip
@@ -137,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"benchmark": "plan_scale", "cpus": os.cpu_count()}
     if args.before:
         result["before"] = {"ref": args.before, **measure_at(args.before, args.n, args.seed)}
-    result["after"] = measure(args.n, args.seed, args.profile)
+    result["after"] = measure_in(ROOT, args.n, args.seed, args.profile)
     if args.before:
         result["speedup"] = result["before"]["seconds"] / result["after"]["seconds"]
         result["speedup_cpu"] = result["before"]["cpu_seconds"] / result["after"]["cpu_seconds"]
