@@ -15,17 +15,9 @@ import numpy as np
 import scipy.linalg
 
 from engine.errors import DataError, NotFittedError, ParameterError
+from engine.model.blas import blas_threads
 from engine.model.linear import LinearMap
-
-# A sensor whose sample variance is below this fraction of its squared level is
-# indistinguishable from rounding (sum-of-squares cancellation is ~1e-16 relative),
-# so it is treated as constant: known exactly, reconstructed by its mean.
-CONSTANT_REL = 1e-13
-# Repair is triggered when the smallest eigenvalue of the (non-constant) covariance
-# is below RIDGE_TRIGGER x mean variance, and then lifts it to RIDGE_FLOOR x mean
-# variance: a condition number of ~1e9 keeps Cholesky and rank-one downdates stable.
-RIDGE_TRIGGER = 1e-10
-RIDGE_FLOOR = 1e-9
+from engine.model.repair import LazyRepair, constant_sensors
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,7 +62,8 @@ class MomentStats:
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finite
             mean = a.mean(axis=0)
             centred = a - mean
-            m2 = centred.T @ centred
+            with blas_threads(float(count) * a.shape[1] ** 2):
+                m2 = centred.T @ centred
         return _finite(cls(count, mean, m2))
 
     @classmethod
@@ -140,6 +133,12 @@ class GaussianModel:
     ridge_ : value added to the diagonal of the non-constant sensors (0.0 if none).
     repair_note_ : "" or one sentence describing what was repaired.
     n_samples_ : number of readings fitted.
+    constant_ : (n,) True for the constant sensors.
+
+    The repair (``engine.model.repair``: its positive-definiteness check factorises the
+    whole covariance, 3.3e11 flops at 10,000 sensors) runs the first time ``cov_``,
+    ``ridge_``, ``repair_note_`` or a conditional that depends on them is read, once:
+    a plan that backs up every sensor reads none of them.
     """
 
     def __init__(self, ridge: float | None = None) -> None:
@@ -151,46 +150,71 @@ class GaussianModel:
 
     def fit(self, x: np.ndarray, sensors: Sequence[str] | None = None) -> GaussianModel:
         """Fit on readings ``x`` (T, n), T >= 2. Returns ``self``."""
-        return self.fit_stats(MomentStats.from_array(x), sensors)
+        return self._fit(MomentStats.from_array(x), sensors, owned=True)
 
     def fit_stats(self, stats: MomentStats, sensors: Sequence[str] | None = None) -> GaussianModel:
         """Fit from (merged) moment statistics. Returns ``self``."""
+        return self._fit(stats, sensors, owned=False)
+
+    def _fit(self, stats: MomentStats, sensors: Sequence[str] | None, owned: bool) -> GaussianModel:
+        """``owned``: ``stats`` is this call's own, so its ``m2`` may become the covariance."""
         if stats.count < 2:
             raise ParameterError(f"fitting needs at least 2 readings, got {stats.count!r}")
         n = stats.n_sensors
         if n < 1:
             raise ParameterError("fitting needs at least one sensor, got 0")
-        _finite(stats)
+        if not owned:  # ``from_array`` checked its own (a pass over n x n values)
+            _finite(stats)
         names = tuple(f"s{i}" for i in range(n)) if sensors is None else tuple(sensors)
         if len(names) != n or len(set(names)) != n:
             raise ParameterError(
                 f"need {n} distinct sensor names, got {len(names)} ({len(set(names))} distinct)"
             )
-        cov, ridge, note = _repair_covariance(
-            stats.covariance(ddof=1), stats.mean, names, self.ridge
-        )
+        if owned:  # the same values as ``stats.covariance(ddof=1)``, without a copy
+            cov = np.divide(stats.m2, stats.count - 1, out=stats.m2)
+        else:
+            cov = stats.covariance(ddof=1)
         self.mean_ = stats.mean.copy()
-        self.cov_ = cov
         self.sensors_ = names
-        self.ridge_ = ridge
-        self.repair_note_ = note
         self.n_samples_ = int(stats.count)
-        self.constant_ = np.diag(cov) == 0.0
+        self.constant_ = constant_sensors(cov, stats.mean)
+        self._repair = LazyRepair(cov, self.mean_, names, self.ridge)
         return self
+
+    @property
+    def cov_(self) -> np.ndarray:
+        self._check_fitted()
+        return self._repair.get()[0]
+
+    @property
+    def ridge_(self) -> float:
+        self._check_fitted()
+        return self._repair.get()[1]
+
+    @property
+    def repair_note_(self) -> str:
+        self._check_fitted()
+        return self._repair.get()[2]
 
     def conditional_variance(self, observed: Sequence[int]) -> np.ndarray:
         """``var_{i|O}`` for every sensor: (n,), 0 at the observed sensors."""
         self._check_fitted()
-        obs = _check_observed(observed, self.cov_.shape[0])
+        n = self.mean_.shape[0]
+        obs = _check_observed(observed, n)
+        # Only the unobserved columns: the observed ones are 0 by definition, and solving
+        # for them too cost O(n m^2) for nothing. With every sensor observed the answer is
+        # known without the (repaired) covariance.
+        rest = np.setdiff1d(np.arange(n), obs)
+        if not rest.size:
+            return np.zeros(n)
         informative = [j for j in obs if not self.constant_[j]]
         var = np.diag(self.cov_).copy()
-        # Only the unobserved columns: the observed ones are 0 by definition, and solving
-        # for them too cost O(n m^2) for nothing (all of it when every sensor is observed).
-        rest = np.setdiff1d(np.arange(var.size), obs)
-        if informative and rest.size:
-            factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
-            cross = self.cov_[informative][:, rest]
-            proj = scipy.linalg.solve_triangular(factor, cross, lower=True)
+        if informative:
+            m = len(informative)
+            with blas_threads(m**3 / 3 + float(m) ** 2 * rest.size):
+                factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
+                cross = self.cov_[informative][:, rest]
+                proj = scipy.linalg.solve_triangular(factor, cross, lower=True)
             var[rest] -= np.einsum("ij,ij->j", proj, proj)
         if not np.all(np.isfinite(var)):
             raise DataError(
@@ -208,17 +232,19 @@ class GaussianModel:
         with ``O`` in the given order. Constant observed sensors get coefficient 0.
         """
         self._check_fitted()
-        obs = _check_observed(observed, self.cov_.shape[0])
-        n = self.cov_.shape[0]
+        n = self.mean_.shape[0]
+        obs = _check_observed(observed, n)
         chosen = set(obs)
         targets = [i for i in range(n) if i not in chosen]
         informative = [pos for pos, j in enumerate(obs) if not self.constant_[j]]
         coef = np.zeros((len(targets), len(obs)))
         if informative and targets:
             cols = [obs[p] for p in informative]
-            factor = scipy.linalg.cho_factor(self.cov_[np.ix_(cols, cols)], lower=True)
-            cross = self.cov_[np.ix_(cols, targets)]
-            coef[:, informative] = scipy.linalg.cho_solve(factor, cross).T
+            m = len(cols)
+            with blas_threads(m**3 / 3 + 2.0 * m**2 * len(targets)):
+                factor = scipy.linalg.cho_factor(self.cov_[np.ix_(cols, cols)], lower=True)
+                cross = self.cov_[np.ix_(cols, targets)]
+                coef[:, informative] = scipy.linalg.cho_solve(factor, cross).T
         intercept = self.mean_[targets] - coef @ self.mean_[obs]
         return LinearMap(
             sensors=self.sensors_,
@@ -237,19 +263,17 @@ class GaussianModel:
         which per-sensor scaling changes, so a repaired model rescales its repair too).
         """
         self._check_fitted()
-        f = _check_factors(factors, self.cov_.shape[0])
+        f = _check_factors(factors, self.mean_.shape[0])
         out = GaussianModel(self.ridge)
         out.mean_ = self.mean_ * f
-        out.cov_ = self.cov_ * np.outer(f, f)
         out.sensors_ = self.sensors_
-        out.ridge_ = self.ridge_
-        out.repair_note_ = self.repair_note_
         out.n_samples_ = self.n_samples_
         out.constant_ = self.constant_.copy()
+        out._repair = LazyRepair.scaled(self._repair, f)  # the ridge and note as here
         return out
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "cov_"):
+        if not hasattr(self, "mean_"):
             raise NotFittedError("this GaussianModel is not fitted yet; call fit() first")
 
 
@@ -288,60 +312,3 @@ def _check_observed(observed: Sequence[int], n: int) -> list[int]:
     if len(set(obs)) != len(obs):
         raise ParameterError(f"observed sensors must be distinct, got {obs!r}")
     return [int(j) for j in obs]
-
-
-def _repair_covariance(
-    cov: np.ndarray, mean: np.ndarray, names: tuple[str, ...], ridge: float | None
-) -> tuple[np.ndarray, float, str]:
-    """Symmetrise, zero constant sensors, and add a ridge if (or as) asked.
-
-    Returns the repaired (n, n) covariance, the ridge added and a one-sentence note.
-    """
-    sym = cov + cov.T  # one n x n temporary: at 10,000 sensors each is 800 MB
-    sym *= 0.5
-    var = np.diag(sym)
-    constant = var <= CONSTANT_REL * mean**2
-    sym[constant, :] = 0.0
-    sym[:, constant] = 0.0
-    active = np.flatnonzero(~constant)
-    parts = []
-    if constant.any():
-        listed = ", ".join(names[i] for i in np.flatnonzero(constant)[:5])
-        more = "" if constant.sum() <= 5 else f" and {int(constant.sum()) - 5} more"
-        parts.append(f"constant sensor(s) {listed}{more} are reconstructed by their mean")
-    added = 0.0
-    if active.size:
-        block = sym if active.size == sym.shape[0] else sym[np.ix_(active, active)]
-        mean_var = float(np.trace(block)) / active.size
-        added = 0.0 if ridge is None else ridge
-        smallest = _smallest_eigenvalue_below(block, RIDGE_TRIGGER * mean_var - added) + added
-        if smallest < RIDGE_TRIGGER * mean_var:
-            added += RIDGE_FLOOR * mean_var - smallest
-            parts.append(
-                f"a ridge of {added:.3g} ({added / mean_var:.1e} of the mean variance) was "
-                f"added because the covariance is near-singular (smallest eigenvalue "
-                f"{smallest - (ridge or 0.0):.3g}, e.g. duplicate or collinear sensors)"
-            )
-        elif added > 0:
-            parts.append(f"the requested ridge of {added:.3g} was added to the diagonal")
-        sym[active, active] += added
-    note = "" if not parts else (parts[0][0].upper() + "; ".join(parts)[1:] + ".")
-    return sym, added, note
-
-
-def _smallest_eigenvalue_below(block: np.ndarray, level: float) -> float:
-    """The smallest eigenvalue of the symmetric ``block`` if it is below ``level``; else inf.
-
-    A Cholesky factorisation of ``block - level I`` succeeds exactly when every
-    eigenvalue is above ``level`` (to rounding): a third of the flops of one
-    eigenvalue solve and far faster (10,000 sensors: 9 s against over 100 s), and a
-    fitted covariance is nearly always well above the repair level. Only a failed
-    factorisation pays for the eigenvalue, which sizes the ridge.
-    """
-    shifted = block.copy()
-    shifted.flat[:: block.shape[0] + 1] -= level
-    try:
-        scipy.linalg.cholesky(shifted, lower=True, overwrite_a=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        return float(np.linalg.eigvalsh(block)[0])
-    return float("inf")

@@ -58,7 +58,6 @@ class BackupPlan:
     sampling_interval_s: float
     data_fingerprint: str
     history_rows: int
-    model_note: str
     model: GaussianModel
     fit_start: np.datetime64 | None = None  # first and last time of the rows fitted on
     fit_end: np.datetime64 | None = None
@@ -72,6 +71,13 @@ class BackupPlan:
     def query(self) -> WindowQuery:
         """The plan's window query with its horizon resolved (what its config states)."""
         return replace(self.parameters.query, horizon=self.horizon_rows or None)
+
+    @property
+    def model_note(self) -> str:
+        """What the model's covariance repair did, in one sentence ("" if nothing). Read
+        from the model, whose repair (a factorisation of the whole covariance) runs on
+        first need: a plan that backs up every sensor needs it only for this note."""
+        return self.model.repair_note_
 
     @property
     def eps_per_sensor(self) -> np.ndarray:
@@ -350,7 +356,6 @@ def assemble_plan(
         sampling_interval_s=interval,
         data_fingerprint=fingerprint,
         history_rows=rows,
-        model_note=model.repair_note_,
         model=model,
         fit_start=fit[0],
         fit_end=fit[1],

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine.errors import DataError, NotFittedError, ParameterError
 from engine.model import GaussianModel, MomentStats
-from engine.model.gaussian import RIDGE_FLOOR, RIDGE_TRIGGER
+from engine.model.repair import RIDGE_FLOOR, RIDGE_TRIGGER
 
 
 def correlated(rng: np.random.Generator, t: int = 500, n: int = 6) -> np.ndarray:
