@@ -9,10 +9,9 @@ import os
 # The engine's linear algebra is many small solves (n x n with n in the tens to
 # hundreds). Multi-threaded BLAS makes those ~10x slower on a 2-core machine
 # (threads spin and contend), so default to one thread unless told otherwise.
-# This only takes effect if numpy has not been imported yet. The few large calls
-# (thousands of sensors: the Gram product, factorisations of the whole covariance)
-# take every core for their duration (``engine.model.blas``), unless the operator
-# chose a thread count.
+# This only takes effect if numpy has not been imported yet. The Gram product of
+# thousands of sensors takes every core for its duration (``engine.model.blas``),
+# unless the operator chose a thread count; factorisations stay on one thread.
 _BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BLAS_THREADS_CHOSEN = any(_var in os.environ for _var in _BLAS_VARS)
 for _var in _BLAS_VARS:

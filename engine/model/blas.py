@@ -1,12 +1,15 @@
-"""BLAS threads for the few large calls: Gram products and factorisations of thousands of
-sensors.
+"""BLAS threads for the few large products: the Gram product of thousands of sensors.
 
 The engine runs BLAS on one thread (``engine/__init__``): its linear algebra is mostly
-many small solves, which contend and slow down on more threads. A call of more than
-``LARGE_FLOPS`` floating-point operations (a 10,000-sensor Gram product is 1.1e12, its
-Cholesky factorisation 3.3e11) does the opposite: on this project's two-core machines
-it runs about twice as fast on both cores. Such calls take every core the process may
-use, for their duration only. An operator who set ``OPENBLAS_NUM_THREADS``,
+many small solves, which contend and slow down on more threads. A product of more than
+``LARGE_FLOPS`` floating-point operations (the Gram product of 10,000 sensors over
+11,442 rows is 1.1e12) does the opposite: its threads compute independent blocks of
+the result, so on a two-core machine it ran 2.0x faster when the other core was idle
+(12 s against 23 s) and no slower when another process held it (25 s against 25 s).
+Factorisations stay on one thread: a 10,000-sensor Cholesky on two threads was 1.5x
+faster on an idle machine but 2.4x slower when another process held a core (its
+threads wait for each other at every step). Such products take every core the process
+may use, for their duration only. An operator who set ``OPENBLAS_NUM_THREADS``,
 ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` keeps that setting for every call.
 """
 
@@ -19,15 +22,15 @@ from threadpoolctl import threadpool_limits
 
 import engine
 
-# About half a second of one core: below it the threads' start-up and contention eat
-# the gain (measured: a 2,000-sensor Cholesky is no faster on two cores, a 4,000-sensor
-# one 1.6x faster).
+# About half a second of one core. Smaller products gain little time on two threads
+# (a 1,000-sensor one: 30 ms) and a 200-sensor one is slower, while every threaded
+# call competes with other processes for the cores.
 LARGE_FLOPS = 2e10
 
 
 def blas_threads(flops: float) -> AbstractContextManager[object]:
-    """Context for one BLAS or LAPACK call of about ``flops`` operations: every usable
-    core when the call is large and the operator chose no thread count, else no change."""
+    """Context for one matrix product of about ``flops`` operations: every usable core
+    when the product is large and the operator chose no thread count, else no change."""
     if flops < LARGE_FLOPS or engine.BLAS_THREADS_CHOSEN:
         return nullcontext()
     return threadpool_limits(limits=_usable_cores(), user_api="blas")

@@ -210,11 +210,9 @@ class GaussianModel:
         informative = [j for j in obs if not self.constant_[j]]
         var = np.diag(self.cov_).copy()
         if informative:
-            m = len(informative)
-            with blas_threads(m**3 / 3 + float(m) ** 2 * rest.size):
-                factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
-                cross = self.cov_[informative][:, rest]
-                proj = scipy.linalg.solve_triangular(factor, cross, lower=True)
+            factor = np.linalg.cholesky(self.cov_[np.ix_(informative, informative)])
+            cross = self.cov_[informative][:, rest]
+            proj = scipy.linalg.solve_triangular(factor, cross, lower=True)
             var[rest] -= np.einsum("ij,ij->j", proj, proj)
         if not np.all(np.isfinite(var)):
             raise DataError(
@@ -240,11 +238,9 @@ class GaussianModel:
         coef = np.zeros((len(targets), len(obs)))
         if informative and targets:
             cols = [obs[p] for p in informative]
-            m = len(cols)
-            with blas_threads(m**3 / 3 + 2.0 * m**2 * len(targets)):
-                factor = scipy.linalg.cho_factor(self.cov_[np.ix_(cols, cols)], lower=True)
-                cross = self.cov_[np.ix_(cols, targets)]
-                coef[:, informative] = scipy.linalg.cho_solve(factor, cross).T
+            factor = scipy.linalg.cho_factor(self.cov_[np.ix_(cols, cols)], lower=True)
+            cross = self.cov_[np.ix_(cols, targets)]
+            coef[:, informative] = scipy.linalg.cho_solve(factor, cross).T
         intercept = self.mean_[targets] - coef @ self.mean_[obs]
         return LinearMap(
             sensors=self.sensors_,

@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from engine.model.blas import blas_threads
-
 # A sensor whose sample variance is below this fraction of its squared level is
 # indistinguishable from rounding (sum-of-squares cancellation is ~1e-16 relative),
 # so it is treated as constant: known exactly, reconstructed by its mean.
@@ -105,16 +103,12 @@ def _smallest_eigenvalue_below(block: np.ndarray, level: float) -> float:
     core), and a fitted covariance is nearly always well above the repair level. Only
     a failed factorisation pays for the eigenvalue, which sizes the ridge.
     """
-    n = block.shape[0]
     shifted = block.copy()
-    shifted.flat[:: n + 1] -= level
+    shifted.flat[:: block.shape[0] + 1] -= level
     try:
-        with blas_threads(n**3 / 3):
-            scipy.linalg.cholesky(shifted, lower=True, overwrite_a=True, check_finite=False)
+        scipy.linalg.cholesky(shifted, lower=True, overwrite_a=True, check_finite=False)
     except np.linalg.LinAlgError:
-        del shifted
-        with blas_threads(4 * n**3 / 3):
-            return float(np.linalg.eigvalsh(block)[0])
+        return float(np.linalg.eigvalsh(block)[0])
     return float("inf")
 
 

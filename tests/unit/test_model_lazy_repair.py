@@ -175,7 +175,7 @@ def test_large_calls_take_every_core_and_small_ones_one(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_threaded_large_calls_give_the_same_model(monkeypatch, seed):
-    """Every call threaded (threshold 0) against every call on one thread: the same
+    """The Gram product threaded (threshold 0) against it on one thread: the same
     covariance, ridge, note and conditionals to rounding."""
     x = near_singular(seed + 20, t=600)
     monkeypatch.setattr(engine, "BLAS_THREADS_CHOSEN", False)
