@@ -101,7 +101,7 @@ class JobStatus:
             "misses": misses,
             "miss_rate": misses / windows if windows else None,
             "delta": self.delta,
-            "sensors_above_delta": int(current["above_delta"].sum()),
+            "sensors_above_delta": self._above_delta(current),
             "alerts": sum(1 for e in self.events if e.get("event") == "alert"),
             # micro-batches over the plan's exposure: each backed up every sensor
             "batches_over_exposure": int(b["over_exposure"].eq(True).sum()),
@@ -111,6 +111,22 @@ class JobStatus:
             "rows_per_trigger": self.run.get("rows_per_trigger"),
             "durability": self.run.get("durability"),
         }
+
+    def _above_delta(self, current: pd.DataFrame) -> int:
+        """Sensors whose live miss rate is above delta with 95 % confidence under the
+        version in force, under the contract its plan promises: whole windows (the rates'
+        ``above_delta``) for a range plan; for a crash plan, the sensors its crash-contract
+        monitor alerted on (the same bound over m-row losses, ``engine.job.crash_check``)."""
+        if self.in_force.config.query.exposure is None:
+            return int(current["above_delta"].sum())
+        v = self.in_force.version
+        named = {
+            str(s)
+            for e in self.events
+            if e.get("event") == "alert" and e.get("plan_version") == v
+            for s in e.get("sensors", ())
+        }
+        return len(named)
 
     def _shadow_contract(self) -> dict[str, object]:
         """What the monitor measured under the version in force: whole windows rebuilt
@@ -127,6 +143,8 @@ class JobStatus:
             "crash_misses": round(missed, 6),
             "crash_miss_rate": missed / windows if windows else None,
             "live_rates_contract": "range (whole windows rebuilt)",
+            # the whole-window figure beside it, which this plan does not promise
+            "range_sensors_above_delta": int(self.version_rates()["above_delta"].sum()),
         }
 
     def to_dict(self, events: int = 20) -> dict[str, object]:

@@ -40,3 +40,38 @@ def test_exposure_zero_is_the_range_contract(app):  # type: ignore[no-untyped-de
     settle(app.switch_page("pages/plan.py").run())
     crash, whole = (app.number_input(key=k).value for k in ("w_cost_crash", "w_cost_range"))
     assert crash == whole  # a range plan has only its own fraction
+
+
+def _production_headline(contract: str) -> str:
+    """The Production page's headline for a status summary under ``contract``."""
+    from streamlit.testing.v1 import AppTest
+
+    def script(contract: str) -> None:
+        from ui import production
+
+        class Status:
+            def summary(self) -> dict:  # type: ignore[type-arg]
+                base = {"batches": 40, "readings": 960, "plan_version": 1, "versions": 1,
+                        "backup_sensors": 0, "sensors": 2, "alerts": 0, "valid_until": None,
+                        "delta": 0.05, "last_window_end": "2026-01-03T00:00:00",
+                        "misses": 12, "rebuilt_windows": 12, "miss_rate": 1.0,
+                        "exposure_rows": 4, "shadow_contract": contract}  # fmt: skip
+                if contract == "crash":  # whole windows all miss; m-row losses never do
+                    crash = {"crash_windows": 12, "crash_miss_rate": 0.0}
+                    return base | crash | {"sensors_above_delta": 0}
+                return base | {"sensors_above_delta": 1}
+
+        production.headline(Status())
+
+    at = AppTest.from_function(script, args=(contract,)).run(timeout=60)  # a cold import
+    assert not at.exception
+    return texts(at) + "\n" + "\n".join(f"{m.label}: {m.value} ({m.delta})" for m in at.metric)
+
+
+def test_the_production_headline_judges_a_crash_plan_by_its_own_contract() -> None:
+    crash = _production_headline("crash")
+    assert "Holding under version 1" in crash and "m-row losses" in crash
+    assert "Live miss rate (this version): 0" in crash
+    assert "4-row failures touching 12 windows (crash contract)" in crash
+    whole = _production_headline("range")
+    assert "the guarantee does not hold" in whole and "rebuilt windows" in whole
