@@ -233,8 +233,7 @@ def _run_query(
         run=at_once if _replan_waits(settings) else in_background,
     )
     partitions = partition_columns(interval)
-    # a crash plan promises m-row losses, not whole windows: its monitor counts those
-    contract = "range" if query.exposure is None else "crash"
+    contract = "range" if query.exposure is None else "crash"  # what the plan promises
     monitor = ViolationMonitor(sensors, config.eps_vector(), query.delta, contract=contract)
     writer = BatchWriter(
         spark, spec, paths, book, partitions, log, source, replanner, monitor, now=now

@@ -42,7 +42,7 @@ from engine.job.screening import (
     overfull_windows,
     screen_partials,
 )
-from engine.job.tally import MONITOR_KEY, kept_tally, saved_tally
+from engine.job.tally import MONITOR_KEY, kept_tally, observe_closed, saved_tally
 from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
@@ -254,18 +254,8 @@ class BatchWriter:
         range plan's the whole windows' errors."""
         if self.monitor is None or results.empty:
             return None
-        sensors, targets = self.monitor.sensors, self.linear_map.targets
-        if misses is not None:
-            order = [self.version.config.sensors.index(s) for s in sensors]
-            alert = self.monitor.observe_misses(misses[:, order], targets, self.plan_version)
-        else:
-            rebuilt = results[~results["backed_up"].astype(bool)]
-            errors = (
-                rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
-                .abs()
-                .reindex(columns=list(sensors))
-            )
-            alert = self.monitor.observe(errors.to_numpy(dtype=float), targets, self.plan_version)
+        alert = observe_closed(self.monitor, results, misses, self.version.config.sensors,
+                               self.linear_map.targets, self.plan_version)  # fmt: skip
         if alert is None:
             return None
         # `status` counts alert events: one per sensor and version, not one per batch

@@ -1,4 +1,5 @@
-"""The job's monitor tally, kept with the window state after every micro-batch.
+"""The job's monitor: what it counts of a batch (``observe_closed``) and its tally, kept
+with the window state after every micro-batch.
 
 ``WindowState.extra[MONITOR_KEY]`` is ``[plan version, {sensor: [misses, windows]},
 contract]``: the version in force's tally and the contract it counted (a crash plan's
@@ -9,9 +10,13 @@ the same version and contract.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from engine.planning.monitor import ViolationMonitor
+import numpy as np
+import pandas as pd
+
+from engine.planning.monitor import MonitorAlert, ViolationMonitor
 
 MONITOR_KEY = "monitor"
 
@@ -31,3 +36,26 @@ def saved_tally(saved: Any, version: int, contract: str) -> dict[str, tuple[floa
     if (saved[2] if len(saved) > 2 else "range") != contract:
         return None
     return {s: (float(v), int(w)) for s, (v, w) in saved[1].items()}
+
+
+def observe_closed(
+    monitor: ViolationMonitor,
+    results: pd.DataFrame,
+    misses: np.ndarray | None,
+    sensors: Sequence[str],
+    targets: Sequence[str],
+    version: int,
+) -> MonitorAlert | None:
+    """Count a batch's closed windows in ``monitor`` and return its alert: a crash plan's
+    ``misses`` ((W, n) crash-contract fractions in ``sensors`` order, ``check_closed``), a
+    range plan's whole windows' errors from the shadow ``results``."""
+    if misses is not None:
+        order = [list(sensors).index(s) for s in monitor.sensors]
+        return monitor.observe_misses(misses[:, order], targets, version)
+    rebuilt = results[~results["backed_up"].astype(bool)]
+    errors = (
+        rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
+        .abs()
+        .reindex(columns=list(monitor.sensors))
+    )
+    return monitor.observe(errors.to_numpy(dtype=float), targets, version)
