@@ -218,7 +218,7 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
     """One row per sensor: status, sources, model bound and measured miss rate.
 
     The measured rate is over the backtest windows in which the sensor was
-    rebuilt (issue 10: a backed-up window is no evidence for the model), with
+    rebuilt (a backed-up window is no evidence for the model), with
     its counts; ``None`` where the backtest never rebuilt it.
     """
     bounds = error_bounds(plan)

@@ -99,7 +99,7 @@ def _plan_from_config(config):  # type: ignore[no-untyped-def]
 
 
 def test_horizon_is_set_on_tune_and_reaches_the_plan_and_export(app):  # type: ignore[no-untyped-def]
-    """Issue 10 item 1: the horizon is an operator's parameter in the UI, not only on the CLI."""
+    """The horizon is an operator's parameter in the UI, not only on the CLI."""
     settle(app.switch_page("pages/tune.py").run())
     horizon = app.number_input(key="w_horizon")
     assert horizon.value == 0

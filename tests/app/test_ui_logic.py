@@ -143,7 +143,7 @@ def test_small_formatters() -> None:
 
 
 def test_backup_table_rates_count_only_rebuilt_windows() -> None:
-    """Issue 10: a sensor's headline rate is misses over the windows where it was rebuilt."""
+    """A sensor's headline rate is misses over the windows where it was rebuilt."""
     history = load_history(SMALL)
     pm = history.select([s for s in history.sensors if "PM2.5" in s])
     plan = make_plan(pm, PlanParameters(WindowQuery(20.0, 0.05, 24)))

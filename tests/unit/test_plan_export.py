@@ -141,7 +141,7 @@ def test_parameters_validate_themselves(kwargs: dict, word: str) -> None:
 
 
 def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> None:
-    """Issue 10: the guarantee shown is backed by a measurement of the plan over its
+    """The guarantee shown is backed by a measurement of the plan over its
     horizon. 250 rows let calibration score a horizon (192 rows needed) but hold no
     backtest fold (192 + 96): the calibrated plan would rebuild sensors on its own word."""
     short = temps.rows(0, 250)

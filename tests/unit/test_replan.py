@@ -193,7 +193,7 @@ def test_the_plan_behind_a_stream_spec_is_found_by_its_map(
 def test_an_unexpected_re_plan_crash_is_reported_and_re_planning_goes_on(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
-    """A worker that dies on a bug must not stop re-planning silently (issue 13, item 3)."""
+    """A worker that dies on a bug must not stop re-planning silently."""
     failures: list[str] = []
     calls = {"n": 0}
 
