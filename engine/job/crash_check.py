@@ -38,7 +38,7 @@ from engine.aggregates import leave_out
 from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.partials import WindowState
-from engine.model.linear import LinearMap
+from engine.model.linear import LinearMap, column_indices
 from engine.planning.feedback import window_misses
 
 TIME = "event_us"
@@ -127,9 +127,9 @@ def crash_misses(
     take = (lo[whole][:, None] + np.arange(w)).ravel()
     truth = rows[sensors].to_numpy(dtype=float)[take]  # (count * w, n), window after window
     rebuilt = np.array(truth)
-    rebuilt[:, _columns(sensors, lm.targets)] = lm.apply(truth[:, _columns(sensors, lm.backup)])[
-        :, _columns(lm.sensors, lm.targets)
-    ]
+    rebuilt[:, column_indices(sensors, lm.targets)] = lm.apply(
+        truth[:, column_indices(sensors, lm.backup)]
+    )[:, column_indices(lm.sensors, lm.targets)]
     kept = np.isin(sensors, list(config.kept_readings))
     if kept.any():
         rebuilt = leave_out(rebuilt, kept, query.aggregate)
@@ -148,11 +148,6 @@ def crash_misses(
     measured = known.reshape(count, w, n).all(axis=1)
     out[whole] = np.where(measured, misses, np.nan)
     return out
-
-
-def _columns(names: Sequence[str], wanted: Sequence[str]) -> list[int]:
-    index = {s: i for i, s in enumerate(names)}
-    return [index[s] for s in wanted]
 
 
 def shadow_contract(misses: np.ndarray | None, config: BackupConfig) -> dict[str, object]:
