@@ -136,11 +136,7 @@ class ViolationMonitor:
             per version and overall; only the version's own tally can alert (the
             windows of an earlier plan say nothing about the new one).
         """
-        e = np.asarray(errors, dtype=float)
-        if e.ndim != 2 or e.shape[1] != len(self.sensors):
-            raise ParameterError(f"errors must have shape (W, {len(self.sensors)}), got {e.shape}")
-        if self.contract != "range":
-            raise ParameterError("a crash-contract monitor counts miss fractions: observe_misses")
+        e = self._windows_of(errors, "errors", "range")
         mask = self._mask(reconstructed)
         finite = np.isfinite(e)
         windows = (finite & mask).sum(axis=0)
@@ -161,11 +157,7 @@ class ViolationMonitor:
             was not measured (it does not count).
         reconstructed, version : as ``observe``.
         """
-        f = np.asarray(misses, dtype=float)
-        if f.ndim != 2 or f.shape[1] != len(self.sensors):
-            raise ParameterError(f"misses must have shape (W, {len(self.sensors)}), got {f.shape}")
-        if self.contract != "crash":
-            raise ParameterError("a range-contract monitor counts window errors: observe")
+        f = self._windows_of(misses, "misses", "crash")
         finite = np.isfinite(f)
         if np.any((f[finite] < 0) | (f[finite] > 1)):
             raise ParameterError("a window's miss fraction must be in [0, 1]")
@@ -173,6 +165,18 @@ class ViolationMonitor:
         self._add(version, np.where(counted, f, 0.0).sum(axis=0), counted.sum(axis=0))
         self.version = int(version)
         return self._alert()
+
+    def _windows_of(self, values: np.ndarray, name: str, contract: str) -> np.ndarray:
+        """``values`` as a (W, n) float array, refused unless this monitor counts
+        ``contract`` (whole windows' errors, ``observe``; crash misses, ``observe_misses``)."""
+        a = np.asarray(values, dtype=float)
+        if a.ndim != 2 or a.shape[1] != len(self.sensors):
+            raise ParameterError(f"{name} must have shape (W, {len(self.sensors)}), got {a.shape}")
+        if self.contract != contract:
+            counts = {"range": "window errors: observe", "crash": "miss fractions: observe_misses"}
+            own = counts[self.contract]
+            raise ParameterError(f"a {self.contract}-contract monitor counts {own}")
+        return a
 
     @property
     def _kind(self) -> type:
