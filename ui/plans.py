@@ -219,14 +219,16 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
 
     The measured rate is over the backtest windows in which the sensor was
     rebuilt (a backed-up window is no evidence for the model), with
-    its counts; ``None`` where the backtest never rebuilt it.
+    its counts; ``None`` where the backtest never rebuilt it. A crash plan's figures are
+    its own contract's: each rebuilt window counts the share of its failure positions that
+    missed (``backtest.crash``), as its verdict does.
     """
     bounds = error_bounds(plan)
-    per = plan.backtest.per_sensor if plan.measured and plan.backtest else {}
+    per = _measured_misses(plan)
     rows = []
     for i, s in enumerate(plan.sensors):
         backed = s in plan.backup_sensors
-        v, rebuilt, _windows = per.get(s, (0, 0, 0))
+        v, rebuilt = per.get(s, (0, 0))
         rows.append(
             {
                 "sensor": s,
@@ -241,12 +243,31 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
                 "model error bound": 0.0 if backed else float(bounds[i]),
                 "model P(miss)": float(plan.model_violation_probability[i]),
                 "backtest miss rate (rebuilt windows)": (v / rebuilt) if rebuilt else None,
-                "backtest misses / rebuilt windows": f"{v} / {rebuilt}" if per else "",
+                "backtest misses / rebuilt windows": _counted(v, rebuilt) if per else "",
                 "conditional variance": float(plan.conditional_variance[i]),
                 "variance target": float(plan.targets[i]),
             }
         )
     return rows
+
+
+def _measured_misses(plan: BackupPlan) -> dict[str, tuple[float, int]]:
+    """sensor -> (misses, rebuilt windows) the backtest measured under the plan's contract:
+    whole windows (range), or windows each counting its missed share of failure positions
+    (crash)."""
+    if not plan.measured or plan.backtest is None:
+        return {}
+    crash = plan.backtest.crash
+    if crash is None:
+        return {s: (v, r) for s, (v, r, _w) in plan.backtest.per_sensor.items()}
+    k = crash.positions
+    return {s: (v / k, r // k) for s, (v, r) in crash.per_sensor.items()}
+
+
+def _counted(misses: float, windows: int) -> str:
+    """``misses / windows``: a whole count, or a crash plan's shares to 0.01 of a window."""
+    shown = f"{misses}" if isinstance(misses, int) else f"{misses:.2f}"
+    return f"{shown} / {windows}"
 
 
 MEASURED_EPS_FACTORS: tuple[float, ...] = (0.5, 0.7, 1.0, 1.4, 2.0)

@@ -24,7 +24,8 @@ TABLE_FORMAT = {
         "backtest miss",
         width="small",
         help="Misses over the backtest windows where the sensor "
-        "was rebuilt (backed-up windows are not counted)",
+        "was rebuilt (backed-up windows are not counted); for a crash plan each window "
+        "counts the share of its failure positions that missed",
     ),
     "backtest misses / rebuilt windows": st.column_config.TextColumn(
         "misses / rebuilt", width="small"

@@ -188,3 +188,24 @@ def test_the_plan_table_says_which_sensors_keep_their_readings() -> None:
         )
         assert status[s] == want
     assert "kept readings under a crash, else reconstructed" in status.values()
+
+
+def test_a_crash_plans_table_shows_its_own_contracts_backtest_rates() -> None:
+    """Beside a kept sensor the table shows what the crash backtest measured for it (each
+    window counting its missed share of failure positions), not whole-window misses."""
+    from ui.plans import backup_table
+
+    x = _smooth_and_spiky(1400, 5)
+    query = WindowQuery(1.0, 0.05, 24, aggregate="max", horizon=168, exposure=2)
+    plan = make_plan(_history(x), PlanParameters(query))
+    crash = plan.backtest.crash
+    rows = {row["sensor"]: row for row in backup_table(plan)}
+    for s, (missed, triples) in crash.per_sensor.items():
+        windows = triples // crash.positions
+        rate = rows[s]["backtest miss rate (rebuilt windows)"]
+        assert rate == (missed / crash.positions / windows if windows else None)
+        shares = f"{missed / crash.positions:.2f} / {windows}"
+        assert rows[s]["backtest misses / rebuilt windows"] == shares
+    kept = plan.kept_sensors[0]
+    whole_misses, rebuilt, _ = plan.backtest.per_sensor[kept]
+    assert whole_misses / rebuilt > rows[kept]["backtest miss rate (rebuilt windows)"]
