@@ -1,5 +1,5 @@
-"""Mutation check of calibration (both contracts), K-slack, re-planning, online control and
-the production job's exposure rule.
+"""Mutation check of calibration (both contracts), K-slack, re-planning, online control,
+the production job's exposure rule and the live backup's compaction.
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -35,6 +35,7 @@ INC = "tests/unit/test_incremental_selection.py::"
 LOOP = "tests/unit/test_control_loop.py::"
 BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
 KEPT = "tests/unit/test_kept_readings.py::"
+COMPACT = "tests/unit/test_run_compaction.py"
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -296,6 +297,21 @@ MUTANTS = (
            "kept=np.isin(self.plan.sensors, self.plan.kept_sensors),",
            "kept=None,",
            (LOOP + "test_a_kept_sensor_feeds_the_miss_of_its_kept_readings",)),
+    Mutant("c1: a reader takes a compacted batch from its compaction and its own directory",
+           "engine/backup/runs.py",
+           "                found += parquet_under(cover)\n            continue\n",
+           "                found += parquet_under(cover)\n",
+           (COMPACT,)),
+    Mutant("c2: an unmarked compaction (a crash before its _SUCCESS) hides the batches",
+           "engine/backup/runs.py",
+           "if marked and (Path(entry.path) / COMMIT_MARKER).exists():",
+           "if marked:",
+           (COMPACT,)),
+    Mutant("c3: a compaction drops the rows of one it folds in",
+           "engine/backup/run_compaction.py",
+           "for f in parquet_under(d)]",
+           "for f in parquet_under(d)][:0]",
+           (COMPACT,)),
 )  # fmt: skip
 
 

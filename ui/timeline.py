@@ -22,6 +22,7 @@ EVENT_COLOURS = {
     "resume": "#17becf",
     "stop": "#7f7f7f",
     "exposure": "#bcbd22",
+    "compaction": "#d62728",
 }
 WORST_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f")
 

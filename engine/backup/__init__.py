@@ -2,7 +2,8 @@
 
 ``dataset``: the production job's backup (``batch_id=N/date=D[/hour=H]``, ``_SUCCESS``), read
 with DuckDB; ``integrity``: whether each committed batch is still whole (every reader's one
-check); ``runs``: the live pipeline's (``run=R/batch_id=N/date=D``); ``durable``:
+check); ``runs``: the live pipeline's (``run=R/batch_id=N/date=D``), and
+``run_compaction`` folding its committed batches (``run=R/batch_id=A-B``); ``durable``:
 small files at any URI Spark can write, from the driver.
 """
 

@@ -19,6 +19,14 @@ marker (a crash between the write and the commit) is ignored, and the replay
 overwrites it. A store-committed batch with rows whose directory lacks
 ``_SUCCESS`` lost its backup: that is a ``StoreError``, never a silent gap.
 
+Compaction (``engine.backup.run_compaction``) rewrites a run's committed batches
+``A`` to ``B`` as one ``run=R/batch_id=A-B/date=D/part-00000.parquet`` per date,
+whose rows carry their batch as the column ``source_batch`` (a path cannot say which
+of ``A..B`` a row came from). As in the production job's layout, a compacted directory
+counts once its ``_SUCCESS`` is written, and from then on it stands for every
+committed batch within ``A..B``: a reader takes its files instead of theirs, never
+both and never neither.
+
 This module needs only DuckDB and pyarrow; Spark's half, the write, is
 ``engine.live.backup_writer``.
 """
@@ -35,10 +43,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from engine.backup.dataset import BATCH_PREFIX, COMMIT_MARKER
+from engine.backup.dataset import BATCH_PREFIX, COMMIT_MARKER, batch_range, is_compacted
 from engine.errors import DataError, StoreError
 
 RUN_PREFIX = "run="
+SOURCE_BATCH = "source_batch"  # a compacted row's batch (its path names the span A-B)
+_IN_COMPACTION = {"batch_id": SOURCE_BATCH}  # a compacted file's names for columns
 PARTITIONS = ("date",)
 TABLE_COLUMNS = ("run", "batch_id", "seq", "event_time", "sensor", "value", "plan_version")
 _TYPES = (
@@ -108,24 +118,62 @@ def batch_uri(backup: str, run: int, batch_id: int) -> str:
 def batch_files(root: Path, keys: Iterable[tuple[int, int]]) -> list[Path]:
     """Parquet files of the store-committed batches ``keys`` ((run, batch_id) pairs).
 
-    Raises ``StoreError`` naming a batch whose directory has no ``_SUCCESS``.
+    A batch within a marked compaction is read from it (its files once, however many of
+    its batches are asked for). Raises ``StoreError`` naming a batch that is in no marked
+    compaction and whose directory has no ``_SUCCESS``.
     """
     found: list[Path] = []
+    spans: dict[int, list[tuple[int, int, Path]]] = {}
+    taken: set[Path] = set()
     for run, batch_id in keys:
+        if run not in spans:
+            spans[run] = compactions(root / f"{RUN_PREFIX}{run}")
+        cover = next((f for a, b, f in spans[run] if a <= batch_id <= b), None)
+        if cover is not None:
+            if cover not in taken:
+                taken.add(cover)
+                found += parquet_under(cover)
+            continue
         folder = root / f"{RUN_PREFIX}{run}" / f"{BATCH_PREFIX}{batch_id}"
         if not (folder / COMMIT_MARKER).exists():
             raise StoreError(
                 f"batch {batch_id} of run {run} is committed in the store but its backup "
                 f"{str(folder)!r} has no {COMMIT_MARKER}: its backup rows are lost"
             )
-        for here, dirs, files in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-            found += [
-                Path(here) / f
-                for f in sorted(files)
-                if f.endswith(".parquet") and not f.startswith(("_", "."))
-            ]
+        found += parquet_under(folder)
     return found
+
+
+def compactions(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """The marked compactions ``(A, B, directory)`` of one run's directory, widest first
+    (a wider one holds a narrower one's batches)."""
+    if not run_dir.is_dir():
+        return []
+    out = []
+    for entry in os.scandir(run_dir):
+        span = batch_range(entry.name) if entry.is_dir() else None
+        marked = span is not None and is_compacted(entry.name)
+        if marked and (Path(entry.path) / COMMIT_MARKER).exists():
+            out.append((span[0], span[1], Path(entry.path)))  # type: ignore[index]
+    return sorted(out, key=lambda s: (s[0] - s[1], s[0]))
+
+
+def parquet_under(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        found += [
+            Path(here) / f
+            for f in sorted(files)
+            if f.endswith(".parquet") and not f.startswith(("_", "."))
+        ]
+    return found
+
+
+def in_compaction(root: Path, file: Path) -> bool:
+    """Whether ``file`` (under ``root``) belongs to a compacted ``batch_id=A-B`` directory."""
+    parts = file.relative_to(root).parts
+    return len(parts) > 1 and is_compacted(parts[1])
 
 
 def read_rows(
@@ -144,17 +192,32 @@ def read_rows(
                 f"CAST(NULL AS {t}) AS {c}" for c, t in zip(TABLE_COLUMNS, _TYPES, strict=True)
             )
             return con.execute(f"SELECT {cols} LIMIT 0").to_arrow_table()
-        dataset = pads.dataset(
-            [str(f) for f in files],
-            format="parquet",
-            partitioning="hive",
-            partition_base_dir=str(root),
-        )
-        con.register("files", dataset)
-        cols = ", ".join(
-            f"CAST({c} AS {t}) AS {c}" for c, t in zip(TABLE_COLUMNS, _TYPES, strict=True)
-        )
-        sql = f"SELECT * FROM (SELECT {cols} FROM files) {'WHERE ' + where if where else ''}"
+        typed = list(zip(TABLE_COLUMNS, _TYPES, strict=True))
+        cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in typed)
+        packed_cols = ", ".join(f"CAST({_IN_COMPACTION.get(c, c)} AS {t}) AS {c}" for c, t in typed)
+        # plain batches take run and batch_id from their paths; compacted ones hold them
+        plain = [str(f) for f in files if not in_compaction(root, f)]
+        packed = [str(f) for f in files if in_compaction(root, f)]
+        parts = []
+        if plain:
+            con.register(
+                "plain",
+                pads.dataset(
+                    plain, format="parquet", partitioning="hive", partition_base_dir=str(root)
+                ),
+            )
+            parts.append(f"SELECT {cols} FROM plain")
+        if packed:  # run from the path; each row's batch is its source_batch column
+            run_only = pads.partitioning(pa.schema([("run", pa.int32())]), flavor="hive")
+            con.register(
+                "packed",
+                pads.dataset(
+                    packed, format="parquet", partitioning=run_only, partition_base_dir=str(root)
+                ),
+            )
+            parts.append(f"SELECT {packed_cols} FROM packed")
+        rows = " UNION ALL ".join(parts)
+        sql = f"SELECT * FROM ({rows}) {'WHERE ' + where if where else ''}"
         return con.execute(sql + " ORDER BY seq, sensor, run", list(params)).to_arrow_table()
     except (duckdb.Error, OSError, pa.ArrowException) as err:
         raise StoreError(f"cannot read the Parquet backup under {str(root)!r}: {err}") from err

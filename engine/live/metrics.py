@@ -22,7 +22,7 @@ from engine.errors import ParameterError
 
 DEFAULT_CAPACITY = 2000  # points: ~33 minutes of 1 s micro-batches
 EVENT_KINDS: tuple[str, ...] = (
-    "alert", "replan", "failure", "recovery", "resume", "stop", "exposure"
+    "alert", "replan", "failure", "recovery", "resume", "stop", "exposure", "compaction"
 )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.errors import PipelineError
+from engine.errors import PipelineError, StoreError
 from engine.live.backup_writer import write_batch
 from engine.live.batch import (
     LATE_COLUMNS,
@@ -51,7 +51,7 @@ from engine.live.spec import (
     check_mode,
 )
 from engine.live.status import StatusBoard
-from engine.live.store import BackupStore
+from engine.live.store import COMPACT_BATCHES, BackupStore
 from engine.live.switching import PlanSwitching, _last_time
 from engine.live.versions import PendingPlan, PlanVersion
 from engine.stream.query_errors import (
@@ -121,6 +121,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._state = seed or WindowState.empty(len(spec.sensors))
         self._readings = 0
         self._inflight: int | None = None
+        self._compacted_before = False  # the earlier runs' backups, once per pipeline
         self._stage_start = stage.snapshot() if stage is not None else {}
         self._kinds: dict[str, int] = {}  # the stage's result rows of this batch, by kind
         self._alerts = 0
@@ -297,15 +298,32 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._report(pdf, advance, late, errors, backup, version)
         self._report_backup(choice)
         self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
+        t4 = time.perf_counter()
+        self._compact()
         self.board.add_profile(
             {
                 "to_pandas": t1 - t0,
                 "windows_and_shadow": t2 - t1,
                 "backup_write": t_backup - t2,
                 "store": t3 - t_backup,
+                "compaction": time.perf_counter() - t4,
                 "batches": 1,
             }
         )
+
+    def _compact(self, least: int = COMPACT_BATCHES) -> None:
+        """Fold the run's small backup directories into one (``BackupStore.compact``),
+        after the batch committed. A failure leaves them as Spark wrote them, readable,
+        and is marked on the board; the pipeline goes on."""
+        try:
+            if not self._compacted_before:  # the earlier runs are over: fold them whole
+                for run in range(self.run):
+                    self.store.compact(run, least=2)
+                self._compacted_before = True
+            self.store.compact(self.run, least=least)
+        except (StoreError, OSError) as err:
+            text = f"backup compaction failed; the batches stay as written: {err}"
+            self.board.mark("compaction", text)
 
     def _backup(
         self, df: Any, pdf: pd.DataFrame, batch_id: int, sensors: Sequence[str], version: int
@@ -360,13 +378,19 @@ class LivePipeline(PlanSwitching, BatchReporting):
         return advance, late, errors
 
     def finish_stage(self) -> int:
-        """End of feed: flush the disorder stage so every window gets its final result.
+        """End of feed: flush the disorder stage so every window gets its final result,
+        and fold the backup's last small directories (``BackupStore.compact``).
 
         Releases what the K-slack buffer still holds, applies every pending
         correction and marks results final, committed as one more store batch
         (``END_OF_FEED``; idempotent). Call only while no micro-batch runs (after
         ``process_all_available``). Returns the number of windows it closed.
         """
+        closed = self._flush_stage()
+        self._compact(least=2)
+        return closed
+
+    def _flush_stage(self) -> int:
         flush = getattr(self.stage, "flush", None)
         if flush is None or self.store.is_committed(self.run, END_OF_FEED):
             return 0

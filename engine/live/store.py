@@ -49,6 +49,7 @@ import pandas as pd
 import pyarrow as pa
 
 from engine.backup import runs as backup_parquet
+from engine.backup.run_compaction import RunCompaction, compact_run
 from engine.errors import StoreError
 from engine.live.records import (
     BACKUP_COLUMNS,
@@ -63,6 +64,11 @@ from engine.live.records import (
 from engine.live.version_table import insert_version, read_version_rows
 
 RECOVERY_BATCH = -1  # batch id under which a run's recovery results are committed
+COMPACT_BATCHES = 32  # plain batch directories a compaction waits for (and compactions a merge)
+# Newest committed batches left as Spark wrote them. None need be: a replayed batch the
+# store has committed is skipped before its backup is written (``LivePipeline``), so a
+# compacted batch is never written again; an uncommitted one is never compacted.
+COMPACT_KEEP = 0
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -330,8 +336,39 @@ class BackupStore:
         return root, backup_parquet.batch_files(root, keys)
 
     def _read_parquet(self, where: str = "", params: Sequence[Any] = ()) -> pa.Table:
-        root, files = self._backup_files()
-        return backup_parquet.read_rows(root, files, where, params)
+        with self._lock:  # a compaction deletes what it supersedes: list and read as one
+            root, files = self._backup_files()
+            return backup_parquet.read_rows(root, files, where, params)
+
+    def compact(
+        self, run: int, keep: int = COMPACT_KEEP, least: int = COMPACT_BATCHES
+    ) -> RunCompaction | None:
+        """Compact ``run``'s backup (``engine.backup.run_compaction``) when it pays; what it did.
+
+        The run's committed batches but the newest ``keep`` are eligible. Once ``least``
+        of them are still one directory each, they become one compaction; once ``least``
+        compactions narrower than ``least**2`` batches exist, they are merged into one (so
+        a long run holds about one file per ``least**2`` batches and a date, and no
+        compaction rewrites the whole history). ``None`` when neither is due.
+        """
+        with self._lock:
+            with self._cursor() as cur:
+                cur.execute(
+                    "SELECT batch_id, rows FROM batches WHERE run = ? AND batch_id >= 0 ORDER BY 1",
+                    [run],
+                )
+                committed = [(int(b), int(r)) for b, r in cur.fetchall()]
+            eligible = [b for b, rows in committed[: max(len(committed) - keep, 0)] if rows > 0]
+            root = backup_parquet.local_root(self.backup_uri)
+            spans = backup_parquet.compactions(root / f"{backup_parquet.RUN_PREFIX}{run}")
+            plain = [b for b in eligible if not any(a <= b <= c for a, c, _ in spans)]
+            if len(plain) >= least:
+                return compact_run(root, run, plain)
+            narrow = [(a, c) for a, c, _ in spans if c - a + 1 < least * least]
+            if len(narrow) >= least:
+                lo, hi = min(a for a, _ in narrow), max(c for _, c in narrow)
+                return compact_run(root, run, [b for b in eligible if lo <= b <= hi])
+            return None
 
     def read_results(self, kind: str | None = None) -> pd.DataFrame:
         """Window results (``RESULT_COLUMNS`` plus run and batch_id), ordered by window."""
@@ -353,10 +390,12 @@ class BackupStore:
     def size(self) -> StoreSize:
         """Backup rows and Parquet bytes, and the DuckDB file's size (see ``StoreSize``)."""
         rows = self._scalar("SELECT coalesce(sum(rows), 0) FROM batches") or 0
-        _, parquet = self._backup_files()
+        with self._lock:
+            _, parquet = self._backup_files()
+            parquet_bytes = backup_parquet.file_bytes(parquet)
         files = [self.path, self.path.with_name(self.path.name + ".wal")]
         on_disk = sum(f.stat().st_size for f in files if f.exists())
-        return StoreSize(int(rows), backup_parquet.file_bytes(parquet), int(on_disk))
+        return StoreSize(int(rows), parquet_bytes, int(on_disk))
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self._cursor() as cur:
