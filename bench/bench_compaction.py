@@ -111,7 +111,7 @@ def best_of(fn: Any, repeats: int = 3) -> tuple[float, Any]:
 
 
 def readers(root: Path, batches: int) -> dict[str, Any]:
-    from engine.backup import TimeRange, read_backup
+    from engine.backup import TimeRange, committed_files, read_backup
     from engine.job import read_job_status
 
     end = START + pd.Timedelta(minutes=batches)
@@ -127,6 +127,7 @@ def readers(root: Path, batches: int) -> dict[str, Any]:
         "rows_all": len(everything),
         "rows_last_hour": len(last),
         "rebuilt_windows": int(status.rates["windows"].sum()),
+        "backup_bytes": sum(f.stat().st_size for f in committed_files(root)),
     }
 
 
@@ -146,7 +147,7 @@ def main() -> None:
         report = compact(root)
         compact_s = round(time.perf_counter() - t0, 3)
         after = readers(root, args.batches)
-    same = all(before[k] == after[k] for k in before if not k.endswith("_s"))
+    same = all(before[k] == after[k] for k in before if not k.endswith(("_s", "_bytes")))
     print_json(
         {
             "command": f"python -m bench.bench_compaction --batches {args.batches}",

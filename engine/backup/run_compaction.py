@@ -1,11 +1,12 @@
 """Compaction of the live pipeline's Parquet backup (layout: ``engine.backup.runs``).
 
-Spark writes one directory per micro-batch, and every Parquet file pays a fixed
-size (footer, schema, column statistics) whatever rows it holds: at a few rows a
-batch that overhead is most of the backup, and a plan that backs up a quarter of
-the sensors stores nearly as many bytes as the full backup. ``compact_run``
-rewrites store-committed batches of one run as one directory,
-``run=R/batch_id=A-B/date=D/part-00000.parquet``, sorted by reading and sensor,
+Spark writes small Parquet files for every micro-batch, in the long layout: each
+file pays a fixed size (footer, schema, statistics) and repeats every reading's
+index and time for each sensor, so a plan that backs up a quarter of the sensors
+stored almost half the full backup's bytes. ``compact_run`` rewrites
+store-committed batches of one run as one directory,
+``run=R/batch_id=A-B/date=D/part-00000.parquet`` (``engine.backup.dataset.
+write_compacted``: about the values' bytes a reading),
 with each row's batch as the column ``source_batch`` (the path says ``run``, and
 names the span ``batch_id=A-B``: a file column of either name would clash with
 it for any reader that takes partitions from paths).
@@ -16,15 +17,15 @@ sizes (the commit point), then the directories it supersedes are deleted. A cras
 before the marker leaves an unmarked directory every reader ignores and the next
 compaction replaces; a crash after it leaves superseded directories that readers
 no longer take (``engine.backup.runs.batch_files``) and the next compaction
-deletes. Only batches the store has committed may be given: the caller keeps the
-newest ones out (Spark may replay the batch in flight).
+deletes. Only batches the store has committed may be given (a batch in flight is
+never one: the pipeline skips a replayed batch the store has committed before
+writing its backup, so a compacted batch is never written again).
 
 No Spark: DuckDB reads (``engine.backup.runs.read_rows``) and PyArrow writes.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from collections import defaultdict
@@ -33,9 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from engine.backup.dataset import BATCH_PREFIX, COMMIT_MARKER, batch_range, replace_file
+from engine.backup.dataset import (
+    BATCH_PREFIX,
+    COMMIT_MARKER,
+    batch_range,
+    replace_file,
+    write_compacted,
+)
 from engine.backup.integrity import manifest
 from engine.backup.runs import (
     RUN_PREFIX,
@@ -118,8 +124,7 @@ def compact_run(root: Path, run: int, batch_ids: Sequence[int]) -> RunCompaction
         table = table.rename_columns(
             [SOURCE_BATCH if c == "batch_id" else c for c in table.column_names]
         )
-        table = table.drop_columns(["run"]).sort_by([("sensor", "ascending"), ("seq", "ascending")])
-        _write(target.joinpath(*parts) / PART, table)
+        write_compacted(target.joinpath(*parts) / PART, table.drop_columns(["run"]))
         rows += table.num_rows
     target.mkdir(parents=True, exist_ok=True)
     listed = manifest(target)
@@ -168,24 +173,3 @@ def _partition(root: Path, file: Path) -> tuple[str, ...]:
 
 def _field(field: pa.Field) -> pa.Field:
     return pa.field(field.name, _TYPES.get(field.name, field.type))
-
-
-def _write(path: Path, table: pa.Table) -> None:
-    """Timestamps in microseconds, as Spark writes them. Sorted by sensor and reading,
-    ``seq`` and ``event_time`` step evenly, and delta encoding stores them in a few bits;
-    the values' bytes split by significance compress under zstd: a compacted file is
-    about the values' 8 bytes a reading, whichever share of the sensors it holds."""
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        coerce_timestamps="us",
-        compression="zstd",
-        use_dictionary=["sensor", SOURCE_BATCH, "plan_version"],
-        column_encoding={
-            "seq": "DELTA_BINARY_PACKED",
-            "event_time": "DELTA_BINARY_PACKED",
-            "value": "BYTE_STREAM_SPLIT",
-        },
-    )
-    replace_file(path, buf.getvalue())

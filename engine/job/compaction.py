@@ -7,7 +7,8 @@ console) lists. ``compact`` rewrites the committed batches ``A`` to ``B`` (all
 but the newest ``keep``) as one directory of each kind:
 
 ``<backup>/batch_id=A-B/date=D[/hour=H]/part-00000.parquet``
-    the backup rows, one file per partition, sorted by time and sensor;
+    the backup rows, one file per partition (``engine.backup.dataset.write_compacted``:
+    sorted by sensor and time, about the values' bytes a reading);
 ``<backup>/_lacuna/results/batch_id=A-B/part-00000.pq``
     the closed windows' shadow checks (Parquet; results named ``.parquet`` by
     jobs before are read and folded in as well);
@@ -59,6 +60,7 @@ from engine.backup.dataset import (
     live_batches,
     local_path,
     replace_file,
+    write_compacted,
 )
 from engine.errors import DataError, ParameterError
 from engine.export.plan_book import PLANS_DIR
@@ -169,8 +171,7 @@ def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int,
     rows = 0
     for rel, parts in sorted(by_partition.items()):
         table = _read_all(parts)
-        table = table.sort_by([("event_time", "ascending"), ("sensor", "ascending")])
-        _write_parquet(target.joinpath(*rel) / f"{PART}.parquet", table)
+        write_compacted(target.joinpath(*rel) / f"{PART}.parquet", table)
         rows += table.num_rows
     target.mkdir(parents=True, exist_ok=True)  # batches without rows: the directory still says so
     return rows, read, len(by_partition)
