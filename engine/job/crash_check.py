@@ -18,7 +18,9 @@ until their last window closes (about ``window + slide + lateness`` time steps x
 sensors in the state, written with it after every batch), and on the driver
 ``O(closed windows x (w + m - 1) x sensors)`` for the scores (max/min:
 ``x w`` more). A crash plan's batches hold at most m rows (a batch over that backs
-up every sensor), so the collected rows stay small.
+up every sensor), so the collected rows stay small. The rows of a batch over m are
+marked ``WHOLE``: a failure that loses them recovers them from the backup exactly, and
+the check scores them so (scored as rebuilt, they overstated the misses).
 
 A window is measured for a sensor when the window has exactly ``w`` rows and the
 sensor's readings, and the backup readings that rebuild it, are all numbers there;
@@ -42,6 +44,7 @@ from engine.model.linear import LinearMap, column_indices
 from engine.planning.feedback import window_misses
 
 TIME = "event_us"
+WHOLE = "backed_up_whole"  # 1.0 at a time step whose batch backed up every sensor, else 0.0
 
 
 def check_closed(
@@ -62,30 +65,35 @@ def check_closed(
     return misses
 
 
-def collect_rows(readings: Any, sensors: Sequence[str]) -> pd.DataFrame:
-    """The batch's readings, one row per event time (``TIME`` + ``sensors``), collected."""
+def collect_rows(readings: Any, sensors: Sequence[str], whole: bool = False) -> pd.DataFrame:
+    """The batch's readings, one row per event time (``TIME`` + ``sensors`` + ``WHOLE``),
+    collected; ``whole``: the batch backed up every sensor (it held more than m rows)."""
     from engine.job.transforms import wide_readings
 
-    frame = wide_readings(readings, sensors).toPandas()
-    return frame.reindex(columns=[TIME, *sensors])
+    frame = wide_readings(readings, sensors).toPandas().reindex(columns=[TIME, *sensors])
+    frame[WHOLE] = 1.0 if whole else 0.0
+    return frame
 
 
 def merge_rows(
     kept: pd.DataFrame, batch: pd.DataFrame, sensors: Sequence[str], cutoff_us: int
 ) -> pd.DataFrame:
     """``kept`` and ``batch`` rows as one, sorted by time: a time step in both takes each
-    sensor's reading from the batch where it has one. Rows at or past ``cutoff_us``
-    (stamped in the future, as the partials drop them) are left out."""
-    columns = [TIME, *sensors]
+    sensor's reading from the batch where it has one, and is ``WHOLE`` only when every
+    part of it was (rows kept by a job before the column are not). Rows at or past
+    ``cutoff_us`` (stamped in the future, as the partials drop them) are left out."""
+    columns = [TIME, *sensors, WHOLE]
     parts = [f.reindex(columns=columns) for f in (kept, batch) if not f.columns.empty]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c == TIME else float) for c in columns})
     both = pd.concat(parts, ignore_index=True)
     both = both[both[TIME].notna() & (both[TIME] < cutoff_us)]
     both[TIME] = both[TIME].astype("int64")
-    # groupby's last skips NaN: the latest number of each (time, sensor)
-    merged = both.groupby(TIME, sort=True).last().reset_index()
-    return merged.reindex(columns=columns).astype({c: float for c in sensors})
+    both[WHOLE] = both[WHOLE].fillna(0.0)
+    steps = both.groupby(TIME, sort=True)
+    merged = steps[list(sensors)].last()  # last skips NaN: the latest number of each
+    merged[WHOLE] = steps[WHOLE].min()
+    return merged.reset_index().reindex(columns=columns).astype(dict.fromkeys(columns[1:], float))
 
 
 def open_rows(rows: pd.DataFrame, watermark_us: int, window_us: int) -> pd.DataFrame:
@@ -105,7 +113,8 @@ def crash_misses(
 
     Parameters
     ----------
-    rows : ``TIME`` + ``config.sensors``, sorted by time: every row of the windows.
+    rows : ``TIME`` + ``config.sensors`` (+ ``WHOLE``), sorted by time: every row of the
+        windows; a ``WHOLE`` row is recovered exactly (its batch backed up every sensor).
     starts_us : (W,) the windows' starts, epoch microseconds.
     window_us : the window's length in microseconds (``config.query.window`` rows).
     lm : the version's reconstruction map.
@@ -133,6 +142,9 @@ def crash_misses(
     kept = np.isin(sensors, list(config.kept_readings))
     if kept.any():
         rebuilt = leave_out(rebuilt, kept, query.aggregate)
+    if WHOLE in rows:  # a batch over the exposure backed up every sensor: a loss there is exact
+        whole_rows = rows[WHOLE].to_numpy(dtype=float)[take] > 0
+        rebuilt[whole_rows] = truth[whole_rows]
     known = np.isfinite(truth) & ~np.isnan(rebuilt)
     count = int(whole.sum())
     misses = window_misses(

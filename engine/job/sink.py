@@ -133,7 +133,8 @@ class BatchWriter:
         partials, screened["future_readings"], event = future_readings(partials, cutoff)
         self._say(event, batch_id)
         crash = self.version.config.query.exposure is not None  # the shadow's contract
-        rows = collect_rows(readings, self.version.config.sensors) if crash else None
+        sensors = self.version.config.sensors
+        rows = collect_rows(readings, sensors, whole=exposure.full) if crash else None
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it

@@ -145,17 +145,34 @@ def test_a_crash_plan_whose_lost_stretches_miss_alerts(spark: Any, tmp_path: Pat
     assert summary["sensors_above_delta"] == 1  # b, as the crash monitor alerted
 
 
-def _offset_plan(spark: Any, tmp: Path, bias: float) -> list[dict[str, Any]]:
+def test_the_rows_of_batches_over_the_exposure_are_scored_as_backed_up(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Rebuilt 3 off as above, but fed 8 rows a batch, twice the exposure: every batch
+    backs up every sensor, so a failure loses nothing the backup cannot give back. No
+    window misses and nothing alerts (scored as rebuilt, 7 of 11 positions would miss)."""
+    logged = _offset_plan(spark, tmp_path, bias=3.0, rows_per_file=8)
+    shadow = [r for r in logged if r["event"] == "shadow"]
+    assert sum(r["crash_windows"] for r in shadow) == 12
+    assert sum(r["crash_misses"] for r in shadow) == 0
+    assert not [r for r in logged if r["event"] == "alert"]
+
+
+def _offset_plan(
+    spark: Any, tmp: Path, bias: float, rows_per_file: int = 4
+) -> list[dict[str, Any]]:
     """A crash plan (avg, window 8, slide 4, eps 1, exposure 4) of two sensors where b
     reads as a and the plan rebuilds it as ``a + bias``: every rebuilt reading ``bias``
-    off. Fed 4 rows a file (within the exposure), a file a batch; the events logged."""
+    off. Fed ``rows_per_file`` rows a file (4: within the exposure), a file a batch; the
+    events logged."""
     times = pd.date_range("2026-01-01", periods=56, freq="h").to_numpy()
     a = 10 + np.sin(np.arange(56) / 5.0)
     rows = Rows(times, np.column_stack([a, a]), ("a", "b"))
     lm = LinearMap(("a", "b"), ("a",), ("b",), np.array([bias]), np.ones((1, 1)), np.ones(1))
     config = tmp / "plan.json"
     write_config(config, rows, ("a",), window=8, slide=4, eps=1.0, lm=lm, exposure=4)
-    feed(rows, tmp / "landing", rows_per_file=4)
+    feed(rows, tmp / "landing", rows_per_file=rows_per_file)
     report, logged = run_landed(spark, tmp, config, max_files_per_trigger=1, replan=False)
-    assert report.batches == 14 and report.batches_over_exposure == 0
+    over = report.batches if rows_per_file > 4 else 0
+    assert report.batches == 56 // rows_per_file and report.batches_over_exposure == over
     return logged

@@ -16,6 +16,7 @@ from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.crash_check import (
     TIME,
+    WHOLE,
     check_closed,
     crash_misses,
     merge_rows,
@@ -55,9 +56,13 @@ def _frame(values: np.ndarray, first_us: int = 0) -> pd.DataFrame:
     return frame
 
 
-def _brute(truth: np.ndarray, config: BackupConfig, start: int) -> np.ndarray:
+def _brute(
+    truth: np.ndarray, config: BackupConfig, start: int, whole: np.ndarray | None = None
+) -> np.ndarray:
     """(n,) one window's miss: every failure position one by one, the lost rows of each
-    rebuilt sensor replaced by the map's rebuild (a kept sensor's left out)."""
+    rebuilt sensor replaced by the map's rebuild (a kept sensor's left out); lost rows of
+    a batch that backed up every sensor (``whole``) come back exact."""
+    exact = np.zeros(len(truth), bool) if whole is None else whole
     q, lm = config.query, config.linear_map()
     w, m = q.window, int(q.exposure)
     f = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}[q.aggregate]
@@ -72,6 +77,7 @@ def _brute(truth: np.ndarray, config: BackupConfig, start: int) -> np.ndarray:
         for d in range(1 - m, w):
             lost = np.zeros(w, bool)
             lost[max(d, 0) : min(d + m, w)] = True
+            lost &= ~exact[start : start + w]
             if s in config.kept_readings:
                 value = f(block[~lost, j])
             else:
@@ -100,6 +106,35 @@ def test_a_windows_crash_miss_is_the_fraction_of_failure_positions_that_missed(
     want = np.vstack([_brute(truth, config, s) for s in (0, 6, 18)])
     np.testing.assert_allclose(got, want, atol=1e-12)
     assert 0 < want[:, 1:].mean() < 1  # the brute force has both hits and misses to match
+
+
+@pytest.mark.parametrize(("aggregate", "kept"), [("avg", ()), ("max", ("d",))])
+def test_rows_of_a_batch_that_backed_up_every_sensor_are_recovered_exactly(
+    tmp_path: Path, aggregate: str, kept: tuple[str, ...]
+) -> None:
+    config = _config(tmp_path, aggregate, 3, kept)
+    rng = np.random.default_rng(23)
+    truth = rng.normal(0, 3, (18, 4))  # far from any rebuild: most losses miss
+    whole = np.zeros(18, bool)
+    whole[4:12] = True  # a batch over the exposure: window 1 whole, window 0's last rows
+    frame = _frame(truth)
+    frame[WHOLE] = whole.astype(float)
+    starts = np.array([0, 6, 12]) * DT_US
+    got = crash_misses(frame, starts, 6 * DT_US, config, config.linear_map())
+    want = np.vstack([_brute(truth, config, s, whole) for s in (0, 6, 12)])
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert (got[1] == 0).all() and got[2, 1:].min() > 0  # exact where whole, not elsewhere
+    plain = crash_misses(_frame(truth), starts, 6 * DT_US, config, config.linear_map())
+    assert plain[1, 2] > 0  # without the mark the same window counts as rebuilt
+    assert (got[0] <= plain[0]).all()  # window 0: only failures that reach rows 0-3 can miss
+
+
+def test_a_time_step_is_whole_only_when_every_part_of_it_was() -> None:
+    kept = _frame(np.arange(12.0).reshape(3, 4))  # a job's rows from before the column
+    batch = _frame(np.array([[np.nan, 50.0, np.nan, 51.0], [60.0, 61.0, 62.0, 63.0]]), 2 * DT_US)
+    batch[WHOLE] = 1.0
+    merged = merge_rows(kept, batch, SENSORS, cutoff_us=10 * DT_US)
+    assert merged[WHOLE].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
 def test_a_window_without_every_row_or_number_is_not_measured(tmp_path: Path) -> None:
