@@ -79,8 +79,10 @@ def _fleet(plan: BackupPlan, measured_bytes: float | None) -> Fleet:
     )  # fmt: skip
     size = c[3].number_input(
         "Bytes per stored reading", min_value=1.0, step=1.0, key="w_bytes",
-        help="Measured by the live pipeline (its Parquet backup) when it has run; else an "
-        "8-byte timestamp and an 8-byte value.",
+        help="Measured by the live pipeline when it has run: the Parquet bytes Spark wrote "
+        "per backed-up reading, as each micro-batch commits (the pipeline then compacts "
+        "its backup to about the values' 8 bytes a reading at rest); else an 8-byte "
+        "timestamp and an 8-byte value.",
     )  # fmt: skip
     keep(defaults)
     return Fleet(int(per_site), int(sites), float(interval), float(size))

@@ -37,7 +37,8 @@ VARIANCE_COLUMNS = ["sensor", "conditional variance", "variance target"]
 
 
 def measured_bytes_per_reading() -> float | None:
-    """Parquet bytes per backup row the live pipeline wrote, if it wrote any."""
+    """Parquet bytes per backup row the live pipeline wrote as its batches committed (before
+    compaction), if it wrote any."""
     s = resources.pipeline_manager().status()
     return s.backup_bytes / s.backup_rows if s.backup_rows else None
 
