@@ -205,8 +205,11 @@ class _Linear(Aggregate):
         return _gaussian_tail(var, eps, float(window) if self.scale_by_window else 1.0 / window)
 
     def prefix_errors(self, x: np.ndarray) -> np.ndarray:
-        prefix = np.cumsum(x) / np.arange(1, x.size + 1)
-        return np.abs(prefix - prefix[-1]) * (x.size if self.scale_by_window else 1)
+        total = np.cumsum(x)
+        prefix = total / np.arange(1, x.size + 1)
+        if self.scale_by_window:  # the sum's estimate, N times the prefix mean, against the sum
+            return np.asarray(np.abs(x.size * prefix - total[-1]), dtype=float)
+        return np.asarray(np.abs(prefix - prefix[-1]), dtype=float)
 
     def exposure_errors(
         self, truth: np.ndarray, rebuilt: np.ndarray, starts: np.ndarray, window: int, exposure: int
