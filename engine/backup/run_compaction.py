@@ -112,6 +112,8 @@ def compact_run(root: Path, run: int, batch_ids: Sequence[int]) -> RunCompaction
     files = batch_files(root, [(run, b) for b in batch_ids])
     files = list(dict.fromkeys(files + [f for d in folded for f in parquet_under(d)]))
     target = run_dir / f"{BATCH_PREFIX}{first}-{last}"
+    if (target / COMMIT_MARKER).exists():  # it holds every batch given: nothing to fold
+        raise StoreError(f"batches {first}-{last} of run {run} are compacted already")
     if target.exists():
         shutil.rmtree(target)  # an unmarked leftover of a crashed compaction
     by_date: dict[tuple[str, ...], list[Path]] = defaultdict(list)
@@ -153,7 +155,7 @@ def remove_superseded(run_dir: Path) -> int:
     """Delete the batch directories of ``run_dir`` a marked compaction holds; how many."""
     if not run_dir.is_dir():
         return 0
-    covers = compactions(run_dir)
+    covers = compactions(run_dir)  # the ones that count: a superseded one is inside one
     removed = 0
     for entry in sorted(run_dir.iterdir()):
         span = batch_range(entry.name)

@@ -145,17 +145,23 @@ def batch_files(root: Path, keys: Iterable[tuple[int, int]]) -> list[Path]:
 
 
 def compactions(run_dir: Path) -> list[tuple[int, int, Path]]:
-    """The marked compactions ``(A, B, directory)`` of one run's directory, widest first
-    (a wider one holds a narrower one's batches)."""
+    """The marked compactions ``(A, B, directory)`` of one run's directory that count,
+    widest first: one inside a wider marked one (left by a crash before its deletion)
+    is superseded, and not listed."""
     if not run_dir.is_dir():
         return []
-    out = []
+    found = []
     for entry in os.scandir(run_dir):
         span = batch_range(entry.name) if entry.is_dir() else None
         marked = span is not None and is_compacted(entry.name)
         if marked and (Path(entry.path) / COMMIT_MARKER).exists():
-            out.append((span[0], span[1], Path(entry.path)))  # type: ignore[index]
-    return sorted(out, key=lambda s: (s[0] - s[1], s[0]))
+            found.append((span[0], span[1], Path(entry.path)))  # type: ignore[index]
+    found.sort(key=lambda s: (s[0] - s[1], s[0]))
+    out: list[tuple[int, int, Path]] = []
+    for a, b, folder in found:
+        if not any(c <= a and b <= d for c, d, _ in out):
+            out.append((a, b, folder))
+    return out
 
 
 def parquet_under(folder: Path) -> list[Path]:

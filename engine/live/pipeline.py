@@ -21,8 +21,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from engine.errors import PipelineError, StoreError
 from engine.live.backup_writer import write_batch
@@ -321,7 +323,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
                     self.store.compact(run, least=2)
                 self._compacted_before = True
             self.store.compact(self.run, least=least)
-        except (StoreError, OSError) as err:
+        except (StoreError, OSError, duckdb.Error, pa.ArrowException) as err:
             text = f"backup compaction failed; the batches stay as written: {err}"
             self.board.mark("compaction", text)
 

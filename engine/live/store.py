@@ -49,7 +49,7 @@ import pandas as pd
 import pyarrow as pa
 
 from engine.backup import runs as backup_parquet
-from engine.backup.run_compaction import RunCompaction, compact_run
+from engine.backup.run_compaction import RunCompaction, compact_run, remove_superseded
 from engine.errors import StoreError
 from engine.live.records import (
     BACKUP_COLUMNS,
@@ -360,7 +360,9 @@ class BackupStore:
                 committed = [(int(b), int(r)) for b, r in cur.fetchall()]
             eligible = [b for b, rows in committed[: max(len(committed) - keep, 0)] if rows > 0]
             root = backup_parquet.local_root(self.backup_uri)
-            spans = backup_parquet.compactions(root / f"{backup_parquet.RUN_PREFIX}{run}")
+            run_dir = root / f"{backup_parquet.RUN_PREFIX}{run}"
+            remove_superseded(run_dir)  # what a compaction that crashed before its end left
+            spans = backup_parquet.compactions(run_dir)
             plain = [b for b in eligible if not any(a <= b <= c for a, c, _ in spans)]
             if len(plain) >= least:
                 return compact_run(root, run, plain)

@@ -151,6 +151,28 @@ def test_a_crash_after_the_marker_hides_the_superseded_batches(store: BackupStor
     assert len(everything(store)) == 9 * 3 * len(SENSORS)
 
 
+def test_a_merge_cut_short_in_its_deletions_is_finished_not_redone(store: BackupStore) -> None:
+    """A merge of 0-1, 2-3 and 4-5 into 0-5 marked, then the process died having deleted
+    only 0-1: the next compaction must not take 2-3 and 4-5 for compactions to merge
+    again (into 0-5, the marked one it would replace); it deletes them."""
+    for first in (0, 2, 4):
+        commit(store, 0, range(first, first + 2))
+        store.compact(0, keep=0, least=2)
+    before = everything(store)
+    leftovers = run_dir(store).parent / "leftovers"
+    for name in ("batch_id=2-3", "batch_id=4-5"):
+        shutil.copytree(run_dir(store) / name, leftovers / name)
+    assert store.compact(0, keep=0, least=3) is not None  # the merge into 0-5
+    for d in leftovers.iterdir():
+        shutil.copytree(d, run_dir(store) / d.name)
+    assert store.compact(0, keep=0, least=2) is None  # nothing to fold: 0-5 holds it all
+    assert [d.name for d in run_dir(store).iterdir()] == ["batch_id=0-5"]
+    pd.testing.assert_frame_equal(everything(store), before)
+    with pytest.raises(StoreError, match="compacted already"):
+        compact_run(local_root(store.backup_uri), 0, list(range(6)))
+    pd.testing.assert_frame_equal(everything(store), before)
+
+
 def test_a_replayed_batch_inside_a_compaction_is_not_read_twice(store: BackupStore) -> None:
     commit(store, 0, range(5))
     before = everything(store)
