@@ -25,13 +25,17 @@ def write_batch(df: Any, target: str, sensors: Sequence[str], plan_version: int)
     Runs on the executors (a filter and a partitioned write); ``df`` has the
     feed's columns (seq, event_time, arrival_time, sensor, value). The rows are
     the production job's (``engine.stream.readings.backup_rows``) plus ``seq``.
+    One task writes them (``coalesce(1)``): a live micro-batch holds at most the
+    plan's exposure, and one file a date instead of one a task halves the files and
+    the fixed bytes each pays (``bench_pipeline``: approx 0.20 of full's bytes for
+    0.14 of the readings, against 0.24 written by two tasks).
     """
     spark = df.sparkSession
     # INT96 is Spark's default; DuckDB and the production reader expect micros in UTC.
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     rows = backup_rows(df, sensors, plan_version, PARTITIONS, extra=("seq",))
     try:
-        rows.write.mode("overwrite").partitionBy(*PARTITIONS).parquet(target)
+        rows.coalesce(1).write.mode("overwrite").partitionBy(*PARTITIONS).parquet(target)
         return DurableFiles(spark).parquet_bytes(target)
     except Exception as err:  # py4j raises many types; one readable line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
