@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -132,6 +133,23 @@ def live_batches(folder: str | Path, names: list[str], marked: bool) -> list[str
         for span, _, name in sorted(found)
         if not any(a <= span[0] and span[1] <= b and (a, b) != span for a, b in covers)
     ]
+
+
+def remove_superseded(folder: Path, marked: bool) -> int:
+    """Delete the batch directories of ``folder`` that a counted compaction holds (those
+    ``live_batches`` hides: a crash after a compaction's marker left them); how many."""
+    if not folder.is_dir():
+        return 0
+    spans = {d.name: batch_range(d.name) for d in os.scandir(folder) if d.is_dir()}
+    found = {name: span for name, span in spans.items() if span is not None}
+    live = set(live_batches(folder, list(found), marked))
+    covers = [found[name] for name in live if is_compacted(name)]
+    removed = 0
+    for name, (lo, hi) in found.items():
+        if name not in live and any(a <= lo and hi <= b for a, b in covers):
+            shutil.rmtree(folder / name)
+            removed += 1
+    return removed
 
 
 def batch_files(

@@ -39,6 +39,7 @@ from engine.backup.dataset import (
     BATCH_PREFIX,
     COMMIT_MARKER,
     batch_range,
+    remove_superseded,
     replace_file,
     write_compacted,
 )
@@ -132,7 +133,7 @@ def compact_run(root: Path, run: int, batch_ids: Sequence[int]) -> RunCompaction
     listed = manifest(target)
     replace_file(target / COMMIT_MARKER, json.dumps({"files": listed}).encode())
     before = file_bytes(files)
-    remove_superseded(run_dir)
+    remove_superseded(run_dir, marked=True)
     return RunCompaction(
         run=run,
         first=first,
@@ -149,23 +150,6 @@ def compact_run(root: Path, run: int, batch_ids: Sequence[int]) -> RunCompaction
 def _holds(folder: Path, batch_id: int) -> bool:
     span = batch_range(folder.name)
     return span is not None and span[0] <= batch_id <= span[1]
-
-
-def remove_superseded(run_dir: Path) -> int:
-    """Delete the batch directories of ``run_dir`` a marked compaction holds; how many."""
-    if not run_dir.is_dir():
-        return 0
-    covers = compactions(run_dir)  # the ones that count: a superseded one is inside one
-    removed = 0
-    for entry in sorted(run_dir.iterdir()):
-        span = batch_range(entry.name)
-        if span is None or not entry.is_dir():
-            continue
-        held = any(a <= span[0] and span[1] <= b and f != entry for a, b, f in covers)
-        if held:
-            shutil.rmtree(entry)
-            removed += 1
-    return removed
 
 
 def _partition(root: Path, file: Path) -> tuple[str, ...]:

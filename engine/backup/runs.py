@@ -43,7 +43,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from engine.backup.dataset import BATCH_PREFIX, COMMIT_MARKER, batch_range, is_compacted
+from engine.backup.dataset import (
+    BATCH_PREFIX,
+    COMMIT_MARKER,
+    batch_range,
+    is_compacted,
+    live_batches,
+)
 from engine.errors import DataError, StoreError
 
 RUN_PREFIX = "run="
@@ -145,23 +151,18 @@ def batch_files(root: Path, keys: Iterable[tuple[int, int]]) -> list[Path]:
 
 
 def compactions(run_dir: Path) -> list[tuple[int, int, Path]]:
-    """The marked compactions ``(A, B, directory)`` of one run's directory that count,
-    widest first: one inside a wider marked one (left by a crash before its deletion)
-    is superseded, and not listed."""
+    """The marked compactions ``(A, B, directory)`` of one run's directory that count
+    (``live_batches``: one inside a wider marked one, left by a crash before its
+    deletion, does not), widest first."""
     if not run_dir.is_dir():
         return []
-    found = []
-    for entry in os.scandir(run_dir):
-        span = batch_range(entry.name) if entry.is_dir() else None
-        marked = span is not None and is_compacted(entry.name)
-        if marked and (Path(entry.path) / COMMIT_MARKER).exists():
-            found.append((span[0], span[1], Path(entry.path)))  # type: ignore[index]
-    found.sort(key=lambda s: (s[0] - s[1], s[0]))
-    out: list[tuple[int, int, Path]] = []
-    for a, b, folder in found:
-        if not any(c <= a and b <= d for c, d, _ in out):
-            out.append((a, b, folder))
-    return out
+    names = [d.name for d in os.scandir(run_dir) if d.is_dir()]
+    out = []
+    for name in live_batches(run_dir, names, marked=True):
+        span = batch_range(name)
+        if span is not None and is_compacted(name):
+            out.append((span[0], span[1], run_dir / name))
+    return sorted(out, key=lambda s: (s[0] - s[1], s[0]))
 
 
 def parquet_under(folder: Path) -> list[Path]:

@@ -54,11 +54,11 @@ from engine.backup.dataset import (
     RESULTS_SUFFIX,
     RESULTS_SUFFIXES,
     batch_files,
-    batch_range,
     committed_files,
     is_compacted,
     live_batches,
     local_path,
+    remove_superseded,
     replace_file,
     write_compacted,
 )
@@ -213,19 +213,8 @@ def _read_all(files: list[Path]) -> pa.Table:
 
 def _remove_superseded(root: Path) -> int:
     """Delete the batch directories a marked compaction holds (all kinds); how many."""
-    removed = 0
-    for folder in (root, root.joinpath(*RESULTS), root.joinpath(*METRICS)):
-        if not folder.is_dir():
-            continue
-        spans = {d.name: batch_range(d.name) for d in os.scandir(folder) if d.is_dir()}
-        found = {name: span for name, span in spans.items() if span is not None}
-        live = set(live_batches(folder, list(found), marked=folder == root))
-        covers = [found[name] for name in live if is_compacted(name)]
-        for name, (lo, hi) in found.items():
-            if name not in live and any(a <= lo and hi <= b for a, b in covers):
-                shutil.rmtree(folder / name)
-                removed += 1
-    return removed
+    folders = (root, root.joinpath(*RESULTS), root.joinpath(*METRICS))
+    return sum(remove_superseded(folder, marked=folder == root) for folder in folders)
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:

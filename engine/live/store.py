@@ -49,7 +49,8 @@ import pandas as pd
 import pyarrow as pa
 
 from engine.backup import runs as backup_parquet
-from engine.backup.run_compaction import RunCompaction, compact_run, remove_superseded
+from engine.backup.dataset import remove_superseded
+from engine.backup.run_compaction import RunCompaction, compact_run
 from engine.errors import StoreError
 from engine.live.records import (
     BACKUP_COLUMNS,
@@ -361,7 +362,7 @@ class BackupStore:
             eligible = [b for b, rows in committed[: max(len(committed) - keep, 0)] if rows > 0]
             root = backup_parquet.local_root(self.backup_uri)
             run_dir = root / f"{backup_parquet.RUN_PREFIX}{run}"
-            remove_superseded(run_dir)  # what a compaction that crashed before its end left
+            remove_superseded(run_dir, marked=True)  # what a crashed compaction left
             spans = backup_parquet.compactions(run_dir)
             plain = [b for b in eligible if not any(a <= b <= c for a, c, _ in spans)]
             if len(plain) >= least:
