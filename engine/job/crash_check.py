@@ -40,7 +40,7 @@ from engine.aggregates import leave_out
 from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.partials import WindowState
-from engine.model.linear import LinearMap, column_indices
+from engine.model.linear import LinearMap
 from engine.planning.feedback import window_misses
 
 TIME = "event_us"
@@ -135,10 +135,7 @@ def crash_misses(
         return out
     take = (lo[whole][:, None] + np.arange(w)).ravel()
     truth = rows[sensors].to_numpy(dtype=float)[take]  # (count * w, n), window after window
-    rebuilt = np.array(truth)
-    rebuilt[:, column_indices(sensors, lm.targets)] = lm.apply(
-        truth[:, column_indices(sensors, lm.backup)]
-    )[:, column_indices(lm.sensors, lm.targets)]
+    rebuilt = lm.rebuild_columns(truth, sensors)
     kept = np.isin(sensors, list(config.kept_readings))
     if kept.any():
         rebuilt = leave_out(rebuilt, kept, query.aggregate)

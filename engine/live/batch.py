@@ -361,8 +361,7 @@ def shadow_errors(closed: ClosedWindows, params: WindowParams, linear_map: Linea
     """
     if len(closed) == 0:
         return np.zeros((0, len(params.sensors)))
-    backup = closed.block[:, column_indices(params.sensors, linear_map.backup)]
-    rebuilt = linear_map.apply(backup)[:, column_indices(linear_map.sensors, params.sensors)]
+    rebuilt = linear_map.rebuild_columns(closed.block, params.sensors)
     return window_errors(closed.block, rebuilt, params.window, params.slide, params.aggregate)
 
 

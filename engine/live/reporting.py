@@ -18,7 +18,6 @@ from engine.live.records import BackupWritten
 from engine.live.spec import Monitor, PipelineOptions, Stage, StreamSpec
 from engine.live.status import StatusBoard
 from engine.live.versions import PlanVersion
-from engine.model.linear import column_indices
 from engine.planning.feedback import window_misses
 from engine.planning.monitor import newly_alerting
 
@@ -139,8 +138,7 @@ def crash_shadow_misses(closed: ClosedWindows, spec: StreamSpec) -> np.ndarray:
     params, lm = spec.window_params, spec.linear_map
     if len(closed) == 0:
         return np.zeros((0, len(params.sensors)))
-    backup = closed.block[:, column_indices(params.sensors, lm.backup)]
-    rebuilt = lm.apply(backup)[:, column_indices(lm.sensors, params.sensors)]
+    rebuilt = lm.rebuild_columns(closed.block, params.sensors)
     kept = np.isin(np.asarray(params.sensors), np.asarray(spec.kept_sensors, dtype=object))
     if kept.any():
         rebuilt = leave_out(rebuilt, kept, params.aggregate)

@@ -73,6 +73,16 @@ class LinearMap:
         out[:, target_cols] = self.intercept + x @ self.coef.T
         return out
 
+    def rebuild_columns(self, block: np.ndarray, sensors: Sequence[str]) -> np.ndarray:
+        """``block`` (T, len(sensors)), columns in ``sensors`` order, with the targets'
+        columns rebuilt from the backup columns; every other column as given (a copy)."""
+        out = np.array(block, dtype=float)
+        rebuilt = self.apply(out[:, column_indices(sensors, self.backup)])
+        out[:, column_indices(sensors, self.targets)] = rebuilt[
+            :, column_indices(self.sensors, self.targets)
+        ]
+        return out
+
     def rescaled(self, factors: np.ndarray) -> LinearMap:
         """The same reconstruction for readings with sensor ``i`` times ``factors[i]``.
 
