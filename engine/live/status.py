@@ -229,7 +229,6 @@ class StatusBoard:
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
         finite = np.isfinite(m) & mask
         misses = np.where(finite, m, 0.0)
-        errors = m  # the closed windows, for the window count below
         with self._lock:
             counts = dict(self._status.shadow_violations)
             for i, s in enumerate(sensors):
@@ -251,7 +250,7 @@ class StatusBoard:
             self._status = replace(
                 self._status,
                 shadow_by_version=by_version,
-                shadow_windows=self._status.shadow_windows + len(errors),
+                shadow_windows=self._status.shadow_windows + len(m),  # closed windows
                 shadow_violations=counts,
                 shadow_contract=contract,
                 shadow_violation_rate=(
