@@ -239,9 +239,8 @@ class ControlledReplanning(ReplanningMonitor):
         for k in np.unique(np.maximum(which, 0)):
             v, rows = ordered[k], np.maximum(which, 0) == k
             lm, x = v.spec.linear_map, block[rows]
-            rebuilt = lm.apply(x[:, column_indices(sensors, lm.backup)])
             cols = column_indices(sensors, lm.targets)
-            recovered[np.ix_(rows, cols)] = rebuilt[:, column_indices(lm.sensors, lm.targets)]
+            recovered[np.ix_(rows, cols)] = lm.rebuild_columns(x, sensors)[:, cols]
             idx = column_indices(sensors, v.spec.backup_sensors)
             backed[np.ix_(rows, idx)] = True
             dropped[rows] = self._drop_one(idx)(x)
