@@ -19,7 +19,7 @@ from engine.export.codec import parse_utc
 from engine.export.loader import BackupConfig
 
 PLANS_DIR = ("_lacuna", "plans")
-REASONS = ("initial", "scheduled", "alert")
+REASONS = ("initial", "scheduled", "alert", "control")
 
 
 def plan_file(version: int) -> str:

@@ -45,6 +45,10 @@ from engine.planning.feedback import window_misses
 
 TIME = "event_us"
 WHOLE = "backed_up_whole"  # 1.0 at a time step whose batch backed up every sensor, else 0.0
+# the plan version of the batch that brought the time step; -1 where batches under two
+# versions (or a job from before the column) brought parts of it: which set backed it up
+# is not known, so the online controller does not measure its windows
+VERSION = "plan_version"
 
 
 def check_closed(
@@ -55,23 +59,28 @@ def check_closed(
     config: BackupConfig,
     lm: LinearMap,
     cutoff_us: int,
-) -> np.ndarray:
+) -> tuple[np.ndarray, pd.DataFrame]:
     """The crash misses (``crash_misses``) of the windows starting at ``starts_us``, which
-    the merge that moved ``state``'s watermark closed; ``batch``'s rows (``collect_rows``)
+    the merge that moved ``state``'s watermark closed, and every row merged (the closed
+    windows' included, for the online controller); ``batch``'s rows (``collect_rows``)
     join ``state.rows`` first, and only the rows an open window needs stay there."""
     rows = merge_rows(state.rows, batch, config.sensors, cutoff_us)
     misses = crash_misses(rows, starts_us, window_us, config, lm)
     state.rows = open_rows(rows, state.watermark_us, window_us)  # replaced whole
-    return misses
+    return misses, rows
 
 
-def collect_rows(readings: Any, sensors: Sequence[str], whole: bool = False) -> pd.DataFrame:
-    """The batch's readings, one row per event time (``TIME`` + ``sensors`` + ``WHOLE``),
-    collected; ``whole``: the batch backed up every sensor (it held more than m rows)."""
+def collect_rows(
+    readings: Any, sensors: Sequence[str], whole: bool = False, version: int = -1
+) -> pd.DataFrame:
+    """The batch's readings, one row per event time (``TIME`` + ``sensors`` + ``WHOLE`` +
+    ``VERSION``), collected; ``whole``: the batch backed up every sensor (it held more
+    than m rows); ``version``: the plan version the batch was backed up under."""
     from engine.job.transforms import wide_readings
 
     frame = wide_readings(readings, sensors).toPandas().reindex(columns=[TIME, *sensors])
     frame[WHOLE] = 1.0 if whole else 0.0
+    frame[VERSION] = float(version)
     return frame
 
 
@@ -80,9 +89,10 @@ def merge_rows(
 ) -> pd.DataFrame:
     """``kept`` and ``batch`` rows as one, sorted by time: a time step in both takes each
     sensor's reading from the batch where it has one, and is ``WHOLE`` only when every
-    part of it was (rows kept by a job before the column are not). Rows at or past
-    ``cutoff_us`` (stamped in the future, as the partials drop them) are left out."""
-    columns = [TIME, *sensors, WHOLE]
+    part of it was (rows kept by a job before the column are not), and has a ``VERSION``
+    only when every part of it came under that one. Rows at or past ``cutoff_us``
+    (stamped in the future, as the partials drop them) are left out."""
+    columns = [TIME, *sensors, WHOLE, VERSION]
     parts = [f.reindex(columns=columns) for f in (kept, batch) if not f.columns.empty]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c == TIME else float) for c in columns})
@@ -90,9 +100,12 @@ def merge_rows(
     both = both[both[TIME].notna() & (both[TIME] < cutoff_us)]
     both[TIME] = both[TIME].astype("int64")
     both[WHOLE] = both[WHOLE].fillna(0.0)
+    both[VERSION] = both[VERSION].fillna(-1.0)
     steps = both.groupby(TIME, sort=True)
     merged = steps[list(sensors)].last()  # last skips NaN: the latest number of each
     merged[WHOLE] = steps[WHOLE].min()
+    first, last = steps[VERSION].min(), steps[VERSION].max()
+    merged[VERSION] = first.where(first == last, -1.0)
     return merged.reset_index().reindex(columns=columns).astype(dict.fromkeys(columns[1:], float))
 
 

@@ -13,7 +13,11 @@ why it was made:
   same way, once per version). A fresh fit cures a stale model; a sensor that
   alerts again under the version its own alert made is not rebuildable within
   ``eps`` on this data, whatever the fit: from then on it is *pinned*, backed
-  up by every later version (``pinned`` in the version's file).
+  up by every later version (``pinned`` in the version's file);
+* ``control``: the online controller (``engine.job.control``) changed the backup set
+  of a crash-contract plan from its windows' shadow check. Under control, a scheduled
+  or alert re-plan refits the model and the controller keeps and repairs its set
+  (nothing is pinned: a sensor that keeps missing is forced by the controller).
 
 Backup rows carry ``plan_version``; ``recover --backup`` rebuilds each time step
 with its version's map (``engine.export.recover``). A version is written before
@@ -49,6 +53,7 @@ from engine.errors import ConfigError, DataError, EngineError, PipelineError
 from engine.export import BackupConfig, plan_to_config
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file, plan_file, same_plan
 from engine.planning.monitor import MonitorAlert
+from engine.planning.plan import BackupPlan
 from engine.stream.source import StreamSource
 
 Alert = MonitorAlert | None
@@ -85,6 +90,10 @@ class PlanBook:
         """Write ``plan`` (replacing a version of the same number a crash left unused)."""
         self.files.write(f"{self.root}/{plan_file(plan.version)}", plan.to_bytes())
         self.versions = [p for p in self.versions if p.version < plan.version] + [plan]
+
+    def next_version(self) -> int:
+        """The number the next version takes (the online controller adds versions too)."""
+        return max(p.version for p in self.versions) + 1
 
     def in_force(self, batch_id: int) -> JobPlan:
         """The newest version whose first batch is at or before ``batch_id``."""
@@ -134,6 +143,11 @@ def plan_again(
 ) -> BackupConfig:
     """A fresh plan on ``wide`` with ``config``'s parameters, exported (schema v3);
     the ``pinned`` sensors backed up whatever it chooses."""
+    return BackupConfig.from_dict(plan_to_config(fit_again(config, wide, pinned)))
+
+
+def fit_again(config: BackupConfig, wide: pd.DataFrame, pinned: tuple[str, ...] = ()) -> BackupPlan:
+    """The fresh plan ``plan_again`` exports (the online controller takes its model)."""
     from engine.data.history import history_from_frame
     from engine.planning import make_plan, pin_backups
 
@@ -147,7 +161,7 @@ def plan_again(
     if pinned:
         why = "the live monitor found each missing more than delta under two plans in a row"
         plan = pin_backups(plan, pinned, why)
-    return BackupConfig.from_dict(plan_to_config(plan))
+    return plan
 
 
 Runner = Callable[[Callable[[], Any]], "Future[Any]"]
@@ -204,15 +218,20 @@ class Replanner:
     A re-plan (reading the fit period, planning, its backtest: seconds to minutes) runs
     in the background (``run``): the stream goes on under the version in force until
     the new one is ready, which then governs from the batch after the one it was
-    collected in. One re-plan at a time. ``run=at_once`` plans inside the batch."""
+    collected in. One re-plan at a time. ``run=at_once`` plans inside the batch.
+
+    ``adopt``: under online control, ``plan`` returns the fresh ``BackupPlan`` and
+    ``adopt`` (``JobControl.adopt``) turns it into the version's config: the refit
+    model with the controller's set. Nothing is pinned then."""
 
     book: PlanBook
     read: Callable[[int, int], pd.DataFrame]  # (start_us, end_us) -> wide readings
     log: Callable[[dict[str, Any]], None]
     sampling_interval_s: float
     enabled: bool = True
-    plan: Callable[[BackupConfig, pd.DataFrame, tuple[str, ...]], BackupConfig] = plan_again
+    plan: Callable[[BackupConfig, pd.DataFrame, tuple[str, ...]], Any] = plan_again
     run: Runner = in_background
+    adopt: Callable[[Any], BackupConfig] | None = None
 
     def __post_init__(self) -> None:
         self._retry_at: dict[int, int] = {}  # version -> watermark of the next attempt
@@ -283,9 +302,11 @@ class Replanner:
         alerted = tuple(sorted(alert.sensors)) if alert is not None else ()
         again = tuple(sorted(set(alerted) & set(current.alerted)))  # alerted under their fix
         pinned = tuple(sorted({*current.pinned, *again}))
+        if self.adopt is not None:  # the controller forces a sensor that keeps missing
+            again = pinned = ()
         config, read, plan = current.config, self.read, self.plan
 
-        def work() -> tuple[BackupConfig, int]:
+        def work() -> tuple[Any, int]:
             wide = read(start_us, end_us)
             return plan(config, wide, pinned), len(wide)
 
@@ -311,6 +332,8 @@ class Replanner:
         current = p.current
         try:
             config, rows = p.future.result()
+            if self.adopt is not None:
+                config = self.adopt(config)
         except EngineError as err:
             if p.reason == "alert":  # the version in force stays, within its horizon
                 failed = {"event": "replan_failed", "reason": p.reason, "error": str(err)}
@@ -325,7 +348,13 @@ class Replanner:
         if p.again:
             detail += f"; pinned to the backup (alerted again): {', '.join(p.again)}"
         new = JobPlan(
-            current.version + 1, batch_id + 1, p.reason, detail, config, p.alerted, p.pinned
+            self.book.next_version(),
+            batch_id + 1,
+            p.reason,
+            detail,
+            config,
+            p.alerted,
+            p.pinned,
         )
         self.book.add(new)
         added = sorted(set(new.config.backup_sensors) - set(current.config.backup_sensors))

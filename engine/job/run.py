@@ -70,6 +70,7 @@ class JobSettings:
     available_now: bool = False
     watermark_s: float = 0.0
     replan: bool = True  # plan again when the version in force passes its valid_until
+    control: bool = True  # steer a crash plan's set from every closed window (needs replan)
     trigger_s: float = 1.0
     max_files_per_trigger: int | None = None
     shuffle_partitions: int = 4
@@ -186,7 +187,9 @@ def _run_query(
         PlanBook,
         Replanner,
         at_once,
+        fit_again,
         in_background,
+        plan_again,
         read_fit_period,
     )
     from engine.job.sink import BatchWriter
@@ -221,22 +224,30 @@ def _run_query(
     book.start(config)
     sensors = tuple(config.sensors)
     source = landing_source(settings)
+
+    def read(start: int, end: int) -> Any:
+        return read_fit_period(spark, source, sensors, start, end)
+
+    # A stream re-plans in the background, so its batches keep their latency. A run
+    # that processes what has landed (a catch-up) waits instead: racing ahead would
+    # only back up more landed rows under the expired or alerting version.
+    run = at_once if _replan_waits(settings) else in_background
+    control = job_control(config, settings, book, read, log, spec, run)
     replanner = Replanner(
         book,
-        lambda start, end: read_fit_period(spark, source, sensors, start, end),
+        read,
         log,
         interval,
         enabled=settings.replan,
-        # A stream re-plans in the background, so its batches keep their latency. A run
-        # that processes what has landed (a catch-up) waits instead: racing ahead would
-        # only back up more landed rows under the expired or alerting version.
-        run=at_once if _replan_waits(settings) else in_background,
+        run=run,
+        plan=plan_again if control is None else fit_again,
+        adopt=None if control is None else control.adopt,
     )
     partitions = partition_columns(interval)
     contract = "range" if query.exposure is None else "crash"  # what the plan promises
     monitor = ViolationMonitor(sensors, config.eps_vector(), query.delta, contract=contract)
     writer = BatchWriter(
-        spark, spec, paths, book, partitions, log, source, replanner, monitor, now=now
+        spark, spec, paths, book, partitions, log, source, replanner, monitor, control, now=now
     )
     query = start_job_query(source.read_stream(spark), writer, paths, trigger)
     try:
@@ -258,6 +269,35 @@ def _run_query(
         seconds=round(now() - started, 3),
         backup=paths.backup,
         results=paths.results,
+    )
+
+
+def job_control(
+    config: Any,
+    settings: JobSettings,
+    book: Any,
+    read: Callable[[int, int], Any],
+    log: Callable[[dict[str, Any]], None],
+    spec: Any,
+    run: Any,
+) -> Any:
+    """The online controller of a crash-contract plan (``engine.job.control``), or None;
+    said at start either way (a ``control`` line kept with the events)."""
+    from engine.job.control import JobControl
+
+    why_not = (
+        "turned off (--no-control)" if not settings.control
+        else "re-planning is off (--no-replan): the plan never changes" if not settings.replan
+        else "a range-contract plan: the job keeps no rows of its windows to score; the "
+        "monitor's alerts re-plan instead" if config.query.exposure is None
+        else None
+    )  # fmt: skip
+    steers = "every closed window's crash shadow check steers the set"
+    log({"event": "control_mode", "online_control": why_not is None, "reason": why_not or steers})
+    if why_not is not None:
+        return None
+    return JobControl(
+        book, read, log, config.sampling_interval_s, spec.window_us, spec.slide_us, run=run
     )
 
 
@@ -337,6 +377,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         help="keep the plan past its valid_until (default: plan again on the landed readings)",
     )
     p.add_argument(
+        "--no-control",
+        action="store_true",
+        help="no online control of a crash-contract plan's backup set (default: every "
+        "closed window's shadow check steers it; --no-replan turns it off too)",
+    )
+    p.add_argument(
         "--replan-in-batch",
         action="store_true",
         help="plan inside the micro-batch that finds the plan expired (the stream waits; "
@@ -355,6 +401,7 @@ def settings_from_args(args: argparse.Namespace) -> JobSettings:
         available_now=args.available_now,
         watermark_s=args.watermark,
         replan=not args.no_replan,
+        control=not args.no_control,
         replan_wait=True if args.replan_in_batch else None,
         trigger_s=args.trigger,
         max_files_per_trigger=args.max_files_per_trigger,

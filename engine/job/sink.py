@@ -28,6 +28,7 @@ from engine.aggregates import get_aggregate
 from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
+from engine.job.control import CONTROL_KEY, JobControl
 from engine.job.crash_check import check_closed, collect_rows, shadow_contract
 from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
@@ -72,6 +73,7 @@ class BatchWriter:
     source: LandingDirSource  # the landing directory: what a batch read, what it holds
     replanner: Replanner | None = None
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
+    control: JobControl | None = None  # steers a crash plan's set from every closed window
     now: Callable[[], float] = time.time
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
 
@@ -112,6 +114,8 @@ class BatchWriter:
         state = self.states.before(int(batch_id))
         if not self._resumed:
             self._resume_monitor(state, int(batch_id))
+            if self.control is not None:
+                self.control.resume(state.extra.get(CONTROL_KEY))
         files = self._read_by(int(batch_id))
         readings = self.landing.readings(self.spark, batch, files, self._say_for(batch_id))
         self.landing.watch(self.now(), self._say_for(batch_id))
@@ -134,7 +138,7 @@ class BatchWriter:
         self._say(event, batch_id)
         crash = self.version.config.query.exposure is not None  # the shadow's contract
         sensors = self.version.config.sensors
-        rows = collect_rows(readings, sensors, whole=exposure.full) if crash else None
+        rows = collect_rows(readings, sensors, exposure.full, self.plan_version) if crash else None
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
@@ -148,13 +152,17 @@ class BatchWriter:
         misses = None  # each closed window's crash miss, from its rows
         if rows is not None:
             config, w_us = self.version.config, self.spec.window_us
-            misses = check_closed(state, rows, starts, w_us, config, self.linear_map, cutoff)
+            misses, rows = check_closed(state, rows, starts, w_us, config, self.linear_map, cutoff)
         clock.mark("merge_and_shadow")
         screened["overfull_pairs"] = self._overfull(results, batch_id)
         self._write_results(results, batch_id)
         alert = self._watch(results, int(batch_id), misses)
         screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
         screened["shadow"] = shadow_contract(misses, self.version.config)
+        if self.control is not None and rows is not None:  # a set for the next batch on
+            self.control.steer(int(batch_id), rows, starts, state.max_event_us)
+            state.extra = {**state.extra, CONTROL_KEY: self.control.snapshot()}
+        screened["control"] = None if self.control is None else self.control.status()
         state.batch_id = int(batch_id)
         if self.monitor is not None:  # the tally after this batch, kept with its state
             state.extra = {**state.extra, MONITOR_KEY: kept_tally(self.monitor, self.plan_version)}
@@ -367,6 +375,8 @@ class BatchWriter:
             "backup_files": counts["backup_files"],
             # sensors above delta under the version (the alert event names each once)
             "alerting_sensors": int(counts["alerting_sensors"]),
+            # the online controller of a crash plan (None: not run; see engine.job.control)
+            "control": counts["control"],
             "last_window_end": (
                 str(pd.Timestamp(int(results["window_end"].max()), unit="us", tz="UTC"))
                 if windows

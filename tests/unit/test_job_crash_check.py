@@ -16,6 +16,7 @@ from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.crash_check import (
     TIME,
+    VERSION,
     WHOLE,
     check_closed,
     crash_misses,
@@ -137,6 +138,18 @@ def test_a_time_step_is_whole_only_when_every_part_of_it_was() -> None:
     assert merged[WHOLE].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
+def test_a_time_step_has_a_plan_version_only_when_one_version_brought_all_of_it() -> None:
+    kept = _frame(np.arange(12.0).reshape(3, 4))
+    kept[VERSION] = [-1.0, 2.0, 2.0]  # the first from a job before the column
+    batch = _frame(np.array([[np.nan, 50.0, np.nan, 51.0], [60.0, 61.0, 62.0, 63.0]]), 2 * DT_US)
+    batch[VERSION] = 3.0
+    merged = merge_rows(kept, batch, SENSORS, cutoff_us=10 * DT_US)
+    # time 2: parts under versions 2 and 3, so no one set backed it up
+    assert merged[VERSION].tolist() == [-1.0, 2.0, -1.0, 3.0]
+    older = merge_rows(kept.drop(columns=VERSION), batch, SENSORS, cutoff_us=10 * DT_US)
+    assert older[VERSION].tolist() == [-1.0, -1.0, -1.0, 3.0]
+
+
 def test_a_window_without_every_row_or_number_is_not_measured(tmp_path: Path) -> None:
     config = _config(tmp_path, "avg", 2)
     truth = np.ones((18, 4))
@@ -170,13 +183,14 @@ def test_closing_windows_scores_them_and_the_state_keeps_the_rest(tmp_path: Path
     truth = rng.normal(0, 1, (16, 4))
     state = WindowState("avg", rows=_frame(truth[:4]))
     state.watermark_us = 12 * DT_US  # windows 0 and 1 closed; the window from 12 is open
-    got = check_closed(
+    got, merged = check_closed(
         state, _frame(truth[4:], 4 * DT_US), np.array([0, 6]) * DT_US, 6 * DT_US,
         config, config.linear_map(), cutoff_us=100 * DT_US,
     )  # fmt: skip
     want = np.vstack([_brute(truth, config, 0), _brute(truth, config, 6)])
     np.testing.assert_allclose(got, want, atol=1e-12)
     assert state.rows[TIME].tolist() == [t * DT_US for t in range(7, 16)]
+    assert merged[TIME].tolist() == [t * DT_US for t in range(16)]  # the closed ones too
 
 
 def test_the_open_windows_rows_round_trip_and_an_older_state_restores_without_them() -> None:

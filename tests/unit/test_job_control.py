@@ -1,0 +1,223 @@
+"""The production job's online controller without a JVM: its model fitted again on the
+version's fit period, its feedback against the job's crash check, rows scored under the
+version that backed them up, unmeasured windows, the set it installs as a plan version,
+re-plans that keep its set, and a restart that resumes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.data.history import history_from_frame
+from engine.export import BackupConfig, plan_to_config
+from engine.job.control import JobControl
+from engine.job.crash_check import TIME, VERSION, WHOLE, crash_misses
+from engine.job.plans import JobPlan, PlanBook, Replanner, at_once, fit_again
+from engine.planning import PlanParameters, make_plan
+from engine.planning.control import ControlConfig
+from engine.query import WindowQuery
+from tests.unit.test_job_plans import MemoryFiles
+
+HOUR_US = 3_600_000_000
+W = 8  # rows a window (tumbling)
+SENSORS = ("a", "b", "c", "d")
+PARAMS = PlanParameters(WindowQuery(0.5, 0.05, W, aggregate="avg", horizon=48, exposure=2))
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    """Four sensors reading one AR(1) factor plus their own noise, hourly, 600 rows."""
+    rng = np.random.default_rng(0)
+    f = np.zeros(600)
+    for t in range(1, 600):
+        f[t] = 0.95 * f[t - 1] + rng.normal(0, 1)
+    x = f[:, None] + rng.normal(0, 0.3, (600, 4))
+    times = pd.date_range("2026-01-01", periods=600, freq="h")
+    return pd.DataFrame({"time": times, **{s: x[:, i] for i, s in enumerate(SENSORS)}})
+
+
+@pytest.fixture(scope="module")
+def config(frame: pd.DataFrame) -> BackupConfig:
+    """The crash plan (exposure 2) of the first 400 rows: it backs up c alone."""
+    plan = make_plan(history_from_frame(frame[:400]), PARAMS)
+    assert plan.backup_sensors == ("c",)
+    return BackupConfig.from_dict(plan_to_config(plan))
+
+
+def _reader(frame: pd.DataFrame) -> Any:
+    def read(start_us: int, end_us: int) -> pd.DataFrame:
+        us = frame["time"].astype("int64") // 1000
+        return frame[(us >= start_us) & (us < end_us)].reset_index(drop=True)
+
+    return read
+
+
+def _control(config: BackupConfig, frame: pd.DataFrame, **kw: Any) -> tuple[JobControl, list]:
+    book, logged = PlanBook(MemoryFiles(), "b"), []  # type: ignore[arg-type]
+    book.start(config)
+    control = JobControl(book, _reader(frame), logged.append, 3600.0, W * HOUR_US, W * HOUR_US,
+                         run=at_once, **kw)  # fmt: skip
+    return control, logged
+
+
+def _rows(frame: pd.DataFrame, version: float = 1.0) -> pd.DataFrame:
+    """``frame`` as the crash check's rows: ``TIME`` + sensors + ``WHOLE`` + ``VERSION``."""
+    rows = frame.rename(columns={"time": TIME}).reset_index(drop=True)
+    rows[TIME] = rows[TIME].astype("int64") // 1000
+    rows[WHOLE], rows[VERSION] = 0.0, version
+    return rows
+
+
+def _drive(control: JobControl, stream: pd.DataFrame, first_batch: int = 0) -> None:
+    """A job's batches of 2 rows (the exposure): each row stamped with the version in
+    force at its batch; the windows the watermark (the newest row) closed steered."""
+    rows = _rows(stream)
+    closed: set[int] = set()
+    for k in range(len(rows) // 2):
+        batch = first_batch + k
+        rows.loc[2 * k : 2 * k + 1, VERSION] = float(control.book.in_force(batch).version)
+        seen = rows.iloc[: 2 * k + 2]
+        newest = int(seen[TIME].max())
+        starts = [s for s in seen[TIME] if s % (W * HOUR_US) == 0 and s + W * HOUR_US <= newest]
+        fresh = np.array(sorted(set(starts) - closed), dtype=np.int64)
+        closed |= set(fresh.tolist())
+        control.steer(batch, seen, fresh, newest)
+
+
+def test_the_model_is_fitted_again_on_the_versions_fit_period(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, logged = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    events = [e["event"] for e in logged]
+    assert events[:2] == ["control_fit_started", "control_started"]
+    assert control.model_plan is not None and control.controller is not None
+    assert control.model_plan.data_fingerprint == config.data["data_fingerprint"]  # the same rows
+    assert [control.model_plan.sensors[i] for i in control.controller.backup] == ["c"]
+
+
+def test_the_feedback_of_one_version_is_the_jobs_crash_check(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    rows = _rows(frame[400:480])
+    starts = rows[TIME].to_numpy()[::W][:-1]
+    got = control.feedback(rows, starts)
+    want = crash_misses(rows, starts, W * HOUR_US, config, config.linear_map())
+    rebuilt = np.array([s != "c" for s in SENSORS])
+    for f, w in zip(got, want, strict=True):
+        assert f.rebuilt.tolist() == rebuilt.tolist()
+        np.testing.assert_allclose(f.miss[rebuilt], w[rebuilt], atol=1e-12)
+        assert np.isfinite(f.counterfactual[~rebuilt]).all()  # c: had it been dropped
+
+
+def test_a_sensor_whose_windows_miss_is_backed_up_from_the_next_batch(config, frame) -> None:  # type: ignore[no-untyped-def]
+    """d reads 3 above what the map rebuilds from c: two lost rows of 8 move its
+    average 0.75, over eps 0.5; the controller adds d, as a plan version of kind control."""
+    control, logged = _control(config, frame)
+    stream = frame[400:560].copy()
+    stream["d"] += 3.0
+    _drive(control, stream)
+    made = [p for p in control.book.versions if p.reason == "control"]
+    assert made and "d" in made[0].config.backup_sensors
+    said = [e for e in logged if e["event"] == "control"]
+    assert said[0]["added"] == ["d"] and said[0]["first_batch"] == made[0].first_batch
+    assert said[0]["plan_version"] == made[0].version == 2
+    assert "backed up d (its recent windows missed eps)" in made[0].detail
+    # the version rebuilds the rest from the set it backs up
+    assert set(made[0].config.linear_map().backup) == set(made[0].config.backup_sensors)
+    status = control.status()
+    assert status["windows"] == 19 and status["delay_windows"] == 1
+    # the bound at d = 1: aim + (s_0 - s_min + 2 gamma) / (gamma T)
+    assert status["miss_bound"] == pytest.approx(0.05 * 0.7 + (0 + 2 + 0.4) / (0.2 * 19))
+
+
+def test_a_stream_like_its_history_keeps_about_the_plans_set(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    _drive(control, frame[400:600])
+    sets = [set(p.config.backup_sensors) for p in control.book.versions]
+    assert all(len(s) <= 3 for s in sets)  # never everything, as a re-plan on 336 rows was
+
+
+def test_rows_are_scored_under_the_version_that_backed_them_up(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    steered = make_plan(history_from_frame(frame[:400]), PARAMS)
+    from engine.planning.steering import with_backup
+
+    v2 = BackupConfig.from_dict(plan_to_config(with_backup(steered, (2, 3))))  # c and d
+    control.book.add(JobPlan(2, 5, "control", "test", v2))
+    rows = _rows(frame[400:424])
+    rows.loc[12:, VERSION] = 2.0  # from the middle of window 1 on, d backed up too
+    got = control.feedback(rows, rows[TIME].to_numpy()[[0, 8, 16]])
+    d = SENSORS.index("d")
+    assert [bool(f.rebuilt[d]) for f in got] == [True, True, False]
+    assert np.isnan(got[2].miss[d]) or got[2].miss[d] == 0.0  # backed up: not a miss
+    assert np.isfinite(got[2].counterfactual[d])  # its evidence for a release
+
+
+def test_windows_with_unknown_numbers_or_versions_are_not_measured(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    rows = _rows(frame[400:424])
+    rows.loc[3, "d"] = np.nan  # window 0: d unknown, the rest measured
+    rows.loc[10, VERSION] = -1.0  # window 1: a time step two versions brought
+    rows.loc[17, "c"] = np.nan  # window 2: the backup unknown, so every rebuilt sensor
+    got = control.feedback(rows, rows[TIME].to_numpy()[[0, 8, 16]])
+    a, b, d = (SENSORS.index(s) for s in "abd")
+    assert np.isnan(got[0].miss[d]) and np.isfinite(got[0].miss[[a, b]]).all()
+    assert np.isnan(got[1].miss).all()
+    assert np.isnan(got[2].miss[[a, b, d]]).all()
+    assert np.isnan(got[2].counterfactual[SENSORS.index("c")])  # c's own reading unknown
+    short = rows.drop(index=20)  # window 2 lacks a time step
+    assert np.isnan(control.feedback(short, rows[TIME].to_numpy()[[16]])[0].miss).all()
+
+
+def test_a_fit_period_the_landing_no_longer_holds_waits_for_the_next_re_plan(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, logged = _control(config, frame[450:])  # the fit period is gone
+    control.steer(0, _rows(frame[450:452]), np.array([], dtype=np.int64), 0)
+    waiting = [e for e in logged if e["event"] == "control_waiting"]
+    assert len(waiting) == 1 and "starts with the next re-plan" in waiting[0]["reason"]
+    assert control.controller is None and control.status() == {"active": False}
+    control.steer(1, _rows(frame[450:454]), np.array([], dtype=np.int64), 0)
+    assert len([e for e in logged if e["event"] == "control_waiting"]) == 1  # said once
+
+
+def test_a_re_plan_under_control_keeps_the_controllers_set(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, logged = _control(config, frame)
+    stream = frame[400:560].copy()
+    stream["d"] += 3.0
+    _drive(control, stream)
+    chosen = set(control.book.versions[-1].config.backup_sensors)
+    replanner = Replanner(control.book, _reader(frame), logged.append, 3600.0, run=at_once,
+                          plan=fit_again, adopt=control.adopt)  # fmt: skip
+    until = int(pd.Timestamp(config.validity["valid_until"]).value // 1000)  # type: ignore[index]
+    new = replanner.after_batch(80, until + HOUR_US)
+    assert new is not None and new.reason == "scheduled"
+    assert new.version == control.book.versions[-2].version + 1  # numbered after control's
+    assert set(new.config.backup_sensors) == chosen  # the refit keeps the controller's set
+    assert new.pinned == ()
+
+
+def test_a_restarted_job_resumes_the_controller_from_its_snapshot(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    _drive(control, frame[400:480])
+    saved = control.snapshot()
+    assert saved is not None and control.controller is not None
+    windows = control.controller.windows
+    again, _ = _control(config, frame)
+    again.resume(saved)
+    assert again.snapshot() == saved  # kept until the model is fitted again
+    again.steer(40, _rows(frame[480:482]), np.array([], dtype=np.int64), 0)
+    assert again.controller is not None and again.controller.windows == windows
+    np.testing.assert_array_equal(again.controller.scale, control.controller.scale)
+
+
+def test_a_failing_decision_is_said_and_the_version_in_force_kept(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, logged = _control(config, frame, constants=ControlConfig(delta=0.05))
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    broken = _rows(frame[400:424]).drop(columns=VERSION)
+    assert control.steer(3, broken, broken[TIME].to_numpy()[[0]], 0) is None
+    failed = [e for e in logged if e["event"] == "control_failed"]
+    assert failed and "plan in force is kept" in failed[0]["reason"]
+    assert len(control.book.versions) == 1
