@@ -42,9 +42,12 @@ from engine.planning.monitor import ViolationMonitor
 
 @dataclass
 class MemoryBook:
-    """``PlanBook``'s two methods the re-planner uses, in memory."""
+    """``PlanBook``'s methods the re-planner uses, in memory."""
 
     versions: list[JobPlan] = field(default_factory=list)
+
+    def next_version(self) -> int:
+        return max(p.version for p in self.versions) + 1
 
     def add(self, plan: JobPlan) -> None:
         self.versions = [p for p in self.versions if p.version < plan.version] + [plan]

@@ -36,6 +36,7 @@ LOOP = "tests/unit/test_control_loop.py::"
 BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
 KEPT = "tests/unit/test_kept_readings.py::"
 COMPACT = "tests/unit/test_run_compaction.py"
+JOB_CONTROL = "tests/unit/test_job_control.py"
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -302,6 +303,27 @@ MUTANTS = (
            "        rebuilt[whole_rows] = truth[whole_rows]",
            "        pass",
            ("tests/unit/test_job_crash_check.py",)),
+    Mutant("j1: the job's controller scores every row as backed up by the newest set",
+           "engine/job/control.py",
+           "            idx = column_indices(sensors, config.backup_sensors)",
+           "            idx = column_indices(sensors, "
+           "by_number[max(by_number)].config.backup_sensors)",
+           (JOB_CONTROL,)),
+    Mutant("j2: the job's controller measures windows with unknown rows or numbers",
+           "engine/job/control.py",
+           "        measured = known.reshape(count, w, n).all(axis=1)  # (count, n)",
+           "        measured = np.ones((count, n), bool)",
+           (JOB_CONTROL,)),
+    Mutant("j3: the job's controller never installs the set it chose",
+           "engine/job/control.py",
+           "        if chosen == set(current.config.backup_sensors):",
+           "        if True:",
+           (JOB_CONTROL,)),
+    Mutant("j4: a re-plan under control installs the refit's own set, not the controller's",
+           "engine/job/control.py",
+           "        return _config(with_backup(plan, self.controller.backup))",
+           "        return _config(plan)",
+           (JOB_CONTROL,)),
     Mutant("c1: a reader takes a compacted batch from its compaction and its own directory",
            "engine/backup/runs.py",
            "                found += parquet_under(cover)\n            continue\n",

@@ -49,7 +49,8 @@ again (the scales, evidence and tallies carry over).
 
 What it costs per micro-batch: the closed windows' rows rebuilt once per plan version
 and once more for the counterfactual, ``O(closed windows x (w + m - 1) x sensors)`` to
-score them, and a decision (a few ms at 1,000 sensors, ``bench.bench_control``).
+score them, a decision (a few ms at 1,000 sensors, ``bench.bench_control``), and the
+controller's snapshot (about 30 numbers a sensor) written with the window state.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class JobControl:
         self._tried.add(current.version)
         v = current.config.validity
         if v is None:
-            self._waiting(current.version, "its config (schema v1) states no fit period")
+            self._waiting(current.version, batch_id, "its config (schema v1) states no fit period")
             return
         step_us = round(self.sampling_interval_s * 1e6)
         start_us = _epoch_us(v["fit_start"])
@@ -200,17 +201,18 @@ class JobControl:
         try:
             plan = future.result()
         except Exception as err:  # unreadable or unfittable: said, control waits
-            self._waiting(version, f"{type(err).__name__}: {err}")
+            self._waiting(version, batch_id, f"{type(err).__name__}: {err}")
             return
         self._take_model(plan)
         self.log({"event": "control_started", "plan_version": version, "batch_id": batch_id,
                   **self.status()})  # fmt: skip
 
-    def _waiting(self, version: int, why: str) -> None:
+    def _waiting(self, version: int, batch_id: int, why: str) -> None:
         self.log(
             {
                 "event": "control_waiting",
                 "plan_version": version,
+                "batch_id": batch_id,
                 "reason": f"the fit period of version {version} could not be fitted again "
                 f"({why}): online control starts with the next re-plan",
             }

@@ -20,7 +20,8 @@ from engine.backup.durable import DurableFiles
 NOTABLE = (
     "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
     "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
-    "nanosecond_timestamps", "unread_landing_files", "over_exposure",
+    "nanosecond_timestamps", "unread_landing_files", "over_exposure", "control_started",
+    "control_waiting", "control", "control_failed",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

@@ -221,3 +221,35 @@ def test_a_failing_decision_is_said_and_the_version_in_force_kept(config, frame)
     failed = [e for e in logged if e["event"] == "control_failed"]
     assert failed and "plan in force is kept" in failed[0]["reason"]
     assert len(control.book.versions) == 1
+
+
+@pytest.mark.parametrize(
+    ("exposure", "kw", "on", "said"),
+    [
+        (2, {}, True, "every closed window's crash shadow check steers the set"),
+        (2, {"control": False}, False, "turned off (--no-control)"),
+        (2, {"replan": False}, False, "re-planning is off (--no-replan)"),
+        (None, {}, False, "a range-contract plan"),
+    ],
+)
+def test_the_job_says_at_start_whether_online_control_runs(  # type: ignore[no-untyped-def]
+    config, frame, tmp_path, exposure, kw, on, said
+) -> None:
+    from dataclasses import replace
+
+    from engine.job.run import JobSettings, job_control
+    from engine.job.transforms import WindowSpec
+
+    data = config.to_dict()
+    data["parameters"]["exposure"] = exposure
+    data["guarantee"]["contract"] = "crash" if exposure else "range"
+    data["guarantee"]["exposure_rows"] = exposure
+    plan = BackupConfig.from_dict(data)
+    settings = replace(JobSettings("s", "b", "c"), **kw)
+    spec = WindowSpec.from_query(plan.query, 3600.0, 0.0)
+    logged: list = []
+    book = PlanBook(MemoryFiles(), "b")  # type: ignore[arg-type]
+    got = job_control(plan, settings, book, _reader(frame), logged.append, spec, at_once)
+    assert (got is not None) == on
+    assert logged[0]["event"] == "control_mode" and logged[0]["online_control"] == on
+    assert said in logged[0]["reason"]

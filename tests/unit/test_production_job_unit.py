@@ -130,6 +130,8 @@ def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
     base = ["--config", "p.json", "--source", "in", "--backup", "b", "--checkpoint", "c"]
     assert settings_from_args(parser.parse_args(base)).replan is True
     assert settings_from_args(parser.parse_args([*base, "--no-replan"])).replan is False
+    assert settings_from_args(parser.parse_args(base)).control is True
+    assert settings_from_args(parser.parse_args([*base, "--no-control"])).control is False
     from engine.job.run import _replan_waits
 
     stream = settings_from_args(parser.parse_args(base))

@@ -1,0 +1,80 @@
+"""The production job's online control on real Spark: a crash plan's rebuilt sensor that
+starts missing is backed up from the next micro-batch on, by a plan version of kind
+``control`` the job writes itself, and the backup holds its readings from there; the
+model is fitted again on the version's fit period from the landing directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.backup.dataset import read_backup
+from engine.data.history import history_from_frame
+from engine.export import plan_to_config
+from engine.export.plan_book import read_plan_book
+from engine.planning import PlanParameters, make_plan
+from engine.query import WindowQuery
+from tests.production_reference import Rows, feed, run_landed
+
+pytestmark = pytest.mark.spark
+
+HISTORY, STREAM = 400, 96  # rows: the plan's fit period, then files of EXPOSURE rows
+EXPOSURE = 4
+
+
+def _landed(tmp: Path) -> tuple[Rows, Path]:
+    """Four sensors reading one AR(1) factor plus their own noise, hourly. The crash plan
+    (avg, window 8, slide 4, eps 0.5, exposure 4) of the first 400 rows backs up d alone;
+    in the stream a reads 30 above what the map rebuilds. The history lands as one file,
+    the stream in files of 4 rows (the exposure)."""
+    rng = np.random.default_rng(0)
+    f = np.zeros(HISTORY + STREAM)
+    for t in range(1, f.size):
+        f[t] = 0.95 * f[t - 1] + rng.normal(0, 1)
+    x = f[:, None] + rng.normal(0, 0.3, (f.size, 4))
+    times = pd.date_range("2026-01-01", periods=f.size, freq="h")
+    frame = pd.DataFrame({"time": times, **{s: x[:, i] for i, s in enumerate("abcd")}})
+    query = WindowQuery(0.5, 0.05, 8, slide=4, aggregate="avg", horizon=48, exposure=EXPOSURE)
+    plan = make_plan(history_from_frame(frame[:HISTORY]), PlanParameters(query))
+    assert plan.backup_sensors == ("d",)
+    config = tmp / "plan.json"
+    config.write_text(json.dumps(plan_to_config(plan)))
+    x[HISTORY:, 0] += 30.0
+    rows = Rows(times.to_numpy(), x, ("a", "b", "c", "d"))
+    feed(rows, tmp / "landing", rows_per_file=HISTORY, stop=HISTORY)
+    feed(rows, tmp / "landing", rows_per_file=EXPOSURE, start=HISTORY)
+    return rows, config
+
+
+def test_a_rebuilt_sensor_that_starts_missing_is_backed_up_by_online_control(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows, config = _landed(tmp_path)
+    report, logged = run_landed(spark, tmp_path, config, max_files_per_trigger=1)
+    assert report.batches == 1 + STREAM // EXPOSURE
+    events = [e["event"] for e in logged]
+    mode = next(e for e in logged if e["event"] == "control_mode")
+    assert mode["online_control"] is True
+    assert events.index("control_fit_started") < events.index("control_started")
+    changes = [e for e in logged if e["event"] == "control"]
+    assert changes and changes[0]["added"] == ["a"] and changes[0]["released"] == []
+    first = changes[0]["first_batch"]
+    book = read_plan_book(tmp_path / "backup")
+    assert set(book[changes[0]["plan_version"]].backup_sensors) == {"a", "d"}
+    # in the stream (batch 0, the history, was over the exposure: every sensor backed up)
+    # the backup holds each of a's readings from the version's first batch on, none before
+    backup = read_backup(tmp_path / "backup")
+    times = pd.to_datetime(backup["event_time"]).to_numpy()
+    a = backup[(backup["sensor"] == "a") & (times >= rows.times[HISTORY])]
+    start = rows.times[HISTORY + (first - 1) * EXPOSURE]
+    assert pd.to_datetime(a["event_time"]).tolist() == list(rows.times[rows.times >= start])
+    assert a["plan_version"].min() >= changes[0]["plan_version"]  # or a re-plan adopting it
+    kept = sorted(p.name for p in (tmp_path / "backup" / "_lacuna" / "events").iterdir())
+    assert any(n.endswith("-control.json") for n in kept)
+    shadow = [e for e in logged if e["event"] == "shadow"]
+    assert shadow[-1]["control"]["active"] and shadow[-1]["control"]["windows"] > 0
