@@ -61,16 +61,18 @@ def _apply_store() -> None:
         st.session_state[key] = value
 
 
-def _fleet(plan: BackupPlan, measured_bytes: float | None) -> Fleet:
+def _fleet(plan: BackupPlan, measured: tuple[float | None, float | None]) -> Fleet:
+    written, at_rest = measured
     defaults = {
         "w_fleet_sensors": len(plan.sensors),
         "w_fleet_sites": 1,
         "w_fleet_interval": float(plan.sampling_interval_s),
-        "w_bytes": float(round(measured_bytes, 1)) if measured_bytes else 16.0,
+        "w_bytes": float(round(written, 1)) if written else 16.0,
+        "w_bytes_at_rest": float(round(at_rest or written or 16.0, 1)),
     }
     for key, value in defaults.items():
         remembered(key, value)
-    c = st.columns(4)
+    c = st.columns(5)
     per_site = c[0].number_input("Sensors per site", min_value=1, step=1, key="w_fleet_sensors")
     sites = c[1].number_input("Sites", min_value=1, step=1, key="w_fleet_sites")
     interval = c[2].number_input(
@@ -78,14 +80,20 @@ def _fleet(plan: BackupPlan, measured_bytes: float | None) -> Fleet:
         help="Seconds between two readings of one sensor (the data's own by default).",
     )  # fmt: skip
     size = c[3].number_input(
-        "Bytes per stored reading", min_value=1.0, step=1.0, key="w_bytes",
-        help="Measured by the live pipeline when it has run: the Parquet bytes Spark wrote "
-        "per backed-up reading, as each micro-batch commits (the pipeline then compacts "
-        "its backup to about the values' 8 bytes a reading at rest); else an 8-byte "
-        "timestamp and an 8-byte value.",
+        "Bytes written per reading", min_value=1.0, step=1.0, key="w_bytes",
+        help="Prices the write bandwidth. Measured by the live pipeline when it has run: "
+        "the Parquet bytes Spark wrote per backed-up reading as each micro-batch "
+        "committed (small files' overhead included); else an 8-byte timestamp and an "
+        "8-byte value.",
+    )  # fmt: skip
+    rest = c[4].number_input(
+        "Bytes at rest per reading", min_value=0.1, step=1.0, key="w_bytes_at_rest",
+        help="Prices the storage held. Measured by the live pipeline when it has run: the "
+        "Parquet bytes its backup holds per reading now, after compaction (about the "
+        "values' 8 bytes a reading once 32 batches are compacted); else as written.",
     )  # fmt: skip
     keep(defaults)
-    return Fleet(int(per_site), int(sites), float(interval), float(size))
+    return Fleet(int(per_site), int(sites), float(interval), float(size), float(rest))
 
 
 def _store() -> StorePrices:
@@ -219,7 +227,9 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
 
 
 def cost_inputs(
-    plan: BackupPlan, measured_bytes: float | None, range_fraction: float | None = None
+    plan: BackupPlan,
+    measured_bytes: tuple[float | None, float | None],
+    range_fraction: float | None = None,
 ) -> CostInputs:
     """Fleet, store, job, compute and contract inputs for ``plan`` (kept across visits);
     ``range_fraction``: what the same query backs up planned for whole windows (default:

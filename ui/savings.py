@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.costs import REPLAN_SOURCE, CostReport, where_it_pays
+from engine.errors import EngineError
 from engine.planning import BackupPlan
 from ui import resources
 from ui.format import eps_text, format_money, format_percent, format_quantity
@@ -36,11 +37,18 @@ TABLE_FORMAT = {
 VARIANCE_COLUMNS = ["sensor", "conditional variance", "variance target"]
 
 
-def measured_bytes_per_reading() -> float | None:
-    """Parquet bytes per backup row the live pipeline wrote as its batches committed (before
-    compaction), if it wrote any."""
-    s = resources.pipeline_manager().status()
-    return s.backup_bytes / s.backup_rows if s.backup_rows else None
+def measured_bytes_per_reading() -> tuple[float | None, float | None]:
+    """Parquet bytes per backup row the live pipeline wrote as its batches committed, and
+    per row its backup holds at rest (after compaction); None where it has none."""
+    manager = resources.pipeline_manager()
+    s = manager.status()
+    written = s.backup_bytes / s.backup_rows if s.backup_rows else None
+    try:
+        size = manager.backup_size()
+    except EngineError:  # a store being replaced: the written figure still stands
+        size = None
+    at_rest = size.backup_bytes / size.backup_rows if size and size.backup_rows else None
+    return written, at_rest
 
 
 def quality(plan: BackupPlan) -> str:

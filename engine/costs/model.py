@@ -3,9 +3,12 @@
 Pure and linear in the fleet's readings per second ``R = sensors / interval``. For a
 strategy that persists a fraction ``f`` of the readings:
 
-* storage held: ``R f B`` bytes/s (``B`` bytes per reading) kept ``retention`` seconds,
-  ``replication`` copies, at the store's price per GB-month;
-* durable write bandwidth: ``R f B replication`` bytes/s, at its price per MB/s-month;
+* storage held: ``R f S`` bytes/s (``S`` bytes per reading at rest: after the job's
+  compaction, which stores about the values' 8 bytes a reading) kept ``retention``
+  seconds, ``replication`` copies, at the store's price per GB-month;
+* durable write bandwidth: ``R f B replication`` bytes/s (``B`` bytes per reading as
+  each micro-batch writes them, small files' overhead included), at its price per
+  MB/s-month;
 * requests: one file per micro-batch and partition, ``partitions * month / trigger``
   PUTs, whatever is in them (the same for every strategy that writes anything);
 * compute: the executors' core time to write ``R f`` readings a second
@@ -70,18 +73,30 @@ def _count(name: str, value: int) -> None:
 
 @dataclass(frozen=True)
 class Fleet:
-    """The sensors to back up: ``sensors_per_site x sites``, one reading each ``interval_s``."""
+    """The sensors to back up: ``sensors_per_site x sites``, one reading each ``interval_s``;
+    ``bytes_per_reading`` as written (the write bandwidth), ``stored_bytes_per_reading`` at
+    rest (the storage held; None: as written)."""
 
     sensors_per_site: int
     sites: int = 1
     interval_s: float = 60.0
     bytes_per_reading: float = 16.0
+    stored_bytes_per_reading: float | None = None
 
     def __post_init__(self) -> None:
         _count("sensors_per_site", self.sensors_per_site)
         _count("sites", self.sites)
         _positive("interval_s", self.interval_s)
         _positive("bytes_per_reading", self.bytes_per_reading)
+        if self.stored_bytes_per_reading is not None:
+            _positive("stored_bytes_per_reading", self.stored_bytes_per_reading)
+
+    @property
+    def bytes_at_rest(self) -> float:
+        """Bytes a reading takes in the store once written (and compacted)."""
+        if self.stored_bytes_per_reading is None:
+            return self.bytes_per_reading
+        return self.stored_bytes_per_reading
 
     @property
     def sensors(self) -> int:
@@ -236,7 +251,8 @@ def _strategy(
     """The month of a strategy persisting ``fraction`` of ``rate`` readings per second."""
     fleet, store, job, rates = inputs.fleet, inputs.store, inputs.job, inputs.rates
     written = rate * fraction * fleet.bytes_per_reading  # bytes/s, one copy
-    stored_gb = written * job.retention_days * 86400.0 * store.replication / GB
+    kept = rate * fraction * fleet.bytes_at_rest  # bytes/s, one copy, once compacted
+    stored_gb = kept * job.retention_days * 86400.0 * store.replication / GB
     write_mbps = written * store.replication / MB
     files = (SECONDS_PER_MONTH / job.trigger_s) * job.partitions if fraction > 0 else 0.0
     cores = rate * fraction * rates.write_core_us * 1e-6

@@ -17,6 +17,7 @@ import pandas as pd
 from engine.errors import PipelineError
 from engine.live.feeder import Feeder
 from engine.live.pipeline import LivePipeline
+from engine.live.records import StoreSize
 from engine.live.recovery_report import RecoveryReport, covering_contract, score_recovery
 from engine.live.run_config import RunConfig, _Recovery
 from engine.live.spec import StreamSpec
@@ -100,6 +101,12 @@ class ManagerViews:
         """Stream rows the committed batches carried (the largest ``seq`` + 1)."""
         store = self._store
         return 0 if store is None else store.horizon() + 1
+
+    def backup_size(self) -> StoreSize | None:
+        """The backup's rows and Parquet bytes at rest (after compaction), None before any
+        start."""
+        store = self._store
+        return None if store is None else store.size()
 
     def versions(self) -> list[PlanVersion]:
         """Every plan version of the stream, from the store (oldest first)."""

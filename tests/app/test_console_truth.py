@@ -299,3 +299,20 @@ def test_the_whatif_marker_keeps_its_words_in_the_legend() -> None:
     marker = next(t for t in fig.data if t.name.startswith("current plan"))
     assert "text" not in marker.mode  # drawn beside the marker it ran off the chart
     assert marker.name == "current plan: eps factor (all unit groups) = 1, 60.0 %"
+
+
+def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_written(app):  # type: ignore[no-untyped-def]
+    settle(app.switch_page("pages/plan.py").run())
+
+    def full_backup() -> tuple[str, str]:
+        table = next(d.value for d in app.dataframe if "storage held" in d.value.columns)
+        row = table[table["strategy"] == "full backup"].iloc[0]
+        return row["storage held"], row["write bandwidth"]
+
+    assert app.number_input(key="w_bytes_at_rest").value == 16.0  # no pipeline has run
+    stored, written = full_backup()
+    app.number_input(key="w_bytes_at_rest").set_value(8.0).run()
+    assert not app.exception
+    assert full_backup()[0] != stored and full_backup()[1] == written
+    app.number_input(key="w_bytes").set_value(32.0).run()
+    assert full_backup()[1] != written

@@ -209,3 +209,18 @@ def test_bad_inputs_name_the_bad_value() -> None:
     assert set(STORES) and all(s.source for s in STORES.values())
     hdfs = next(s for s in STORES.values() if s.replication == 3)
     assert hdfs.storage_per_gb_month == 0.08 and hdfs.bandwidth_per_mbps_month == 0.04
+
+
+def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_written() -> None:
+    base = _inputs()
+    fleet = Fleet(100, 10, interval_s=10.0, bytes_per_reading=16.0, stored_bytes_per_reading=8.5)
+    report = compare_costs(CostInputs(fleet, base.store, base.job, base.rates, base.contracts,
+                                      base.compute))  # fmt: skip
+    same = compare_costs(base)
+    assert report.full.stored_gb == pytest.approx(same.full.stored_gb * 8.5 / 16)
+    assert report.full.write_mb_per_s == pytest.approx(same.full.write_mb_per_s)
+    crash = report.contracts["crash"]
+    assert crash.stored_gb == pytest.approx(100 * 0.1 * 8.5 * 30 * 86400 * 3 / 1e9)
+    assert Fleet(1).bytes_at_rest == 16.0  # none given: as written
+    with pytest.raises(ParameterError, match="stored_bytes_per_reading"):
+        Fleet(1, stored_bytes_per_reading=0.0)
