@@ -1,19 +1,21 @@
 """Online per-sensor control in the production job: every closed window steers the set.
 
 The live pipeline's controller (``engine.planning.control``, driven there by
-``engine.live.control_loop``) for ``engine run``, on the driver, for crash-contract
-plans (the job keeps the open windows' rows only for them: ``engine.job.crash_check``).
+``engine.live.control_loop``) for ``engine run``, on the driver. Under control the job
+keeps the open windows' rows (``engine.job.crash_check.keep_rows``), as it does for a
+crash plan's shadow check.
 
-**Per micro-batch** (``steer``), after the crash check has scored the windows the
+**Per micro-batch** (``steer``), after the shadow check has scored the windows the
 watermark closed:
 
 1. each closed window's ``w`` rows are rebuilt as recovery rebuilds them: every row
    with the map of the plan version its batch was backed up under (the rows carry it,
    ``crash_check.VERSION``), a batch over the exposure exact; each backed-up sensor is
    also rebuilt from the rest of its version's set under the controller's model (the
-   counterfactual that releases it). The misses are the crash contract's (the fraction
-   of the ``w + m - 1`` m-row losses touching the window that miss eps,
-   ``engine.planning.feedback.shadow_feedback``). A sensor is rebuilt in a window where
+   counterfactual that releases it). The misses are the plan's contract's
+   (``engine.planning.feedback.shadow_feedback``): for a crash plan the fraction of the
+   ``w + m - 1`` m-row losses touching the window that miss eps, for a range plan
+   whether the whole window rebuilt misses eps. A sensor is rebuilt in a window where
    any of its readings was not backed up. A (window, sensor) pair is measured only when
    the window has its ``w`` rows, each brought under one known version, and the sensor's
    readings and the backup readings rebuilding it are numbers; the controller counts a
@@ -37,9 +39,10 @@ the controller's floor.
 applied, the miss fraction (backed-up windows count as hits) is at most
 ``delta * margin + (s_0 - s_min + gamma (d + 1)) / (gamma T)``, where ``d`` is the
 largest number of windows whose feedback was outstanding at a decision (measured here:
-windows holding rows up to the newest event time that were not applied yet). It
-assumes the crash contract's own conditions (``engine.job.exposure``): batches of at
-most m rows, or every sensor backed up for the batch. Windows the controller never
+windows holding rows up to the newest event time that were not applied yet). A miss is
+the contract's: for a crash plan it assumes the crash contract's own conditions
+(``engine.job.exposure``: batches of at most m rows, or every sensor backed up for the
+batch). Windows the controller never
 got (closed while its model was fitted, or by a run before a restart that kept no
 snapshot) are skipped and counted: the bound covers the windows applied.
 
@@ -81,7 +84,7 @@ Fit = Callable[[BackupConfig, pd.DataFrame, tuple[str, ...]], BackupPlan]
 
 @dataclass
 class JobControl:
-    """The online controller of a crash-contract job (see the module).
+    """The online controller of a job's backup set (see the module).
 
     ``read``: (start_us, end_us) -> every sensor's landed readings, wide (as re-plans
     read them); ``run``: where the model fit runs (as the re-planner's).

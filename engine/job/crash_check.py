@@ -64,10 +64,18 @@ def check_closed(
     the merge that moved ``state``'s watermark closed, and every row merged (the closed
     windows' included, for the online controller); ``batch``'s rows (``collect_rows``)
     join ``state.rows`` first, and only the rows an open window needs stay there."""
-    rows = merge_rows(state.rows, batch, config.sensors, cutoff_us)
-    misses = crash_misses(rows, starts_us, window_us, config, lm)
+    rows = keep_rows(state, batch, config.sensors, window_us, cutoff_us)
+    return crash_misses(rows, starts_us, window_us, config, lm), rows
+
+
+def keep_rows(
+    state: WindowState, batch: pd.DataFrame, sensors: Sequence[str], window_us: int, cutoff_us: int
+) -> pd.DataFrame:
+    """``batch``'s rows merged into ``state.rows``: every row merged is returned (the
+    closed windows' included), and only those an open window needs stay in the state."""
+    rows = merge_rows(state.rows, batch, sensors, cutoff_us)
     state.rows = open_rows(rows, state.watermark_us, window_us)  # replaced whole
-    return misses, rows
+    return rows
 
 
 def collect_rows(

@@ -281,18 +281,17 @@ def job_control(
     spec: Any,
     run: Any,
 ) -> Any:
-    """The online controller of a crash-contract plan (``engine.job.control``), or None;
-    said at start either way (a ``control`` line kept with the events)."""
+    """The online controller of the plan's set (``engine.job.control``), or None; said at
+    start either way (a ``control_mode`` line)."""
     from engine.job.control import JobControl
 
     why_not = (
         "turned off (--no-control)" if not settings.control
         else "re-planning is off (--no-replan): the plan never changes" if not settings.replan
-        else "a range-contract plan: the job keeps no rows of its windows to score; the "
-        "monitor's alerts re-plan instead" if config.query.exposure is None
         else None
     )  # fmt: skip
-    steers = "every closed window's crash shadow check steers the set"
+    contract = "crash" if config.query.exposure is not None else "range"
+    steers = f"every closed window's shadow check ({contract} contract) steers the set"
     log({"event": "control_mode", "online_control": why_not is None, "reason": why_not or steers})
     if why_not is not None:
         return None

@@ -29,7 +29,7 @@ from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
 from engine.job.control import CONTROL_KEY, JobControl
-from engine.job.crash_check import check_closed, collect_rows, shadow_contract
+from engine.job.crash_check import check_closed, collect_rows, keep_rows, shadow_contract
 from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
@@ -138,7 +138,11 @@ class BatchWriter:
         self._say(event, batch_id)
         crash = self.version.config.query.exposure is not None  # the shadow's contract
         sensors = self.version.config.sensors
-        rows = collect_rows(readings, sensors, exposure.full, self.plan_version) if crash else None
+        rows = (  # the windows' rows: the crash check and the online controller score them
+            collect_rows(readings, sensors, exposure.full, self.plan_version)
+            if crash or self.control is not None
+            else None
+        )
         latest = partials["max_event_us"].max()
         max_event = state.max_event_us if pd.isna(latest) else int(latest)
         late, event = late_readings(partials, state.watermark_us)  # before merge moves it
@@ -150,9 +154,11 @@ class BatchWriter:
         )
         starts = results["window_start"].drop_duplicates().to_numpy(dtype="int64")
         misses = None  # each closed window's crash miss, from its rows
-        if rows is not None:
-            config, w_us = self.version.config, self.spec.window_us
+        config, w_us = self.version.config, self.spec.window_us
+        if rows is not None and crash:
             misses, rows = check_closed(state, rows, starts, w_us, config, self.linear_map, cutoff)
+        elif rows is not None:
+            rows = keep_rows(state, rows, sensors, w_us, cutoff)
         clock.mark("merge_and_shadow")
         screened["overfull_pairs"] = self._overfull(results, batch_id)
         self._write_results(results, batch_id)

@@ -15,6 +15,7 @@ import pytest
 
 from engine.data import load_history
 from engine.errors import PipelineError
+from engine.live.records import StoreSize
 from engine.live.recovery_report import RecoveryReport
 from engine.live.status import PipelineStatus, StatusBoard
 from engine.query import WindowQuery
@@ -84,8 +85,9 @@ class FakeManager:
         self, state: str, report: RecoveryReport | None = None, results: pd.DataFrame | None = None
     ) -> None:
         self._status = PipelineStatus(
-            state=state, mode="approx", run=0, batches=4, input_rows=600, windows_emitted=5
-        )
+            state=state, mode="approx", run=0, batches=4, input_rows=600, windows_emitted=5,
+            backup_rows=400, backup_bytes=6_400,
+        )  # fmt: skip
         self._report, self._results = report, results
         self.calls: list[str] = []
         self.board = StatusBoard()
@@ -98,6 +100,9 @@ class FakeManager:
     ) -> PipelineStatus:
         self.calls.append(f"simulate_failure {kind}")
         raise PipelineError("no pipeline is running (state: failed)")
+
+    def backup_size(self) -> StoreSize:
+        return StoreSize(backup_rows=400, backup_bytes=3_400, file_bytes=0)  # compacted
 
     def report(self) -> RecoveryReport:
         if self._report is None:
@@ -115,6 +120,14 @@ def fake(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         return manager
 
     return install
+
+
+def test_the_plan_page_prices_the_bytes_the_pipeline_wrote_and_holds(app, fake):  # type: ignore[no-untyped-def]
+    fake(FakeManager("idle"))
+    app.switch_page("pages/plan.py").run()
+    assert not app.exception and not app.error
+    assert app.number_input(key="w_bytes").value == 16.0  # 6,400 B written for 400 rows
+    assert app.number_input(key="w_bytes_at_rest").value == 8.5  # 3,400 B held
 
 
 def test_idle_pipeline_offers_start_only(app, fake):  # type: ignore[no-untyped-def]

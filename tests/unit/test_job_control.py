@@ -111,6 +111,25 @@ def test_the_feedback_of_one_version_is_the_jobs_crash_check(config, frame) -> N
         assert np.isfinite(f.counterfactual[~rebuilt]).all()  # c: had it been dropped
 
 
+def test_a_range_plans_feedback_is_each_whole_window_rebuilt(frame) -> None:  # type: ignore[no-untyped-def]
+    params = PlanParameters(WindowQuery(0.5, 0.05, W, aggregate="avg", horizon=48))
+    plan = make_plan(history_from_frame(frame[:400]), params)
+    config = BackupConfig.from_dict(plan_to_config(plan))
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    rows = _rows(frame[400:480].copy())
+    rows["a"] += np.repeat([0.0, 3.0], 40)  # the last five windows miss on a
+    starts = rows[TIME].to_numpy()[::W]
+    got = control.feedback(rows, starts)
+    truth = rows[list(SENSORS)].to_numpy()
+    rebuilt = config.linear_map().rebuild_columns(truth, SENSORS)
+    error = np.abs((rebuilt - truth).reshape(10, W, 4).mean(axis=1))  # avg: the mean's
+    targets = ~np.isin(SENSORS, config.backup_sensors)
+    for f, e in zip(got, error, strict=True):
+        np.testing.assert_array_equal(f.miss[targets], (e > 0.5)[targets].astype(float))
+    assert [f.miss[0] for f in got] == [0.0] * 5 + [1.0] * 5
+
+
 def test_a_sensor_whose_windows_miss_is_backed_up_from_the_next_batch(config, frame) -> None:  # type: ignore[no-untyped-def]
     """d reads 3 above what the map rebuilds from c: two lost rows of 8 move its
     average 0.75, over eps 0.5; the controller adds d, as a plan version of kind control."""
@@ -226,10 +245,10 @@ def test_a_failing_decision_is_said_and_the_version_in_force_kept(config, frame)
 @pytest.mark.parametrize(
     ("exposure", "kw", "on", "said"),
     [
-        (2, {}, True, "every closed window's crash shadow check steers the set"),
+        (2, {}, True, "every closed window's shadow check (crash contract) steers the set"),
         (2, {"control": False}, False, "turned off (--no-control)"),
         (2, {"replan": False}, False, "re-planning is off (--no-replan)"),
-        (None, {}, False, "a range-contract plan"),
+        (None, {}, True, "(range contract) steers the set"),
     ],
 )
 def test_the_job_says_at_start_whether_online_control_runs(  # type: ignore[no-untyped-def]
