@@ -38,6 +38,11 @@ EVENT_LABELS = {
     "overfull_windows": "Overfull windows",
     "late_readings": "Late readings",
     "future_readings": "Readings from the future",
+    "over_exposure": "Batch over the exposure",
+    "control_started": "Online control started",
+    "control_waiting": "Online control waiting",
+    "control": "Online control changed the set",
+    "control_failed": "Online control failed",
 }
 
 

@@ -216,7 +216,8 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
     spark: Any, tmp_path: Path
 ) -> None:
     """A plan whose map is wrong (every rebuilt target off by 1,000): the job's monitor
-    alerts once its rebuilt windows show it, and the job re-plans at once."""
+    alerts once its rebuilt windows show it, and the job re-plans at once (the alert
+    re-planner alone: --no-control; under control, test_production_control)."""
     from engine.export.plan_book import read_plan_book
 
     path = tmp_path / "plan.json"
@@ -224,7 +225,7 @@ def test_the_live_monitor_alerts_and_the_job_re_plans_before_the_horizon(
     assert 0 < len(config["backup_sensors"]) < len(config["sensors"])
     rows = Rows(history.times[:240], history.values[:240], history.sensors)
     feed(rows, tmp_path / "landing", rows_per_file=24)
-    _, logged = _run(spark, tmp_path, path, max_files_per_trigger=1)
+    _, logged = _run(spark, tmp_path, path, max_files_per_trigger=1, control=False)
 
     alerts = [r for r in logged if r["event"] == "alert"]
     assert alerts and alerts[0]["plan_version"] == 1
@@ -307,7 +308,8 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     """A continuous job (no --available-now) whose map is wrong: the alert starts a
     re-plan, batches keep coming under version 1 while it computes, and version 2
     governs from the batch after the one that found it done. (A re-plan inside the
-    batch would make the very next batch version 2's.)"""
+    batch would make the very next batch version 2's.) The alert re-planner alone
+    (--no-control)."""
     import threading
     import time
 
@@ -319,7 +321,7 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     rows = Rows(history.times[:720], history.values[:720], history.sensors)
     landing = tmp_path / "landing"
     feed(rows, landing, rows_per_file=24, stop=144)
-    settings = job_settings(tmp_path, trigger_s=0.2, max_files_per_trigger=1)
+    settings = job_settings(tmp_path, trigger_s=0.2, max_files_per_trigger=1, control=False)
     stop, logged = threading.Event(), []
     args = (spark, load_config(path), settings, stop)
     job = threading.Thread(target=run_job, args=args, kwargs={"log": logged.append})
