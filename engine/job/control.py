@@ -201,6 +201,8 @@ class JobControl:
             return
         future, version = self._fitting
         self._fitting = None
+        if self.controller is not None:  # a re-plan's fresher model was adopted meanwhile
+            return
         try:
             plan = future.result()
         except Exception as err:  # unreadable or unfittable: said, control waits

@@ -218,6 +218,29 @@ def test_a_re_plan_under_control_keeps_the_controllers_set(config, frame) -> Non
     assert new.pinned == ()
 
 
+def test_a_re_plan_adopted_while_the_first_fit_computes_is_not_undone_by_it(config, frame) -> None:  # type: ignore[no-untyped-def]
+    from concurrent.futures import Future
+
+    pending: list[tuple[Future[Any], Any]] = []
+
+    def later(work: Any) -> Future[Any]:  # runs when the test says
+        future: Future[Any] = Future()
+        pending.append((future, work))
+        return future
+
+    control, logged = _control(config, frame)
+    control.run = later
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    assert control.controller is None and len(pending) == 1
+    fresh = make_plan(history_from_frame(frame[100:500]), PARAMS)
+    control.adopt(fresh)  # a re-plan finished first
+    future, work = pending[0]
+    future.set_result(work())  # then the fit of version 1's period
+    control.steer(1, _rows(frame[400:404]), np.array([], dtype=np.int64), 0)
+    assert control.model_plan is fresh
+    assert not [e for e in logged if e["event"] == "control_started"]
+
+
 def test_a_restarted_job_resumes_the_controller_from_its_snapshot(config, frame) -> None:  # type: ignore[no-untyped-def]
     control, _ = _control(config, frame)
     _drive(control, frame[400:480])
