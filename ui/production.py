@@ -112,6 +112,27 @@ def headline(status: JobStatus) -> None:
             f"No rebuilt window has closed under version {s['plan_version']} yet: nothing "
             "measures this version's guarantee on the stream so far."
         )
+    st.caption(control_line(s.get("online_control")))  # type: ignore[arg-type]
+
+
+def control_line(control: dict | None) -> str:
+    """What the job's online controller says after its last batch (``engine.job.control``)."""
+    if control is None:
+        return "Online control: not run by this job (--no-control or --no-replan)."
+    if not control.get("active"):
+        return ("Online control: waiting for its model (it fits the plan's period again, "
+                "or starts with the next re-plan).")  # fmt: skip
+    bound = control.get("miss_bound")
+    said = "no window applied yet" if bound is None else (
+        f"each sensor's miss fraction over the {control['windows']:,} windows applied is at "
+        f"most {format_percent(float(bound))} (feedback delay {control['delay_windows']} "
+        "windows; a long-run bound that tightens as windows accrue)"
+    )  # fmt: skip
+    return (
+        f"Online control: {said}; {control['backup_sensors']} sensors in its set, "
+        f"{control['forced']} forced, {control['changes']} set changes, "
+        f"{control['skipped']} windows skipped."
+    )
 
 
 def versions_table(status: JobStatus) -> None:

@@ -45,7 +45,7 @@ from engine.planning.monitor import (
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
     "seconds", "last_window_end", "rows", "over_exposure",
-    "contract", "crash_windows", "crash_misses",
+    "contract", "crash_windows", "crash_misses", "control",
 )  # fmt: skip
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
@@ -110,7 +110,15 @@ class JobStatus:
             **self._shadow_contract(),
             "rows_per_trigger": self.run.get("rows_per_trigger"),
             "durability": self.run.get("durability"),
+            "online_control": self._online_control(),
         }
+
+    def _online_control(self) -> dict | None:
+        """The online controller's figures after the last batch that ran it
+        (``engine.job.control``: windows applied, miss bound, delay, set changes); None
+        when no batch did (``--no-control``, ``--no-replan``, or a job before it)."""
+        found = [c for c in self.batches["control"] if isinstance(c, dict)]
+        return found[-1] if found else None
 
     def _above_delta(self, current: pd.DataFrame) -> int:
         """Sensors whose live miss rate is above delta with 95 % confidence under the

@@ -37,6 +37,8 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error or "miss eps more often than delta" in at.error[0].value
     assert at.error, "a map that misses every window must not look like it holds"
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Online control: not run by this job") for c in captions)
     assert not at.toggle(key="prod_follow").value  # following a running job is opt-in
     at.toggle(key="prod_follow").set_value(True).run()  # the board as a timed fragment
     assert not at.exception, [e.value for e in at.exception]

@@ -17,6 +17,7 @@ from engine.backup.dataset import read_backup
 from engine.data.history import history_from_frame
 from engine.export import plan_to_config
 from engine.export.plan_book import read_plan_book
+from engine.job import read_job_status
 from engine.planning import PlanParameters, make_plan
 from engine.query import WindowQuery
 from tests.production_reference import Rows, feed, run_landed
@@ -83,3 +84,6 @@ def test_a_rebuilt_sensor_that_starts_missing_is_backed_up_by_online_control(
     assert any(n.endswith("-control.json") for n in kept)
     shadow = [e for e in logged if e["event"] == "shadow"]
     assert shadow[-1]["control"]["active"] and shadow[-1]["control"]["windows"] > 0
+    # what `engine status` and the Production page read back from the backup alone
+    said = read_job_status(tmp_path / "backup").summary()["online_control"]
+    assert said == shadow[-1]["control"] and said["miss_bound"] is not None
