@@ -232,14 +232,17 @@ def read_results(backup: Path) -> pd.DataFrame:
 
 
 def job_settings(tmp: Path, **kw: Any) -> Any:
-    """``JobSettings`` reading ``tmp/landing``, backup and checkpoint under ``tmp``."""
+    """``JobSettings`` reading ``tmp/landing``, backup and checkpoint under ``tmp``; online
+    control off unless ``control=True`` (on by default in the product: its own tests,
+    ``test_production_control``, turn it on; the others test what it leaves alone and
+    would pay its model fit and row collection in every run)."""
     from engine.job.run import JobSettings
 
     return JobSettings(
         source=str(tmp / "landing"),
         backup=str(tmp / "backup"),
         checkpoint=(tmp / "checkpoint").as_uri(),
-        **kw,
+        **{"control": False, **kw},
     )
 
 

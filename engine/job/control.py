@@ -38,22 +38,30 @@ the controller's floor.
 **Guarantee** (``ControlConfig.miss_bound``). For each sensor, over the ``T`` windows
 applied, the miss fraction (backed-up windows count as hits) is at most
 ``delta * margin + (s_0 - s_min + gamma (d + 1)) / (gamma T)``, where ``d`` is the
-largest number of windows whose feedback was outstanding at a decision (measured here:
-windows holding rows up to the newest event time that were not applied yet). A miss is
+feedback delay in windows: measured before each batch's feedback is applied, as the
+newest window holding its rows (the newest event time's) minus the oldest window whose
+feedback it brings, since decisions made without that feedback governed every row up
+to there (``engine.live.control_loop`` measures it the same way). A miss is
 the contract's: for a crash plan it assumes the crash contract's own conditions
 (``engine.job.exposure``: batches of at most m rows, or every sensor backed up for the
-batch). Windows the controller never
-got (closed while its model was fitted, or by a run before a restart that kept no
-snapshot) are skipped and counted: the bound covers the windows applied.
+batch). Windows that closed without the controller once it had applied one (while a
+restarted job fitted its model again, or in a gap of the stream) are skipped and
+counted (``skipped``); windows before its first are not its own. The bound covers the
+windows applied.
 
 **Restart.** The controller's state is kept with the window state after every batch
-(``WindowState.extra["control"]``); a resumed job restores it once its model is fitted
-again (the scales, evidence and tallies carry over).
+(``WindowState.extra["control"]``, with its delay and skipped windows); a resumed job
+restores it once its model is fitted again (the scales, evidence and tallies carry
+over; a state it cannot resume is said, ``control_failed``, and a fresh controller
+starts from the plan's set).
 
 What it costs per micro-batch: the closed windows' rows rebuilt once per plan version
 and once more for the counterfactual, ``O(closed windows x (w + m - 1) x sensors)`` to
 score them, a decision (a few ms at 1,000 sensors, ``bench.bench_control``), and the
-controller's snapshot (about 30 numbers a sensor) written with the window state.
+controller's snapshot (about 30 numbers a sensor) written with the window state, taken
+again only after the controller changed (it refreshes the selection: a Cholesky of the
+backed-up block). ``bench.bench_job_control``: about 20 ms a batch that closes a window
+at 1,000 sensors, against 10 ms for the crash check of the same windows.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.errors import ParameterError
 from engine.export import BackupConfig, plan_to_config
 from engine.export.codec import parse_utc
 from engine.job.crash_check import TIME, VERSION, WHOLE
@@ -107,31 +116,49 @@ class JobControl:
     def __post_init__(self) -> None:
         self._fitting: tuple[Future[Any], int] | None = None  # the model fit, its version
         self._tried: set[int] = set()  # versions whose fit period was tried
-        self._saved: dict[str, Any] | None = None  # a snapshot to resume from
+        self._saved: dict[str, Any] | None = None  # a controller snapshot to resume from
+        self._snap: dict[str, Any] | None = None  # the controller's, until it changes
+        self._batch = 0  # the micro-batch being steered (events of a re-plan's adopt)
         self._maps: dict[int, LinearMap] = {}
         self._drop: dict[tuple[int, tuple[int, ...]], Callable[[np.ndarray], np.ndarray]] = {}
 
     # ------------------------------------------------------------ the hooks
     def resume(self, saved: Any) -> None:
-        """The snapshot a run before this one kept with the state (None: none)."""
+        """What a run before this one kept with the state (``snapshot``; None: none)."""
         if isinstance(saved, dict) and self.controller is None:
-            self._saved = saved
+            self._saved = saved.get("controller")
+            self.delay = int(saved.get("delay_windows", 0))
+            self.skipped = int(saved.get("skipped", 0))
 
     def snapshot(self) -> dict[str, Any] | None:
-        """What to keep with the state after this batch (the pending one until the
-        controller runs again)."""
-        return self.controller.snapshot() if self.controller is not None else self._saved
+        """What to keep with the state after this batch: the controller's snapshot (the
+        saved one until the controller runs again; taken again only when it changed,
+        as taking it refreshes the selection), its delay and skipped windows."""
+        if self.controller is not None and self._snap is None:
+            self._snap = self.controller.snapshot()
+        controller = self._snap if self.controller is not None else self._saved
+        if controller is None:
+            return None
+        return {"controller": controller, "delay_windows": self.delay, "skipped": self.skipped}
 
     def steer(
-        self, batch_id: int, rows: pd.DataFrame, starts_us: np.ndarray, max_event_us: int
+        self,
+        batch_id: int,
+        rows: pd.DataFrame,
+        starts_us: np.ndarray,
+        max_event_us: int,
+        watermark_us: int | None = None,
     ) -> JobPlan | None:
         """One committed micro-batch: its closed windows (``starts_us``, their rows in
         ``rows``) steer the set; the version it made, if any (from ``batch_id + 1``).
+        ``watermark_us``: the state's watermark after the batch (every window ending at
+        or before it has closed: those not applied by now never will be).
 
         Never raises: a failure is said (``control_failed``) and the version in force
         is kept, as a failed re-plan is; the stream goes on."""
+        self._batch = batch_id
         try:
-            return self._steer(batch_id, rows, starts_us, max_event_us)
+            return self._steer(batch_id, rows, starts_us, max_event_us, watermark_us)
         except Exception as err:  # said, never silent; the stream must not die of it
             self.log({"event": "control_failed", "batch_id": batch_id,
                       "error": f"{type(err).__name__}: {err}",
@@ -139,18 +166,29 @@ class JobControl:
             return None
 
     def _steer(
-        self, batch_id: int, rows: pd.DataFrame, starts_us: np.ndarray, max_event_us: int
+        self,
+        batch_id: int,
+        rows: pd.DataFrame,
+        starts_us: np.ndarray,
+        max_event_us: int,
+        watermark_us: int | None,
     ) -> JobPlan | None:
         self._collect_fit(batch_id)
         if self.controller is None:
-            self._start_fit(batch_id)
-            return None
-        starts = np.asarray(starts_us, dtype=np.int64)
+            self._start_fit(batch_id)  # run at once (a catch-up): the controller is here
+            if self.controller is None:
+                return None
+        starts = np.sort(np.asarray(starts_us, dtype=np.int64))
         if starts.size:
-            starts = np.sort(starts)
             self._skip_unseen(int(starts[0] // self.slide_us))
-            self.controller.observe(self.feedback(rows, starts))
+        elif watermark_us is not None and watermark_us >= self.window_us:
+            self._skip_unseen((watermark_us - self.window_us) // self.slide_us + 1)
+        # before this batch's feedback: every window holding its rows was governed by
+        # decisions made without it
         self._measure_delay(max_event_us)
+        if starts.size:
+            self.controller.observe(self.feedback(rows, starts))
+            self._snap = None
         return self._install(batch_id)
 
     def adopt(self, plan: BackupPlan) -> BackupConfig:
@@ -225,16 +263,24 @@ class JobControl:
 
     def _take_model(self, plan: BackupPlan) -> None:
         cov, targets = controller_inputs(plan)
+        self._snap = None
         if self.controller is not None:
             self.controller.rebase(cov, targets)
         elif self._saved is not None:
-            self.controller = SensorController.resume(self._saved, cov, targets)
-            self._saved = None
-        else:
+            saved, self._saved = self._saved, None
+            try:
+                self.controller = SensorController.resume(saved, cov, targets)
+            except ParameterError as err:  # said; a fresh controller instead of none
+                self.log({"event": "control_failed", "batch_id": self._batch,
+                          "error": str(err), "reason": "the saved controller state could not "
+                          "be resumed: a fresh controller starts from the plan's set"})  # fmt: skip
+                self.delay = self.skipped = 0
+        if self.controller is None:
             constants = self.constants or ControlConfig(delta=plan.parameters.delta)
             newest = self.book.versions[-1].config  # the set the job backs up from now on
             backup = column_indices(plan.sensors, newest.backup_sensors)
             self.controller = SensorController(constants, cov, targets, backup)
+            self.controller.observe(())  # repaired to the model's targets, as a rebase is
         self.model_plan = plan
         self._drop.clear()
 
@@ -274,9 +320,9 @@ class JobControl:
 
     def _measure_delay(self, max_event_us: int) -> None:
         assert self.controller is not None
-        if self.controller.windows and max_event_us >= 0:  # the watermark starts there
-            outstanding = max_event_us // self.slide_us - self.controller.watermark + 1
-            self.delay = max(self.delay, int(outstanding))
+        if self.controller.watermark > 0 and max_event_us >= 0:  # once a window is known
+            newest = max_event_us // self.slide_us  # the newest window holding a row
+            self.delay = max(self.delay, int(newest - self.controller.watermark))
 
     # ------------------------------------------------------------ feedback
     def feedback(self, rows: pd.DataFrame, starts: np.ndarray) -> list[ShadowFeedback]:
@@ -288,14 +334,22 @@ class JobControl:
         w = query.window
         times = rows[TIME].to_numpy(dtype=np.int64)
         lo = np.searchsorted(times, starts, side="left")
-        full = np.searchsorted(times, starts + self.window_us, side="left") - lo == w
-        take = np.where(full[:, None], lo[:, None] + np.arange(w), -1).ravel()
+        present = np.searchsorted(times, starts + self.window_us, side="left") - lo
+        full = present == w
+        # a short window keeps the rows it has (they say which sensors were rebuilt in
+        # it), padded; it is not measured
+        keep = np.arange(w)[None, :] < np.minimum(present, w)[:, None]
+        take = np.where(keep, lo[:, None] + np.arange(w), -1).ravel()
         pick = np.maximum(take, 0)
         truth = np.where((take >= 0)[:, None], rows[sensors].to_numpy(float)[pick], np.nan)
         version = np.where(take >= 0, rows[VERSION].to_numpy(float)[pick], -1.0)
         whole = (take >= 0) & (rows[WHOLE].to_numpy(float)[pick] > 0)
         recovered, backed, dropped = self._rebuild(truth, version.astype(int), whole)
+        # a short window (a time step missing) is not measured, but its absent rows
+        # rebuild nothing: a sensor backed up in every row present is not rebuilt in it
+        backed[take < 0] = True
         known = np.isfinite(truth) & np.isfinite(recovered) & (version >= 1)[:, None]
+        known &= np.repeat(full, w)[:, None]
         count = len(starts)
         feedback = shadow_feedback(
             starts // self.slide_us, np.where(known, truth, 0.0),
@@ -329,8 +383,13 @@ class JobControl:
         backed = np.zeros(truth.shape, bool)
         dropped = np.full(truth.shape, np.nan)
         by_number = {p.version: p for p in self.book.versions}
+        # a row of no one version (two brought it): backed up where every version backs
+        # up (unknown readings: left NaN, so not measured)
+        always = set.intersection(*(set(p.config.backup_sensors) for p in self.book.versions))
+        unknown = ~np.isin(version, list(by_number))
+        backed[np.ix_(unknown, np.isin(sensors, sorted(always)))] = True
         for v in np.unique(version):
-            if int(v) not in by_number:  # unknown: left NaN, so not measured
+            if int(v) not in by_number:
                 continue
             rows = version == v
             config = by_number[int(v)].config

@@ -356,9 +356,10 @@ class Replanner:
             p.alerted,
             p.pinned,
         )
+        before = self.book.in_force(batch_id)  # online control may have moved on meanwhile
         self.book.add(new)
-        added = sorted(set(new.config.backup_sensors) - set(current.config.backup_sensors))
-        dropped = sorted(set(current.config.backup_sensors) - set(new.config.backup_sensors))
+        added = sorted(set(new.config.backup_sensors) - set(before.config.backup_sensors))
+        dropped = sorted(set(before.config.backup_sensors) - set(new.config.backup_sensors))
         self.log(
             {
                 "event": "replan",

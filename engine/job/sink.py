@@ -166,7 +166,7 @@ class BatchWriter:
         screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
         screened["shadow"] = shadow_contract(misses, self.version.config)
         if self.control is not None and rows is not None:  # a set for the next batch on
-            self.control.steer(int(batch_id), rows, starts, state.max_event_us)
+            self.control.steer(int(batch_id), rows, starts, state.max_event_us, state.watermark_us)
             state.extra = {**state.extra, CONTROL_KEY: self.control.snapshot()}
         screened["control"] = None if self.control is None else self.control.status()
         state.batch_id = int(batch_id)

@@ -33,10 +33,13 @@ inverse of the backed-up block per version; a rebase recomputes the selection fr
 the covariance once per re-plan.
 
 **Delay.** The feedback of a window arrives when it closes, after its last reading
-(with a disorder stage: after its stragglers are released). A decision made after
-the batch whose largest row is ``h`` governs rows from ``h + 1``; the windows that hold
-rows up to ``h`` and are not applied yet are outstanding: ``h // slide - watermark + 1``.
-``delay`` is the largest count seen at a decision, the ``d`` of the controller's bound
+(with a disorder stage: after its stragglers are released). Every row up to ``h``, the
+largest row of a batch, was governed by decisions made before that batch's feedback;
+so the oldest window the batch brings feedback for, ``watermark`` (taken before it is
+applied), had its feedback outstanding while the decisions for windows up to
+``h // slide`` were made: ``d >= h // slide - watermark``, measured before every batch's
+feedback is applied (a batch of many windows, a catch-up, counts them all).
+``delay`` is the largest seen, the ``d`` of the controller's bound
 (``ControlConfig.miss_bound``): about ``window / slide`` without disorder, plus the
 stage's lateness in slides with it.
 
@@ -144,8 +147,8 @@ class ControlledReplanning(ReplanningMonitor):
             if not len(closed):
                 return None
             self._skip_unseen(int(closed.ids[0]))
+            self._measure_delay()  # before its feedback: it governed every row up to now
             decision = self.controller.observe(self._feedback(closed))
-            self._measure_delay()
             if set(self.controller.backup) != set(self._handed):
                 self._install(with_backup(self.model_plan, self.controller.backup), "control",
                               _control_reason(decision, self.plan.sensors))  # fmt: skip
@@ -266,8 +269,7 @@ class ControlledReplanning(ReplanningMonitor):
     def _measure_delay(self) -> None:
         last_row = self.rows_seen() - 1
         if last_row >= 0:
-            outstanding = last_row // self._slide - self.controller.watermark + 1
-            self.delay = max(self.delay, outstanding)
+            self.delay = max(self.delay, last_row // self._slide - self.controller.watermark)
 
 
 def _control_reason(decision: ControlDecision, sensors: tuple[str, ...]) -> str:

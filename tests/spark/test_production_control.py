@@ -57,7 +57,7 @@ def test_a_rebuilt_sensor_that_starts_missing_is_backed_up_by_online_control(
     spark: Any, tmp_path: Path, exposure: int | None
 ) -> None:
     rows, config = _landed(tmp_path, exposure)
-    report, logged = run_landed(spark, tmp_path, config, max_files_per_trigger=1)
+    report, logged = run_landed(spark, tmp_path, config, max_files_per_trigger=1, control=True)
     assert report.batches == 1 + STREAM // EXPOSURE
     events = [e["event"] for e in logged]
     mode = next(e for e in logged if e["event"] == "control_mode")

@@ -146,6 +146,8 @@ def test_a_sensor_whose_windows_miss_is_backed_up_from_the_next_batch(config, fr
     # the version rebuilds the rest from the set it backs up
     assert set(made[0].config.linear_map().backup) == set(made[0].config.backup_sensors)
     status = control.status()
+    # a window closes with the batch holding the next window's first two rows: that
+    # window was governed before the feedback
     assert status["windows"] == 19 and status["delay_windows"] == 1
     # the bound at d = 1: aim + (s_0 - s_min + 2 gamma) / (gamma T)
     assert status["miss_bound"] == pytest.approx(0.05 * 0.7 + (0 + 2 + 0.4) / (0.2 * 19))
@@ -173,6 +175,60 @@ def test_rows_are_scored_under_the_version_that_backed_them_up(config, frame) ->
     assert [bool(f.rebuilt[d]) for f in got] == [True, True, False]
     assert np.isnan(got[2].miss[d]) or got[2].miss[d] == 0.0  # backed up: not a miss
     assert np.isfinite(got[2].counterfactual[d])  # its evidence for a release
+
+
+def test_a_sensor_every_version_backs_up_is_not_rebuilt_in_a_window_unmeasured(
+    config, frame
+) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    rows = _rows(frame[400:424])
+    rows.loc[10, VERSION] = -1.0  # window 1: a time step two versions brought
+    short = rows.drop(index=20)  # window 2: a time step missing
+    got = control.feedback(short, rows[TIME].to_numpy()[[8, 16]])
+    c = SENSORS.index("c")  # backed up by every version
+    assert [bool(f.rebuilt[c]) for f in got] == [False, False]
+    assert all(f.rebuilt[SENSORS.index("a")] and np.isnan(f.miss).all() for f in got)
+
+
+def test_the_delay_counts_every_window_a_batch_brings_before_its_feedback(frame) -> None:  # type: ignore[no-untyped-def]
+    """A catch-up batch of 20 windows: the decision before it governed all 20, so the
+    bound must be stated at d >= 20 (measured after the feedback it read 1)."""
+    params = PlanParameters(WindowQuery(0.5, 0.05, W, aggregate="avg", horizon=48))
+    config = BackupConfig.from_dict(plan_to_config(make_plan(history_from_frame(frame[:400]),
+                                                             params)))  # fmt: skip
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    rows = _rows(frame[400 : 400 + 21 * W].reset_index(drop=True))
+    control.steer(1, rows, rows[TIME].to_numpy()[::W][:-1], int(rows[TIME].max()))
+    assert control.status()["windows"] == 20 and control.status()["delay_windows"] >= 20
+
+
+def test_windows_closed_while_the_controller_was_away_are_skipped_not_pending(
+    config, frame
+) -> None:  # type: ignore[no-untyped-def]
+    control, _ = _control(config, frame)
+    _drive(control, frame[400:480])
+    before = control.status()
+    again, _ = _control(config, frame)
+    again.resume(control.snapshot())
+    assert again.delay == before["delay_windows"]  # kept with the state
+    rows = _rows(frame[560:562])  # 80 rows later: windows closed meanwhile, unseen
+    newest = int(rows[TIME].max())
+    again.steer(100, rows, np.array([], dtype=np.int64), newest, watermark_us=newest)
+    after = again.status()
+    assert after["delay_windows"] == before["delay_windows"]
+    # the windows from rows 472 to 553 closed while it was away: never applied
+    assert after["skipped"] == before["skipped"] + 11
+
+
+def test_a_saved_state_it_cannot_resume_is_said_and_a_fresh_one_starts(config, frame) -> None:  # type: ignore[no-untyped-def]
+    control, logged = _control(config, frame)
+    control.resume({"controller": {"version": 99}, "delay_windows": 3, "skipped": 1})
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    assert control.controller is not None and control.status()["delay_windows"] == 0
+    failed = [e for e in logged if e["event"] == "control_failed"]
+    assert failed and "fresh controller" in failed[0]["reason"]
 
 
 def test_windows_with_unknown_numbers_or_versions_are_not_measured(config, frame) -> None:  # type: ignore[no-untyped-def]
