@@ -189,6 +189,15 @@ def test_a_sensor_every_version_backs_up_is_not_rebuilt_in_a_window_unmeasured(
     c = SENSORS.index("c")  # backed up by every version
     assert [bool(f.rebuilt[c]) for f in got] == [False, False]
     assert all(f.rebuilt[SENSORS.index("a")] and np.isnan(f.miss).all() for f in got)
+    # d backed up by version 2 in every row the short window has: not rebuilt in it
+    from engine.planning.steering import with_backup
+
+    plan = make_plan(history_from_frame(frame[:400]), PARAMS)
+    v2 = BackupConfig.from_dict(plan_to_config(with_backup(plan, (2, 3))))  # c and d
+    control.book.add(JobPlan(2, 5, "control", "test", v2))
+    short.loc[16:, VERSION] = 2.0
+    (window,) = control.feedback(short, rows[TIME].to_numpy()[[16]])
+    assert not window.rebuilt[SENSORS.index("d")] and window.rebuilt[SENSORS.index("a")]
 
 
 def test_the_delay_counts_every_window_a_batch_brings_before_its_feedback(frame) -> None:  # type: ignore[no-untyped-def]
