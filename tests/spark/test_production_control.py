@@ -24,15 +24,20 @@ from tests.production_reference import Rows, feed, run_landed
 
 pytestmark = pytest.mark.spark
 
-HISTORY, STREAM = 400, 72  # rows: the plan's fit period, then files of EXPOSURE rows
+HISTORY, STREAM = 400, 72  # rows: the plan's fit period, then the stream's files
 EXPOSURE = 4
+
+
+def file_rows(exposure: int | None) -> int:
+    """A crash plan's stream lands in files of its exposure; a range plan's in 8 rows."""
+    return exposure or 8
 
 
 def _landed(tmp: Path, exposure: int | None) -> tuple[Rows, Path]:
     """Four sensors reading one AR(1) factor plus their own noise, hourly. The plan (avg,
     window 8, slide 4, eps 0.5, ``exposure``) of the first 400 rows backs up d alone;
     in the stream a reads 30 above what the map rebuilds. The history lands as one file,
-    the stream in files of 4 rows (the exposure)."""
+    the stream in files of ``file_rows(exposure)`` rows."""
     rng = np.random.default_rng(0)
     f = np.zeros(HISTORY + 96)  # the same draws whatever the stream's length
     for t in range(1, f.size):
@@ -48,7 +53,8 @@ def _landed(tmp: Path, exposure: int | None) -> tuple[Rows, Path]:
     x[HISTORY:, 0] += 30.0
     rows = Rows(times.to_numpy(), x, ("a", "b", "c", "d"))
     feed(rows, tmp / "landing", rows_per_file=HISTORY, stop=HISTORY)
-    feed(rows, tmp / "landing", rows_per_file=EXPOSURE, start=HISTORY, stop=HISTORY + STREAM)
+    each = file_rows(exposure)
+    feed(rows, tmp / "landing", rows_per_file=each, start=HISTORY, stop=HISTORY + STREAM)
     return rows, config
 
 
@@ -58,7 +64,7 @@ def test_a_rebuilt_sensor_that_starts_missing_is_backed_up_by_online_control(
 ) -> None:
     rows, config = _landed(tmp_path, exposure)
     report, logged = run_landed(spark, tmp_path, config, max_files_per_trigger=1, control=True)
-    assert report.batches == 1 + STREAM // EXPOSURE
+    assert report.batches == 1 + STREAM // file_rows(exposure)
     events = [e["event"] for e in logged]
     mode = next(e for e in logged if e["event"] == "control_mode")
     assert mode["online_control"] is True
@@ -77,7 +83,7 @@ def test_a_rebuilt_sensor_that_starts_missing_is_backed_up_by_online_control(
     backup = read_backup(tmp_path / "backup")
     times = pd.to_datetime(backup["event_time"]).to_numpy()
     a = backup[(backup["sensor"] == "a") & (times >= rows.times[HISTORY])]
-    start = rows.times[HISTORY + (first - 1) * EXPOSURE]
+    start = rows.times[HISTORY + (first - 1) * file_rows(exposure)]
     fed = rows.times[: HISTORY + STREAM]
     assert pd.to_datetime(a["event_time"]).tolist() == list(fed[fed >= start])
     assert a["plan_version"].min() >= adds_a["plan_version"]  # or a re-plan adopting it
