@@ -378,8 +378,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-control",
         action="store_true",
-        help="no online control of a crash-contract plan's backup set (default: every "
-        "closed window's shadow check steers it; --no-replan turns it off too)",
+        help="no online control of the backup set (default: every closed window's shadow "
+        "check steers it, under the plan's contract; --no-replan turns it off too)",
     )
     p.add_argument(
         "--replan-in-batch",
