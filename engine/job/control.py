@@ -82,7 +82,7 @@ from engine.job.plans import JobPlan, PlanBook, Runner, fit_again, in_background
 from engine.model.linear import LinearMap, column_indices
 from engine.planning.control import ControlConfig, SensorController
 from engine.planning.control_types import ShadowFeedback
-from engine.planning.feedback import drop_one_rebuild, shadow_feedback
+from engine.planning.feedback import DropOneRebuilds, shadow_feedback
 from engine.planning.plan import BackupPlan
 from engine.planning.steering import controller_inputs, with_backup
 
@@ -120,7 +120,7 @@ class JobControl:
         self._snap: dict[str, Any] | None = None  # the controller's, until it changes
         self._batch = 0  # the micro-batch being steered (events of a re-plan's adopt)
         self._maps: dict[int, LinearMap] = {}
-        self._drop: dict[tuple[int, tuple[int, ...]], Callable[[np.ndarray], np.ndarray]] = {}
+        self._drop = DropOneRebuilds()
 
     # ------------------------------------------------------------ the hooks
     def resume(self, saved: Any) -> None:
@@ -400,7 +400,7 @@ class JobControl:
             recovered[rows] = got
             idx = column_indices(sensors, config.backup_sensors)
             backed[np.ix_(rows, idx)] = True
-            dropped[rows] = self._drop_one(idx)(x)
+            dropped[rows] = self._drop(self.model_plan.model, idx)(x)
         backed[whole] = True
         recovered[whole] = truth[whole]
         return recovered, backed, dropped
@@ -409,15 +409,6 @@ class JobControl:
         if version not in self._maps:
             self._maps[version] = config.linear_map()
         return self._maps[version]
-
-    def _drop_one(self, idx: list[int]) -> Callable[[np.ndarray], np.ndarray]:
-        assert self.model_plan is not None
-        key = (id(self.model_plan.model), tuple(idx))
-        if key not in self._drop:
-            if len(self._drop) >= 8:
-                self._drop.pop(next(iter(self._drop)))
-            self._drop[key] = drop_one_rebuild(self.model_plan.model, idx)
-        return self._drop[key]
 
 
 def _config(plan: BackupPlan) -> BackupConfig:

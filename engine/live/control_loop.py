@@ -70,7 +70,7 @@ from engine.planning.control import (
     SensorController,
     ShadowFeedback,
 )
-from engine.planning.feedback import drop_one_rebuild, shadow_feedback
+from engine.planning.feedback import DropOneRebuilds, shadow_feedback
 from engine.planning.plan import BackupPlan
 from engine.planning.replan import ReplanningMonitor, calibration_state, fresh_plan
 from engine.planning.steering import controller_for, controller_inputs, with_backup
@@ -111,7 +111,7 @@ class ControlledReplanning(ReplanningMonitor):
         self.model_plan = plan  # the plan whose model and targets the controller holds
         self.delay = 0
         self.skipped = 0  # windows closed where the controller did not see them
-        self._drop_cache: dict[tuple[int, tuple[int, ...]], Callable[[np.ndarray], np.ndarray]] = {}
+        self._drop = DropOneRebuilds()  # the counterfactual rebuilds under the model
         self._handed = self.controller.backup  # the set last handed to the pipeline
         self._parked: tuple[BackupPlan, str, str] | None = None  # a re-plan to install
         self._versions: dict[int, PlanVersion] = {}
@@ -246,17 +246,8 @@ class ControlledReplanning(ReplanningMonitor):
             recovered[np.ix_(rows, cols)] = lm.rebuild_columns(x, sensors)[:, cols]
             idx = column_indices(sensors, v.spec.backup_sensors)
             backed[np.ix_(rows, idx)] = True
-            dropped[rows] = self._drop_one(idx)(x)
+            dropped[rows] = self._drop(self.model_plan.model, idx)(x)
         return recovered, backed, known, dropped
-
-    def _drop_one(self, idx: list[int]) -> Callable[[np.ndarray], np.ndarray]:
-        """The counterfactual rebuild of the set ``idx`` under the controller's model."""
-        key = (id(self.model_plan.model), tuple(idx))
-        if key not in self._drop_cache:
-            if len(self._drop_cache) >= 8:
-                self._drop_cache.pop(next(iter(self._drop_cache)))
-            self._drop_cache[key] = drop_one_rebuild(self.model_plan.model, idx)
-        return self._drop_cache[key]
 
     def _skip_unseen(self, first_id: int) -> None:
         """Windows before ``first_id`` this controller never got (recovery closed them, or

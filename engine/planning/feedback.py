@@ -154,3 +154,26 @@ def drop_one_rebuild(
         return out
 
     return rebuild
+
+
+class DropOneRebuilds:
+    """``drop_one_rebuild`` per (model, backup set), the ``keep`` most recent kept: one
+    inverse of the backed-up block per set, not one per batch (the live control loop's and
+    the production job's counterfactuals)."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._cache: dict[tuple[int, tuple[int, ...]], Callable[[np.ndarray], np.ndarray]] = {}
+
+    def __call__(
+        self, model: GaussianModel, backup: Sequence[int]
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        key = (id(model), tuple(backup))
+        if key not in self._cache:
+            if len(self._cache) >= self.keep:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = drop_one_rebuild(model, backup)
+        return self._cache[key]
+
+    def clear(self) -> None:
+        self._cache.clear()
