@@ -195,6 +195,7 @@ def _run_query(
     from engine.job.sink import BatchWriter
     from engine.job.transforms import WindowSpec
     from engine.planning.monitor import ViolationMonitor
+    from engine.stream.checkpoint import clear_interrupted_first_batch
 
     _check_local_paths(settings)  # before anything is written (the plan book's v1)
     # The two-query job (before one query) kept "backup" and "windows" here; resuming
@@ -249,6 +250,9 @@ def _run_query(
     writer = BatchWriter(
         spark, spec, paths, book, partitions, log, source, replanner, monitor, control, now=now
     )
+    cleared = clear_interrupted_first_batch(files, paths.query_checkpoint("job"))
+    if cleared:  # a stop or kill during the first batch's log write (engine.stream.checkpoint)
+        log({"event": "checkpoint_cleared", "removed": cleared})
     query = start_job_query(source.read_stream(spark), writer, paths, trigger)
     try:
         watch_queries([query], stop, log, writer.batch_readings, writer.full_batches)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError, StoreError
 from engine.live.backup_writer import write_batch
 from engine.live.batch import (
@@ -56,6 +57,7 @@ from engine.live.status import StatusBoard
 from engine.live.store import COMPACT_BATCHES, BackupStore
 from engine.live.switching import PlanSwitching, _last_time
 from engine.live.versions import PendingPlan, PlanVersion
+from engine.stream.checkpoint import clear_interrupted_first_batch
 from engine.stream.query_errors import (
     FAILURE_MARK,
     QueryStopped,
@@ -139,6 +141,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
     def start(self) -> LivePipeline:
         """Start the query (resuming the checkpoint's run if there is one)."""
         self.run = self._claim_run()
+        # a stop during the first batch's log write leaves a checkpoint Spark refuses
+        clear_interrupted_first_batch(DurableFiles(self.spark), str(self.paths.checkpoint_dir))
         self.board.update(state="running", mode=self.mode, run=self.run, last_error=None)
         reader = self.source.read_stream(self.spark)
         writer = (

@@ -248,3 +248,52 @@ def _wait_for_metrics(pipeline: LivePipeline, timeout: float = 10.0) -> Any:
             return status
         time.sleep(0.1)
     return pipeline.board.snapshot()
+
+
+def _first_batch_interrupted(
+    spark: Any, spec: StreamSpec, paths: PipelinePaths, store: Any
+) -> None:
+    """A run whose first batch a stop interrupted while Spark wrote its offsets: the
+    query and its run exist, nothing is logged, Spark's temporary offsets file is left."""
+    run_once(spark, spec, "approx", paths, store)  # nothing has landed: no batch
+    offsets = paths.checkpoint_dir / "offsets"
+    assert not any(p.name.isdigit() for p in offsets.iterdir()) if offsets.is_dir() else True
+    offsets.mkdir(exist_ok=True)
+    (offsets / ".0.0c6e6bd6-9a0c-4d4e-a2be-1f2d3c4b5a69.tmp").write_bytes(b"")
+
+
+def test_a_run_stopped_while_its_first_batch_was_logged_resumes(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    paths = PipelinePaths(tmp_path).ensure()
+    with BackupStore(paths.store_file) as store:
+        _first_batch_interrupted(spark, spec, paths, store)
+        feed(history, paths)
+        pipeline = run_once(spark, spec, "approx", paths, store)
+        assert pipeline.board.snapshot().state != "error", pipeline.board.snapshot().last_error
+        expected = window_aggregates(history.values, spec.window, spec.slide, spec.aggregate)
+        np.testing.assert_allclose(wide_results(store, spec.sensors).to_numpy(), expected)
+        assert not list((paths.checkpoint_dir / "offsets").glob(".*.tmp"))
+
+
+def test_a_query_that_dies_as_it_starts_shows_as_an_error(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Without the repair Spark refuses the checkpoint at once: the board says so, in the
+    # one line of Spark's reason, rather than stay "running" with no batch ever after.
+    monkeypatch.setattr("engine.live.pipeline.clear_interrupted_first_batch", lambda *a: [])
+    paths = PipelinePaths(tmp_path).ensure()
+    with BackupStore(paths.store_file) as store:
+        _first_batch_interrupted(spark, spec, paths, store)
+        feed(history, paths)
+        pipeline = LivePipeline(spark, spec, "approx", paths, store, options=ONCE).start()
+        try:
+            assert pipeline.await_termination(60)
+            deadline = time.monotonic() + 5
+            while pipeline.board.snapshot().state == "running" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            snap = pipeline.board.snapshot()
+        finally:
+            pipeline.stop()
+        assert snap.state == "error", snap
+        assert "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" in (snap.last_error or "")

@@ -149,6 +149,28 @@ def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
     _compare(read_results(tmp_path / "backup"), reference)
 
 
+def test_a_job_stopped_while_its_first_batch_was_logged_starts_again(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows = sample_rows(48)
+    config = tmp_path / "plan.json"
+    write_config(config, rows, aggregate="sum", eps=3.0)
+    (tmp_path / "landing").mkdir()
+    _run(spark, tmp_path, config, replan=False)  # nothing landed: the query, no batch
+    # a stop or kill while Spark wrote batch 0's offsets leaves its temporary file
+    offsets = tmp_path / "checkpoint" / "job" / "offsets"
+    offsets.mkdir(exist_ok=True)
+    (offsets / ".0.7d1f4c2a-5b3e-4f60-9a8b-2c1d0e9f8a7b.tmp").write_bytes(b"")
+    feed(rows, tmp_path / "landing", rows_per_file=12)
+    report, logged = _run(spark, tmp_path, config, replan=False)
+    assert report.input_rows == 48 * 6
+    cleared = [r["removed"] for r in logged if r["event"] == "checkpoint_cleared"]
+    assert cleared == [["offsets/.0.7d1f4c2a-5b3e-4f60-9a8b-2c1d0e9f8a7b.tmp"]]
+    lm = load_config(config).linear_map()
+    reference = reference_results(rows, lm, 8 * 3600.0, 4 * 3600.0, "sum", 3.0)
+    _compare(read_results(tmp_path / "backup"), reference)
+
+
 def test_a_checkpoint_of_the_two_query_job_is_refused(spark: Any, tmp_path: Path) -> None:
     rows = sample_rows(24)
     config = tmp_path / "plan.json"
