@@ -61,6 +61,10 @@ def test_stop_is_quiet_and_prompt_and_start_resumes_the_counters(  # type: ignor
             deadline = time.monotonic() + 180
             while batches(page) <= before:
                 assert time.monotonic() < deadline, "no micro-batch after the resume"
+                state = metric_value(page, "State")
+                assert "error" not in state, page.get_by_test_id(
+                    "stAlertContentError"
+                ).all_inner_texts()
                 page.wait_for_timeout(1000)
             page.get_by_text(re.compile(r"Latest restore")).first.wait_for()
             page.get_by_role("button", name="Stop").click()
