@@ -305,10 +305,16 @@ MUTANTS = (
            ("tests/unit/test_job_crash_check.py",)),
     Mutant("j1: the job's controller scores every row as backed up by the newest set",
            "engine/job/control.py",
-           "            idx = column_indices(sensors, config.backup_sensors)",
-           "            idx = column_indices(sensors, "
-           "by_number[max(by_number)].config.backup_sensors)",
+           "            [(self._map(p.version, p.config), p.config.backup_sensors) "
+           "for p in plans],",
+           "            [(self._map(p.version, p.config), plans[-1].config.backup_sensors) "
+           "for p in plans],",
            (JOB_CONTROL,)),
+    Mutant("v1: rows are rebuilt under versions with every map's targets but no backed-up set",
+           "engine/planning/feedback.py",
+           "        backed[np.ix_(rows, idx)] = True",
+           "        pass",
+           (JOB_CONTROL, LOOP + "test_a_broken_sensor_is_backed_up_by_a_control_version")),
     Mutant("j2: the job's controller measures windows with unknown rows or numbers",
            "engine/job/control.py",
            "        measured = known.reshape(count, w, n).all(axis=1)  # (count, n)",

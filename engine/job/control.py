@@ -82,7 +82,7 @@ from engine.job.plans import JobPlan, PlanBook, Runner, fit_again, in_background
 from engine.model.linear import LinearMap, column_indices
 from engine.planning.control import ControlConfig, SensorController
 from engine.planning.control_types import ShadowFeedback
-from engine.planning.feedback import DropOneRebuilds, shadow_feedback
+from engine.planning.feedback import DropOneRebuilds, rebuild_under_versions, shadow_feedback
 from engine.planning.plan import BackupPlan
 from engine.planning.steering import controller_inputs, with_backup
 
@@ -378,29 +378,23 @@ class JobControl:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(recovered, backed, dropped) of ``truth``'s rows, each under its version."""
         assert self.model_plan is not None
-        sensors = list(self.model_plan.sensors)
-        recovered = np.full(truth.shape, np.nan)
-        backed = np.zeros(truth.shape, bool)
-        dropped = np.full(truth.shape, np.nan)
-        by_number = {p.version: p for p in self.book.versions}
+        model, sensors = self.model_plan.model, list(self.model_plan.sensors)
+        plans = sorted(self.book.versions, key=lambda p: p.version)
+        numbers = [p.version for p in plans]
+        group = np.where(np.isin(version, numbers), np.searchsorted(numbers, version), -1)
+        recovered, backed, dropped = rebuild_under_versions(
+            truth,
+            group,
+            [(self._map(p.version, p.config), p.config.backup_sensors) for p in plans],
+            sensors,
+            lambda idx: self._drop(model, idx),
+        )
         # a row of no one version (two brought it): backed up where every version backs
-        # up (unknown readings: left NaN, so not measured)
-        always = set.intersection(*(set(p.config.backup_sensors) for p in self.book.versions))
-        unknown = ~np.isin(version, list(by_number))
+        # up; its readings unknown (NaN, so not measured)
+        unknown = group < 0
+        always = set.intersection(*(set(p.config.backup_sensors) for p in plans))
         backed[np.ix_(unknown, np.isin(sensors, sorted(always)))] = True
-        for v in np.unique(version):
-            if int(v) not in by_number:
-                continue
-            rows = version == v
-            config = by_number[int(v)].config
-            lm, x = self._map(int(v), config), truth[rows]  # a NaN reading rebuilds NaN
-            cols = column_indices(sensors, lm.targets)
-            got = np.array(x)
-            got[:, cols] = lm.rebuild_columns(x, sensors)[:, cols]
-            recovered[rows] = got
-            idx = column_indices(sensors, config.backup_sensors)
-            backed[np.ix_(rows, idx)] = True
-            dropped[rows] = self._drop(self.model_plan.model, idx)(x)
+        recovered[unknown] = np.nan
         backed[whole] = True
         recovered[whole] = truth[whole]
         return recovered, backed, dropped

@@ -70,7 +70,7 @@ from engine.planning.control import (
     SensorController,
     ShadowFeedback,
 )
-from engine.planning.feedback import DropOneRebuilds, shadow_feedback
+from engine.planning.feedback import DropOneRebuilds, rebuild_under_versions, shadow_feedback
 from engine.planning.plan import BackupPlan
 from engine.planning.replan import ReplanningMonitor, calibration_state, fresh_plan
 from engine.planning.steering import controller_for, controller_inputs, with_backup
@@ -231,23 +231,18 @@ class ControlledReplanning(ReplanningMonitor):
         """Rows ``first ..`` as recovery rebuilds them, each with its plan version's map:
         (recovered, backed, known, dropped). A row before every version seen (a process
         that resumed a run) takes the first one's and is not ``known``."""
-        sensors = self.plan.sensors
-        seq = first + np.arange(block.shape[0])
-        recovered, dropped = np.array(block, float), np.full(block.shape, np.nan)
-        backed = np.zeros(block.shape, bool)
+        model = self.model_plan.model
         ordered = sorted(self._versions.values(), key=lambda v: (v.first_seq, v.id))
         firsts = np.array([v.first_seq for v in ordered])
-        which = np.searchsorted(firsts, seq, side="right") - 1
-        known = which >= 0
-        for k in np.unique(np.maximum(which, 0)):
-            v, rows = ordered[k], np.maximum(which, 0) == k
-            lm, x = v.spec.linear_map, block[rows]
-            cols = column_indices(sensors, lm.targets)
-            recovered[np.ix_(rows, cols)] = lm.rebuild_columns(x, sensors)[:, cols]
-            idx = column_indices(sensors, v.spec.backup_sensors)
-            backed[np.ix_(rows, idx)] = True
-            dropped[rows] = self._drop(self.model_plan.model, idx)(x)
-        return recovered, backed, known, dropped
+        which = np.searchsorted(firsts, first + np.arange(block.shape[0]), side="right") - 1
+        recovered, backed, dropped = rebuild_under_versions(
+            block,
+            np.maximum(which, 0),
+            [(v.spec.linear_map, v.spec.backup_sensors) for v in ordered],
+            self.plan.sensors,
+            lambda idx: self._drop(model, idx),
+        )
+        return recovered, backed, which >= 0, dropped
 
     def _skip_unseen(self, first_id: int) -> None:
         """Windows before ``first_id`` this controller never got (recovery closed them, or

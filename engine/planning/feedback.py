@@ -29,6 +29,7 @@ import numpy as np
 from engine.aggregates import get_aggregate, leave_out
 from engine.errors import ParameterError
 from engine.model import GaussianModel
+from engine.model.linear import LinearMap, column_indices
 from engine.planning.control import ShadowFeedback
 
 
@@ -154,6 +155,36 @@ def drop_one_rebuild(
         return out
 
     return rebuild
+
+
+def rebuild_under_versions(
+    x: np.ndarray,
+    group: np.ndarray,
+    versions: Sequence[tuple[LinearMap, Sequence[str]]],
+    sensors: Sequence[str],
+    drop: Callable[[list[int]], Callable[[np.ndarray], np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Readings ``x`` (B, n) as recovery rebuilds them, each row under its plan version.
+
+    ``group[b]`` indexes ``versions``, one ``(map, backup sensors)`` per version (-1: a
+    row of no version). Returns ``(recovered, backed, dropped)``: ``recovered`` is ``x``
+    with the version's map targets rebuilt (a NaN reading rebuilds NaN); ``backed`` the
+    version's backup set; ``dropped`` each backed-up sensor rebuilt from the rest of the
+    set (``drop(indices)``, e.g. a ``DropOneRebuilds`` of the model), NaN elsewhere. A row
+    of no version is left as read, backed nowhere, dropped NaN: the caller decides.
+    """
+    recovered, dropped = np.array(x, float), np.full(x.shape, np.nan)
+    backed = np.zeros(x.shape, bool)
+    for k in np.unique(group[group >= 0]):
+        rows = group == k
+        lm, backup = versions[int(k)]
+        block = x[rows]
+        cols = column_indices(sensors, lm.targets)
+        recovered[np.ix_(rows, cols)] = lm.rebuild_columns(block, sensors)[:, cols]
+        idx = column_indices(sensors, backup)
+        backed[np.ix_(rows, idx)] = True
+        dropped[rows] = drop(idx)(block)
+    return recovered, backed, dropped
 
 
 class DropOneRebuilds:
