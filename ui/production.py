@@ -243,7 +243,14 @@ def _what(event: dict) -> str:
         if event.get("missing_values"):
             parts.append(f"{event['missing_values']:,} null or NaN values left out of windows")
         return "; ".join(parts)
-    return str(event.get("reason", ""))
+    if kind == "control_started":
+        n = event.get("backup_sensors")
+        return (
+            "the controller steers the set from every closed window's shadow check; "
+            f"it starts from the plan's {n} backed-up sensor{'' if n == 1 else 's'}"
+        )
+    # the event's own sentence, whichever key it keeps it under
+    return str(event.get("reason") or event.get("detail") or event.get("what") or "")
 
 
 def recover_range(status: JobStatus) -> None:

@@ -6,13 +6,15 @@ failed re-plan, a resumed monitor, input it could not use, a micro-batch over th
 plan's exposure) are also written to
 ``<backup>/_lacuna/events/<batch:012d>-<event>.json``, through Hadoop's
 FileSystem like the job's other small files. Named by the micro-batch that
-raised them, a replayed batch rewrites its own events rather than adding more.
+raised them, a replayed batch rewrites its own events rather than adding more; each
+carries ``logged_at`` (UTC), which orders one batch's events.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from engine.backup.durable import DurableFiles
@@ -49,6 +51,9 @@ class DurableLog:
 
     def __call__(self, record: dict[str, Any]) -> None:
         if record.get("event") in NOTABLE:
+            # when it was kept: a console orders one batch's events by it (file names
+            # only order the batches)
+            record = {**record, "logged_at": datetime.now(UTC).isoformat(timespec="microseconds")}
             line = json.dumps(record, default=str) + "\n"
             self.files.write(f"{self.root}/{event_file(record)}", line.encode())
         self.log(record)

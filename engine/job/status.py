@@ -288,11 +288,13 @@ def _events(folder: Path) -> tuple[dict, ...]:
     if not folder.is_dir():
         return ()
     out = []
-    for name in sorted(os.listdir(folder), reverse=True):
+    for name in sorted(os.listdir(folder)):
         if name.startswith((".", "_")) or not name.endswith(".json"):
             continue
         try:
-            out.append(json.loads((folder / name).read_text()))
+            event = json.loads((folder / name).read_text())
         except (OSError, ValueError) as err:
             raise DataError(f"job event file {folder / name} is unreadable: {err}") from None
-    return tuple(out)
+        out.append((name.split("-", 1)[0], str(event.get("logged_at", "")), name, event))
+    # newest first: by batch, then by when each was kept (events before logged_at: by name)
+    return tuple(e for *_, e in sorted(out, key=lambda t: t[:3], reverse=True))

@@ -316,3 +316,37 @@ def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_writt
     assert full_backup()[0] != stored and full_backup()[1] == written
     app.number_input(key="w_bytes").set_value(32.0).run()
     assert full_backup()[1] != written
+
+
+def test_the_job_chart_plots_each_batch_under_its_plans_contract() -> None:
+    import pandas as pd
+
+    from ui.charts import job_batches_chart
+
+    # every whole window misses, but only a quarter of the m-row losses touching them do
+    crash = pd.DataFrame({"batch_id": [0, 1, 2], "plan_version": [1, 1, 1],
+                          "rebuilt_pairs": [4, 4, 0], "misses": [4, 4, 0],
+                          "contract": "crash", "crash_windows": [4, 4, 0],
+                          "crash_misses": [1.0, 0.5, 0.0]})  # fmt: skip
+    fig = job_batches_chart(crash, 0.05)
+    (trace,) = fig.data
+    assert list(trace.x) == [0, 1] and list(trace.y) == [25.0, 12.5]
+    assert "m-row losses" in fig.layout.yaxis.title.text
+    whole = crash.drop(columns=["contract", "crash_windows", "crash_misses"])  # older metrics
+    fig = job_batches_chart(whole, 0.05)
+    assert list(fig.data[0].y) == [100.0, 100.0]
+    assert fig.layout.yaxis.title.text == "% of rebuilt windows with error > eps"
+
+
+def test_every_job_event_says_what_happened_in_its_own_words() -> None:
+    from ui.production import _what
+
+    control = {"event": "control", "plan_version": 2, "added": ["a"], "released": [],
+               "detail": "online control: backed up a (its recent windows missed eps)"}  # fmt: skip
+    over = {"event": "over_exposure", "what": "a micro-batch of 400 rows exceeds ..."}
+    started = {"event": "control_started", "backup_sensors": 1}
+    waiting = {"event": "control_waiting", "reason": "the fit period ... next re-plan"}
+    assert _what(control) == control["detail"]
+    assert _what(over) == over["what"]
+    assert "starts from the plan's 1 backed-up sensor" in _what(started)
+    assert _what(waiting) == waiting["reason"]
