@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
@@ -23,6 +25,9 @@ from engine.live import AuditLog
 from ui import access, charts, resources
 from ui.format import format_percent
 from ui.panels import QUIET
+
+if TYPE_CHECKING:
+    from engine.export.plan_book import JobPlan
 
 BACKUP_KEY = "w_prod_backup"
 FOLLOW_S = 10  # seconds between reads while following a running job
@@ -136,19 +141,28 @@ def control_line(control: dict | None) -> str:
 
 
 def versions_table(status: JobStatus) -> None:
-    rows = [
-        {
+    st.dataframe(pd.DataFrame(version_rows(status.versions)), hide_index=True, width="stretch")
+
+
+def version_rows(versions: Sequence[JobPlan]) -> list[dict]:
+    """The plan versions, newest first; one that a later version replaced at the same
+    micro-batch (online control and a re-plan both installed there) governed no batch,
+    and says so."""
+    rows = []
+    for k, p in enumerate(versions):
+        later = versions[k + 1] if k + 1 < len(versions) else None
+        unused = later is not None and later.first_batch <= p.first_batch
+        rows.append({
             "version": p.version,
             "from batch": p.first_batch,
             "why": p.reason,
             "valid until": (p.config.validity or {}).get("valid_until"),
             "backed up": len(p.config.backup_sensors),
             "pinned": ", ".join(p.pinned),
-            "detail": p.detail,
-        }
-        for p in reversed(status.versions)
-    ]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            "detail": (f"governed no batch: version {later.version} replaced it at batch "
+                       f"{later.first_batch}. " if unused and later else "") + p.detail,
+        })  # fmt: skip
+    return rows[::-1]
 
 
 def live_rates(status: JobStatus) -> None:

@@ -350,3 +350,21 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     assert _what(over) == over["what"]
     assert "starts from the plan's 1 backed-up sensor" in _what(started)
     assert _what(waiting) == waiting["reason"]
+
+
+def test_a_version_replaced_at_the_batch_it_began_says_it_governed_none() -> None:
+    from types import SimpleNamespace
+
+    from engine.export.plan_book import JobPlan
+    from ui.production import version_rows
+
+    def plan(version: int, first: int, reason: str) -> JobPlan:
+        config = SimpleNamespace(validity={}, backup_sensors=("a",) * version)
+        return JobPlan(version, first, reason, f"{reason} detail", config)  # type: ignore[arg-type]
+
+    rows = version_rows([plan(1, 0, "initial"), plan(2, 13, "control"), plan(3, 13, "alert")])
+    assert [r["version"] for r in rows] == [3, 2, 1]
+    assert (
+        rows[1]["detail"] == "governed no batch: version 3 replaced it at batch 13. control detail"
+    )
+    assert rows[0]["detail"] == "alert detail" and rows[2]["detail"] == "initial detail"
