@@ -303,6 +303,11 @@ MUTANTS = (
            "        rebuilt[whole_rows] = truth[whole_rows]",
            "        pass",
            ("tests/unit/test_job_crash_check.py",)),
+    Mutant("x10: the job's crash check rebuilds every row under the version in force",
+           "engine/job/crash_check.py",
+           "            group[version == number] = k",
+           "            pass",
+           ("tests/unit/test_job_crash_check.py",)),
     Mutant("j1: the job's controller scores every row as backed up by the newest set",
            "engine/job/control.py",
            "            [(self._map(p.version, p.config), p.config.backup_sensors) "

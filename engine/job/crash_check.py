@@ -7,10 +7,13 @@ cannot say that (they hold a window's aggregate, not its rows in order), so for 
 crash plan the job also keeps the open windows' rows: each micro-batch's readings,
 pivoted on the executors to one row per event time with a column per sensor
 (``transforms.wide_readings``), are collected to the driver and merged into
-``WindowState.rows``; when a window closes, its ``w`` rows are rebuilt with the
-version's linear map (a kept-readings sensor's left out, ``engine.aggregates.leave_out``)
-and scored by ``engine.planning.feedback.window_misses``, the same quantity the live
-pipeline's controller gets. Rows no open window needs are then dropped.
+``WindowState.rows``; when a window closes, each of its ``w`` rows is rebuilt as the
+plan version its batch was backed up under rebuilds it (``VERSION``: that version's set
+exact, its map for the rest, its kept-readings sensors left out,
+``engine.aggregates.leave_out``), so a window that straddles a version change is scored
+as a failure there would really lose it, and scored by
+``engine.planning.feedback.window_misses``, the same quantity the live pipeline's
+controller gets. Rows no open window needs are then dropped.
 
 What it costs per micro-batch: one more Spark job (a scan and a pivot of the batch's
 readings), the batch's ``times x sensors`` numbers collected to the driver and kept
@@ -30,7 +33,7 @@ step missing cannot say which m rows a failure would lose).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +44,7 @@ from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.partials import WindowState
 from engine.model.linear import LinearMap
-from engine.planning.feedback import window_misses
+from engine.planning.feedback import rebuild_under_versions, window_misses
 
 TIME = "event_us"
 WHOLE = "backed_up_whole"  # 1.0 at a time step whose batch backed up every sensor, else 0.0
@@ -59,13 +62,14 @@ def check_closed(
     config: BackupConfig,
     lm: LinearMap,
     cutoff_us: int,
+    versions: Mapping[int, tuple[LinearMap, BackupConfig]] | None = None,
 ) -> tuple[np.ndarray, pd.DataFrame]:
     """The crash misses (``crash_misses``) of the windows starting at ``starts_us``, which
     the merge that moved ``state``'s watermark closed, and every row merged (the closed
     windows' included, for the online controller); ``batch``'s rows (``collect_rows``)
     join ``state.rows`` first, and only the rows an open window needs stay there."""
     rows = keep_rows(state, batch, config.sensors, window_us, cutoff_us)
-    return crash_misses(rows, starts_us, window_us, config, lm), rows
+    return crash_misses(rows, starts_us, window_us, config, lm, versions), rows
 
 
 def keep_rows(
@@ -129,6 +133,7 @@ def crash_misses(
     window_us: int,
     config: BackupConfig,
     lm: LinearMap,
+    versions: Mapping[int, tuple[LinearMap, BackupConfig]] | None = None,
 ) -> np.ndarray:
     """(W, n) each closed window's crash-contract miss in [0, 1], ``config.sensors`` order.
 
@@ -139,9 +144,13 @@ def crash_misses(
     starts_us : (W,) the windows' starts, epoch microseconds.
     window_us : the window's length in microseconds (``config.query.window`` rows).
     lm : the version's reconstruction map.
+    versions : ``{version: (map, config)}`` of the plan versions rows were backed up
+        under (``VERSION``): each row is lost and rebuilt as its own version would (its
+        backup set exact, its targets from its map, its kept readings left out); a row
+        of no version given (-1: two versions brought it) is scored under ``lm``.
 
-    A backed-up sensor's miss is 0 (recovered exactly); NaN where not measured (see the
-    module).
+    A sensor backed up in every row of a window misses 0 there (recovered exactly); NaN
+    where not measured (see the module).
     """
     query, sensors = config.query, list(config.sensors)
     w, m, n = query.window, query.exposure, len(sensors)
@@ -156,10 +165,21 @@ def crash_misses(
         return out
     take = (lo[whole][:, None] + np.arange(w)).ravel()
     truth = rows[sensors].to_numpy(dtype=float)[take]  # (count * w, n), window after window
-    rebuilt = lm.rebuild_columns(truth, sensors)
-    kept = np.isin(sensors, list(config.kept_readings))
-    if kept.any():
-        rebuilt = leave_out(rebuilt, kept, query.aggregate)
+    given = dict(versions or {})
+    plans = [(lm, config), *given.values()]
+    version = rows[VERSION].to_numpy(dtype=float)[take] if VERSION in rows else None
+    group = np.zeros(len(take), dtype=int)  # 0: the version in force (``lm``)
+    for k, number in enumerate(given, start=1):
+        if version is not None:
+            group[version == number] = k
+    rebuilt, _, _ = rebuild_under_versions(
+        truth, group, [(lm_k, c.backup_sensors) for lm_k, c in plans], sensors, _no_drop
+    )
+    for k, (_, c) in enumerate(plans):
+        kept = np.isin(sensors, list(c.kept_readings))
+        rows_k = group == k
+        if kept.any() and rows_k.any():
+            rebuilt[rows_k] = leave_out(rebuilt[rows_k], kept, query.aggregate)
     if WHOLE in rows:  # a batch over the exposure backed up every sensor: a loss there is exact
         whole_rows = rows[WHOLE].to_numpy(dtype=float)[take] > 0
         rebuilt[whole_rows] = truth[whole_rows]
@@ -178,6 +198,11 @@ def crash_misses(
     measured = known.reshape(count, w, n).all(axis=1)
     out[whole] = np.where(measured, misses, np.nan)
     return out
+
+
+def _no_drop(_backup: list[int]) -> Callable[[np.ndarray], np.ndarray]:
+    """No counterfactual: the crash check scores what each version backed up."""
+    return lambda x: np.full(x.shape, np.nan)
 
 
 def shadow_contract(misses: np.ndarray | None, config: BackupConfig) -> dict[str, object]:

@@ -28,6 +28,7 @@ from engine.aggregates import get_aggregate
 from engine.backup.dataset import COMMIT_MARKER, RESULTS_SUFFIX
 from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
+from engine.export import BackupConfig
 from engine.job.control import CONTROL_KEY, JobControl
 from engine.job.crash_check import check_closed, collect_rows, keep_rows, shadow_contract
 from engine.job.exposure import BatchExposure, check_batch
@@ -106,6 +107,14 @@ class BatchWriter:
             self._maps[v] = self.version.config.linear_map()
         return self._maps[v]
 
+    def _versions(self) -> dict[int, tuple[LinearMap, BackupConfig]]:
+        """Every plan version's map and config: the crash check rebuilds each kept row
+        under the version its batch was backed up under (built once per version)."""
+        for p in self.plans.versions:
+            if p.version not in self._maps:
+                self._maps[p.version] = p.config.linear_map()
+        return {p.version: (self._maps[p.version], p.config) for p in self.plans.versions}
+
     def __call__(self, batch: Any, batch_id: int) -> None:
         clock = Phases(self.now)
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
@@ -156,7 +165,9 @@ class BatchWriter:
         misses = None  # each closed window's crash miss, from its rows
         config, w_us = self.version.config, self.spec.window_us
         if rows is not None and crash:
-            misses, rows = check_closed(state, rows, starts, w_us, config, self.linear_map, cutoff)
+            misses, rows = check_closed(
+                state, rows, starts, w_us, config, self.linear_map, cutoff, self._versions()
+            )
         elif rows is not None:
             rows = keep_rows(state, rows, sensors, w_us, cutoff)
         clock.mark("merge_and_shadow")

@@ -34,17 +34,23 @@ BACKUP = ("a",)
 DT_US = 3_600_000_000  # one reading an hour
 
 
-def _config(tmp: Path, aggregate: str, exposure: int, kept: tuple[str, ...] = ()) -> BackupConfig:
-    """A crash plan of four sensors backed up by ``a``: b tracks a, c is noise, d (kept
-    under max/min) too; window 6, tumbling, eps 0.5."""
+def _config(
+    tmp: Path,
+    aggregate: str,
+    exposure: int,
+    kept: tuple[str, ...] = (),
+    backup: tuple[str, ...] = BACKUP,
+) -> BackupConfig:
+    """A crash plan of four sensors backed up by ``a`` (or ``backup``): b tracks a, c is
+    noise, d (kept under max/min) too; window 6, tumbling, eps 0.5."""
     rng = np.random.default_rng(3)
     a = rng.normal(0, 1, 200)
     values = np.column_stack([a, 2 * a + rng.normal(0, 0.1, 200), *rng.normal(0, 1, (2, 200))])
     times = pd.date_range("2026-01-01", periods=200, freq="h").to_numpy()
     rows = Rows(times, values, SENSORS)
-    path = tmp / "plan.json"
+    path = tmp / f"plan-{'-'.join(backup)}.json"
     data = write_config(
-        path, rows, BACKUP, window=6, slide=6, aggregate=aggregate, eps=0.5, exposure=exposure
+        path, rows, backup, window=6, slide=6, aggregate=aggregate, eps=0.5, exposure=exposure
     )
     if kept:
         data["kept_readings"] = list(kept)
@@ -128,6 +134,56 @@ def test_rows_of_a_batch_that_backed_up_every_sensor_are_recovered_exactly(
     plain = crash_misses(_frame(truth), starts, 6 * DT_US, config, config.linear_map())
     assert plain[1, 2] > 0  # without the mark the same window counts as rebuilt
     assert (got[0] <= plain[0]).all()  # window 0: only failures that reach rows 0-3 can miss
+
+
+def _brute_by_row(truth: np.ndarray, configs: list[BackupConfig], start: int) -> np.ndarray:
+    """(n,) one window's miss when row ``t`` was backed up under ``configs[t]``: a lost
+    reading comes back exact where its row's version backed the sensor up, else from
+    that version's map."""
+    q = configs[0].query
+    w, m, eps = q.window, int(q.exposure), configs[0].eps_vector()
+    f = {"avg": np.mean, "sum": np.sum, "max": np.max, "min": np.min}[q.aggregate]
+    recovered = np.array(truth)
+    for t, c in enumerate(configs):
+        lm = c.linear_map()
+        rebuilt = lm.apply(truth[t : t + 1, [SENSORS.index(b) for b in lm.backup]])[0]
+        for s in lm.targets:
+            recovered[t, SENSORS.index(s)] = rebuilt[lm.sensors.index(s)]
+    out = np.zeros(len(SENSORS))
+    for j in range(len(SENSORS)):
+        missed = 0
+        for d in range(1 - m, w):
+            lost = np.zeros(len(truth), bool)
+            lost[start + max(d, 0) : start + min(d + m, w)] = True
+            value = np.where(lost, recovered[:, j], truth[:, j])[start : start + w]
+            missed += abs(f(value) - f(truth[start : start + w, j])) > eps[j]
+        out[j] = missed / (w + m - 1)
+    return out
+
+
+@pytest.mark.parametrize("change", ["b backed up from row 4", "b released from row 4"])
+def test_each_row_is_lost_as_the_version_that_backed_it_up_rebuilds_it(
+    tmp_path: Path, change: str
+) -> None:
+    narrow = _config(tmp_path, "avg", 3)
+    wide = _config(tmp_path, "avg", 3, backup=("a", "b"))
+    before, after = (narrow, wide) if change.startswith("b backed") else (wide, narrow)
+    rng = np.random.default_rng(5)
+    a = rng.normal(0, 1, 12)
+    truth = np.column_stack([a, 2 * a + 3.0, *rng.normal(0, 1, (2, 12))])  # b's map: 3 off
+    frame = _frame(truth)
+    frame[VERSION] = np.where(np.arange(12) < 4, 1.0, 2.0)  # the change took effect at row 4
+    versions = {1: (before.linear_map(), before), 2: (after.linear_map(), after)}
+    starts = np.array([0, 6]) * DT_US
+    got = crash_misses(frame, starts, 6 * DT_US, after, after.linear_map(), versions)
+    rows = [before] * 4 + [after] * 8
+    want = np.vstack([_brute_by_row(truth, rows, s) for s in (0, 6)])
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    b = SENSORS.index("b")
+    # window 0 straddles the change: only the losses reaching b's rebuilt rows miss
+    assert 0 < got[0, b] < 1
+    newest = crash_misses(frame, starts, 6 * DT_US, after, after.linear_map())
+    assert newest[0, b] != got[0, b]  # scored under the newest version alone: not so
 
 
 def test_a_time_step_is_whole_only_when_every_part_of_it_was() -> None:
