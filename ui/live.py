@@ -7,6 +7,7 @@ background thread: the status panel is a fragment that polls ``manager.status()`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -377,11 +378,13 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
-def status_panel(delta: float) -> None:
-    """The pipeline's status, polled; a change of state reruns the whole page (buttons)."""
+def status_panel(delta: float, more: Callable[[PipelineStatus, float], None]) -> None:
+    """The pipeline's status, polled; a change of state reruns the whole page (buttons).
+    ``more(status, delta)`` draws what else must agree with the same poll (the status
+    level, ``ui.dashboard.level_box``)."""
     st.session_state[_DRAWN] = _watch(resources.pipeline_manager().status())
     background.drawn(_DRAWN)
-    _status_fragment(delta)
+    _status_fragment(delta, more)
 
 
 _DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
@@ -397,9 +400,10 @@ def _watch(s: PipelineStatus) -> tuple[object, ...]:
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def _status_fragment(delta: float) -> None:
+def _status_fragment(delta: float, more: Callable[[PipelineStatus, float], None]) -> None:
     s = resources.pipeline_manager().status()
     status_metrics(s, delta)
+    more(s, delta)
     if _watch(s) != st.session_state.get(_DRAWN):
         background.rerun_app(_DRAWN)
 
