@@ -263,24 +263,16 @@ def _recovery_job() -> None:
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def level_box(s: PipelineStatus, delta: float, trigger_s: float = 1.0) -> None:
-    """The status level of ``s``: drawn by the polled status panel, from the same status
-    as its metrics (drawn by the page's full run, it said "not measured yet" beside a
-    metric that had measured the version since)."""
-    points = resources.pipeline_manager().board.history.points()
+def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
+    """Status level, time series and the backup/recovery history (polls the manager)."""
+    manager = resources.pipeline_manager()
+    s = manager.status()
+    points, events = manager.board.history.points(), manager.board.history.events()
     level = status_level(s, points, trigger_s, delta)
     if not (level.name == "failing" and s.last_error):
         # a failing query's error is already on the status panel above, as an error (or a
         # warning for a simulated failure): not said twice
         LEVEL_STYLE[level.name](f"**{level.name}** — {level.reason}")
-
-
-def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
-    """Time series and the backup/recovery history (polls the manager); the status level
-    is the status panel's (``level_box``)."""
-    manager = resources.pipeline_manager()
-    s = manager.status()
-    points, events = manager.board.history.points(), manager.board.history.events()
     _recovery_job()
     latest_restore(s)
     if not points:

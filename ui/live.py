@@ -7,7 +7,6 @@ background thread: the status panel is a fragment that polls ``manager.status()`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -378,13 +377,11 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
-def status_panel(delta: float, more: Callable[[PipelineStatus, float], None]) -> None:
-    """The pipeline's status, polled; a change of state reruns the whole page (buttons).
-    ``more(status, delta)`` draws what else must agree with the same poll (the status
-    level, ``ui.dashboard.level_box``)."""
+def status_panel(delta: float) -> None:
+    """The pipeline's status, polled; a change of state reruns the whole page (buttons)."""
     st.session_state[_DRAWN] = _watch(resources.pipeline_manager().status())
     background.drawn(_DRAWN)
-    _status_fragment(delta, more)
+    _status_fragment(delta)
 
 
 _DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
@@ -400,10 +397,9 @@ def _watch(s: PipelineStatus) -> tuple[object, ...]:
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def _status_fragment(delta: float, more: Callable[[PipelineStatus, float], None]) -> None:
+def _status_fragment(delta: float) -> None:
     s = resources.pipeline_manager().status()
     status_metrics(s, delta)
-    more(s, delta)
     if _watch(s) != st.session_state.get(_DRAWN):
         background.rerun_app(_DRAWN)
 
