@@ -169,8 +169,8 @@ def crash_misses(
     plans = [(lm, config), *given.values()]
     version = rows[VERSION].to_numpy(dtype=float)[take] if VERSION in rows else None
     group = np.zeros(len(take), dtype=int)  # 0: the version in force (``lm``)
-    for k, number in enumerate(given, start=1):
-        if version is not None:
+    if version is not None:
+        for k, number in enumerate(given, start=1):
             group[version == number] = k
     rebuilt, _, _ = rebuild_under_versions(
         truth, group, [(lm_k, c.backup_sensors) for lm_k, c in plans], sensors, _no_drop

@@ -101,19 +101,19 @@ class BatchWriter:
 
     @property
     def linear_map(self) -> LinearMap:
-        """The version in force's reconstruction map (built once per version)."""
-        v = self.version.version
-        if v not in self._maps:
-            self._maps[v] = self.version.config.linear_map()
-        return self._maps[v]
+        """The version in force's reconstruction map."""
+        return self._map(self.version)
+
+    def _map(self, plan: JobPlan) -> LinearMap:
+        """``plan``'s reconstruction map, built once per version."""
+        if plan.version not in self._maps:
+            self._maps[plan.version] = plan.config.linear_map()
+        return self._maps[plan.version]
 
     def _versions(self) -> dict[int, tuple[LinearMap, BackupConfig]]:
         """Every plan version's map and config: the crash check rebuilds each kept row
-        under the version its batch was backed up under (built once per version)."""
-        for p in self.plans.versions:
-            if p.version not in self._maps:
-                self._maps[p.version] = p.config.linear_map()
-        return {p.version: (self._maps[p.version], p.config) for p in self.plans.versions}
+        under the version its batch was backed up under."""
+        return {p.version: (self._map(p), p.config) for p in self.plans.versions}
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         clock = Phases(self.now)
