@@ -117,14 +117,21 @@ def test_recover_a_range_from_the_job_backup(spark: Any, tmp_path: Path) -> None
     assert read_backup(tmp_path / "backup", TimeRange.parse(None, start.isoformat())).shape[0] == 60
 
 
+def _ran_with_nothing_landed(spark: Any, tmp: Path, n_rows: int) -> tuple[Rows, Path, Any]:
+    """The sample's first ``n_rows`` (not landed yet), a sum plan of them (eps 3) and the
+    report of one job run over the empty landing directory: its query and checkpoint
+    exist, no batch ran."""
+    rows = sample_rows(n_rows)
+    config = tmp / "plan.json"
+    write_config(config, rows, aggregate="sum", eps=3.0)
+    (tmp / "landing").mkdir()
+    return rows, config, _run(spark, tmp, config, replan=False)[0]
+
+
 def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(72)
-    config = tmp_path / "plan.json"
-    write_config(config, rows, aggregate="sum", eps=3.0)
-    (tmp_path / "landing").mkdir()
-    nothing, _ = _run(spark, tmp_path, config, replan=False)  # nothing has landed yet
+    rows, config, nothing = _ran_with_nothing_landed(spark, tmp_path, 72)
     assert nothing.batches == 0 and nothing.input_rows == 0  # Spark reports one progress
     feed(rows, tmp_path / "landing", rows_per_file=12, stop=36)
     # one map, the reference's: this map misses, and a resumed monitor would re-plan
@@ -152,11 +159,7 @@ def test_a_batch_replayed_after_a_crash_is_neither_lost_nor_counted_twice(
 def test_a_job_stopped_while_its_first_batch_was_logged_starts_again(
     spark: Any, tmp_path: Path
 ) -> None:
-    rows = sample_rows(48)
-    config = tmp_path / "plan.json"
-    write_config(config, rows, aggregate="sum", eps=3.0)
-    (tmp_path / "landing").mkdir()
-    _run(spark, tmp_path, config, replan=False)  # nothing landed: the query, no batch
+    rows, config, _ = _ran_with_nothing_landed(spark, tmp_path, 48)  # the query, no batch
     # a stop or kill while Spark wrote batch 0's offsets leaves its temporary file
     offsets = tmp_path / "checkpoint" / "job" / "offsets"
     offsets.mkdir(exist_ok=True)
