@@ -17,7 +17,9 @@ with panels.page_guard():
         key="w_mode",
         help="approx: the plan's backup set; full: every sensor; none: nothing",
     )
-    rate = c2.select_slider("Replay speed (rows/s)", live.RATES, value=10, key="w_rate")
+    rate = c2.select_slider(
+        "Replay speed (rows/s)", live.RATES, value=live.DEFAULT_RATE, key="w_rate"
+    )
     disorder = st.toggle(
         "Out-of-order arrivals (adaptive K-slack, late-tuple corrections)",
         key="w_live_disorder",

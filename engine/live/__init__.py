@@ -15,7 +15,7 @@ way a run starts (the app's and ``simulate``'s), the disorder stage included; ``
 """
 
 from engine.live.audit import AuditLog
-from engine.live.exposure import default_exposure
+from engine.live.exposure import default_exposure, feed_within_exposure
 from engine.live.failure import FAILURE_KINDS
 from engine.live.feeder import Feeder, FeedOptions
 from engine.live.launch import Disorder, start_live
@@ -54,6 +54,7 @@ __all__ = [
     "StreamSpec",
     "changes",
     "default_exposure",
+    "feed_within_exposure",
     "find_leftovers",
     "get_manager",
     "recover_lost_range",

@@ -71,8 +71,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     # batch that ended on the edge of the tumbling windows; it now waits for an open one.)
     rate = page.get_by_role("slider").first
     rate.focus()
-    rate.press("ArrowLeft")
-    rate.press("ArrowLeft")
+    rate.press("ArrowLeft")  # the default, 5 rows/s, to 2
     page.get_by_test_id("stSliderThumbValue").filter(has_text=re.compile(r"^2$")).wait_for()
     page.get_by_role("button", name="Start").click()
     page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("running").wait_for(
