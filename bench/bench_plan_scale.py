@@ -10,8 +10,10 @@ noise drawn once from a fixed seed), one reading a minute, a window of 30 readin
 exactly the rows the default history learns from (``default_history``): 11,442 rows at
 n = 10,000 (a first calibration fit needs n + 2 rows, plus one horizon). That is also
 too short for one backtest fold, so the plan is unmeasured and backs up every sensor:
-what ``plan`` gives an operator on such a file, and where its time went (the fit, the
-covariance check, the selection of every sensor, the conditional variances).
+what ``plan`` gives an operator on such a file. Then the model-only plan of the same
+file (``--calibration none``, the JSON's ``model_only``), which rebuilds sensors: the
+cost of a plan that needs the whole covariance (the Gram product, its repair, the
+selection's factorisations).
 
 Each figure is taken in a fresh interpreter that imports ``engine`` before numpy, as
 ``python -m engine plan`` does, so BLAS runs under the engine's threading rule (numpy
@@ -57,19 +59,20 @@ def readings(n: int, rows: int, seed: int) -> np.ndarray:
     return np.asarray(factors @ load.T + noise)
 
 
-def _parameters(cls: Any) -> Any:
+def _parameters(cls: Any, **more: Any) -> Any:
     """The request in this checkout's API: a ``WindowQuery`` held by ``PlanParameters``,
     or (a checkout before it, measured with ``--before``) the flat fields."""
     try:
         from engine.query import WindowQuery
     except ImportError:
-        return cls(eps=EPS, delta=DELTA, window=WINDOW, aggregate="avg")
-    return cls(WindowQuery(EPS, DELTA, WINDOW, aggregate="avg"))
+        return cls(eps=EPS, delta=DELTA, window=WINDOW, aggregate="avg", **more)
+    return cls(WindowQuery(EPS, DELTA, WINDOW, aggregate="avg"), **more)
 
 
-def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
+def measure(n: int, seed: int, profile: bool, model_only: bool = True) -> dict[str, Any]:
     """Time ``make_plan`` on the synthetic file in this interpreter's checkout, then the
-    config of the plan (``plan_to_config``)."""
+    config of the plan (``plan_to_config``); with ``model_only``, then a model-only plan
+    of the same file with its config (the JSON's ``model_only``)."""
     from engine.data.history import DataReport, SensorHistory
     from engine.export import plan_to_config
     from engine.planning import PlanParameters, default_history, make_plan
@@ -107,6 +110,20 @@ def measure(n: int, seed: int, profile: bool) -> dict[str, Any]:
         "measured": plan.measured,
         "load_average": os.getloadavg(),
     }
+    del plan
+    if model_only:
+        # The same file planned by the model alone (``--calibration none``): a plan that
+        # rebuilds sensors, so it fits the covariance and selects from all of it.
+        seed_params = _parameters(PlanParameters, calibration="none")
+        wall, cpu = time.perf_counter(), time.process_time()
+        plan = make_plan(history, seed_params)
+        plan_to_config(plan)
+        out["model_only"] = {
+            "seconds": time.perf_counter() - wall,
+            "cpu_seconds": time.process_time() - cpu,
+            "backup": len(plan.backup_sensors),
+            "load_average": os.getloadavg(),
+        }
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)

@@ -17,7 +17,7 @@ import scipy.linalg
 from engine.errors import DataError, NotFittedError, ParameterError
 from engine.model.blas import blas_threads
 from engine.model.linear import LinearMap
-from engine.model.repair import LazyRepair, constant_sensors
+from engine.model.repair import LazyRepair, constant_by_variance, constant_sensors
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,9 +148,42 @@ class GaussianModel:
             raise ParameterError(f"ridge must be a finite number >= 0 or None, got {ridge!r}")
         self.ridge = None if ridge is None else float(ridge)
 
-    def fit(self, x: np.ndarray, sensors: Sequence[str] | None = None) -> GaussianModel:
-        """Fit on readings ``x`` (T, n), T >= 2. Returns ``self``."""
-        return self._fit(MomentStats.from_array(x), sensors, owned=True)
+    def fit(
+        self, x: np.ndarray, sensors: Sequence[str] | None = None, *, defer: bool = False
+    ) -> GaussianModel:
+        """Fit on readings ``x`` (T, n), T >= 2. Returns ``self``.
+
+        ``defer``: compute the covariance (the Gram product, rows x sensors^2: 1.1e12
+        flops at 10,000 sensors) on the first read of anything that depends on it, from
+        ``x``, which must then stay unchanged. The mean, the constant sensors and the
+        checks are done now, on the same values: a plan that rebuilds no informative
+        sensor reads none of it.
+        """
+        if not defer:
+            return self._fit(MomentStats.from_array(x), sensors, owned=True)
+        a = _as_readings(x)
+        if a.shape[0] < 2:
+            raise ParameterError(f"fitting needs at least 2 readings, got {a.shape[0]!r}")
+        if a.shape[1] < 1:
+            raise ParameterError("fitting needs at least one sensor, got 0")
+        names = self._names(sensors, a.shape[1])
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+            mean = a.mean(axis=0)
+            variance = _column_sums_of_squares(a, mean) / (a.shape[0] - 1)
+        # Finite sums of squares bound every centred cross product (Cauchy-Schwarz):
+        # the deferred covariance is finite too.
+        _check_finite(mean, variance)
+        self.mean_, self.sensors_, self.n_samples_ = mean, names, int(a.shape[0])
+        self.constant_ = constant_by_variance(variance, mean)
+
+        def covariance() -> np.ndarray:
+            stats = MomentStats.from_array(a)
+            cov = np.divide(stats.m2, stats.count - 1, out=stats.m2)
+            cov.flat[:: cov.shape[0] + 1] = variance  # the diagonal the constants came from
+            return cov
+
+        self._repair = LazyRepair.deferred(covariance, self.mean_, names, self.ridge)
+        return self
 
     def fit_stats(self, stats: MomentStats, sensors: Sequence[str] | None = None) -> GaussianModel:
         """Fit from (merged) moment statistics. Returns ``self``."""
@@ -165,11 +198,7 @@ class GaussianModel:
             raise ParameterError("fitting needs at least one sensor, got 0")
         if not owned:  # ``from_array`` checked its own (a pass over n x n values)
             _finite(stats)
-        names = tuple(f"s{i}" for i in range(n)) if sensors is None else tuple(sensors)
-        if len(names) != n or len(set(names)) != n:
-            raise ParameterError(
-                f"need {n} distinct sensor names, got {len(names)} ({len(set(names))} distinct)"
-            )
+        names = self._names(sensors, n)
         if owned:  # the same values as ``stats.covariance(ddof=1)``, without a copy
             cov = np.divide(stats.m2, stats.count - 1, out=stats.m2)
         else:
@@ -180,6 +209,15 @@ class GaussianModel:
         self.constant_ = constant_sensors(cov, stats.mean)
         self._repair = LazyRepair(cov, self.mean_, names, self.ridge)
         return self
+
+    @staticmethod
+    def _names(sensors: Sequence[str] | None, n: int) -> tuple[str, ...]:
+        names = tuple(f"s{i}" for i in range(n)) if sensors is None else tuple(sensors)
+        if len(names) != n or len(set(names)) != n:
+            raise ParameterError(
+                f"need {n} distinct sensor names, got {len(names)} ({len(set(names))} distinct)"
+            )
+        return names
 
     @property
     def cov_(self) -> np.ndarray:
@@ -202,10 +240,10 @@ class GaussianModel:
         n = self.mean_.shape[0]
         obs = _check_observed(observed, n)
         # Only the unobserved columns: the observed ones are 0 by definition, and solving
-        # for them too cost O(n m^2) for nothing. With every sensor observed the answer is
-        # known without the (repaired) covariance.
+        # for them too cost O(n m^2) for nothing. With every sensor observed or constant
+        # (its repaired variance is 0) the answer is known without the covariance.
         rest = np.setdiff1d(np.arange(n), obs)
-        if not rest.size:
+        if self.constant_[rest].all():  # every sensor observed, or known exactly
             return np.zeros(n)
         informative = [j for j in obs if not self.constant_[j]]
         var = np.diag(self.cov_).copy()
@@ -236,7 +274,9 @@ class GaussianModel:
         targets = [i for i in range(n) if i not in chosen]
         informative = [pos for pos, j in enumerate(obs) if not self.constant_[j]]
         coef = np.zeros((len(targets), len(obs)))
-        if informative and targets:
+        # A constant target's covariance row is zero (the repair), so its coefficients
+        # are: with no other target the answer is known without the covariance.
+        if informative and not self.constant_[targets].all():
             cols = [obs[p] for p in informative]
             factor = scipy.linalg.cho_factor(self.cov_[np.ix_(cols, cols)], lower=True)
             cross = self.cov_[np.ix_(cols, targets)]
@@ -273,14 +313,28 @@ class GaussianModel:
             raise NotFittedError("this GaussianModel is not fitted yet; call fit() first")
 
 
+def _column_sums_of_squares(a: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """(n,) ``sum_t (a_ti - mean_i)^2``, two-pass, a block of rows at a time (no (T, n)
+    copy)."""
+    out = np.zeros(a.shape[1])
+    for start in range(0, a.shape[0], 1024):
+        block = a[start : start + 1024] - mean
+        out += np.einsum("ij,ij->j", block, block)
+    return out
+
+
 def _finite(stats: MomentStats) -> MomentStats:
     """Overflowed moments would give a plan from infinities: refuse them instead."""
-    if not (np.all(np.isfinite(stats.mean)) and np.all(np.isfinite(stats.m2))):
+    _check_finite(stats.mean, stats.m2)
+    return stats
+
+
+def _check_finite(mean: np.ndarray, second: np.ndarray) -> None:
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(second))):
         raise DataError(
             "the readings' mean or covariance is not finite (the values are too large for "
             "float64 sums of squares); rescale the data"
         )
-    return stats
 
 
 def _as_readings(x: np.ndarray) -> np.ndarray:

@@ -33,7 +33,27 @@ _BLOCK = 1024
 def constant_sensors(cov: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """(n,) True where a sensor's variance (the diagonal of ``cov``) is at rounding level
     of its mean: such a sensor is constant."""
-    return np.asarray(np.diag(cov) <= CONSTANT_REL * mean**2)
+    return constant_by_variance(np.diag(cov), mean)
+
+
+def constant_by_variance(variance: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``constant_sensors`` from the (n,) variances alone."""
+    return np.asarray(variance <= CONSTANT_REL * mean**2)
+
+
+def constant_note(constant: np.ndarray, names: tuple[str, ...]) -> str:
+    """The repair note's part on constant sensors ("" when there is none)."""
+    if not constant.any():
+        return ""
+    listed = ", ".join(names[i] for i in np.flatnonzero(constant)[:5])
+    more = "" if constant.sum() <= 5 else f" and {int(constant.sum()) - 5} more"
+    return f"constant sensor(s) {listed}{more} are reconstructed by their mean"
+
+
+def sentence(parts: list[str]) -> str:
+    """Note parts as one sentence ("" for none)."""
+    parts = [p for p in parts if p]
+    return "" if not parts else (parts[0][0].upper() + "; ".join(parts)[1:] + ".")
 
 
 def repair_covariance(
@@ -55,11 +75,7 @@ def repair_covariance(
     cov[constant, :] = 0.0
     cov[:, constant] = 0.0
     active = np.flatnonzero(~constant)
-    parts = []
-    if constant.any():
-        listed = ", ".join(names[i] for i in np.flatnonzero(constant)[:5])
-        more = "" if constant.sum() <= 5 else f" and {int(constant.sum()) - 5} more"
-        parts.append(f"constant sensor(s) {listed}{more} are reconstructed by their mean")
+    parts = [constant_note(constant, names)]
     added = 0.0
     if active.size:
         block = cov if active.size == cov.shape[0] else cov[np.ix_(active, active)]
@@ -76,8 +92,7 @@ def repair_covariance(
         elif added > 0:
             parts.append(f"the requested ridge of {added:.3g} was added to the diagonal")
         cov[active, active] += added
-    note = "" if not parts else (parts[0][0].upper() + "; ".join(parts)[1:] + ".")
-    return cov, added, note
+    return cov, added, sentence(parts)
 
 
 def _symmetrise(cov: np.ndarray) -> None:
@@ -129,6 +144,21 @@ class LazyRepair:
             repair_covariance, cov, mean, names, ridge
         )
         self._result: tuple[np.ndarray, float, str] | None = None
+
+    @classmethod
+    def deferred(
+        cls,
+        covariance: Callable[[], np.ndarray],
+        mean: np.ndarray,
+        names: tuple[str, ...],
+        ridge: float | None,
+    ) -> LazyRepair:
+        """A repair whose sample covariance itself is computed on the first ``get()``."""
+        out = cls.__new__(cls)
+        out._lock = threading.Lock()
+        out._pending = lambda: repair_covariance(covariance(), mean, names, ridge)
+        out._result = None
+        return out
 
     @classmethod
     def scaled(cls, other: LazyRepair, f: np.ndarray) -> LazyRepair:

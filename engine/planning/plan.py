@@ -19,6 +19,7 @@ from engine.data import SensorHistory
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
+from engine.model.repair import constant_note, sentence
 from engine.planning.backtest import BacktestSettings, run_backtest
 from engine.planning.backtest_result import BacktestResult
 from engine.planning.calibration import (
@@ -74,9 +75,14 @@ class BackupPlan:
 
     @property
     def model_note(self) -> str:
-        """What the model's covariance repair did, in one sentence ("" if nothing). Read
-        from the model, whose repair (a factorisation of the whole covariance) runs on
-        first need: a plan that backs up every sensor needs it only for this note."""
+        """What the model's covariance repair did to the sensors this plan rebuilds, in one
+        sentence ("" if nothing). A plan that rebuilds only constant sensors (by their
+        mean) uses no covariance: its note says so without the repair (a factorisation
+        of the whole covariance, after the Gram product when the fit was deferred)."""
+        backed = set(self.backup_sensors)
+        rebuilt = [i for i, s in enumerate(self.sensors) if s not in backed]
+        if self.model.constant_[rebuilt].all():
+            return sentence([constant_note(self.model.constant_, self.sensors)])
         return self.model.repair_note_
 
     @property
@@ -194,7 +200,9 @@ def _unmeasured_plan(
         f"backtest fold needs {need} (calibration's {first} and a horizon of "
         f"{spec.horizon_rows}): every sensor is backed up"
     )
-    return back_up_everything(GaussianModel().fit(x, sensors), spec, reason)
+    # Nothing is rebuilt from the model: its covariance (the Gram product, the whole
+    # cost at 10,000 sensors) is computed only if something reads it (the app's graph).
+    return back_up_everything(GaussianModel().fit(x, sensors, defer=True), spec, reason)
 
 
 def _check_sizes(x: np.ndarray, sensors: tuple[str, ...], params: PlanParameters) -> None:

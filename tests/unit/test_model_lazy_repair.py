@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,9 @@ import engine
 import engine.model.blas as blas
 import engine.model.repair as repair
 from engine.data import load_history
+from engine.errors import DataError, ParameterError
 from engine.export import plan_to_config
-from engine.model import GaussianModel
+from engine.model import GaussianModel, MomentStats
 from engine.model.repair import RIDGE_FLOOR, RIDGE_TRIGGER
 from engine.planning import PlanParameters, make_plan
 from engine.query import WindowQuery
@@ -196,17 +198,87 @@ def test_threaded_large_calls_give_the_same_model(monkeypatch, seed):
 SMALL = Path(__file__).resolve().parents[2] / "sample_data" / "beijing_aq_small.csv"
 
 
+@pytest.fixture
+def grams(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the Gram products run (``MomentStats.from_array``)."""
+    calls: list[int] = []
+    real = MomentStats.from_array.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[MomentStats], x: np.ndarray) -> MomentStats:
+        calls.append(1)
+        return real(cls, x)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(MomentStats, "from_array", classmethod(counted))
+    return calls
+
+
 @pytest.mark.parametrize("per_sensor_eps", [False, True])
-def test_an_unmeasured_plan_repairs_only_when_its_note_is_read(repairs, per_sensor_eps):
-    """Too little history for a backtest fold: every sensor is backed up and nothing needs
-    the repaired covariance until the plan's note (in its config) is read. The sample's
-    temperatures hold duplicated stations, so the note reports a ridge."""
+def test_an_unmeasured_plan_computes_no_covariance_until_one_is_read(
+    repairs, grams, per_sensor_eps
+):
+    """Too little history for a backtest fold: every sensor is backed up and neither the
+    plan nor its config reads the covariance (at 10,000 sensors its Gram product and the
+    repair's factorisation were the whole cost). The app's graph reads it later: then it
+    is computed once, equal to an eager fit's. The sample's temperatures hold duplicated
+    stations, so that repair adds a ridge; the config says nothing of it, as no sensor
+    is rebuilt from the covariance."""
     h = load_history(SMALL)
     history = h.select([s for s in h.sensors if s.endswith("_TEMP")]).rows(0, 60)
     eps = tuple((s, 0.5 + i) for i, s in enumerate(history.sensors)) if per_sensor_eps else ()
     plan = make_plan(history, PlanParameters(WindowQuery(1.0, 0.05, 12, eps_by_sensor=eps)))
     assert not plan.measured and plan.backup_sensors == history.sensors
-    assert not repairs
-    note = plan_to_config(plan)["guarantee"]["model"]["repair"]
-    assert "near-singular" in note and note == plan.model_note
-    assert len(repairs) == 1
+    assert plan_to_config(plan)["guarantee"]["model"]["repair"] == plan.model_note == ""
+    assert not grams and not repairs
+    cov = plan.model.cov_
+    assert len(grams) == 1 and len(repairs) == 1
+    assert "near-singular" in plan.model.repair_note_
+    assert plan.model.cov_ is cov and len(grams) == 1  # once
+    # in the sensors' units either way (a per-sensor eps plan rescales its model); the
+    # ridges differ by the rescaling, at 1e-9 of the mean variance
+    eager = GaussianModel().fit(history.values[-plan.history_rows :], history.sensors)
+    np.testing.assert_allclose(cov, eager.cov_, rtol=1e-7)
+
+
+def test_a_deferred_fit_is_the_eager_fit() -> None:
+    """Mean, constant sensors, repaired covariance, ridge and note as an eager fit's,
+    for near-singular readings with a constant sensor."""
+    x = np.column_stack([near_singular(5), np.full(400, 7.25)])
+    names = tuple(f"s{i}" for i in range(8))
+    eager = GaussianModel().fit(x, names)
+    deferred = GaussianModel().fit(x, names, defer=True)
+    np.testing.assert_array_equal(deferred.mean_, eager.mean_)
+    np.testing.assert_array_equal(deferred.constant_, eager.constant_)
+    assert deferred.constant_.tolist() == [False] * 7 + [True]
+    np.testing.assert_allclose(deferred.cov_, eager.cov_, rtol=1e-12, atol=1e-15)
+    assert deferred.ridge_ == pytest.approx(eager.ridge_, rel=1e-9)
+    assert deferred.repair_note_.split(" (")[0] == eager.repair_note_.split(" (")[0]
+    assert deferred.n_samples_ == eager.n_samples_ == 400 and deferred.sensors_ == names
+    np.testing.assert_allclose(deferred.linear_map([0, 2]).coef, eager.linear_map([0, 2]).coef,
+                               rtol=1e-9, atol=1e-8)  # fmt: skip
+
+
+def test_a_deferred_fit_refuses_what_an_eager_fit_refuses() -> None:
+    with pytest.raises(DataError, match="not finite"):
+        GaussianModel().fit(np.array([[1e300, 1.0], [-1e300, 2.0], [1e300, 3.0]]), defer=True)
+    with pytest.raises(DataError, match="readings must be finite"):
+        GaussianModel().fit(np.array([[np.nan, 1.0], [1.0, 2.0]]), defer=True)
+    with pytest.raises(ParameterError, match="at least 2 readings"):
+        GaussianModel().fit(np.ones((1, 3)), defer=True)
+    with pytest.raises(ParameterError, match="distinct sensor names"):
+        GaussianModel().fit(np.ones((4, 2)), ("a", "a"), defer=True)
+
+
+def test_a_plan_rebuilding_only_constant_sensors_notes_them_without_the_covariance(repairs, grams):
+    """Only constant sensors rebuilt (by their mean): the note names them, no covariance
+    is read."""
+    h = load_history(SMALL)
+    history = h.select([s for s in h.sensors if s.endswith("_TEMP")]).rows(0, 60)
+    flat = replace(history, values=np.column_stack([history.values, np.full(60, 3.5)]),
+                   sensors=(*history.sensors, "flat"))  # fmt: skip
+    plan = make_plan(flat, PlanParameters(WindowQuery(1.0, 0.05, 12)))
+    assert plan.backup_sensors == history.sensors
+    assert plan.model_note == "Constant sensor(s) flat are reconstructed by their mean."
+    assert plan.linear_map.targets == ("flat",)
+    np.testing.assert_array_equal(plan.linear_map.coef, 0.0)
+    assert plan.linear_map.intercept == pytest.approx([3.5])
+    assert not grams and not repairs
