@@ -263,11 +263,13 @@ def _recovery_job() -> None:
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def live_dashboard(delta: float, trigger_s: float = 1.0) -> None:
-    """Status level, time series and the backup/recovery history (polls the manager)."""
+def live_dashboard(delta: float) -> None:
+    """Status level, time series and the backup/recovery history (polls the manager),
+    against the query's own trigger."""
     manager = resources.pipeline_manager()
     s = manager.status()
     points, events = manager.board.history.points(), manager.board.history.events()
+    trigger_s = s.trigger_seconds or 0.0  # 0: no trigger to compare batches with
     level = status_level(s, points, trigger_s, delta)
     if not (level.name == "failing" and s.last_error):
         # a failing query's error is already on the status panel above, as an error (or a

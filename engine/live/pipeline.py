@@ -143,7 +143,10 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self.run = self._claim_run()
         # a stop during the first batch's log write leaves a checkpoint Spark refuses
         clear_interrupted_first_batch(DurableFiles(self.spark), str(self.paths.checkpoint_dir))
-        self.board.update(state="running", mode=self.mode, run=self.run, last_error=None)
+        trigger = None if self.options.available_now else self.options.trigger_seconds
+        self.board.update(
+            state="running", mode=self.mode, run=self.run, last_error=None, trigger_seconds=trigger
+        )
         reader = self.source.read_stream(self.spark)
         writer = (
             reader.writeStream.foreachBatch(self._on_batch)

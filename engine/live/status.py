@@ -82,6 +82,9 @@ class PipelineStatus:
     input_rows_per_second: float = 0.0
     processed_rows_per_second: float = 0.0
     batch_duration_ms: float = 0.0
+    # The query's processing-time trigger in seconds (0: batches back to back, None: not
+    # started or run once over what has landed)
+    trigger_seconds: float | None = None
     backup_rows: int = 0
     backup_bytes: int = 0
     windows_emitted: int = 0

@@ -166,6 +166,25 @@ def test_dashboard_draws_the_series_and_history(app, monkeypatch):  # type: igno
     assert "run None" not in body
 
 
+@pytest.mark.parametrize(("trigger", "level"), [(0.6, "behind"), (1.0, "OK"), (0.0, "OK")])
+def test_the_live_page_compares_batches_with_the_querys_own_trigger(app, monkeypatch, trigger,
+                                                                    level):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Batches of 1.5 s are behind a 0.6 s trigger (a crash-contract replay's) and not a
+    1 s one; batches run back to back (0) have no trigger to fall behind."""
+    manager = FakeManager("running")
+    manager._status = PipelineStatus(state="running", mode="approx", run=0, batches=6,
+                                     trigger_seconds=trigger)  # fmt: skip
+    for p in points(6, duration=1500.0):
+        manager.board.history.append(p)
+    monkeypatch.setattr(resources, "pipeline_manager", lambda: manager)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    said = [t for t in texts(app).splitlines() if t.startswith(f"**{level}** — ")]
+    assert said, texts(app)
+    if level == "behind":
+        assert "batches take 1,500 ms, more than 2x the 0.6 s trigger" in said[0]
+
+
 def test_every_page_draws_the_same_titled_navigation(app):  # type: ignore[no-untyped-def]
     for name in ("tune", "live"):
         app.switch_page(f"pages/{name}.py").run()

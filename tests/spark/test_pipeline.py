@@ -234,6 +234,7 @@ def test_a_new_plan_takes_effect_at_the_next_batch(
         assert log["reason"].tolist()[-1] == "live violation rate above delta"
         assert status.plan_changes == 1
         assert status.processed_rows_per_second > 0 and status.batch_duration_ms > 0
+        assert status.trigger_seconds == 0.0  # the query's own, for the page's comparisons
         assert status.profile["batches"] >= 2 and status.profile["to_pandas"] > 0
         with pytest.raises(Exception, match="window"):
             pipeline.set_spec(spec_factory(window=12), "bad")
