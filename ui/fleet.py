@@ -137,7 +137,9 @@ def _job(plan: BackupPlan) -> JobShape:
     c = st.columns(4)
     trigger = c[0].number_input("Micro-batch every (s)", min_value=0.001, key="w_cost_trigger",
                                 help="The job's trigger: one backup file per micro-batch "
-                                "and partition")  # fmt: skip
+                                "and partition; a batch runs only when readings landed, "
+                                "so at most one a trigger and one per site and reading "
+                                "interval")  # fmt: skip
     parts = c[1].number_input("Partitions (files per batch)", min_value=1, step=1,
                               key="w_cost_partitions")  # fmt: skip
     days = c[2].number_input("Retention (days kept)", min_value=1, step=1, key="w_retention")
@@ -149,7 +151,7 @@ def _job(plan: BackupPlan) -> JobShape:
 
 def _point(choice: str, fleet: Fleet, job: JobShape) -> BenchmarkPoint:
     if choice == NEAREST:
-        return nearest_point(fleet.readings_per_second * job.trigger_s)
+        return nearest_point(job.readings_per_batch(fleet))
     return next(p for p in BENCHMARK_POINTS if p.describe() == choice)
 
 

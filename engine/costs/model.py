@@ -9,8 +9,11 @@ strategy that persists a fraction ``f`` of the readings:
 * durable write bandwidth: ``R f B replication`` bytes/s (``B`` bytes per reading as
   each micro-batch writes them, small files' overhead included), at its price per
   MB/s-month;
-* requests: one file per micro-batch and partition, ``partitions * month / trigger``
-  PUTs, whatever is in them (the same for every strategy that writes anything);
+* requests: one file per micro-batch and partition, whatever is in them (the same for
+  every strategy that writes anything). A micro-batch runs at most once a trigger and
+  only when something landed: each site lands a time step every interval, so
+  ``min(1 / trigger, sites / interval)`` batches a second (sites landing at different
+  moments: the most there can be), ``partitions`` PUTs each;
 * compute: the executors' core time to write ``R f`` readings a second
   (``write_core_us`` each, measured), and for Lacuna its shadow check on every
   reading (``shadow_core_us``, measured) plus one re-plan per site and horizon
@@ -21,7 +24,7 @@ fraction (``Contracts``): what a plan saves when a failure loses at most one
 micro-batch (crash) or whole windows (range).
 
 Recovery time is the measured line (``RecoveryRates``) at the readings of one lost
-micro-batch (``R * trigger``) and of one lost day (``R * 86,400``).
+micro-batch (``R`` over the batches a second) and of one lost day (``R * 86,400``).
 """
 
 from __future__ import annotations
@@ -123,6 +126,16 @@ class JobShape:
         _count("partitions", self.partitions)
         _positive("retention_days", self.retention_days)
         _positive("replan_every_s", self.replan_every_s)
+
+    def batches_per_second(self, fleet: Fleet) -> float:
+        """Micro-batches a second: at most one a trigger, and only when something landed
+        (a file source runs no batch on nothing new); each site lands a time step every
+        interval, at different moments at most."""
+        return min(1.0 / self.trigger_s, fleet.sites / fleet.interval_s)
+
+    def readings_per_batch(self, fleet: Fleet) -> float:
+        """Readings one micro-batch holds on average: what a crash of it loses."""
+        return fleet.readings_per_second / self.batches_per_second(fleet)
 
 
 @dataclass(frozen=True)
@@ -254,7 +267,8 @@ def _strategy(
     kept = rate * fraction * fleet.bytes_at_rest  # bytes/s, one copy, once compacted
     stored_gb = kept * job.retention_days * 86400.0 * store.replication / GB
     write_mbps = written * store.replication / MB
-    files = (SECONDS_PER_MONTH / job.trigger_s) * job.partitions if fraction > 0 else 0.0
+    batches = SECONDS_PER_MONTH * job.batches_per_second(fleet)
+    files = batches * job.partitions if fraction > 0 else 0.0
     cores = rate * fraction * rates.write_core_us * 1e-6
     replan = 0.0
     if lacuna:
@@ -304,7 +318,7 @@ def compare_costs(inputs: CostInputs) -> CostReport:
     contracts = {
         c: _strategy(inputs, rate, inputs.contracts.fraction(c), c, lacuna=True) for c in CONTRACTS
     }
-    batch = rate * inputs.job.trigger_s
+    batch = inputs.job.readings_per_batch(inputs.fleet)
     day = rate * 86400.0
     rates = inputs.rates
     share = rates.write_core_us / (rates.job_core_us + rates.write_core_us)

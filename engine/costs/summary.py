@@ -15,6 +15,14 @@ def _money(x: float) -> str:
     return f"${x:,.2f}" if x >= 0 else f"-${-x:,.2f}"
 
 
+def _rate(x: float) -> str:
+    """Readings a second, never shown as 0 when there are some: two significant digits
+    below 10 (24 hourly sensors: 0.0067)."""
+    if x >= 10 or x <= 0:
+        return f"{x:,.0f}"
+    return f"{x:.{max(0, 1 - math.floor(math.log10(x)))}f}"
+
+
 def _sensors(x: float) -> str:
     if math.isinf(x):
         return "no fleet size"
@@ -33,7 +41,7 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
     pays = saving > 0
     out = [
         f"{contract.capitalize()} contract, {fleet.sensors:,} sensors every "
-        f"{fleet.interval_s:g} s ({fleet.readings_per_second:,.0f} readings/s): "
+        f"{fleet.interval_s:g} s ({_rate(fleet.readings_per_second)} readings/s): "
         + (
             f"saves {_money(saving)} a month of full backup's {_money(full.total)} "
             f"(most from {biggest}: {_money(lines[biggest])})."
@@ -51,7 +59,7 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
     else:
         out.append(
             f"Break-even: {_sensors(even.sensors_per_site)} at this interval "
-            f"({even.readings_per_second:,.1f} readings/s over {fleet.sites:,} site(s)); "
+            f"({_rate(even.readings_per_second)} readings/s over {fleet.sites:,} site(s)); "
             "below it the shadow check and a re-plan per site and horizon cost more than "
             "the backup saved."
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,34 @@ def test_full_backup_month_by_hand() -> None:
     assert full.total == pytest.approx(full.storage + full.bandwidth + full.requests + full.compute)
     assert report.executors(full) == pytest.approx(2e-4 / 4)
     assert pytest.approx(MONTH) == SECONDS_PER_MONTH
+
+
+@pytest.mark.parametrize(
+    ("sites", "interval_s", "trigger_s", "per_second"),
+    [
+        (1, 3600.0, 1.0, 1 / 3600),
+        (3, 60.0, 1.0, 3 / 60),
+        (10, 10.0, 0.5, 1.0),
+        (10, 10.0, 10.0, 0.1),
+    ],
+)
+def test_a_batch_runs_only_when_readings_landed(sites, interval_s, trigger_s, per_second) -> None:  # type: ignore[no-untyped-def]
+    """24 hourly sensors under a 1 s trigger: a micro-batch an hour (what landed), not one a
+    second, so 720 batches a month and a lost batch is the site's 24 readings."""
+    inputs = _inputs()
+    inputs = replace(
+        inputs,
+        fleet=Fleet(24, sites, interval_s=interval_s, bytes_per_reading=16.0),
+        job=replace(inputs.job, trigger_s=trigger_s),
+    )
+    report = compare_costs(inputs)
+    assert inputs.job.batches_per_second(inputs.fleet) == pytest.approx(per_second)
+    assert report.full.files_per_month == pytest.approx(MONTH * per_second * 2)
+    assert report.contracts["crash"].files_per_month == report.full.files_per_month
+    assert report.readings_per_batch == pytest.approx(24 * sites / interval_s / per_second)
+    if sites == 1:
+        assert report.readings_per_batch == pytest.approx(24.0)
+        assert report.full.files_per_month == pytest.approx(MONTH / 3600 * 2)  # 1,461
 
 
 def test_a_contract_month_and_its_saving_by_hand() -> None:
@@ -224,3 +253,10 @@ def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_writt
     assert Fleet(1).bytes_at_rest == 16.0  # none given: as written
     with pytest.raises(ParameterError, match="stored_bytes_per_reading"):
         Fleet(1, stored_bytes_per_reading=0.0)
+
+
+def test_slow_fleets_state_their_rate_not_zero() -> None:
+    inputs = replace(_inputs(), fleet=Fleet(24, 1, interval_s=3600.0))
+    first = where_it_pays(compare_costs(inputs), "range")[0]
+    assert "every 3600 s (0.0067 readings/s)" in first
+    assert "(100 readings/s)" in where_it_pays(compare_costs(_inputs()), "range")[0]
