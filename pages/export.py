@@ -38,6 +38,7 @@ with panels.page_guard():
         st.code(text, language=fmt)
     snippets = config["production"]
     st.subheader("Production snippets")
+    st.caption(exporting.snippets_contract(plan))
     st.caption("Spark: persist only the backed-up sensors' readings.")
     st.code(snippets["spark_filter"], language="python")
     st.caption("Flink: checkpoint keys for the backed-up stream.")

@@ -10,6 +10,7 @@ from typing import Any
 from engine.data import SensorHistory
 from engine.data.names import spreadsheet_safe
 from engine.export import dump_config, plan_to_config, validate_config
+from engine.export.snippets import contract_text
 from engine.planning import BackupPlan
 
 MIME = {"json": "application/json", "yaml": "application/x-yaml"}
@@ -60,3 +61,9 @@ def recover_command(config_name: str) -> str:
         f"PYTHONPATH={shlex.quote(str(root))} \\\n  {python} -m engine recover \\\n"
         f"  --config {shlex.quote(config_name)} --backup {BACKUP_CSV} --out all_sensors.csv"
     )
+
+
+def snippets_contract(plan: BackupPlan) -> str:
+    """What the plan's contract asks of a job built from the snippets below (the script's
+    docstring and the Flink keys' comment say the same)."""
+    return contract_text(plan.parameters.exposure, plan.sampling_interval_s)

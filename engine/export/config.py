@@ -30,8 +30,9 @@ from engine.export.codec import iso_utc, to_config
 from engine.export.loader import SCHEMA_VERSION
 from engine.export.snippets import (
     ProductionPaths,
-    checkpoint_minutes,
+    contract_text,
     flink_config,
+    flink_interval,
     run_command,
     spark_script,
 )
@@ -117,6 +118,7 @@ def plan_to_config(
             plan.backup_sensors,
             p.effective_slide * plan.sampling_interval_s,
             sampling_interval_s=plan.sampling_interval_s,
+            exposure_rows=p.exposure,
         ),
         "validity": validity(plan),
     }
@@ -159,19 +161,26 @@ def production_snippets(
     paths: ProductionPaths | None = None,
     sampling_interval_s: float = 3600.0,
     flink_minutes: int | None = None,
+    exposure_rows: int | None = None,
 ) -> dict[str, Any]:
     """The run command, a runnable PySpark backup script and Flink 2.x checkpoint keys.
 
     ``checkpoint_interval_s`` is the slide in seconds; the Flink interval is
-    derived from it in minutes (``engine.export.snippets.checkpoint_minutes``) unless
-    ``flink_minutes`` is given.
+    derived from it in minutes (``engine.export.snippets.checkpoint_minutes``), at most
+    the ``exposure_rows`` of a crash-contract plan (``flink_interval``), unless
+    ``flink_minutes`` is given. The script and the keys state what the plan's contract
+    asks of the job that computes the windows (``contract_text``).
     """
     paths = paths or ProductionPaths()
-    minutes = checkpoint_minutes(checkpoint_interval_s, flink_minutes)
-    flink, flink_yaml = flink_config(tuple(backup_sensors), paths, minutes)
+    exposure_s = None if exposure_rows is None else exposure_rows * sampling_interval_s
+    interval = flink_interval(checkpoint_interval_s, flink_minutes, exposure_s)
+    contract = contract_text(exposure_rows, sampling_interval_s)
+    flink, flink_yaml = flink_config(tuple(backup_sensors), paths, interval, contract)
     return {
         "run_command": run_command(paths),
-        "spark_filter": spark_script(tuple(backup_sensors), paths, sampling_interval_s),
+        "spark_filter": spark_script(
+            tuple(backup_sensors), paths, sampling_interval_s, exposure_rows
+        ),
         "flink_config": flink,
         "flink_config_yaml": flink_yaml,
     }

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import shlex
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,35 @@ def checkpoint_minutes(slide_s: float, minutes: int | None = None) -> int:
     return int(min(10, max(1, round(slide_s / 60.0))))
 
 
+def flink_interval(slide_s: float, minutes: int | None, exposure_s: float | None) -> str:
+    """Flink's checkpoint interval: ``checkpoint_minutes``, and under the crash contract
+    (``exposure_s``: the seconds of readings one failure may lose) never longer than that,
+    unless ``minutes`` is given. A restore from a checkpoint loses what came after it."""
+    chosen = checkpoint_minutes(slide_s, minutes)
+    if minutes is not None or exposure_s is None or chosen * 60 <= exposure_s:
+        return f"{chosen} min"
+    seconds = max(1, int(exposure_s))
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+
+
+def contract_text(exposure_rows: int | None, sampling_interval_s: float) -> str:
+    """What the plan's contract asks of a deployment that is not ``engine run``."""
+    if exposure_rows is None:
+        return (
+            "Range contract: after a failure every open window is rebuilt from this "
+            "backup; nothing else needs to survive."
+        )
+    span = exposure_rows * sampling_interval_s
+    return (
+        f"Crash contract: the plan's figure is for a failure that loses at most "
+        f"{exposure_rows} row{'' if exposure_rows == 1 else 's'} ({span:g} s of readings). "
+        "The job that computes the windows must commit their state at least that often, "
+        "on storage that survives the failure (engine run does, and backs up every "
+        "sensor for a larger micro-batch); otherwise every open window is rebuilt from "
+        "this backup and the plan's range-contract figure is the one that holds."
+    )
+
+
 def run_command(paths: ProductionPaths) -> str:
     q = shlex.quote
     return (
@@ -70,6 +100,8 @@ the backup sensors' readings to BACKUP as a Parquet dataset partitioned by
 log); resumes from CHECKPOINT. SIGTERM stops it cleanly.
 BACKUP and CHECKPOINT may be file:// paths, a shared mount, hdfs://namenode/path or
 s3a://bucket/path (add --packages org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>).
+
+{contract}
 
 Rebuild every sensor for a time range (reads BACKUP with DuckDB, no Spark):
   python -m engine recover --config {config} --backup BACKUP \\
@@ -130,11 +162,15 @@ if __name__ == "__main__":
 
 
 def spark_script(
-    backup_sensors: tuple[str, ...], paths: ProductionPaths, sampling_interval_s: float
+    backup_sensors: tuple[str, ...],
+    paths: ProductionPaths,
+    sampling_interval_s: float,
+    exposure_rows: int | None = None,
 ) -> str:
     partitions = list(partition_columns(sampling_interval_s))
     return SCRIPT.format(
         partition_doc=" and ".join(partitions),
+        contract=textwrap.fill(contract_text(exposure_rows, sampling_interval_s), 84),
         config=shlex.quote(paths.config),
         run=run_command(paths),
         source=paths.source,
@@ -146,11 +182,15 @@ def spark_script(
 
 
 def flink_config(
-    backup_sensors: tuple[str, ...], paths: ProductionPaths, minutes: int
+    backup_sensors: tuple[str, ...],
+    paths: ProductionPaths,
+    interval: str,
+    contract: str = "",
 ) -> tuple[dict[str, Any], str]:
-    """Flink 2.x keys (documented names only) and the same as commented YAML."""
+    """Flink 2.x keys (documented names only) and the same as commented YAML, with the
+    plan's ``contract`` (``contract_text``) as a comment."""
     keys: dict[str, Any] = {
-        "execution.checkpointing.interval": f"{minutes} min",
+        "execution.checkpointing.interval": interval,
         "execution.checkpointing.mode": "EXACTLY_ONCE",
         "execution.checkpointing.dir": paths.checkpoint.rstrip("/") + "/flink",
         "execution.checkpointing.incremental": True,
@@ -168,4 +208,6 @@ def flink_config(
         "#   readings.filter(r -> BACKUP_SENSORS.contains(r.sensor)).sinkTo(fileSink);\n"
         "# or in Flink SQL: INSERT INTO backup SELECT * FROM readings WHERE sensor IN (...)\n"
     )
+    if contract:
+        header += "".join(f"# {line}\n" for line in textwrap.wrap(contract, 86))
     return keys, header + yaml.safe_dump(keys, sort_keys=False)

@@ -68,6 +68,8 @@ def test_export_states_schema_v3_validity_and_group_eps(app):  # type: ignore[no
     assert not app.exception
     shown = texts(app)
     assert "schema v3" in shown and "valid until" in shown
+    # what the default crash plan asks of a job built from the snippets
+    assert "loses at most 6 rows (21600 s of readings)" in shown
     preview = next(c.value for c in app.code if '"eps_by_sensor"' in c.value)
     assert '"Dongsi_PM2.5": 20.0' in preview
 

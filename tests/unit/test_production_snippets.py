@@ -117,3 +117,53 @@ def test_run_command_uses_the_operators_paths_quoted() -> None:
 def test_sub_minute_data_is_partitioned_by_hour_too() -> None:
     script = production_snippets(SENSORS, 10.0, sampling_interval_s=1.0)["spark_filter"]
     assert "PARTITIONS = ['date', 'hour']" in script
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "exposure", "slide_rows", "expected"),
+    [
+        (1.0, 5, 600, "5 s"),  # a failure may lose 5 s of readings: no checkpoint 10 min apart
+        (60.0, 6, 24, "6 min"),
+        (3600.0, 6, 24, "10 min"),  # 6 hours of exposure: the usual interval already fits
+        (1.0, None, 600, "10 min"),  # range contract: no bound from the exposure
+    ],
+)
+def test_flink_checkpoints_at_least_as_often_as_the_crash_contracts_exposure(
+    interval_s: float, exposure: int | None, slide_rows: int, expected: str
+) -> None:
+    snippets = production_snippets(SENSORS, slide_rows * interval_s, sampling_interval_s=interval_s,
+                                   exposure_rows=exposure)  # fmt: skip
+    assert snippets["flink_config"]["execution.checkpointing.interval"] == expected
+    assert yaml.safe_load(snippets["flink_config_yaml"]) == snippets["flink_config"]
+    header = snippets["flink_config_yaml"].replace("\n# ", " ")
+    script = snippets["spark_filter"]
+    ast.parse(script)
+    if exposure is None:
+        assert "Range contract: after a failure every open window is rebuilt" in header
+        assert "Range contract" in script and "Crash contract" not in script
+    else:
+        said = f"loses at most {exposure} rows ({exposure * interval_s:g} s of readings)"
+        assert said in header and said in " ".join(script.split())
+        assert "range-contract figure is the one that holds" in " ".join(script.split())
+
+
+def test_an_operators_checkpoint_interval_is_kept() -> None:
+    flink = production_snippets(SENSORS, 600.0, sampling_interval_s=1.0, exposure_rows=5,
+                                flink_minutes=3)["flink_config"]  # fmt: skip
+    assert flink["execution.checkpointing.interval"] == "3 min"
+
+
+def test_an_exported_crash_plan_carries_its_exposure_into_the_snippets() -> None:
+    from engine.data import load_history
+    from engine.export import plan_to_config
+    from engine.planning import PlanParameters, make_plan
+    from engine.query import WindowQuery
+    from tests.app.apphelpers import SMALL
+
+    history = load_history(SMALL).select(["Aotizhongxin_TEMP", "Changping_TEMP", "Dingling_TEMP"])
+    plan = make_plan(history, PlanParameters(WindowQuery(1.0, 0.05, 24, exposure=6)),
+                     run_backtest_now=False)  # fmt: skip
+    production = plan_to_config(plan)["production"]
+    assert "loses at most 6 rows (21600 s of readings)" in " ".join(
+        production["spark_filter"].split()
+    )
