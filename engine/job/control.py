@@ -356,7 +356,7 @@ class JobControl:
             np.where(known, recovered, 0.0), backed, window=w, slide=w,
             aggregate=query.aggregate, eps=plan.eps_per_sensor, exposure=query.exposure,
             dropped=np.nan_to_num(dropped),
-            kept=np.isin(sensors, plan.kept_sensors),
+            kept=np.isin(sensors, plan.keepable),  # a released one's counterfactual too
         )  # fmt: skip
         measured = known.reshape(count, w, n).all(axis=1)  # (count, n)
         gone = np.isnan(dropped) & backed

@@ -222,7 +222,7 @@ class ControlledReplanning(ReplanningMonitor):
             closed.ids, block, recovered, backed, window=self._window, slide=self._slide,
             aggregate=self._aggregate, eps=self._eps, exposure=self._exposure,
             measured=whole & ~closed.recovered, dropped=dropped,
-            kept=np.isin(self.plan.sensors, self.plan.kept_sensors),
+            kept=np.isin(self.plan.sensors, self.plan.keepable),  # released ones' too
         )  # fmt: skip
 
     def _rebuild(

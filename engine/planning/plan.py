@@ -67,6 +67,15 @@ class BackupPlan:
     # Max/min crash plans: the readings a crash loses of these sensors are left out of their
     # windows (each takes the extreme of its kept readings) instead of rebuilt.
     kept_sensors: tuple[str, ...] = ()
+    # Every sensor whose kept readings calibration measured within eps, backed up or not
+    # (``kept_sensors`` are those not backed up): a set change that releases one of them
+    # keeps its readings under a crash, as the plan that measured it would.
+    keepable_sensors: tuple[str, ...] = ()
+
+    @property
+    def keepable(self) -> tuple[str, ...]:
+        """The sensors a crash may leave out of their windows once not backed up."""
+        return tuple(s for s in self.sensors if s in {*self.keepable_sensors, *self.kept_sensors})
 
     @property
     def query(self) -> WindowQuery:
@@ -338,8 +347,9 @@ def assemble_plan(
     kept: tuple[int, ...] = (),
 ) -> BackupPlan:
     """The plan of ``selection``, fitted on the last ``rows`` of ``source``, to be used
-    for ``horizon_rows`` rows; ``kept`` (indices) the sensors a crash leaves out of their
-    windows (those backed up by ``selection`` are dropped from it)."""
+    for ``horizon_rows`` rows; ``kept`` (indices) the sensors whose kept readings were
+    measured within eps: a crash leaves those ``selection`` does not back up out of their
+    windows (``kept_sensors``), and the plan remembers them all (``keepable_sensors``)."""
     backup = sorted(selection.backup)
     sensors = model.sensors_
     rebuilt = ~np.isin(np.arange(len(sensors)), backup)
@@ -370,6 +380,7 @@ def assemble_plan(
         warnings=(warning,) if warning else (),
         horizon_rows=horizon_rows,
         kept_sensors=tuple(sensors[i] for i in sorted(set(kept) - set(backup))),
+        keepable_sensors=tuple(sensors[i] for i in sorted(set(kept))),
     )
 
 

@@ -47,7 +47,7 @@ def retarget(
     # A kept sensor's targets is its whole variance (no rebuild needed). Its kept readings
     # were measured within its eps: still so under a larger eps; under a smaller one it is
     # rebuilt, held to the target its calibrated ratio gives (unmeasured: 0, backed up).
-    kept = [plan.sensors.index(s) for s in plan.kept_sensors]
+    kept = [plan.sensors.index(s) for s in plan.keepable]
     still = [i for i in kept if factor[i] >= 1.0]
     eps_new = params.eps_vector(plan.sensors)
     for i in kept:

@@ -38,8 +38,9 @@ def backup_indices(plan: BackupPlan) -> tuple[int, ...]:
 
 
 def kept_indices(plan: BackupPlan) -> tuple[int, ...]:
-    """Indices of ``plan``'s kept-readings sensors (a crash leaves their lost rows out)."""
-    return tuple(plan.sensors.index(s) for s in plan.kept_sensors)
+    """Indices of ``plan``'s kept-readings sensors, backed up or not (a crash leaves the
+    lost rows of those not backed up out of their windows)."""
+    return tuple(plan.sensors.index(s) for s in plan.keepable)
 
 
 def with_backup(plan: BackupPlan, backup: Sequence[int]) -> BackupPlan:

@@ -262,7 +262,9 @@ def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(drift: SensorHistory)
     rates = {}
     for kept in ((), (target,)):
         seen: list = []
-        loop = Loop(replace(plan, kept_sensors=kept), stationary(drift, target))
+        loop = Loop(
+            replace(plan, kept_sensors=kept, keepable_sensors=kept), stationary(drift, target)
+        )
         monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
         original = monitor.controller.observe
 
@@ -276,3 +278,70 @@ def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(drift: SensorHistory)
         late = [f.miss[j] for f in seen if f.rebuilt[j] and f.window * WINDOW >= BREAK]
         rates[kept] = float(np.nanmean(late))
     assert rates[(target,)] < 0.5 * rates[()]
+
+
+def test_a_kept_sensor_released_by_the_controller_keeps_its_readings(
+    drift: SensorHistory,
+) -> None:
+    """A max crash plan's kept sensor, backed up for a while (as when online control or a
+    re-plan needs it), then released by the controller: the version that releases it
+    keeps its readings under a crash, as calibration measured them, so the drift of its
+    rebuild (from row BREAK on) costs a rare miss; a plan that forgot it was kept (as
+    before: only the kept sensors not backed up were recorded) rebuilds it and misses."""
+    from engine.planning.steering import backup_indices, with_backup
+
+    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
+    params = PlanParameters(query, history=600)
+    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
+    j = plan.sensors.index(target)
+    eligible = replace(plan, kept_sensors=(target,), keepable_sensors=(target,))
+    held = with_backup(eligible, (*backup_indices(plan), j))
+    assert target in held.backup_sensors and held.keepable == (target,)
+    rates, last = {}, {}
+    for name, version in (("keepable", held), ("forgot", replace(held, keepable_sensors=()))):
+        seen: list = []
+        loop = Loop(version, stationary(drift, target))
+        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
+        original = monitor.controller.observe
+
+        def spy(feedback, original=original, seen=seen):  # type: ignore[no-untyped-def]
+            seen.extend(feedback)
+            return original(feedback)
+
+        monitor.controller.observe = spy  # type: ignore[method-assign]
+        loop.run(900, 2)
+        late = [f.miss[j] for f in seen if f.rebuilt[j] and f.window * WINDOW >= BREAK]
+        rates[name], last[name] = float(np.nanmean(late)), loop.versions[-1].spec
+    assert target not in last["keepable"].backup_sensors  # released
+    assert last["keepable"].kept_sensors == (target,) and last["forgot"].kept_sensors == ()
+    assert rates["keepable"] < 0.5 * rates["forgot"], rates
+
+
+def test_a_backed_up_kept_sensor_is_released_on_its_kept_readings(drift: SensorHistory) -> None:
+    """Backed up, with a rebuild that is wrong from the start but smooth readings: the
+    counterfactual that would release it is scored as a crash would treat it once
+    released, by its kept readings, so the controller releases it; judged by its
+    rebuild it would stay backed up."""
+    from engine.planning.steering import backup_indices, with_backup
+
+    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
+    params = PlanParameters(query, history=600)
+    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
+    j = plan.sensors.index(target)
+    eligible = replace(plan, kept_sensors=(target,), keepable_sensors=(target,))
+    held = with_backup(eligible, (*backup_indices(plan), j))
+    history = stationary(drift)
+    values = history.values.copy()
+    values[:, j] += 3.0 * np.sin(np.arange(values.shape[0]) / 7.0)
+    history = replace(history, values=values)
+    last = {}
+    for name, version in (("keepable", held), ("forgot", replace(held, keepable_sensors=()))):
+        loop = Loop(version, history)
+        loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
+        loop.run(900, 2)
+        last[name] = loop.versions[-1].spec
+    assert target not in last["keepable"].backup_sensors
+    assert last["keepable"].kept_sensors == (target,)
+    assert target in last["forgot"].backup_sensors

@@ -5,6 +5,7 @@ re-plans that keep its set, and a restart that resumes it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -360,3 +361,32 @@ def test_the_job_says_at_start_whether_online_control_runs(  # type: ignore[no-u
     assert (got is not None) == on
     assert logged[0]["event"] == "control_mode" and logged[0]["online_control"] == on
     assert said in logged[0]["reason"]
+
+
+def test_a_backed_up_kept_sensors_counterfactual_leaves_its_lost_readings_out(frame) -> None:  # type: ignore[no-untyped-def]
+    """A max crash plan's backed-up sensor whose kept readings calibration measured within
+    eps: released, a crash would leave its lost readings out of the window, so the
+    counterfactual is that (brute force over the w + m - 1 failure positions), whatever
+    its rebuild would be."""
+    params = PlanParameters(WindowQuery(0.5, 0.05, W, aggregate="max", horizon=48, exposure=2))
+    plan = make_plan(history_from_frame(frame[:400]), params)
+    config = BackupConfig.from_dict(plan_to_config(plan))
+    assert config.backup_sensors
+    backed = config.backup_sensors[0]
+    j = SENSORS.index(backed)
+    control, _ = _control(config, frame)
+    control.steer(0, _rows(frame[400:402]), np.array([], dtype=np.int64), 0)
+    assert control.model_plan is not None
+    control.model_plan = replace(control.model_plan, keepable_sensors=(backed,))
+    rows = _rows(frame[400:480])
+    starts = rows[TIME].to_numpy()[::W][:-1]
+    got = control.feedback(rows, starts)
+    truth = rows[backed].to_numpy()
+    for k, f in enumerate(got):
+        v = truth[k * W : (k + 1) * W]
+        misses = []
+        for p in range(-1, W):  # every 2-row loss touching the window
+            left = [v[i] for i in range(W) if not p <= i < p + 2]
+            misses.append(abs(max(left) - v.max()) > 0.5)
+        assert not f.rebuilt[j]
+        assert f.counterfactual[j] == pytest.approx(np.mean(misses))

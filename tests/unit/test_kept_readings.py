@@ -18,6 +18,7 @@ from engine.errors import ConfigError, ParameterError
 from engine.export import BackupConfig, plan_to_config
 from engine.model import GaussianModel
 from engine.planning import PlanParameters, make_plan, retarget
+from engine.planning.reselect import pin_backups
 from engine.query import WindowQuery
 
 
@@ -209,3 +210,24 @@ def test_a_crash_plans_table_shows_its_own_contracts_backtest_rates() -> None:
     kept = plan.kept_sensors[0]
     whole_misses, rebuilt, _ = plan.backtest.per_sensor[kept]
     assert whole_misses / rebuilt > rows[kept]["backtest miss rate (rebuilt windows)"]
+
+
+def test_a_kept_sensor_backed_up_for_a_while_keeps_its_readings_once_released() -> None:
+    """Online control backs a kept sensor up, then releases it: its kept readings were
+    measured within eps, so a crash leaves them out again (it was rebuilt for good)."""
+    from engine.planning.steering import backup_indices, with_backup
+
+    x = _smooth_and_spiky(1400, 5)
+    query = WindowQuery(1.0, 0.05, 24, aggregate="max", horizon=168, exposure=2)
+    plan = make_plan(_history(x), PlanParameters(query))
+    kept = plan.kept_sensors[0]
+    base = backup_indices(plan)
+    held = with_backup(plan, (*base, plan.sensors.index(kept)))
+    assert kept in held.backup_sensors and kept not in held.kept_sensors
+    assert kept in held.keepable and kept not in plan_to_config(held)["kept_readings"]
+    released = with_backup(held, base)
+    assert released.kept_sensors == plan.kept_sensors
+    assert plan_to_config(released)["kept_readings"] == list(plan.kept_sensors)
+    # and a pinned sensor stays eligible the same way
+    pinned = pin_backups(plan, [kept], "measured failing")
+    assert kept not in pinned.kept_sensors and kept in pinned.keepable
