@@ -16,6 +16,7 @@ from scipy.spatial.distance import squareform
 
 from engine.planning import BackupPlan
 from ui.charts import BACKUP_COLOUR, _layout
+from ui.format import plural
 from ui.plans import error_bounds
 
 
@@ -366,7 +367,8 @@ def graph_figure(
         fig.add_annotation(x=x, y=y, text=text, showarrow=False, yanchor="bottom",
                            font={"size": 11, "color": "#555"})  # fmt: skip
     title = (
-        f"Correlation graph: {len(edges)} edges, {int(backup.sum())} backed-up sensors (stars), "
-        f"{labels.max() + 1} clusters"
+        f"Correlation graph: {plural(len(edges), 'edge')}, "
+        f"{plural(int(backup.sum()), 'backed-up sensor')} (stars), "
+        f"{plural(int(labels.max()) + 1, 'cluster')}"
     )
     return _layout(fig, title, 620 if len(plan.sensors) <= LABEL_ALL_N else 760)
