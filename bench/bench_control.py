@@ -181,7 +181,9 @@ def run_control_fold(
     misses, pairs = np.zeros(n, dtype=float), np.zeros(n, dtype=int)
     sizes, changes = [], 0
     eps = np.full(n, float(case.eps))
-    kept = np.isin(np.arange(n), [plan.sensors.index(x) for x in plan.kept_sensors])
+    # every sensor the plan measured keeping its readings: once released, a crash keeps
+    # them (the live loop and the job score it so)
+    kept = np.isin(np.arange(n), [plan.sensors.index(x) for x in plan.keepable])
     for k in range(truth.shape[0] // w):
         rows = truth[k * w : (k + 1) * w]
         current = ctl.backup
