@@ -41,6 +41,25 @@ def plan(drift: SensorHistory) -> BackupPlan:
     return _plan(drift)
 
 
+@pytest.fixture(scope="module")
+def max_plan(drift: SensorHistory) -> BackupPlan:
+    """A max plan for the crash contract (exposure 2)."""
+    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
+    params = PlanParameters(query, history=600)
+    return make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+
+
+def _kept_then_backed_up(plan: BackupPlan) -> tuple[BackupPlan, str, int]:
+    """``plan`` with its first rebuilt sensor the only kept one, then backed up by a set
+    change (as online control or a re-plan may): the plan, the sensor and its index."""
+    from engine.planning.steering import backup_indices, with_backup
+
+    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
+    j = plan.sensors.index(target)
+    eligible = replace(plan, kept_sensors=(target,), keepable_sensors=(target,))
+    return with_backup(eligible, (*backup_indices(plan), j)), target, j
+
+
 def stationary(drift: SensorHistory, broken: str | None = None) -> SensorHistory:
     """1,200 rows of the regime the plan was fitted on (rows 400-1000 twice); ``broken``
     drifts away from its model from row ``BREAK`` on."""
@@ -251,13 +270,13 @@ def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
     assert before.controller.windows >= snapshot["counters"]["windows"]
 
 
-def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(drift: SensorHistory) -> None:
+def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(
+    drift: SensorHistory, max_plan: BackupPlan
+) -> None:
     """Under a max crash plan, a sensor whose rebuild has gone wrong but whose readings are
     smooth: kept, the controller hears the (rare) misses of its kept readings; not kept,
     the frequent misses of its rebuild."""
-    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
-    params = PlanParameters(query, history=600)
-    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
+    plan = max_plan
     target = next(s for s in plan.sensors if s not in plan.backup_sensors)
     rates = {}
     for kept in ((), (target,)):
@@ -281,22 +300,14 @@ def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(drift: SensorHistory)
 
 
 def test_a_kept_sensor_released_by_the_controller_keeps_its_readings(
-    drift: SensorHistory,
+    drift: SensorHistory, max_plan: BackupPlan
 ) -> None:
     """A max crash plan's kept sensor, backed up for a while (as when online control or a
     re-plan needs it), then released by the controller: the version that releases it
     keeps its readings under a crash, as calibration measured them, so the drift of its
     rebuild (from row BREAK on) costs a rare miss; a plan that forgot it was kept (as
     before: only the kept sensors not backed up were recorded) rebuilds it and misses."""
-    from engine.planning.steering import backup_indices, with_backup
-
-    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
-    params = PlanParameters(query, history=600)
-    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
-    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
-    j = plan.sensors.index(target)
-    eligible = replace(plan, kept_sensors=(target,), keepable_sensors=(target,))
-    held = with_backup(eligible, (*backup_indices(plan), j))
+    held, target, j = _kept_then_backed_up(max_plan)
     assert target in held.backup_sensors and held.keepable == (target,)
     rates, last = {}, {}
     for name, version in (("keepable", held), ("forgot", replace(held, keepable_sensors=()))):
@@ -318,20 +329,14 @@ def test_a_kept_sensor_released_by_the_controller_keeps_its_readings(
     assert rates["keepable"] < 0.5 * rates["forgot"], rates
 
 
-def test_a_backed_up_kept_sensor_is_released_on_its_kept_readings(drift: SensorHistory) -> None:
+def test_a_backed_up_kept_sensor_is_released_on_its_kept_readings(
+    drift: SensorHistory, max_plan: BackupPlan
+) -> None:
     """Backed up, with a rebuild that is wrong from the start but smooth readings: the
     counterfactual that would release it is scored as a crash would treat it once
     released, by its kept readings, so the controller releases it; judged by its
     rebuild it would stay backed up."""
-    from engine.planning.steering import backup_indices, with_backup
-
-    query = WindowQuery(1.0, 0.05, WINDOW, aggregate="max", exposure=2)
-    params = PlanParameters(query, history=600)
-    plan = make_plan(drift.rows(0, 1000), params, backtest=BacktestSettings(history=400))
-    target = next(s for s in plan.sensors if s not in plan.backup_sensors)
-    j = plan.sensors.index(target)
-    eligible = replace(plan, kept_sensors=(target,), keepable_sensors=(target,))
-    held = with_backup(eligible, (*backup_indices(plan), j))
+    held, target, j = _kept_then_backed_up(max_plan)
     history = stationary(drift)
     values = history.values.copy()
     values[:, j] += 3.0 * np.sin(np.arange(values.shape[0]) / 7.0)
