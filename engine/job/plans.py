@@ -41,6 +41,7 @@ PySpark is imported inside functions only.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -167,16 +168,31 @@ def fit_again(config: BackupConfig, wide: pd.DataFrame, pinned: tuple[str, ...] 
 Runner = Callable[[Callable[[], Any]], "Future[Any]"]
 
 
+_BACKGROUND: list[threading.Thread] = []  # the daemon threads ``in_background`` started
+
+
 def in_background(work: Callable[[], Any]) -> Future[Any]:
-    """Run ``work`` on a daemon thread (a stopping job does not wait for a plan)."""
+    """Run ``work`` on a daemon thread (a stopping job does not wait for a plan, beyond
+    ``settle_background``'s grace)."""
     future: Future[Any] = Future()
 
     def target() -> None:
         if future.set_running_or_notify_cancel():
             _settle(future, work)
 
-    threading.Thread(target=target, name="lacuna-replan", daemon=True).start()
+    thread = threading.Thread(target=target, name="lacuna-replan", daemon=True)
+    _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()] + [thread]
+    thread.start()
     return future
+
+
+def settle_background(timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` in all for the background plans to finish; True when none
+    is left running."""
+    end = time.monotonic() + timeout_s
+    for thread in list(_BACKGROUND):
+        thread.join(max(0.0, end - time.monotonic()))
+    return not any(t.is_alive() for t in _BACKGROUND)
 
 
 def at_once(work: Callable[[], Any]) -> Future[Any]:

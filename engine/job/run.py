@@ -437,13 +437,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lacuna-job", description=__doc__)
     add_run_flags(parser)
     args = parser.parse_args(argv)
+    from engine.cli import leave
+
     try:
         report = run_from_args(args)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return leave(2)
     print(json.dumps(report, indent=2))
-    return 0
+    return leave(0)
 
 
 if __name__ == "__main__":
