@@ -162,10 +162,7 @@ class GaussianModel:
         if not defer:
             return self._fit(MomentStats.from_array(x), sensors, owned=True)
         a = _as_readings(x)
-        if a.shape[0] < 2:
-            raise ParameterError(f"fitting needs at least 2 readings, got {a.shape[0]!r}")
-        if a.shape[1] < 1:
-            raise ParameterError("fitting needs at least one sensor, got 0")
+        _check_size(*a.shape)
         names = self._names(sensors, a.shape[1])
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
             mean = a.mean(axis=0)
@@ -182,7 +179,7 @@ class GaussianModel:
             cov.flat[:: cov.shape[0] + 1] = variance  # the diagonal the constants came from
             return cov
 
-        self._repair = LazyRepair.deferred(covariance, self.mean_, names, self.ridge)
+        self._repair = LazyRepair(covariance, self.mean_, names, self.ridge)
         return self
 
     def fit_stats(self, stats: MomentStats, sensors: Sequence[str] | None = None) -> GaussianModel:
@@ -191,14 +188,10 @@ class GaussianModel:
 
     def _fit(self, stats: MomentStats, sensors: Sequence[str] | None, owned: bool) -> GaussianModel:
         """``owned``: ``stats`` is this call's own, so its ``m2`` may become the covariance."""
-        if stats.count < 2:
-            raise ParameterError(f"fitting needs at least 2 readings, got {stats.count!r}")
-        n = stats.n_sensors
-        if n < 1:
-            raise ParameterError("fitting needs at least one sensor, got 0")
+        _check_size(stats.count, stats.n_sensors)
         if not owned:  # ``from_array`` checked its own (a pass over n x n values)
             _finite(stats)
-        names = self._names(sensors, n)
+        names = self._names(sensors, stats.n_sensors)
         if owned:  # the same values as ``stats.covariance(ddof=1)``, without a copy
             cov = np.divide(stats.m2, stats.count - 1, out=stats.m2)
         else:
@@ -311,6 +304,14 @@ class GaussianModel:
     def _check_fitted(self) -> None:
         if not hasattr(self, "mean_"):
             raise NotFittedError("this GaussianModel is not fitted yet; call fit() first")
+
+
+def _check_size(count: int, n: int) -> None:
+    """``count`` readings of ``n`` sensors are enough to fit."""
+    if count < 2:
+        raise ParameterError(f"fitting needs at least 2 readings, got {count!r}")
+    if n < 1:
+        raise ParameterError("fitting needs at least one sensor, got 0")
 
 
 def _column_sums_of_squares(a: np.ndarray, mean: np.ndarray) -> np.ndarray:

@@ -132,41 +132,31 @@ class LazyRepair:
     in place, and the live pipeline reads models from two threads).
 
     Either from a sample covariance (``LazyRepair(cov, mean, names, ridge)``, which
-    takes ``cov`` over), or from another one scaled by ``f f^T``
-    (``LazyRepair.scaled(other, f)``: its ridge and note as the other's).
+    takes ``cov`` over, or computes it on the first ``get()`` when ``cov`` is a
+    function), or from another one scaled by ``f f^T`` (``LazyRepair.scaled(other, f)``:
+    its ridge and note as the other's).
     """
 
     def __init__(
-        self, cov: np.ndarray, mean: np.ndarray, names: tuple[str, ...], ridge: float | None
-    ) -> None:
-        self._lock = threading.Lock()
-        self._pending: Callable[[], tuple[np.ndarray, float, str]] | None = partial(
-            repair_covariance, cov, mean, names, ridge
-        )
-        self._result: tuple[np.ndarray, float, str] | None = None
-
-    @classmethod
-    def deferred(
-        cls,
-        covariance: Callable[[], np.ndarray],
+        self,
+        cov: np.ndarray | Callable[[], np.ndarray],
         mean: np.ndarray,
         names: tuple[str, ...],
         ridge: float | None,
-    ) -> LazyRepair:
-        """A repair whose sample covariance itself is computed on the first ``get()``."""
-        out = cls.__new__(cls)
-        out._lock = threading.Lock()
-        out._pending = lambda: repair_covariance(covariance(), mean, names, ridge)
-        out._result = None
-        return out
+    ) -> None:
+        sample = cov if callable(cov) else partial(np.asarray, cov)
+        self._start(lambda: repair_covariance(sample(), mean, names, ridge))
 
     @classmethod
     def scaled(cls, other: LazyRepair, f: np.ndarray) -> LazyRepair:
         out = cls.__new__(cls)
-        out._lock = threading.Lock()
-        out._pending = partial(_scale, other, f)
-        out._result = None
+        out._start(partial(_scale, other, f))
         return out
+
+    def _start(self, pending: Callable[[], tuple[np.ndarray, float, str]]) -> None:
+        self._lock = threading.Lock()
+        self._pending: Callable[[], tuple[np.ndarray, float, str]] | None = pending
+        self._result: tuple[np.ndarray, float, str] | None = None
 
     def get(self) -> tuple[np.ndarray, float, str]:
         """The repaired (n, n) covariance, the ridge added and the note."""
