@@ -76,6 +76,7 @@ from engine.planning import (
     make_plan,
 )
 from engine.planning.feedback import window_misses
+from engine.planning.steering import kept_indices
 from engine.query import WindowQuery
 from engine.selection import select_backups
 
@@ -183,7 +184,7 @@ def run_control_fold(
     eps = np.full(n, float(case.eps))
     # every sensor the plan measured keeping its readings: once released, a crash keeps
     # them (the live loop and the job score it so)
-    kept = np.isin(np.arange(n), [plan.sensors.index(x) for x in plan.keepable])
+    kept = np.isin(np.arange(n), kept_indices(plan))
     for k in range(truth.shape[0] // w):
         rows = truth[k * w : (k + 1) * w]
         current = ctl.backup

@@ -75,7 +75,8 @@ class BackupPlan:
     @property
     def keepable(self) -> tuple[str, ...]:
         """The sensors a crash may leave out of their windows once not backed up."""
-        return tuple(s for s in self.sensors if s in {*self.keepable_sensors, *self.kept_sensors})
+        either = {*self.keepable_sensors, *self.kept_sensors}
+        return tuple(s for s in self.sensors if s in either)
 
     @property
     def query(self) -> WindowQuery:
