@@ -178,9 +178,7 @@ def production_snippets(
     flink, flink_yaml = flink_config(tuple(backup_sensors), paths, interval, contract)
     return {
         "run_command": run_command(paths),
-        "spark_filter": spark_script(
-            tuple(backup_sensors), paths, sampling_interval_s, exposure_rows
-        ),
+        "spark_filter": spark_script(tuple(backup_sensors), paths, sampling_interval_s, contract),
         "flink_config": flink,
         "flink_config_yaml": flink_yaml,
     }

@@ -165,12 +165,14 @@ def spark_script(
     backup_sensors: tuple[str, ...],
     paths: ProductionPaths,
     sampling_interval_s: float,
-    exposure_rows: int | None = None,
+    contract: str,
 ) -> str:
+    """The backup-only PySpark script, its docstring stating the plan's ``contract``
+    (``contract_text``)."""
     partitions = list(partition_columns(sampling_interval_s))
     return SCRIPT.format(
         partition_doc=" and ".join(partitions),
-        contract=textwrap.fill(contract_text(exposure_rows, sampling_interval_s), 84),
+        contract=textwrap.fill(contract, 84),
         config=shlex.quote(paths.config),
         run=run_command(paths),
         source=paths.source,
