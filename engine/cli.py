@@ -337,7 +337,9 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return leave(_main(argv))
+    code = _main(argv)
+    plans = sys.modules.get("engine.job.plans")  # loaded by a job: it may plan in the background
+    return code if plans is None else int(plans.leave(code))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -358,28 +360,6 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     return 0
-
-
-# Seconds a leaving job waits for a background re-plan or model fit to finish.
-BACKGROUND_GRACE_S = 10.0
-
-
-def leave(code: int, grace_s: float = BACKGROUND_GRACE_S) -> int:
-    """``code``, once the job's background plans have finished (``grace_s`` at most).
-
-    Why: a daemon thread still inside native code (DuckDB, Arrow) when the interpreter
-    finalises is killed there, which aborts the process ("terminate called without an
-    active exception", SIGABRT and a fatal-error dump) instead of exiting with ``code``:
-    a job whose JVM was killed during its first re-plan's read did. A plan still running
-    after the grace is abandoned: the process leaves at once with ``code``, its output
-    flushed, without finalising (Spark is already stopped or gone by then).
-    """
-    plans = sys.modules.get("engine.job.plans")
-    if plans is None or plans.settle_background(grace_s):
-        return code
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _default(value: Any) -> Any:

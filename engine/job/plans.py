@@ -40,6 +40,8 @@ PySpark is imported inside functions only.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -193,6 +195,27 @@ def settle_background(timeout_s: float) -> bool:
     for thread in list(_BACKGROUND):
         thread.join(max(0.0, end - time.monotonic()))
     return not any(t.is_alive() for t in _BACKGROUND)
+
+
+# Seconds a leaving job waits for a background re-plan or model fit to finish.
+BACKGROUND_GRACE_S = 10.0
+
+
+def leave(code: int, grace_s: float = BACKGROUND_GRACE_S) -> int:
+    """``code``, once the background plans have finished (``grace_s`` at most).
+
+    Why: a daemon thread still inside native code (DuckDB, Arrow) when the interpreter
+    finalises is killed there, which aborts the process ("terminate called without an
+    active exception", SIGABRT and a fatal-error dump) instead of exiting with ``code``:
+    a job whose JVM was killed during its first re-plan's read did. A plan still running
+    after the grace is abandoned: the process leaves at once with ``code``, its output
+    flushed, without finalising (Spark is already stopped or gone by then).
+    """
+    if settle_background(grace_s):
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def at_once(work: Callable[[], Any]) -> Future[Any]:

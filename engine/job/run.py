@@ -437,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lacuna-job", description=__doc__)
     add_run_flags(parser)
     args = parser.parse_args(argv)
-    from engine.cli import leave
+    from engine.job.plans import leave
 
     try:
         report = run_from_args(args)

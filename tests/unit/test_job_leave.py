@@ -7,8 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.cli import leave
-from engine.job.plans import in_background, settle_background
+from engine.job.plans import in_background, leave, settle_background
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import sys, time
 import duckdb
-from engine.cli import leave
-from engine.job.plans import in_background
+from engine.job.plans import in_background, leave
 
 in_background(lambda: duckdb.connect().execute(
     "SELECT sum(i) FROM range(4000000000) t(i)").fetchall())
@@ -49,6 +47,6 @@ def test_a_plan_that_finishes_within_the_grace_is_waited_for() -> None:
     future = in_background(work)
     assert not settle_background(0.05)  # still running
     threading.Timer(0.1, release.set).start()
-    assert leave(0, grace_s=5.0) == 0  # "engine.job.plans" is loaded: it waited
+    assert leave(0, grace_s=5.0) == 0  # it waited
     assert finished == [True] and future.result(timeout=0) == "plan"
     assert settle_background(0.0)
