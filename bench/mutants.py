@@ -367,6 +367,11 @@ MUTANTS = (
            "kept=np.isin(sensors, plan.kept_sensors),",
            (JOB_CONTROL + "::test_a_backed_up_kept_sensors_counterfactual_leaves_its_"
             "lost_readings_out",)),
+    Mutant("k9: a re-plan the restarting pipeline refused is dropped, not retried",
+           "engine/live/control_loop.py",
+           "            elif self._unsent is not None:\n                self._send()\n",
+           "",
+           (LOOP + "test_a_replan_the_pipeline_cannot_take_yet_is_installed_at_the_next_batch",)),
     Mutant("c1: a reader takes a compacted batch from its compaction and its own directory",
            "engine/backup/runs.py",
            "                found += parquet_under(cover)\n            continue\n",

@@ -114,6 +114,7 @@ class ControlledReplanning(ReplanningMonitor):
         self._drop = DropOneRebuilds()  # the counterfactual rebuilds under the model
         self._handed = self.controller.backup  # the set last handed to the pipeline
         self._parked: tuple[BackupPlan, str, str] | None = None  # a re-plan to install
+        self._unsent: tuple[str, str] | None = None  # a rebased re-plan not installed yet
         self._versions: dict[int, PlanVersion] = {}
         self._control_lock = threading.Lock()
         query = plan.query
@@ -144,6 +145,8 @@ class ControlledReplanning(ReplanningMonitor):
                 self._resume(version)
             if self._parked is not None:
                 self._rebase()
+            elif self._unsent is not None:
+                self._send()
             if not len(closed):
                 return None
             self._skip_unseen(int(closed.ids[0]))
@@ -186,24 +189,38 @@ class ControlledReplanning(ReplanningMonitor):
         self._parked = None
         try:
             self.controller.rebase(*controller_inputs(fresh))
-            self.model_plan = fresh
-            steered = with_backup(fresh, self.controller.backup)
-            kept = ", ".join(steered.backup_sensors) or "none"
-            self._install(steered, kind, f"{reason}; the controller's set kept: {kept}")
-        finally:
+        except Exception:  # the re-plan is abandoned: the plan in force stays, re-plans go on
+            with self._lock:
+                self._busy, self._wait_for = False, None
+            raise
+        self.model_plan = fresh
+        self._unsent = (kind, reason)
+        self._send()
+
+    def _send(self) -> None:
+        """Install the rebased re-plan with the controller's set. A pipeline that cannot
+        take it now (one restarting after a failure) gets it at the next batch: until
+        then no other re-plan starts (``_busy``), and none is lost."""
+        assert self._unsent is not None
+        kind, reason = self._unsent
+        steered = with_backup(self.model_plan, self.controller.backup)
+        kept = ", ".join(steered.backup_sensors) or "none"
+        if self._install(steered, kind, f"{reason}; the controller's set kept: {kept}"):
+            self._unsent = None
             with self._lock:
                 self._busy = False
 
-    def _install(self, plan: BackupPlan, kind: str, reason: str) -> None:
-        """Hand ``plan`` to the pipeline; on failure the next batch tries again."""
+    def _install(self, plan: BackupPlan, kind: str, reason: str) -> bool:
+        """Hand ``plan`` to the pipeline (True); on failure the next batch tries again."""
         try:
             self.apply(plan, kind, reason)
         except Exception as err:  # e.g. the pipeline is restarting: said, retried
             if self.on_failure is not None:
                 self.on_failure(f"{kind} plan not installed yet ({err}); trying again")
-            return
+            return False
         self._handed = tuple(self.controller.backup)
         self._log_applied(plan, kind, reason)
+        return True
 
     def _resume(self, version: PlanVersion) -> None:
         cov, targets = controller_inputs(self.model_plan)

@@ -13,6 +13,7 @@ import pytest
 
 from engine.aggregates import get_aggregate
 from engine.data import SensorHistory, load_history
+from engine.errors import PipelineError
 from engine.live.versions import PlanVersion
 from engine.planning import BacktestSettings, BackupPlan, PlanParameters, make_plan
 from engine.planning.feedback import drop_one_rebuild, shadow_feedback, window_misses
@@ -243,6 +244,35 @@ def test_a_scheduled_replan_rebases_the_controller_and_keeps_its_set(
         before = loop.versions[v.id - 1].spec.backup_sensors
         assert set(before) <= set(v.spec.backup_sensors)
         assert "the controller's set kept" in v.detail
+
+
+def test_a_replan_the_pipeline_cannot_take_yet_is_installed_at_the_next_batch(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """A scheduled re-plan handed over while the pipeline restarts after a failure
+    (``apply`` raises) is installed one batch later, and the schedule goes on: dropping
+    it left the monitor waiting for a version that never came, with no re-plan again."""
+    steady = Loop(plan, stationary(drift))
+    steady.monitor(every_rows=300)
+    steady.run(1200, 7)
+    loop = Loop(plan, stationary(drift))
+    refused: list[int] = []
+
+    def restarting(new: BackupPlan, kind: str, reason: str) -> None:
+        if kind == "scheduled" and not refused:
+            refused.append(loop.rows)
+            raise PipelineError("no pipeline is running (state: recovering)")
+        loop.pending.append((new, kind, reason))
+
+    loop.apply = restarting  # type: ignore[method-assign]
+    said: list[str] = []
+    loop.monitor(every_rows=300, on_failure=said.append)
+    loop.run(1200, 7)
+    expected = [v.first_seq for v in steady.versions if v.reason == "scheduled"]
+    got = [v.first_seq for v in loop.versions if v.reason == "scheduled"]
+    assert refused and said and "trying again" in said[0]
+    assert len(expected) >= 2 and len(got) == len(expected)
+    assert got[0] == expected[0] + 7  # the batch after the refusal installed it
 
 
 def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
