@@ -105,9 +105,10 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
 
 def recovery_facts(page) -> str:  # type: ignore[no-untyped-def]
     """What the Live page says about the feed and the last recovery (for a failure's message)."""
-    wanted = re.compile(r"^(feed: |No window|\d+ lost window)")
+    wanted = re.compile(r"^(feed: |No window|\d+ lost window)|not installed|failed|error")
     lines = [line for line in page.locator("body").inner_text().splitlines() if wanted.search(line)]
-    for label in ("Windows lost", "Windows recovered"):
+    for label in ("State", "Plan version", "Scheduled re-planning", "Windows lost",
+                  "Windows recovered"):  # fmt: skip
         box = page.get_by_test_id("stMetric").filter(has_text=label).first
         lines.append(box.inner_text().replace("\n", " "))
     return " | ".join(lines)
@@ -118,7 +119,9 @@ def plan_in_force(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     from the Live page's banner; returns its version and how many sensors it backs up."""
     deadline = time.monotonic() + 120
     while int(metric_value(page, "Plan version")) < 1:
-        assert time.monotonic() < deadline, "no scheduled re-plan in 2 minutes"
+        assert time.monotonic() < deadline, (
+            f"no scheduled re-plan in 2 minutes: {recovery_facts(page)}"
+        )
         page.wait_for_timeout(1000)
     page.get_by_text("Re-plan on schedule").click()
     page.get_by_test_id("stMetric").filter(has_text="Scheduled re-planning").get_by_text(
