@@ -65,7 +65,6 @@ with panels.page_guard():
     live.ownership_note()
     live.audit_history()
     live.split_note(data)
-    live.status_panel(plan.parameters.delta)
     dashboard.live_dashboard(plan.parameters.delta)
     report = live.last_report()
     if report is None:

@@ -20,7 +20,7 @@ from engine.planning.verdict import window_p_value
 from ui import background, live, resources, timeline
 from ui.format import format_quantity, plural, shadow_counted, span
 
-POLL_SECONDS = 1.5
+POLL_SECONDS = 1.5  # the Live page redraws its status this often
 FIGURES = "_dashboard_figures"  # session state: the history the figures were drawn from
 RECOVERY_JOB = "live-recovery"
 BEHIND_BATCHES = 3.0  # backlog of more than this many batches' input: behind
@@ -262,12 +262,20 @@ def _recovery_job() -> None:
         st.error(f"Recovery failed: {view.error}")
 
 
-@st.fragment(run_every=POLL_SECONDS)
 def live_dashboard(delta: float) -> None:
-    """Status level, time series and the backup/recovery history (polls the manager),
-    against the query's own trigger."""
+    """The pipeline's status metrics, status level, time series and backup/recovery
+    history, polled (``_polled``)."""
+    live.mark_drawn()
+    _polled(delta)
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _polled(delta: float) -> None:
+    """Everything of one status snapshot, so the metrics and the line below them never
+    disagree by a poll; batches against the query's own trigger."""
     manager = resources.pipeline_manager()
     s = manager.status()
+    live.status_polled(s, delta)
     points, events = manager.board.history.points(), manager.board.history.events()
     trigger_s = s.trigger_seconds or 0.0  # 0: no trigger to compare batches with
     level = status_level(s, points, trigger_s, delta)
@@ -302,7 +310,7 @@ def fail_and_recover(already_failed: bool, kind: str = "machine") -> None:
     """Kill the query (unless it already failed) and recover, in a background job.
 
     The dashboard stays on screen and shows the job's progress; the page reruns
-    when the state changes (``ui.live.status_panel``).
+    when the state changes (``ui.live.status_polled``).
     """
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
     runner = background.runner()

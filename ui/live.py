@@ -46,7 +46,6 @@ RATES = (1, 2, 5, 10, 20, 50, 100)  # history rows replayed per second
 # takes about 0.6 s, so at 10 rows/s and an exposure of 6 rows the pipeline fell behind.
 DEFAULT_RATE = 5
 TRIGGER_HEADROOM = 2.0  # batches may run this many times as fast as the feed needs
-POLL_SECONDS = 1.5
 ACTIVE = ("running", "failed", "recovering", "error")  # Start off, Stop on
 PENDING = "_live_pending"  # the last report still waits for windows
 ASKING = "_live_leftovers"  # Start was pressed while an earlier run's files are there
@@ -389,11 +388,11 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
-def status_panel(delta: float) -> None:
-    """The pipeline's status, polled; a change of state reruns the whole page (buttons)."""
+def mark_drawn() -> None:
+    """Record the state this full run of the page is drawn with (``status_polled``
+    reruns the page when it changes)."""
     st.session_state[_DRAWN] = _watch(resources.pipeline_manager().status())
     background.drawn(_DRAWN)
-    _status_fragment(delta)
 
 
 _DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
@@ -408,9 +407,10 @@ def _watch(s: PipelineStatus) -> tuple[object, ...]:
     return (s.state, s.plan_version, pending)
 
 
-@st.fragment(run_every=POLL_SECONDS)
-def _status_fragment(delta: float) -> None:
-    s = resources.pipeline_manager().status()
+def status_polled(s: PipelineStatus, delta: float) -> None:
+    """The status metrics of one polled snapshot ``s`` (the dashboard's fragment draws
+    them with the rest, ``ui.dashboard.live_dashboard``); a change of state or plan
+    version reruns the whole page (buttons, banner)."""
     status_metrics(s, delta)
     if _watch(s) != st.session_state.get(_DRAWN):
         background.rerun_app(_DRAWN)

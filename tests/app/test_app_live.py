@@ -7,6 +7,7 @@ recovery report renders its charts from the stored results.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -128,6 +129,31 @@ def test_the_plan_page_prices_the_bytes_the_pipeline_wrote_and_holds(app, fake):
     assert not app.exception and not app.error
     assert app.number_input(key="w_bytes").value == 16.0  # 6,400 B written for 400 rows
     assert app.number_input(key="w_bytes_at_rest").value == 8.5  # 3,400 B held
+
+
+class MovingManager(FakeManager):
+    """A running pipeline whose every status read has taken in 100 more readings."""
+
+    def __init__(self) -> None:
+        super().__init__("running")
+        self.reads = 0
+
+    def status(self) -> PipelineStatus:
+        self.reads += 1
+        feed = replace(self._status.feed, readings=5_000, total_readings=10_000)
+        return replace(self._status, input_rows=100 * self.reads, feed=feed)
+
+
+def test_the_status_metrics_and_the_line_below_them_are_one_snapshot(app, fake):  # type: ignore[no-untyped-def]
+    """The metrics and the status line are drawn from one status read: two polled
+    fragments, each reading its own, could say 300 readings in and 4,600 waiting of 5,000."""
+    fake(MovingManager())
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and not app.error
+    taken = int(metric(app, "Readings in").replace(",", ""))
+    line = next(t for t in texts(app).splitlines() if " waiting" in t)
+    waiting = int(re.search(r"([\d,]+) readings? waiting", line).group(1).replace(",", ""))
+    assert taken + waiting == 5_000, line
 
 
 def test_idle_pipeline_offers_start_only(app, fake):  # type: ignore[no-untyped-def]
