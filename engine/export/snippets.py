@@ -122,6 +122,7 @@ CHECKPOINT = {checkpoint!r}
 BACKUP_SENSORS = {sensors!r}
 PLAN_VERSION = 1  # raise it when you deploy a new plan: rows keep the plan they were written under
 PARTITIONS = {partitions!r}
+FORMATS = dict(date="yyyy-MM-dd", hour="HH")  # each partition key from the UTC time
 
 
 def main(argv):
@@ -132,10 +133,13 @@ def main(argv):
     backup = (
         readings.parquet(SOURCE)
         .filter(F.col("sensor").isin(BACKUP_SENSORS))
-        .withColumn("plan_version", F.lit(PLAN_VERSION))
-        .withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
-        .withColumn("hour", F.date_format("event_time", "HH"))
-        .select("event_time", "sensor", "value", "plan_version", *PARTITIONS)
+        .select(
+            "event_time",
+            "sensor",
+            "value",
+            F.lit(PLAN_VERSION).alias("plan_version"),
+            *(F.date_format("event_time", FORMATS[p]).alias(p) for p in PARTITIONS),
+        )
     )
     writer = (
         backup.writeStream.format("parquet")
