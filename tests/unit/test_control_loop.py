@@ -275,6 +275,34 @@ def test_a_replan_the_pipeline_cannot_take_yet_is_installed_at_the_next_batch(
     assert got[0] == expected[0] + 7  # the batch after the refusal installed it
 
 
+def test_a_replan_that_fails_to_rebase_leaves_the_schedule_running(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """A re-plan the controller cannot rebase on is abandoned and said, and the next one
+    comes on schedule: the monitor must not go on waiting for the version it would have
+    made."""
+    steady = Loop(plan, stationary(drift))
+    steady.monitor(every_rows=300)
+    steady.run(1200, 7)
+    loop = Loop(plan, stationary(drift))
+    said: list[str] = []
+    monitor = loop.monitor(every_rows=300, on_failure=said.append)
+    rebase, failed = monitor.controller.rebase, []
+
+    def once(*args: object) -> None:
+        if not failed:
+            failed.append(loop.rows)
+            raise np.linalg.LinAlgError("not positive definite")
+        rebase(*args)
+
+    monitor.controller.rebase = once  # type: ignore[method-assign]
+    loop.run(1200, 7)
+    expected = [v.first_seq for v in steady.versions if v.reason == "scheduled"]
+    got = [v.first_seq for v in loop.versions if v.reason == "scheduled"]
+    assert failed and said and "online control failed" in said[0]
+    assert len(expected) >= 2 and got == expected[1:]  # the first abandoned, none after
+
+
 def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
