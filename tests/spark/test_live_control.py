@@ -28,7 +28,7 @@ DRIFT = Path(__file__).resolve().parents[2] / "sample_data" / "synthetic_drift.c
 FIT, ROWS, BREAK = 1000, 800, 1300  # plan on rows 0-999, stream 1000-1799, break at 1300
 WINDOW = 10
 LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
-OPTIONS = PipelineOptions(max_files_per_trigger=4, trigger_seconds=0.0)
+OPTIONS = PipelineOptions(max_files_per_trigger=8, trigger_seconds=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ FIRST, LAST = 1000, 1500  # replayed file rows
 BREAK = 1200  # the regime changes here (see ``drift``)
 WINDOW, EVERY = 10, 150
 LOCAL = SparkSettings(master="local[2]", shuffle_partitions=2)
-OPTIONS = PipelineOptions(max_files_per_trigger=2, trigger_seconds=0.0)
+OPTIONS = PipelineOptions(max_files_per_trigger=4, trigger_seconds=0.0)
 CHECK_RUN = 99  # run id of the test's own whole-range rebuild
 
 
