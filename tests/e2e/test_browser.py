@@ -126,7 +126,7 @@ def plan_in_force(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     page.get_by_text("Re-plan on schedule").click()
     page.get_by_test_id("stMetric").filter(has_text="Scheduled re-planning").get_by_text(
         "off"
-    ).wait_for()
+    ).wait_for(timeout=SLOW)  # the switch reruns the page: over a minute under heavy load
     page.wait_for_timeout(4000)  # a re-plan computed before the switch lands at a batch
     open_page(page, "Live pipeline")
     # A re-plan computed before the switch can still land at a batch after this run of
