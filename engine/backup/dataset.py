@@ -46,6 +46,8 @@ BATCH_PREFIX = "batch_id="
 COMMIT_MARKER = "_SUCCESS"
 TIME = "CAST(event_time AS TIMESTAMP)"
 HOURLY_BELOW_S = 60.0  # sampling faster than this partitions the backup by hour too
+# Each partition key of the backup from the reading's UTC time (Spark's date_format).
+PARTITION_FORMATS = {"date": "yyyy-MM-dd", "hour": "HH"}
 # The job's shadow-check results beside the backup (``_lacuna/results/batch_id=N/``) are
 # Parquet files named ``.pq``, so that ``<backup>/**/*.parquet`` (DuckDB's first query
 # of a dataset) reads the backup rows alone; jobs before named them ``.parquet``.

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from engine.backup.dataset import partition_columns
+from engine.backup.dataset import PARTITION_FORMATS, partition_columns
 from engine.errors import ConfigError
 
 
@@ -122,7 +122,7 @@ CHECKPOINT = {checkpoint!r}
 BACKUP_SENSORS = {sensors!r}
 PLAN_VERSION = 1  # raise it when you deploy a new plan: rows keep the plan they were written under
 PARTITIONS = {partitions!r}
-FORMATS = dict(date="yyyy-MM-dd", hour="HH")  # each partition key from the UTC time
+FORMATS = {formats!r}  # each partition key from the UTC time
 
 
 def main(argv):
@@ -184,6 +184,7 @@ def spark_script(
         checkpoint=paths.checkpoint.rstrip("/") + "/backup",
         sensors=list(backup_sensors),
         partitions=partitions,
+        formats={p: PARTITION_FORMATS[p] for p in partitions},
     )
 
 

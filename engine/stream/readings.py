@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engine.backup.dataset import PARTITION_FORMATS
+
 READING_SCHEMA = "event_time timestamp, sensor string, value double"
 
 
@@ -34,8 +36,6 @@ def backup_rows(
     out = readings.filter(keep).select(
         "event_time", "sensor", "value", F.lit(int(plan_version)).alias("plan_version"), *extra
     )
-    if "date" in partitions:
-        out = out.withColumn("date", F.date_format("event_time", "yyyy-MM-dd"))
-    if "hour" in partitions:
-        out = out.withColumn("hour", F.date_format("event_time", "HH"))
+    for key in partitions:
+        out = out.withColumn(key, F.date_format("event_time", PARTITION_FORMATS[key]))
     return out
