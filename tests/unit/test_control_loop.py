@@ -246,15 +246,26 @@ def test_a_scheduled_replan_rebases_the_controller_and_keeps_its_set(
         assert "the controller's set kept" in v.detail
 
 
+def _scheduled(loop: Loop) -> list[int]:
+    """The first rows of the loop's scheduled versions."""
+    return [v.first_seq for v in loop.versions if v.reason == "scheduled"]
+
+
+@pytest.fixture(scope="module")
+def steady_schedule(drift: SensorHistory, plan: BackupPlan) -> list[int]:
+    """Where the scheduled versions of an undisturbed stationary run land (every 300 rows)."""
+    steady = Loop(plan, stationary(drift))
+    steady.monitor(every_rows=300)
+    steady.run(1200, 7)
+    return _scheduled(steady)
+
+
 def test_a_replan_the_pipeline_cannot_take_yet_is_installed_at_the_next_batch(
-    drift: SensorHistory, plan: BackupPlan
+    drift: SensorHistory, plan: BackupPlan, steady_schedule: list[int]
 ) -> None:
     """A scheduled re-plan handed over while the pipeline restarts after a failure
     (``apply`` raises) is installed one batch later, and the schedule goes on: dropping
     it left the monitor waiting for a version that never came, with no re-plan again."""
-    steady = Loop(plan, stationary(drift))
-    steady.monitor(every_rows=300)
-    steady.run(1200, 7)
     loop = Loop(plan, stationary(drift))
     refused: list[int] = []
 
@@ -268,22 +279,18 @@ def test_a_replan_the_pipeline_cannot_take_yet_is_installed_at_the_next_batch(
     said: list[str] = []
     loop.monitor(every_rows=300, on_failure=said.append)
     loop.run(1200, 7)
-    expected = [v.first_seq for v in steady.versions if v.reason == "scheduled"]
-    got = [v.first_seq for v in loop.versions if v.reason == "scheduled"]
+    expected, got = steady_schedule, _scheduled(loop)
     assert refused and said and "trying again" in said[0]
     assert len(expected) >= 2 and len(got) == len(expected)
     assert got[0] == expected[0] + 7  # the batch after the refusal installed it
 
 
 def test_a_replan_that_fails_to_rebase_leaves_the_schedule_running(
-    drift: SensorHistory, plan: BackupPlan
+    drift: SensorHistory, plan: BackupPlan, steady_schedule: list[int]
 ) -> None:
     """A re-plan the controller cannot rebase on is abandoned and said, and the next one
     comes on schedule: the monitor must not go on waiting for the version it would have
     made."""
-    steady = Loop(plan, stationary(drift))
-    steady.monitor(every_rows=300)
-    steady.run(1200, 7)
     loop = Loop(plan, stationary(drift))
     said: list[str] = []
     monitor = loop.monitor(every_rows=300, on_failure=said.append)
@@ -297,8 +304,7 @@ def test_a_replan_that_fails_to_rebase_leaves_the_schedule_running(
 
     monitor.controller.rebase = once  # type: ignore[method-assign]
     loop.run(1200, 7)
-    expected = [v.first_seq for v in steady.versions if v.reason == "scheduled"]
-    got = [v.first_seq for v in loop.versions if v.reason == "scheduled"]
+    expected, got = steady_schedule, _scheduled(loop)
     assert failed and said and "online control failed" in said[0]
     assert len(expected) >= 2 and got == expected[1:]  # the first abandoned, none after
 
