@@ -401,10 +401,12 @@ _DRAWN = "_live_watch"  # the state the last full run of the page was drawn with
 def _watch(s: PipelineStatus) -> tuple[object, ...]:
     # A new plan version reruns the page: its plan-of-record banner and the plan shown
     # are drawn by the full run, and stayed on the old version while the polled metric
-    # showed the new one. While recovered windows are pending, each new window may
-    # finish one: rerun the page.
+    # showed the new one. A new restore reruns it: the recovery report is drawn by the
+    # full run, and a crash and its recovery take about half a second, so a poll every
+    # 1.5 s can see "running" before and after and nothing between. While recovered
+    # windows are pending, each new window may finish one: rerun the page.
     pending = s.windows_emitted if st.session_state.get(PENDING) else None
-    return (s.state, s.plan_version, pending)
+    return (s.state, s.plan_version, s.restores, pending)
 
 
 def status_polled(s: PipelineStatus, delta: float) -> None:

@@ -237,6 +237,17 @@ def test_a_new_plan_version_reruns_the_live_page() -> None:
     assert live._watch(PipelineStatus(state="running", plan_version=1)) == before
 
 
+def test_a_recovery_between_two_polls_reruns_the_live_page() -> None:
+    """The recovery report is drawn by the full run: a recovery seen by no poll must still
+    rerun the page, or its report never shows. A simulated crash and its recovery take
+    about 0.5 s; a poll every 1.5 s saw the state go from running to running."""
+    from engine.live.status import PipelineStatus
+    from ui import live
+
+    before = live._watch(PipelineStatus(state="running", plan_version=1, restores=0))
+    assert live._watch(PipelineStatus(state="running", plan_version=1, restores=1)) != before
+
+
 def test_the_dashboard_redraws_its_figures_only_when_the_history_changes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The fragment polls every 1.5 s; a figure is built again only for a new batch, a
     patched batch, a new event or other parameters, never for an unchanged history."""
