@@ -93,6 +93,7 @@ def running_app(home: Path, extra_env: dict[str, str] | None = None) -> Iterator
     log = (home / "streamlit.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    SERVER_LOGS[url] = home / "streamlit.log"
     try:
         wait_healthy(url, proc)
         yield url
@@ -104,6 +105,19 @@ def running_app(home: Path, extra_env: dict[str, str] | None = None) -> Iterator
             proc.kill()
             proc.wait(timeout=10)
         log.close()
+
+
+SERVER_LOGS: dict[str, Path] = {}  # base URL -> the app server's output (``running_app``)
+
+
+def server_log_tail(page_url: str, lines: int = 30) -> str:
+    """The last ``lines`` of the output of the app serving ``page_url`` (for a failure's
+    message: a traceback of a background job is printed there, not on the page)."""
+    for url, path in SERVER_LOGS.items():
+        if page_url.startswith(url) and path.exists():
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            return "\n".join(text) or "(empty)"
+    return "(no server log)"
 
 
 def launch_browser(playwright):  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ import pytest
 
 from engine.export import validate_config
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
-from tests.e2e.harness import ROOT, open_page, running_app, wait_idle
+from tests.e2e.harness import ROOT, open_page, running_app, server_log_tail, wait_idle
 
 pytestmark = pytest.mark.e2e
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
@@ -92,7 +92,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_role("button", name="Simulate failure").click()
     # The metrics stay on screen while the recovery job runs (no spinner instead of them).
     assert page.get_by_test_id("stMetric").filter(has_text="Micro-batches").count() == 1
-    page.get_by_text("Recovery report (mode approx)").wait_for(timeout=SLOW)
+    wait_or_explain(page, page.get_by_text("Recovery report (mode approx)"), SLOW)
     page.get_by_text("Windows lost").first.wait_for()
     deadline = time.monotonic() + 120
     while int(metric_value(page, "Windows recovered")) < 1:
@@ -103,9 +103,26 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_text("recovered vs true window aggregates").first.wait_for()
 
 
+def wait_or_explain(page, locator, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """``locator.wait_for``; on a timeout, fail with what the page and the app's server
+    said (one CI run waited 240 s for a recovery report and could tell nothing more)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.wait_for(timeout=timeout)
+    except PlaywrightTimeout:
+        pytest.fail(
+            f"{locator} not shown in {timeout / 1000:.0f} s: {recovery_facts(page)}\n"
+            f"the app server's last lines:\n{server_log_tail(page.url)}"
+        )
+
+
 def recovery_facts(page) -> str:  # type: ignore[no-untyped-def]
     """What the Live page says about the feed and the last recovery (for a failure's message)."""
-    wanted = re.compile(r"^(feed: |No window|\d+ lost window)|not installed|failed|error")
+    wanted = re.compile(
+        r"^(feed: |No window|\d+ lost window|Latest restore)|simulating|recovering|"
+        r"not installed|failed|error"
+    )
     lines = [line for line in page.locator("body").inner_text().splitlines() if wanted.search(line)]
     for label in ("State", "Plan version", "Scheduled re-planning", "Windows lost",
                   "Windows recovered"):  # fmt: skip
