@@ -27,6 +27,10 @@ def test_group_eps_on_all_sample_sensors(  # type: ignore[no-untyped-def]
     browser, app_url, shots_dir, width, height
 ):
     page = browser.new_page(viewport={"width": width, "height": height})
+    # Every action may wait for a plan of all 36 sensors beside the Spark suite: in one
+    # clean-clone CI run the eps box was not back within Playwright's default 30 s after
+    # the page went idle (the test took 99 s; 22 s on a quiet machine).
+    page.set_default_timeout(120_000)
     try:
         page.goto(app_url)
         page.get_by_text("Sensors to plan for").wait_for(timeout=60_000)
