@@ -1,5 +1,6 @@
 """Mutation check of calibration (both contracts), K-slack, re-planning, online control,
-the production job's exposure rule and the live backup's compaction.
+the production job's exposure rule, the live backup's compaction and the selection's
+indispensable-sensor screen.
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -37,6 +38,7 @@ BOUND = CTRL + "test_the_miss_fraction_bound_holds_for_any_errors_and_delays"
 KEPT = "tests/unit/test_kept_readings.py::"
 COMPACT = "tests/unit/test_run_compaction.py"
 JOB_CONTROL = "tests/unit/test_job_control.py"
+SCREEN = "tests/unit/test_selection_screen.py"
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -377,6 +379,16 @@ MUTANTS = (
            "                self._busy, self._wait_for = False, None\n",
            "                self._busy = False\n",
            (LOOP + "test_a_replan_that_fails_to_rebase_leaves_the_schedule_running",)),
+    Mutant("s3: the indispensable screen drops the sensors it cannot cover, not those it can",
+           "engine/selection/greedy.py",
+           "unsure = np.flatnonzero(~(bound <= self.tol[live]))",
+           "unsure = np.flatnonzero(bound <= self.tol[live])",
+           (SCREEN,)),
+    Mutant("s4: the screen bounds a sensor on a block it could not factorise",
+           "engine/selection/core.py",
+           "out[rows] = np.where(ok, bound, np.inf)",
+           "out[rows] = bound",
+           (SCREEN,)),
     Mutant("c1: a reader takes a compacted batch from its compaction and its own directory",
            "engine/backup/runs.py",
            "                found += parquet_under(cover)\n            continue\n",

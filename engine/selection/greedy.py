@@ -33,10 +33,12 @@ import scipy.linalg
 
 from engine.errors import ParameterError
 from engine.selection.core import (
+    SCREEN_MIN_SENSORS,
+    alone_variance_of,
     compute_abs_tol,
     compute_tolerance,
     is_clearly_above,
-    solve_alone_variance,
+    screened_alone_variance,
     solve_conditional_variance,
 )
 from engine.selection.exact import select_exact
@@ -258,14 +260,28 @@ class _Greedy:
 
     def _indispensable(self) -> tuple[list[int], int]:
         """Sensors whose variance given all the others is still above target, and the
-        number of informative sensors (variance above the absolute tolerance)."""
+        number of informative sensors (variance above the absolute tolerance).
+
+        From ``SCREEN_MIN_SENSORS`` on, a sensor whose variance given a few of the others
+        is within target is not one of them (``screened_alone_variance``): only the rest
+        need the whole block factorised, and none at all when every sensor is covered.
+        """
         diag = np.diag(self.cov)
         live = [int(i) for i in np.flatnonzero(diag > self.atol)]
-        solved = solve_alone_variance(self.cov, live) if live else None
-        if solved is None:
+        if not live:
+            return [], 0
+        unsure = np.arange(len(live))
+        if len(live) >= SCREEN_MIN_SENSORS:
+            bound = screened_alone_variance(self.cov, live)
+            unsure = np.flatnonzero(~(bound <= self.tol[live]))
+            if unsure.size == 0:
+                return [], len(live)
+        var = alone_variance_of(self.cov, live, unsure)
+        if var is None:
             return [], len(live)
-        above = is_clearly_above(solved[1], self.tol[live], diag[live], self.atol)
-        return [live[p] for p in np.flatnonzero(above)], len(live)
+        idx = np.asarray(live)[unsure]
+        above = is_clearly_above(var, self.tol[idx], diag[idx], self.atol)
+        return [int(i) for i in idx[above]], len(live)
 
     def best_candidate(self) -> int:
         """Candidate whose addition removes the most excess variance.
