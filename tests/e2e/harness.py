@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# ms: the longest a browser step waits: Spark's first start, a recovery job or a plan of
+# every sample sensor, beside the Spark suite on a 2-core machine
+SLOW = 240_000
 CHROMIUM_ENV = "LACUNA_CHROMIUM"  # a path, or a command name on PATH
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

@@ -15,11 +15,10 @@ import pytest
 
 from engine.export import validate_config
 from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
-from tests.e2e.harness import ROOT, open_page, running_app, server_log_tail, wait_idle
+from tests.e2e.harness import ROOT, SLOW, open_page, running_app, server_log_tail, wait_idle
 
 pytestmark = pytest.mark.e2e
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
-SLOW = 240_000  # ms: Spark's first start plus a recovery job on a 2-core machine
 
 
 def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]

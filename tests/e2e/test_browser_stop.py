@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import open_page, running_app, wait_idle
+from tests.e2e.harness import SLOW, open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
-SLOW = 240_000  # ms: Spark's first start on a 2-core machine
 
 
 def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]

@@ -7,10 +7,9 @@ import re
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.e2e.harness import open_page, running_app, wait_idle
+from tests.e2e.harness import SLOW, open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
-SLOW = 240_000  # ms: a plan of 36 sensors beside the Spark suite on a 2-core machine
 
 
 @pytest.fixture(scope="module")
