@@ -310,7 +310,7 @@ def fail_and_recover(already_failed: bool, kind: str = "machine") -> None:
     """Kill the query (unless it already failed) and recover, in a background job.
 
     The dashboard stays on screen and shows the job's progress; the page reruns
-    when the state changes (``ui.live.status_polled``).
+    when the recovery has run (``ui.live.status_polled``).
     """
     manager, log = resources.pipeline_manager(), resources.pipeline_log()
     runner = background.runner()

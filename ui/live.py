@@ -411,8 +411,8 @@ def _watch(s: PipelineStatus) -> tuple[object, ...]:
 
 def status_polled(s: PipelineStatus, delta: float) -> None:
     """The status metrics of one polled snapshot ``s`` (the dashboard's fragment draws
-    them with the rest, ``ui.dashboard.live_dashboard``); a change of state or plan
-    version reruns the whole page (buttons, banner)."""
+    them with the rest, ``ui.dashboard.live_dashboard``); a change of what ``_watch``
+    reads (state, plan version, restores) reruns the whole page (buttons, banner, report)."""
     status_metrics(s, delta)
     if _watch(s) != st.session_state.get(_DRAWN):
         background.rerun_app(_DRAWN)
