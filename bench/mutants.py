@@ -389,6 +389,12 @@ MUTANTS = (
            "out[rows] = np.where(ok, bound, np.inf)",
            "out[rows] = bound",
            (SCREEN,)),
+    Mutant("s5: the greedy's ranking block is rebuilt without the chosen sensors' downdate",
+           "engine/selection/greedy.py",
+           "            exact -= self.lines[:m, part].T @ self.lines[:m, rows]\n",
+           "",
+           ("tests/unit/test_selection.py::"
+            "test_the_float32_block_is_rebuilt_from_the_factor_on_two_threads",)),
     Mutant("c1: a reader takes a compacted batch from its compaction and its own directory",
            "engine/backup/runs.py",
            "                found += parquet_under(cover)\n            continue\n",

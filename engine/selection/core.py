@@ -7,6 +7,8 @@ the greedy, the exchange pass and the exact search share one definition.
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
+
 import numpy as np
 import scipy.linalg
 
@@ -75,7 +77,9 @@ _SCREEN_CHUNK = 512  # sensors bounded at once: (512, 64, 64) blocks, 17 MB
 _SCREEN_PIVOT = 1e-6  # smallest squared pivot of a bound's block, relative to its diagonal
 
 
-def screened_alone_variance(c: np.ndarray, live: list[int]) -> np.ndarray:
+def screened_alone_variance(
+    c: np.ndarray, live: list[int], pool: Executor | None = None
+) -> np.ndarray:
     """(len(live),) an upper bound on ``var_{i | live without i}`` for each i in ``live``:
     ``var_{i | S_i}``, with ``S_i`` the ``SCREEN_SOURCES`` sensors of ``live`` most
     correlated with i. Conditioning on fewer sensors never lowers a variance, so a bound
@@ -85,6 +89,8 @@ def screened_alone_variance(c: np.ndarray, live: list[int]) -> np.ndarray:
     ``inf`` where ``S_i``'s block is not clearly positive definite (a squared Cholesky
     pivot below ``_SCREEN_PIVOT`` times its largest variance): a bound whose rounding
     could reach the margin of ``is_clearly_above`` is not given.
+
+    ``pool``: bound chunks of sensors on its threads.
     """
     idx = np.asarray(live, dtype=int)
     k = min(SCREEN_SOURCES, idx.size - 1)
@@ -95,7 +101,8 @@ def screened_alone_variance(c: np.ndarray, live: list[int]) -> np.ndarray:
     sub = c if whole else c[np.ix_(idx, idx)]
     diag = np.diag(sub).copy()
     inv_sd = 1.0 / np.sqrt(diag)
-    for start in range(0, idx.size, _SCREEN_CHUNK):
+
+    def bound_rows(start: int) -> None:
         rows = np.arange(start, min(start + _SCREEN_CHUNK, idx.size))
         score = np.abs(sub[rows]) * inv_sd  # |correlation| times a per-row constant
         score[np.arange(rows.size), rows] = -1.0  # never a sensor's own source
@@ -106,6 +113,13 @@ def screened_alone_variance(c: np.ndarray, live: list[int]) -> np.ndarray:
         solved = np.linalg.solve(factor, cross[:, :, None])[:, :, 0]
         bound = np.maximum(diag[rows] - np.einsum("rk,rk->r", solved, solved), 0.0)
         out[rows] = np.where(ok, bound, np.inf)
+
+    starts = range(0, idx.size, _SCREEN_CHUNK)
+    if pool is None:
+        for start in starts:
+            bound_rows(start)
+    else:  # chunks are independent, and NumPy releases the GIL in their heavy calls
+        list(pool.map(bound_rows, starts))
     return out
 
 

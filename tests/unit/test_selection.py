@@ -275,3 +275,47 @@ def test_zero_targets_with_duplicate_sensors_still_choose_a_feasible_set():
     twin = np.kron(np.ones((2, 2)), base)  # sensors i and i + 4 are the same
     sel = select_backups(twin, 0.0)
     assert sel.feasible and sel.cost == 4
+
+
+@pytest.mark.parametrize(
+    ("at", "value", "fragment"), [((1300, 40), 7.0, "symmetric"), ((1100, 1500), np.inf, "finite")]
+)
+def test_bad_entries_are_found_in_any_block(at, value, fragment):
+    """The checks run block by block (1,024 wide): an entry far from the first block
+    is still seen."""
+    cov = np.eye(1600)
+    cov[at] = value
+    with pytest.raises(ParameterError, match=fragment):
+        select_backups(cov, 0.5)
+
+
+def test_a_nearly_symmetric_covariance_is_symmetrised_and_left_as_given():
+    cov, target = random_instance(6, 9)
+    skewed = cov.copy()
+    skewed[0, 3] += 1e-12 * np.abs(cov).max()
+    before = skewed.copy()
+    assert select_backups(skewed, target).backup == select_backups(cov, target).backup
+    assert np.array_equal(skewed, before)
+
+
+def test_the_float32_block_is_rebuilt_from_the_factor_on_two_threads():
+    """The ranking block after a few additions equals ``(C[rows, cols] - L^T L) / s``
+    computed directly, at a size where it is rebuilt on two threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.selection.greedy import _Greedy
+
+    rng = np.random.default_rng(0)
+    load = 3.0 * rng.normal(size=(700, 5))
+    cov = load @ load.T + np.diag(rng.uniform(0.2, 1.0, size=700))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        state = _Greedy(cov, 0.1 * np.diag(cov), pool)
+        for j in (5, 300, 650):
+            state.add(j)
+        state.rows = np.sort(rng.choice(700, size=500, replace=False))
+        state.cols = np.setdiff1d(np.arange(700), state.chosen)
+        state._rebuild()
+    lines = state.lines[: len(state.chosen)]
+    exact = cov[np.ix_(state.rows, state.cols)] - lines[:, state.rows].T @ lines[:, state.cols]
+    assert state.block.dtype == np.float32 and state.block.flags.f_contiguous
+    np.testing.assert_allclose(state.block, exact / state.scale, rtol=1e-6, atol=1e-6)
