@@ -161,3 +161,12 @@ def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> Non
     preview = make_plan(short, params, run_backtest_now=False)
     assert preview.calibration.method == "backtest"
     assert len(preview.backup_sensors) < len(temps.sensors)
+
+
+def test_every_non_finite_number_is_written_as_null_at_any_depth():
+    from engine.export import json_safe
+
+    nan = float("nan")
+    value = {"a": [1.0, nan, (np.float64("inf"), "s", 2)], "b": {"c": -np.inf, "d": True}, "e": nan}
+    assert json_safe(value) == {"a": [1.0, None, [None, "s", 2]], "b": {"c": None, "d": True},
+                                "e": None}  # fmt: skip
