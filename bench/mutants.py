@@ -379,6 +379,12 @@ MUTANTS = (
            "                self._busy, self._wait_for = False, None\n",
            "                self._busy = False\n",
            (LOOP + "test_a_replan_that_fails_to_rebase_leaves_the_schedule_running",)),
+    Mutant("i5: a refresh keeps one triangle of the backed-up block's inverse",
+           "engine/selection/incremental.py",
+           "    return np.asarray(lower + np.tril(lower, -1).T)\n",
+           "    return np.asarray(lower)\n",
+           ("tests/unit/test_incremental_selection.py::"
+            "test_a_refresh_recomputes_every_matrix_from_the_covariance",)),
     Mutant("s3: the indispensable screen drops the sensors it cannot cover, not those it can",
            "engine/selection/greedy.py",
            "unsure = np.flatnonzero(~(bound <= self.tol[live]))",

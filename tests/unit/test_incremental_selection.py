@@ -159,3 +159,27 @@ def test_bad_input_is_refused_with_one_line() -> None:
         IncrementalSelection(np.eye(2)).repair(np.array([1.0, -1.0]))
     with pytest.raises(ParameterError, match="not positive definite"):
         IncrementalSelection(np.ones((2, 2)), [0, 1])
+
+
+@pytest.mark.parametrize("skew", [0.0, 1e-13])
+def test_a_refresh_recomputes_every_matrix_from_the_covariance(skew) -> None:
+    """After a refresh ``P`` is the backed-up block's inverse, ``B = Sigma_{:,O} P`` and
+    ``C`` the conditional covariance, zero on the backed-up sensors, exactly symmetric
+    even when ``Sigma`` is symmetric only to rounding."""
+    rng = np.random.default_rng(3)
+    n = 30
+    cov = random_covariance(n, rng, "factor")
+    cov[2, 7] += skew * np.abs(cov).max()
+    backup = [4, 11, 19, 25]
+    inc = IncrementalSelection(cov, backup)
+    inc.refresh()
+    sym = (cov + cov.T) / 2
+    inverse = np.linalg.inv(sym[np.ix_(backup, backup)])
+    np.testing.assert_allclose(inc.P, inverse, rtol=1e-9, atol=1e-12 * np.abs(inverse).max())
+    np.testing.assert_array_equal(inc.P, inc.P.T)
+    np.testing.assert_allclose(inc.B, sym[:, backup] @ inverse, rtol=1e-8, atol=1e-10)
+    expected = sym - sym[:, backup] @ inverse @ sym[backup, :]
+    expected[backup, :] = expected[:, backup] = 0.0
+    scale = np.mean(np.diag(cov))
+    np.testing.assert_allclose(inc.C, expected, rtol=1e-8, atol=1e-10 * scale)
+    np.testing.assert_array_equal(inc.C, inc.C.T)
