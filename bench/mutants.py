@@ -310,6 +310,11 @@ MUTANTS = (
            "            group[version == number] = k",
            "            pass",
            ("tests/unit/test_job_crash_check.py",)),
+    Mutant("x11: several rebuilds scored together all score as the first",
+           "engine/aggregates.py",
+           "        for rebuilt in rebuilts:\n",
+           "        for rebuilt in list(rebuilts[:1]) * len(rebuilts):\n",
+           ("tests/unit/test_exposure.py::test_several_rebuilds_score_as_each_alone",)),
     Mutant("j1: the job's controller scores every row as backed up by the newest set",
            "engine/job/control.py",
            "            [(self._map(p.version, p.config), p.config.backup_sensors) "

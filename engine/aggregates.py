@@ -27,7 +27,7 @@ exactly once.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,20 @@ class Aggregate:
         is what makes the ratio meaningful. For avg and sum it is the error itself.
         """
         return np.abs(self.exposure_errors(truth, rebuilt, starts, window, exposure))
+
+    def exposure_scores_of(
+        self,
+        truth: np.ndarray,
+        rebuilts: Sequence[np.ndarray],
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> list[np.ndarray]:
+        """``exposure_scores`` of each of several rebuilds of the same ``truth``; an
+        aggregate whose scores read the truth's windows on their own (max, min) reads
+        them once for all."""
+        return [self.exposure_scores(truth, r, starts, window, exposure, eps) for r in rebuilts]
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         """A window's statistic for the random-sample coverage rule (None: too few readings)."""
@@ -295,28 +309,45 @@ class _Extreme(Aggregate):
         exposure: int,
         eps: float,
     ) -> np.ndarray:
+        return self.exposure_scores_of(truth, [rebuilt], starts, window, exposure, eps)[0]
+
+    def exposure_scores_of(
+        self,
+        truth: np.ndarray,
+        rebuilts: Sequence[np.ndarray],
+        starts: np.ndarray,
+        window: int,
+        exposure: int,
+        eps: float,
+    ) -> list[np.ndarray]:
         # eps / lambda*, with lambda* the smallest scale of the residual rho = truth - rebuilt
         # (in sign * x) at which the window first misses. A lost reading with headroom
         # g = window extreme - reading overshoots once lambda (-rho) > g + eps; the window
         # undershoots once every kept reading lies eps below the extreme and every lost one
         # within eps of it has lambda rho > eps - g. Linear in the residual's scale, and
         # never below eps where the window misses (a far reading pulled back into the band
-        # would end an undershoot; it is ignored, so the score errs high).
+        # would end an undershoot; it is ignored, so the score errs high). The truth's
+        # windows, headroom and kept extremes (40 % of the work) serve every rebuild.
         t = in_windows(self.sign * truth, starts, window)
-        rho = in_windows(self.sign * (truth - rebuilt), starts, window)
         top = t.max(axis=1, keepdims=True)
         g = top - t  # (W, w, n) headroom of each reading below its window's extreme
-        over = np.maximum(-rho, 0.0) * eps / (eps + g)
         near = g < eps
-        under = np.where(near, np.maximum(rho, 0.0) * eps / np.where(near, eps - g, 1.0), np.inf)
         n_win, n = t.shape[0], t.shape[2]
         base = np.arange(n_win) * window
         lo, hi = lost_rows(base, window, exposure)
         longest = min(window, exposure)
-        worst_over = range_max(over.reshape(-1, n), lo, hi, longest)
-        worst_under = -range_max(-under.reshape(-1, n), lo, hi, longest)
         extreme_lost = top - kept_max(t, lo[0], hi[0]) > eps
-        return np.maximum(worst_over, np.where(extreme_lost, worst_under, 0.0))
+        out = []
+        for rebuilt in rebuilts:
+            rho = in_windows(self.sign * (truth - rebuilt), starts, window)
+            over = np.maximum(-rho, 0.0) * eps / (eps + g)
+            under = np.where(
+                near, np.maximum(rho, 0.0) * eps / np.where(near, eps - g, 1.0), np.inf
+            )
+            worst_over = range_max(over.reshape(-1, n), lo, hi, longest)
+            worst_under = -range_max(-under.reshape(-1, n), lo, hi, longest)
+            out.append(np.maximum(worst_over, np.where(extreme_lost, worst_under, 0.0)))
+        return out
 
     def sample_statistic(self, x: np.ndarray, eps: float, window: int) -> float | None:
         # M: readings within eps of the extreme, scaled to a full window.

@@ -65,17 +65,15 @@ def calibration_scores(
     starts = window_starts(x.shape[0], spec.window, 1)
     recovered = rebuilt(x, model, backup)
     agg = get_aggregate(spec.aggregate)
-    scores = [agg.exposure_scores(x, recovered, starts, spec.window, spec.exposure, spec.eps)]
+    rebuilds = [recovered]
     if not agg.sign_blind:
         # The model's error is symmetric; a sign the scored horizons happened to show (a
         # rebuild running low all along never overshoots a max) is not a property of the
         # next one. So max and min also score the mirrored residual: the rebuild
         # ``2 x - recovered``. Benchmark, choose half: a room's light sensor rebuilt low
         # through calibration overshot in 43 % of a week's failures once it ran high.
-        mirrored = 2.0 * x - recovered
-        scores.append(
-            agg.exposure_scores(x, mirrored, starts, spec.window, spec.exposure, spec.eps)
-        )
+        rebuilds.append(2.0 * x - recovered)
+    scores = agg.exposure_scores_of(x, rebuilds, starts, spec.window, spec.exposure, spec.eps)
     return np.vstack([s.reshape(-1, x.shape[1]) for s in scores])
 
 

@@ -146,3 +146,19 @@ def test_no_failure_misses_below_the_scale_its_score_names(
     # where an undershoot ends before it is seen (a far reading pulled into the band)
     seen = np.isfinite(first)
     assert np.mean(np.abs(first[seen] - critical[seen]) <= 0.006) > 0.9
+
+
+@pytest.mark.parametrize("name", aggregate_names())
+def test_several_rebuilds_score_as_each_alone(name: str) -> None:
+    """``exposure_scores_of`` reads the truth's windows once for every rebuild: each
+    rebuild's scores are those it gets scored alone."""
+    rng = np.random.default_rng(5)
+    truth = np.cumsum(rng.normal(size=(50, 4)), axis=0)
+    rebuilds = [truth - rng.standard_t(3, size=truth.shape) for _ in range(3)]
+    agg, starts = get_aggregate(name), window_starts(50, 8, 1)
+    together = agg.exposure_scores_of(truth, rebuilds, starts, 8, 3, 1.0)
+    assert len(together) == 3
+    for rebuilt, scores in zip(rebuilds, together, strict=True):
+        np.testing.assert_array_equal(
+            scores, agg.exposure_scores(truth, rebuilt, starts, 8, 3, 1.0)
+        )
