@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -332,21 +333,22 @@ class _Greedy:
         Large blocks are split in two column halves scored on two threads (NumPy
         releases the GIL inside ufuncs).
         """
-        ncols = self.cols.size
-        score = np.empty(ncols, dtype=np.float32)
-        args = (pivots, excess, score)
-        if self.rows.size * ncols < _PARALLEL_MIN or self.pool is None:
-            self._score_range(0, ncols, *args)
-        else:
-            half = ncols // 2
-            jobs = [
-                self.pool.submit(self._score_range, lo, hi, *args)
-                for lo, hi in ((0, half), (half, ncols))
-            ]
-            for job in jobs:
-                job.result()
+        score = np.empty(self.cols.size, dtype=np.float32)
+        self._by_column_halves(self._score_range, pivots, excess, score)
         self.pending = None
         return score
+
+    def _by_column_halves(self, work: Callable[..., None], *args: np.ndarray) -> None:
+        """``work(lo, hi, *args)`` over every stored column: the two halves on two threads
+        when the block is large (NumPy releases the GIL in its heavy calls)."""
+        ncols = self.cols.size
+        if self.rows.size * ncols < _PARALLEL_MIN or self.pool is None:
+            work(0, ncols, *args)
+            return
+        half = ncols // 2
+        jobs = [self.pool.submit(work, lo, hi, *args) for lo, hi in ((0, half), (half, ncols))]
+        for job in jobs:
+            job.result()
 
     def _score_range(
         self, lo: int, hi: int, pivots: np.ndarray, excess: np.ndarray, score: np.ndarray
@@ -405,16 +407,7 @@ class _Greedy:
         10,000 sensors, and three passes over it).
         """
         transposed = np.empty((self.cols.size, self.rows.size), dtype=np.float32)
-        half = self.cols.size // 2
-        if self.pool is None or self.rows.size * self.cols.size < _PARALLEL_MIN:
-            self._rebuild_range(0, self.cols.size, transposed)
-        else:
-            jobs = [
-                self.pool.submit(self._rebuild_range, lo, hi, transposed)
-                for lo, hi in ((0, half), (half, self.cols.size))
-            ]
-            for job in jobs:
-                job.result()
+        self._by_column_halves(self._rebuild_range, transposed)
         self.block = transposed.T
         self.pending = None
 
