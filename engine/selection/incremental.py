@@ -214,7 +214,7 @@ class IncrementalSelection:
         exactly: with ``L^{-1}`` (LAPACK's ``trtri``) of the backed-up block's factor,
         ``P = L^{-T} L^{-1}``, ``W = L^{-1} Sigma_OR`` for the other sensors ``R``,
         ``B_R = W^T L^{-1}`` and ``C_RR = Sigma_RR - W^T W`` (symmetric products); the
-        backed-up rows of ``B`` are the identity and those of ``C`` zero (30 ms to 20 ms).
+        backed-up rows of ``B`` are the identity and those of ``C`` zero (about 20 ms there).
         """
         n, order = self.n, self.order
         if not order:
