@@ -440,6 +440,19 @@ def split_note(data: PlanningData) -> None:
     )
 
 
+def follow_replanning_switch(pipeline: bool) -> None:
+    """Show a running pipeline's own re-planning switch in ``w_replan`` when it changed
+    outside this session's widget (another session, a fresh page), and only then.
+
+    Writing it at every run would undo an operator's click: a run that read the
+    pipeline's switch before the click's callback set it sends the stale value to the
+    browser, which adopts it and sends it back, switching re-planning on again.
+    """
+    if st.session_state.get("_replan_seen") != pipeline:
+        st.session_state["w_replan"] = pipeline
+        st.session_state["_replan_seen"] = pipeline
+
+
 def toggle_replanning() -> None:
     """The operator's switch (``w_replan``) for scheduled re-planning of a running pipeline."""
     manager = resources.pipeline_manager()

@@ -408,3 +408,23 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     manager.set_replanning = switched.append  # type: ignore[attr-defined]
     app.toggle(key="w_replan").set_value(True).run()
     assert switched == [True]
+
+
+def test_the_replanning_switch_keeps_a_click_that_a_stale_status_has_not_seen(app, fake):  # type: ignore[no-untyped-def]
+    manager = fake(FakeManager("running"))
+    manager._status = replace(manager._status, replan_every_rows=24, scheduled_replanning=True)
+    switched: list[bool] = []
+    manager.set_replanning = switched.append  # type: ignore[attr-defined]
+    app.switch_page("pages/live.py").run()
+    assert app.toggle(key="w_replan").value is True  # the pipeline's switch
+    # The click's callback ran, but these runs read the switch as it was (as a run that
+    # read the status before the callback does): the page must not write it over the click.
+    app.toggle(key="w_replan").set_value(False).run()
+    app.run()
+    assert switched == [False] and app.toggle(key="w_replan").value is False
+    # Once the pipeline's switch changes outside this session's widget, the page follows.
+    manager._status = replace(manager._status, scheduled_replanning=False)
+    app.run()
+    manager._status = replace(manager._status, scheduled_replanning=True)
+    app.run()
+    assert app.toggle(key="w_replan").value is True and switched == [False]
