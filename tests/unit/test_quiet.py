@@ -65,3 +65,26 @@ def test_a_socket_error_raised_while_handling_the_interrupt_is_dropped_too() -> 
             raise OSError("Bad file descriptor")  # noqa: B904 - a chain without an interrupt
     except OSError as err:
         assert record(PY4J, err) is True
+
+
+def test_pyspark_warnings_are_dropped_only_while_a_stop_is_under_way() -> None:
+    """An interrupted ``toPandas`` warns with the Java stack of the call a SIGTERM stopped."""
+    import warnings
+
+    from engine.stream.quiet import stopping
+
+    shown: list[str] = []
+    pyspark = "/venv/lib/python3.11/site-packages/pyspark/sql/pandas/conversion.py"
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_args, **_kw: shown.append(str(message))
+        quiet_py4j()
+        quiet_py4j()
+        try:
+            stopping(True)
+            warnings.warn_explicit("An error occurred while calling o78", UserWarning, pyspark, 430)
+            warnings.warn_explicit("ours, during the stop", UserWarning, "/work/engine/x.py", 1)
+        finally:
+            stopping(False)
+        warnings.warn_explicit("a real PySpark warning", UserWarning, pyspark, 430)
+    assert shown == ["ours, during the stop", "a real PySpark warning"]
