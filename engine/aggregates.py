@@ -33,8 +33,6 @@ from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy.special import gammaln, ndtr
-from scipy.stats import norm
 
 from engine.errors import ParameterError
 from engine.partial_state import COUNT, Field, State
@@ -175,6 +173,8 @@ class Aggregate:
 
 def _gaussian_tail(var: np.ndarray, eps: float, scale: float) -> np.ndarray:
     """P(|e| > eps) for a zero-mean Gaussian error of variance ``var * scale``."""
+    from scipy.stats import norm  # here, not at import: the CLI's parser reads this module
+
     with np.errstate(divide="ignore"):
         ratio = eps / np.sqrt(var * scale)  # inf where var == 0
     return np.asarray(2.0 * norm.sf(ratio), dtype=float)
@@ -182,6 +182,8 @@ def _gaussian_tail(var: np.ndarray, eps: float, scale: float) -> np.ndarray:
 
 def z_value(delta: float) -> float:
     """``Phi^{-1}(1 - delta/2)``: the two-sided standard normal quantile."""
+    from scipy.stats import norm
+
     # isf keeps full precision for tiny delta, where 1 - delta/2 rounds.
     return float(norm.isf(delta / 2.0))
 
@@ -243,6 +245,8 @@ class _Linear(Aggregate):
         # Simple random sample without replacement: se of the mean is
         # sqrt((1 - n/N) S2 / n); the sum's error is N times the mean's.
         e = eps / window if self.scale_by_window else eps
+        from scipy.special import ndtr
+
         se = np.sqrt(np.maximum(0.0, 1.0 - n / window) * stats / n)
         with np.errstate(divide="ignore"):
             return np.where(se > 0, 2.0 * ndtr(-e / np.where(se > 0, se, 1.0)), 0.0)
@@ -274,6 +278,8 @@ class _Extreme(Aggregate):
     def variance_target(self, eps: float, delta: float, window: int) -> float:
         # Per-reading miss probability q solves (1 - q)^w = 1 - delta; the quantile
         # Phi^{-1}((1 + (1-delta)^{1/w}) / 2) = Phi^{-1}(1 - q/2) is computed via isf(q/2).
+        from scipy.stats import norm
+
         q = -math.expm1(math.log1p(-delta) / window)
         return float((eps / norm.isf(q / 2.0)) ** 2)
 
@@ -359,6 +365,8 @@ class _Extreme(Aggregate):
         self, stats: np.ndarray, n: np.ndarray, window: int, eps: float
     ) -> np.ndarray:
         # Missing all M readings near the extreme: hypergeometric C(N-M, n) / C(N, n).
+        from scipy.special import gammaln
+
         m = np.clip(stats, 1, window)
         rest = window - m - n  # readings neither in the sample nor near the extreme
         ok = rest >= 0

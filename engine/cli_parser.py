@@ -19,8 +19,8 @@ from typing import NoReturn
 
 from engine.aggregates import aggregate_names
 from engine.errors import ParameterError
-from engine.job import KEEP, add_run_flags
-from engine.planning.plan import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
+from engine.job.flags import KEEP, add_run_flags
+from engine.planning.folds import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
 
 __all__ = ["FOLDS_HELP", "build_parser"]
 

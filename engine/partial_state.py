@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["COUNT", "Field", "HasState", "State", "grouped_partials", "merged_partials"]
 
@@ -87,6 +89,8 @@ def grouped_partials(
 ) -> pd.DataFrame:
     """The partial state of each group of readings: ``keys`` and one column per state
     field, from ``frame[value]`` (NaN: no reading)."""
+    import pandas as pd  # here, not at import: the CLI's parser reads ``engine.aggregates``
+
     x = frame[value].astype(float)
     lifted = {
         f.name: x.notna().astype(np.int64) if f.power == 0 else x**f.power

@@ -31,7 +31,7 @@ from engine.planning import (
     whatif_delta,
     whatif_eps,
 )
-from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
+from engine.planning.folds import DEFAULT_BACKTEST_FOLDS
 
 MAX_FOLDS_ENV = "LACUNA_MAX_FOLDS"
 DEFAULT_MAX_FOLDS = DEFAULT_BACKTEST_FOLDS  # as the CLI: one budget for both

@@ -7,13 +7,20 @@ PySpark is imported inside functions only.
 ``partials``: mergeable open-window state; ``screening``: what a batch held besides the
 plan's readings; ``landed_files``: the files a batch read; ``events``: its notable events;
 ``status``: what a job has done, read with DuckDB; ``compaction``: merging its batch
-directories.
+directories; ``flags``: its command-line flags. The names below load their modules on
+first use (``engine.lazy``), so the CLI's parser imports only ``flags``.
 """
 
-from engine.job.compaction import KEEP, compact, uncompacted
-from engine.job.plans import Replanner, at_once
-from engine.job.run import JobSettings, add_run_flags, run_from_args, run_job
-from engine.job.status import JobStatus, read_job_status
+from typing import TYPE_CHECKING
+
+from engine.job.flags import KEEP, add_run_flags
+from engine.lazy import exports
+
+if TYPE_CHECKING:
+    from engine.job.compaction import compact, uncompacted
+    from engine.job.plans import Replanner, at_once
+    from engine.job.run import JobSettings, run_from_args, run_job
+    from engine.job.status import JobStatus, read_job_status
 
 __all__ = [
     "KEEP",
@@ -28,3 +35,13 @@ __all__ = [
     "run_job",
     "uncompacted",
 ]
+
+__getattr__, __dir__ = exports(
+    __name__,
+    {
+        "compaction": ("compact", "uncompacted"),
+        "plans": ("Replanner", "at_once"),
+        "run": ("JobSettings", "run_from_args", "run_job"),
+        "status": ("JobStatus", "read_job_status"),
+    },
+)

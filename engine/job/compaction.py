@@ -64,10 +64,10 @@ from engine.backup.dataset import (
 )
 from engine.errors import DataError, ParameterError
 from engine.export.plan_book import PLANS_DIR
+from engine.job.flags import KEEP
 
 RESULTS = ("_lacuna", "results")
 METRICS = ("_lacuna", "metrics")
-KEEP = 10  # newest micro-batches left alone by default
 PART = "part-00000"
 READERS = 8  # threads reading the small files (I/O and decompression release the GIL)
 

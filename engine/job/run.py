@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make ``engine`` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.errors import EngineError, ParameterError, PipelineError
+from engine.job.flags import add_run_flags
 from engine.job.run_lock import checkpoint_lock
 from engine.job.watch import (
     log_json,
@@ -364,35 +365,6 @@ def _check_local_paths(settings: JobSettings) -> None:
             )
         if path.exists() and not path.is_dir():
             raise PipelineError(f"{flag} {uri!r} is a file: it must be a directory")
-
-
-def add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="exported backup config (.json/.yaml)")
-    p.add_argument("--source", required=True, help="landing directory of Parquet readings")
-    p.add_argument("--backup", required=True, help="backup dataset URI (file://, hdfs://, s3a://)")
-    p.add_argument("--checkpoint", required=True, help="checkpoint URI (durable)")
-    p.add_argument("--master", default=None, help="Spark master (default local[*])")
-    p.add_argument("--available-now", action="store_true", help="process what landed, then stop")
-    p.add_argument("--watermark", type=float, default=0.0, help="allowed lateness, seconds")
-    p.add_argument(
-        "--no-replan",
-        action="store_true",
-        help="keep the plan past its valid_until (default: plan again on the landed readings)",
-    )
-    p.add_argument(
-        "--no-control",
-        action="store_true",
-        help="no online control of the backup set (default: every closed window's shadow "
-        "check steers it, under the plan's contract; --no-replan turns it off too)",
-    )
-    p.add_argument(
-        "--replan-in-batch",
-        action="store_true",
-        help="plan inside the micro-batch that finds the plan expired (the stream waits; "
-        "default: in the background, except with --available-now)",
-    )
-    p.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval, seconds")
-    p.add_argument("--max-files-per-trigger", type=int, default=None)
 
 
 def settings_from_args(args: argparse.Namespace) -> JobSettings:

@@ -20,7 +20,7 @@ from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
 from engine.model.repair import constant_note, sentence
-from engine.planning.backtest import BacktestSettings, run_backtest
+from engine.planning.backtest import run_backtest
 from engine.planning.backtest_result import BacktestResult
 from engine.planning.calibration import (
     CalibrationInfo,
@@ -30,6 +30,7 @@ from engine.planning.calibration import (
     back_up_everything,
     plan_on,
 )
+from engine.planning.folds import DEFAULT_BACKTEST_FOLDS, BacktestSettings
 from engine.planning.guarantee import window_violation_probability
 from engine.planning.horizon import calibration_rows
 from engine.planning.parameters import PlanParameters, default_history, resolve_horizon
@@ -37,10 +38,6 @@ from engine.planning.savings import BYTES_PER_READING, Savings
 from engine.planning.verdict import Verdict
 from engine.query import WindowQuery
 from engine.selection.greedy import Selection
-
-# Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and
-# a default plan of 132 sensors x 35,000 rows in ~10 s of CPU (Beijing, bench protocol).
-DEFAULT_BACKTEST_FOLDS = 40
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.export import validate_config
-from engine.planning.plan import DEFAULT_BACKTEST_FOLDS
+from engine.planning.folds import DEFAULT_BACKTEST_FOLDS
 from tests.e2e.harness import ROOT, SLOW, open_page, running_app, server_log_tail, wait_idle
 
 pytestmark = pytest.mark.e2e

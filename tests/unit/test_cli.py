@@ -353,3 +353,30 @@ def test_simulate_failure_defaults_to_the_plans_contract(monkeypatch: pytest.Mon
         assert seen.pop() == want
     done = run_cli("simulate", *base[1:], "--failure", "disk")
     assert done.returncode == 2 and "invalid choice: 'disk'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("plan", "--help"), ("run", "--help"), ("plan", "--eps", "1")],
+    ids=["help", "plan-help", "run-help", "missing-flags"],
+)
+def test_help_and_a_rejected_argument_answer_before_the_heavy_libraries_load(
+    args: tuple[str, ...],
+) -> None:
+    """The parser imports nothing that a command needs only once it runs: SciPy, pandas,
+    PyArrow, DuckDB, PySpark (2.5 s of start-up otherwise, before a flag is read)."""
+    heavy = ("scipy", "pandas", "pyarrow", "duckdb", "pyspark")
+    probe = (
+        "import sys\n"
+        "from engine.cli import main\n"
+        f"try:\n    code = main({list(args)!r})\nexcept SystemExit as done:\n    code = done.code\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r})\n"
+        "print('LOADED', code, ','.join(loaded), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    line = done.stderr.strip().splitlines()[-1]
+    code, loaded = line.split(" ")[1], line.split(" ")[2:] or [""]
+    assert code in ("0", "2"), done.stderr
+    assert loaded == [""], f"loaded {loaded[0]} for {args}"

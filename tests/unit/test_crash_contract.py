@@ -11,8 +11,9 @@ import engine.planning.calibration as C
 import engine.planning.scores as S
 from engine.aggregates import get_aggregate
 from engine.model import GaussianModel
-from engine.planning.backtest import BacktestSettings, fold_origins, run_backtest
+from engine.planning.backtest import run_backtest
 from engine.planning.crash_result import CrashResult, summarise_crash
+from engine.planning.folds import BacktestSettings, fold_origins
 from engine.planning.horizon import conformal_quantile
 from engine.planning.verdict import window_p_value
 from engine.windows import window_starts
