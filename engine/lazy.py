@@ -3,17 +3,24 @@
 ``python -m engine --help``, a rejected argument and ``status`` answer before SciPy,
 pandas or the job's modules load: a package whose ``__init__`` re-exports heavy
 modules binds its names here, each loaded from its module when first asked for.
-Type checkers read the same names from the package's ``if TYPE_CHECKING:`` imports.
+Type checkers read the same names from the package's ``if TYPE_CHECKING:`` imports,
+and the package binds ``__getattr__`` only outside type checking, so a misspelt name
+is still an error there.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["exports"]
+
+# One first use at a time: two threads importing a package's modules at once can meet
+# a module the other has only half initialised (engine.job's and engine.backup's).
+_LOCK = threading.RLock()
 
 
 def exports(
@@ -27,8 +34,9 @@ def exports(
         module = owner.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
-        setattr(sys.modules[package], name, value)
+        with _LOCK:
+            value = getattr(importlib.import_module(f"{package}.{module}"), name)
+            setattr(sys.modules[package], name, value)
         return value
 
     def __dir__() -> list[str]:

@@ -27,7 +27,7 @@ with panels.page_guard():
     )
     now = manager.status()
     if running and now.replan_every_rows:
-        live.follow_replanning_switch(now.scheduled_replanning)
+        live.follow_replanning_switch(now.run, now.scheduled_replanning)
     st.session_state.setdefault("w_replan", True)
     scheduled = st.toggle(
         "Re-plan on schedule (off: the plan expires at its horizon)",

@@ -440,17 +440,19 @@ def split_note(data: PlanningData) -> None:
     )
 
 
-def follow_replanning_switch(pipeline: bool) -> None:
-    """Show a running pipeline's own re-planning switch in ``w_replan`` when it changed
-    outside this session's widget (another session, a fresh page), and only then.
+def follow_replanning_switch(run: int | None, pipeline: bool) -> None:
+    """Show a running pipeline's own re-planning switch in ``w_replan`` when this
+    session's widget has not seen it: a fresh page (Streamlit drops a widget's state
+    when the page is left), another run, or a change made elsewhere (another session).
 
     Writing it at every run would undo an operator's click: a run that read the
     pipeline's switch before the click's callback set it sends the stale value to the
     browser, which adopts it and sends it back, switching re-planning on again.
     """
-    if st.session_state.get("_replan_seen") != pipeline:
+    seen = (run, pipeline)
+    if "w_replan" not in st.session_state or st.session_state.get("_replan_seen") != seen:
         st.session_state["w_replan"] = pipeline
-        st.session_state["_replan_seen"] = pipeline
+        st.session_state["_replan_seen"] = seen
 
 
 def toggle_replanning() -> None:

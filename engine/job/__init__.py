@@ -36,12 +36,13 @@ __all__ = [
     "uncompacted",
 ]
 
-__getattr__, __dir__ = exports(
-    __name__,
-    {
-        "compaction": ("compact", "uncompacted"),
-        "plans": ("Replanner", "at_once"),
-        "run": ("JobSettings", "run_from_args", "run_job"),
-        "status": ("JobStatus", "read_job_status"),
-    },
-)
+if not TYPE_CHECKING:  # type checkers read the imports above
+    __getattr__, __dir__ = exports(
+        __name__,
+        {
+            "compaction": ("compact", "uncompacted"),
+            "plans": ("Replanner", "at_once"),
+            "run": ("JobSettings", "run_from_args", "run_job"),
+            "status": ("JobStatus", "read_job_status"),
+        },
+    )

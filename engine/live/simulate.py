@@ -104,10 +104,10 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    from engine.stream.quiet import stopping
+    from engine.stream.quiet import exiting
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        stopping(True)  # what py4j logs from here on is the shutdown, said by the CLI
+        exiting()  # what py4j logs or PySpark warns from here on is the shutdown
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -90,21 +90,28 @@ __all__ = [
     "z_value",
 ]
 
-__getattr__, __dir__ = exports(
-    __name__,
-    {
-        "backtest": ("run_backtest",),
-        "backtest_result": ("BacktestResult",),
-        "calibration": ("CALIBRATIONS", "CalibrationInfo", "PlanningSpec", "Progress", "plan_on"),
-        "control": ("ControlConfig", "ControlDecision", "SensorController", "ShadowFeedback"),
-        "folds": ("BacktestSettings", "fold_origins"),
-        "guarantee": ("variance_target", "window_violation_probability", "z_value"),
-        "monitor": ("MonitorAlert", "ViolationMonitor", "rate_lower_bound", "rate_upper_bound"),
-        "parameters": ("PlanParameters", "default_history"),
-        "plan": ("BackupPlan", "contract_assessment", "make_plan"),
-        "replan": ("PlanChange", "ReplanningMonitor", "widen_plan"),
-        "reselect": ("pin_backups", "retarget"),
-        "savings": ("BYTES_PER_READING", "Savings"),
-        "whatif": ("DELTA_GRID", "eps_grid", "scaled_eps", "whatif_delta", "whatif_eps"),
-    },
-)
+if not TYPE_CHECKING:  # type checkers read the imports above
+    __getattr__, __dir__ = exports(
+        __name__,
+        {
+            "backtest": ("run_backtest",),
+            "backtest_result": ("BacktestResult",),
+            "calibration": (
+                "CALIBRATIONS",
+                "CalibrationInfo",
+                "PlanningSpec",
+                "Progress",
+                "plan_on",
+            ),
+            "control": ("ControlConfig", "ControlDecision", "SensorController", "ShadowFeedback"),
+            "folds": ("BacktestSettings", "fold_origins"),
+            "guarantee": ("variance_target", "window_violation_probability", "z_value"),
+            "monitor": ("MonitorAlert", "ViolationMonitor", "rate_lower_bound", "rate_upper_bound"),
+            "parameters": ("PlanParameters", "default_history"),
+            "plan": ("BackupPlan", "contract_assessment", "make_plan"),
+            "replan": ("PlanChange", "ReplanningMonitor", "widen_plan"),
+            "reselect": ("pin_backups", "retarget"),
+            "savings": ("BYTES_PER_READING", "Savings"),
+            "whatif": ("DELTA_GRID", "eps_grid", "scaled_eps", "whatif_delta", "whatif_eps"),
+        },
+    )

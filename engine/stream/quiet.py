@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, TextIO
 
 from engine.stream.query_errors import FAILURE_MARK, SimulatedFailure
 
@@ -53,36 +52,21 @@ def _chain(err: BaseException | None) -> list[BaseException]:
 _FILTER = ExpectedPy4jNoise()
 
 
-def _show_unless_stopping(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    """``warnings.showwarning`` that drops PySpark's warnings while a stop is under way."""
-    if _FILTER.stopping and "pyspark" in filename:
-        return
-    _shown(message, category, filename, lineno, file, line)
-
-
-_shown: Any = warnings.showwarning  # the one this module wraps
-
-
 def quiet_py4j() -> None:
-    """Install the filter on py4j's loggers and the root logger, and the stop's warning
-    filter on ``warnings.showwarning`` (idempotent)."""
-    global _shown
+    """Install the filter on py4j's loggers and the root logger (idempotent)."""
     for name in _LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
-    if warnings.showwarning is not _show_unless_stopping:
-        _shown = warnings.showwarning
-        warnings.showwarning = _show_unless_stopping
 
 
 def stopping(on: bool) -> None:
     """Say that a pipeline is being stopped on purpose (``True``) or runs (``False``)."""
     _FILTER.stopping = bool(on)
+
+
+def exiting() -> None:
+    """A signal is tearing this process down: what py4j logs from here on is the
+    shutdown, which the CLI reports in one line, and PySpark's warnings are ignored."""
+    stopping(True)
+    warnings.filterwarnings("ignore", module=r"pyspark(\.|$)")

@@ -428,3 +428,15 @@ def test_the_replanning_switch_keeps_a_click_that_a_stale_status_has_not_seen(ap
     manager._status = replace(manager._status, scheduled_replanning=True)
     app.run()
     assert app.toggle(key="w_replan").value is True and switched == [False]
+    # Streamlit drops a widget's state when the page is left: back on Live, the toggle
+    # shows the pipeline's switch again, not the toggle's default.
+    manager._status = replace(manager._status, scheduled_replanning=False)
+    app.run()
+    app.switch_page("pages/plan.py").run()
+    app.switch_page("pages/live.py").run()
+    assert app.toggle(key="w_replan").value is False
+    # A new run with the switch this session last saw still shows it.
+    app.toggle(key="w_replan").set_value(True).run()
+    manager._status = replace(manager._status, run=2)
+    app.run()
+    assert app.toggle(key="w_replan").value is False and switched == [False, True]

@@ -67,24 +67,41 @@ def test_a_socket_error_raised_while_handling_the_interrupt_is_dropped_too() -> 
         assert record(PY4J, err) is True
 
 
-def test_pyspark_warnings_are_dropped_only_while_a_stop_is_under_way() -> None:
+def test_pyspark_warnings_are_dropped_once_a_signal_tears_the_process_down() -> None:
     """An interrupted ``toPandas`` warns with the Java stack of the call a SIGTERM stopped."""
     import warnings
 
-    from engine.stream.quiet import stopping
+    from engine.stream import quiet
 
-    shown: list[str] = []
-    pyspark = "/venv/lib/python3.11/site-packages/pyspark/sql/pandas/conversion.py"
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.showwarning = lambda message, *_args, **_kw: shown.append(str(message))
-        quiet_py4j()
-        quiet_py4j()
+        before = quiet._FILTER.stopping
         try:
-            stopping(True)
-            warnings.warn_explicit("An error occurred while calling o78", UserWarning, pyspark, 430)
-            warnings.warn_explicit("ours, during the stop", UserWarning, "/work/engine/x.py", 1)
+            quiet.exiting()
+            shown = {
+                m: bool(_shown_now(m))
+                for m in ("pyspark.sql.pandas.conversion", "pyspark", "engine.live", "pysparkle")
+            }
         finally:
-            stopping(False)
-        warnings.warn_explicit("a real PySpark warning", UserWarning, pyspark, 430)
-    assert shown == ["ours, during the stop", "a real PySpark warning"]
+            quiet.stopping(before)
+    assert shown == {
+        "pyspark.sql.pandas.conversion": False,
+        "pyspark": False,
+        "engine.live": True,
+        "pysparkle": True,
+    }
+    assert _shown_now("pyspark.sql.pandas.conversion")  # the filters restored: shown again
+
+
+def _shown_now(module: str) -> list[str]:
+    """The messages a warning from ``module`` shows under the filters in force now."""
+    import warnings
+
+    shown: list[str] = []
+    previous = warnings.showwarning
+    warnings.showwarning = lambda message, *_a, **_k: shown.append(str(message))
+    try:
+        warnings.warn_explicit("msg", UserWarning, "f.py", 1, module=module, registry={})
+    finally:
+        warnings.showwarning = previous
+    return shown
