@@ -35,7 +35,6 @@ import os
 import pstats
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -148,15 +147,10 @@ def measure_in(where: Path, n: int, seed: int, profile: bool) -> dict[str, Any]:
 
 def measure_at(ref: str, n: int, seed: int) -> dict[str, Any]:
     """``measure_in`` a temporary worktree of ``ref``."""
-    with tempfile.TemporaryDirectory(prefix="lacuna-before-") as tmp:
-        where = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
-                       check=True, capture_output=True)  # fmt: skip
-        try:
-            return measure_in(where, n, seed, False)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
-                           check=False, capture_output=True)  # fmt: skip
+    from bench.common import worktree  # here: ``measure`` runs this file at other revisions
+
+    with worktree(ref) as where:
+        return measure_in(where, n, seed, False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +30,21 @@ def datasets_dir() -> Path:
 def beijing_wide() -> Path:
     """The 132 Beijing channels (35,064 hourly rows), wide: the throughput benchmarks' data."""
     return datasets_dir() / "beijing_multisite_aq" / "wide.csv"
+
+
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """A temporary git worktree of this repository at ``ref`` (removed afterwards): the
+    checkout a ``--before REF`` measurement runs in."""
+    with tempfile.TemporaryDirectory(prefix="lacuna-before-") as tmp:
+        where = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            yield where
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
+                           check=False, capture_output=True)  # fmt: skip
 
 
 def time_call(fn: Callable[[], T], repeat: int = 1) -> tuple[T, float]:
