@@ -244,9 +244,9 @@ class _Linear(Aggregate):
     ) -> np.ndarray:
         # Simple random sample without replacement: se of the mean is
         # sqrt((1 - n/N) S2 / n); the sum's error is N times the mean's.
-        e = eps / window if self.scale_by_window else eps
         from scipy.special import ndtr
 
+        e = eps / window if self.scale_by_window else eps
         se = np.sqrt(np.maximum(0.0, 1.0 - n / window) * stats / n)
         with np.errstate(divide="ignore"):
             return np.where(se > 0, 2.0 * ndtr(-e / np.where(se > 0, se, 1.0)), 0.0)

@@ -1,11 +1,10 @@
 """A package's public names, imported on first use (PEP 562).
 
-``python -m engine --help``, a rejected argument and ``status`` answer before SciPy,
-pandas or the job's modules load: a package whose ``__init__`` re-exports heavy
-modules binds its names here, each loaded from its module when first asked for.
-Type checkers read the same names from the package's ``if TYPE_CHECKING:`` imports,
-and the package binds ``__getattr__`` only outside type checking, so a misspelt name
-is still an error there.
+``python -m engine --help`` and a rejected argument answer before SciPy, pandas or the
+job's modules load: a package whose ``__init__`` re-exports heavy modules binds its
+names here, each loaded from its module when first asked for. Type checkers read the
+same names from the package's ``if TYPE_CHECKING:`` imports, and the package binds
+``__getattr__`` only outside type checking, so a misspelt name is still an error there.
 """
 
 from __future__ import annotations

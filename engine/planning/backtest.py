@@ -28,7 +28,7 @@ from engine.planning.folds import BacktestSettings, fold_origins
 from engine.planning.scores import rebuilt, window_residuals
 from engine.windows import window_starts
 
-__all__ = ["MAX_LOG_SCALE", "BacktestSettings", "fold_origins", "run_backtest", "track_quantile"]
+__all__ = ["MAX_LOG_SCALE", "run_backtest", "track_quantile"]
 
 MAX_LOG_SCALE = 4.0  # the online correction moves a target by at most e^4 ~ 55x either way
 

@@ -123,7 +123,8 @@ def test_cli_recover_range_of_a_missing_dataset_is_one_line(
 def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
     import argparse
 
-    from engine.job.run import add_run_flags, settings_from_args
+    from engine.job.flags import add_run_flags
+    from engine.job.run import settings_from_args
 
     parser = argparse.ArgumentParser()
     add_run_flags(parser)
