@@ -1,4 +1,5 @@
-"""How long ``python -m engine`` takes to answer before any work: help and rejected input.
+"""How long ``python -m engine`` takes to answer before any work: help and rejected input,
+and ``status``'s own start-up (its modules load before it refuses a directory).
 
     python -m bench.bench_cli_startup                  # this checkout (9 runs a command)
     python -m bench.bench_cli_startup --before REF     # and the same commands at REF
@@ -32,6 +33,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "plan --help": ("plan", "--help"),
     "plan, a flag missing": ("plan", "--eps", "1"),
     "recover, no such file": ("recover", "--config", "missing.json", "--backup", "missing.csv"),
+    # a directory with no job's plan book: refused after status's modules have loaded
+    "status, not a job": ("status", "--backup", "docs"),
 }
 
 

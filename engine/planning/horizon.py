@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import t as student
+from scipy.special import stdtrit
 
 from engine.errors import ParameterError
 from engine.model import GaussianModel, MomentStats
@@ -127,4 +127,4 @@ def prediction_bound(errors: np.ndarray, independent: int, level: float) -> np.n
         return np.full(errors.shape[1], np.inf)
     rms = np.sqrt(np.mean(np.square(errors), axis=0))
     m = float(independent)
-    return rms * float(student.ppf(0.5 + level / 2, m - 1) * np.sqrt(1 + 1 / m))
+    return rms * float(stdtrit(m - 1, 0.5 + level / 2) * np.sqrt(1 + 1 / m))

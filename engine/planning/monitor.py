@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta, binomtest
+from scipy.special import betainc, betaincinv
 
 from engine.errors import ParameterError
 
@@ -52,13 +52,14 @@ def rate_lower_bound(violations: int, windows: int, confidence: float) -> float:
 
 def rate_lower_bounds(violations: np.ndarray, windows: np.ndarray, confidence: float) -> np.ndarray:
     """One-sided Clopper-Pearson lower bounds of binomial rates, pair by pair, in one
-    ``beta.ppf`` call (the job's monitor bounds every sensor after every micro-batch);
+    inverse of the regularised incomplete beta (``scipy.stats.beta.ppf`` without loading
+    ``scipy.stats``: the job's monitor bounds every sensor after every micro-batch);
     0 where there is no violation or no window. ``violations`` may be real (a crash
     contract's windows each count a fraction): the bound of the continued tail."""
     v, w = np.asarray(violations, dtype=float), np.asarray(windows, dtype=float)
     out = np.zeros(v.shape)
     some = (v > 0) & (w > 0)
-    out[some] = beta.ppf(1.0 - confidence, v[some], w[some] - v[some] + 1)
+    out[some] = betaincinv(v[some], w[some] - v[some] + 1, 1.0 - confidence)
     return out
 
 
@@ -68,7 +69,7 @@ def rate_upper_bound(violations: int, windows: int, confidence: float = 0.95) ->
         return 1.0
     if violations >= windows:
         return 1.0
-    return float(beta.ppf(confidence, violations + 1, windows - violations))
+    return float(betaincinv(violations + 1, windows - violations, confidence))
 
 
 def check_eps(eps: float | np.ndarray, n: int) -> float | np.ndarray:
@@ -261,7 +262,12 @@ def newly_alerting(said: dict[int, set[str]], version: int, sensors: Iterable[st
 
 def binomial_p_value(violations: int, windows: int, delta: float) -> float:
     """One-sided exact binomial p-value of ``violations`` misses in ``windows`` if the rate were
-    ``delta`` (``scipy.stats.binomtest``, alternative "greater"); 1.0 with no windows."""
-    if windows <= 0:
+    ``delta``: ``P(Binomial(windows, delta) >= violations)``, the regularised incomplete beta
+    ``I_delta(k, n - k + 1)`` (``scipy.stats.binomtest``'s "greater" p-value); 1.0 with no
+    windows or no violation."""
+    k, n = int(violations), int(windows)
+    if n <= 0 or k <= 0:
         return 1.0
-    return float(binomtest(int(violations), int(windows), delta, alternative="greater").pvalue)
+    if k > n:
+        return 0.0
+    return float(min(1.0, betainc(k, n - k + 1, delta)))

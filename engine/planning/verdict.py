@@ -24,8 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scipy.special import betainc
-from scipy.stats import beta
+from scipy.special import betainc, betaincinv
 
 from engine.errors import ParameterError
 
@@ -140,7 +139,7 @@ def window_upper_bound(misses: float, windows: int, confidence: float) -> float:
     """One-sided Clopper-Pearson upper bound of a rate from a real miss count."""
     if windows <= 0 or misses >= windows:
         return 1.0
-    return float(beta.ppf(confidence, misses + 1.0, windows - misses))
+    return float(betaincinv(misses + 1.0, windows - misses, confidence))
 
 
 def pct(x: float) -> str:

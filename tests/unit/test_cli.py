@@ -380,3 +380,20 @@ def test_help_and_a_rejected_argument_answer_before_the_heavy_libraries_load(
     code, loaded = line.split(" ")[1], line.split(" ")[2:] or [""]
     assert code in ("0", "2"), done.stderr
     assert loaded == [""], f"loaded {loaded[0]} for {args}"
+
+
+def test_status_answers_without_scipy_stats(tmp_path: Path) -> None:
+    """``status`` needs SciPy's incomplete beta (binomial bounds), not ``scipy.stats``, whose
+    import alone costs about a second: the bounds come from ``scipy.special``."""
+    probe = (
+        "import sys\n"
+        "from engine.cli import main\n"
+        f"code = main(['status', '--backup', {str(tmp_path)!r}])\n"
+        "print('LOADED', code, 'scipy.stats' in sys.modules, 'scipy.special' in sys.modules, "
+        "file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    line = done.stderr.strip().splitlines()[-1]
+    assert line == "LOADED 2 False True", done.stderr  # refused: no plan book, after the imports
