@@ -224,10 +224,7 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     history = _history(args)
     params = _with_unit_eps(params, history, args)
     n_rows = history.values.shape[0]
-    if params.window > n_rows:  # the same refusal as ``plan``
-        raise ParameterError(
-            f"window ({params.window} readings) is longer than the history ({n_rows} rows)"
-        )
+    params.check_fits(n_rows)  # the same refusals as ``plan``
     horizon = resolve_horizon(params, n_rows, history.report.sampling_interval_s)
     x, unit_spec = eps_units(history, params)  # per-sensor eps: backtest in eps units
     spec = replace(unit_spec, horizon=horizon)

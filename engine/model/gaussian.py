@@ -17,7 +17,13 @@ import scipy.linalg
 from engine.errors import DataError, NotFittedError, ParameterError
 from engine.model.blas import blas_threads
 from engine.model.linear import LinearMap
-from engine.model.repair import LazyRepair, constant_by_variance, constant_sensors
+from engine.model.repair import (
+    CONSTANT_REL,
+    RAW_SUMS_REL,
+    LazyRepair,
+    constant_by_variance,
+    constant_sensors,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,11 +35,14 @@ class MomentStats:
     count : number of readings ``T``.
     mean : (n,) mean of each sensor.
     m2 : (n, n) sum of centred outer products ``sum_t (x_t - mean)(x_t - mean)^T``.
+    rounding : the fraction of a sensor's squared mean below which its variance is
+        rounding (``engine.model.repair``): centred moments' floor, or raw sums' wider one.
     """
 
     count: int
     mean: np.ndarray
     m2: np.ndarray
+    rounding: float = CONSTANT_REL
 
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int | np.integer):
@@ -87,8 +96,8 @@ class MomentStats:
         if count == 0:
             return cls(0, np.zeros_like(v1), np.zeros_like(v2))
         mean = v1 / count
-        m2 = v2 - count * np.outer(mean, mean)
-        return cls(int(count), mean, (m2 + m2.T) / 2.0)
+        m2 = v2 - count * np.outer(mean, mean)  # cancels: the raw sums' rounding floor
+        return cls(int(count), mean, (m2 + m2.T) / 2.0, RAW_SUMS_REL)
 
     def merge(self, other: MomentStats) -> MomentStats:
         """Moments of the union of both samples (Chan's parallel formula)."""
@@ -104,7 +113,7 @@ class MomentStats:
         delta = other.mean - self.mean
         mean = self.mean + delta * (other.count / count)
         m2 = self.m2 + other.m2 + np.outer(delta, delta) * (self.count * other.count / count)
-        return MomentStats(count, mean, m2)
+        return MomentStats(count, mean, m2, max(self.rounding, other.rounding))
 
     def covariance(self, ddof: int = 1) -> np.ndarray:
         """Sample covariance (n, n) with ``count - ddof`` in the denominator."""
@@ -199,8 +208,8 @@ class GaussianModel:
         self.mean_ = stats.mean.copy()
         self.sensors_ = names
         self.n_samples_ = int(stats.count)
-        self.constant_ = constant_sensors(cov, stats.mean)
-        self._repair = LazyRepair(cov, self.mean_, names, self.ridge)
+        self.constant_ = constant_sensors(cov, stats.mean, stats.rounding)
+        self._repair = LazyRepair(cov, self.mean_, names, self.ridge, stats.rounding)
         return self
 
     @staticmethod

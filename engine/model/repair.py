@@ -18,9 +18,15 @@ import numpy as np
 import scipy.linalg
 
 # A sensor whose sample variance is below this fraction of its squared level is
-# indistinguishable from rounding (sum-of-squares cancellation is ~1e-16 relative),
-# so it is treated as constant: known exactly, reconstructed by its mean.
-CONSTANT_REL = 1e-13
+# indistinguishable from rounding, so it is treated as constant: known exactly,
+# reconstructed by its mean. Centred moments (two-pass, or Chan's merges of centred
+# parts: every path the product fits by) err by the mean's rounding only, about
+# (1e-16 x log2(rows) x level)^2, so the floor sits five orders above that: a sensor
+# at 1e8 that varies by more than 1e-4 varies. Raw sums (``MomentStats.from_sums``)
+# lose ~1e-16 of the squared level to cancellation and keep the wider floor; at the
+# wider floor a sensor at 1e8 varying by 10 would count as constant.
+CONSTANT_REL = 1e-24
+RAW_SUMS_REL = 1e-13
 # Repair is triggered when the smallest eigenvalue of the (non-constant) covariance
 # is below RIDGE_TRIGGER x mean variance, and then lifts it to RIDGE_FLOOR x mean
 # variance: a condition number of ~1e9 keeps Cholesky and rank-one downdates stable.
@@ -30,15 +36,18 @@ RIDGE_FLOOR = 1e-9
 _BLOCK = 1024
 
 
-def constant_sensors(cov: np.ndarray, mean: np.ndarray) -> np.ndarray:
+def constant_sensors(cov: np.ndarray, mean: np.ndarray, rel: float = CONSTANT_REL) -> np.ndarray:
     """(n,) True where a sensor's variance (the diagonal of ``cov``) is at rounding level
-    of its mean: such a sensor is constant."""
-    return constant_by_variance(np.diag(cov), mean)
+    of its mean (``rel`` of its square: the moments' rounding floor): such a sensor is
+    constant."""
+    return constant_by_variance(np.diag(cov), mean, rel)
 
 
-def constant_by_variance(variance: np.ndarray, mean: np.ndarray) -> np.ndarray:
+def constant_by_variance(
+    variance: np.ndarray, mean: np.ndarray, rel: float = CONSTANT_REL
+) -> np.ndarray:
     """``constant_sensors`` from the (n,) variances alone."""
-    return np.asarray(variance <= CONSTANT_REL * mean**2)
+    return np.asarray(variance <= rel * mean**2)
 
 
 def constant_note(constant: np.ndarray, names: tuple[str, ...]) -> str:
@@ -57,7 +66,11 @@ def sentence(parts: list[str]) -> str:
 
 
 def repair_covariance(
-    cov: np.ndarray, mean: np.ndarray, names: tuple[str, ...], ridge: float | None
+    cov: np.ndarray,
+    mean: np.ndarray,
+    names: tuple[str, ...],
+    ridge: float | None,
+    rel: float = CONSTANT_REL,
 ) -> tuple[np.ndarray, float, str]:
     """Symmetrise, zero constant sensors, and add a ridge if (or as) asked, in place.
 
@@ -67,11 +80,13 @@ def repair_covariance(
     mean : (n,) sensor means (the constant test is relative to them).
     names : the n sensor names, for the note.
     ridge : the ridge asked for, or None to add one only when near-singular.
+    rel : the moments' rounding floor for the constant test (``CONSTANT_REL``, or
+        ``RAW_SUMS_REL`` for moments from raw sums).
 
     Returns ``cov`` repaired, the ridge added and a one-sentence note ("" if nothing).
     """
     _symmetrise(cov)
-    constant = constant_sensors(cov, mean)
+    constant = constant_sensors(cov, mean, rel)
     cov[constant, :] = 0.0
     cov[:, constant] = 0.0
     active = np.flatnonzero(~constant)
@@ -144,9 +159,10 @@ class LazyRepair:
         mean: np.ndarray,
         names: tuple[str, ...],
         ridge: float | None,
+        rel: float = CONSTANT_REL,
     ) -> None:
         sample = cov if callable(cov) else partial(np.asarray, cov)
-        self._start(lambda: repair_covariance(sample(), mean, names, ridge))
+        self._start(lambda: repair_covariance(sample(), mean, names, ridge, rel))
 
     @classmethod
     def scaled(cls, other: LazyRepair, f: np.ndarray) -> LazyRepair:

@@ -57,6 +57,21 @@ class PlanParameters(HoldsQuery):
             raise ParameterError(f"history must be an integer >= 4 rows, got {h!r}")
         object.__setattr__(self, "units", check_unit_pairs(self.units))
 
+    def check_fits(self, n_rows: int) -> None:
+        """Refuse a window or an exposure longer than a history of ``n_rows`` rows: no
+        window of the history could be scored (and a failure's stretch, ``w + m - 1``
+        positions a window, would be scored on arrays of that size)."""
+        if self.window > n_rows:
+            raise ParameterError(
+                f"window ({self.window} readings) is longer than the history ({n_rows} rows)"
+            )
+        if self.exposure is not None and self.exposure > n_rows:
+            raise ParameterError(
+                f"exposure ({self.exposure} rows) is longer than the history ({n_rows} rows): "
+                "a failure that can lose more rows than that is planned for with the range "
+                "contract (whole windows rebuilt: leave the exposure out)"
+            )
+
     def eps_vector(self, sensors: tuple[str, ...]) -> np.ndarray:
         """Each sensor's eps, (n,) in ``sensors`` order (``WindowQuery.eps_vector``)."""
         return self.query.eps_vector(sensors)

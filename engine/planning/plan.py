@@ -217,10 +217,7 @@ def _check_sizes(x: np.ndarray, sensors: tuple[str, ...], params: PlanParameters
         raise ParameterError(
             f"need at least {len(sensors) + 2} rows for {len(sensors)} sensors, got {x.shape[0]}"
         )
-    if params.window > x.shape[0]:
-        raise ParameterError(
-            f"window ({params.window} readings) is longer than the history ({x.shape[0]} rows)"
-        )
+    params.check_fits(x.shape[0])
 
 
 def plan_backtest_settings(

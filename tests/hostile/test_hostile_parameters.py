@@ -130,3 +130,14 @@ def test_a_config_growing_past_the_limit_is_read_no_further(monkeypatch, tmp_pat
     big.write_text(" " * 1001)
     with pytest.raises(ConfigError, match="larger than the limit of 1,000"):
         guard.read_config_text(big)
+
+
+@pytest.mark.parametrize("command", ["plan", "backtest"])
+@pytest.mark.parametrize("exposure", ["100000000000000000000", "1000000000", "721"])
+def test_an_exposure_longer_than_the_history_is_one_line(run_cli, command, exposure) -> None:
+    """A failure stretch is scored at ``w + m - 1`` positions a window: an exposure of 1e20
+    rows was a NumPy traceback (exit 1), 1e9 an 8 GB allocation."""
+    code, _, err = run_cli(command, *PLAN[1:], "--delta", "0.05", "--exposure", exposure)
+    line = one_line_error(code, err)
+    assert f"exposure ({exposure} rows) is longer than the history (720 rows)" in line
+    assert "range contract" in line

@@ -258,3 +258,26 @@ def test_the_ridge_decision_follows_the_smallest_eigenvalue(factor, ridge):
     expected, repaired = _eigen_repair_reference(cov, ridge)
     assert model.ridge_ == pytest.approx(expected, rel=1e-6, abs=1e-15)
     assert ("near-singular" in model.repair_note_) == repaired
+
+
+@pytest.mark.parametrize("defer", [False, True], ids=["moments", "deferred"])
+def test_a_large_common_offset_is_not_mistaken_for_constant_sensors(defer: bool) -> None:
+    """Readings around 1e8 that vary by units (a cumulative meter, a level in Pa) vary:
+    the model is the offset-free one's, and only a column that is exactly constant at
+    that level is constant (the floor is the centred moments' rounding, not raw sums')."""
+    x = correlated(np.random.default_rng(4))
+    flat = np.full((x.shape[0], 1), 123456789.0)
+    base = GaussianModel().fit(np.hstack([x, flat]))
+    shifted = GaussianModel().fit(np.hstack([x + 1e8, flat]), defer=defer)
+    assert shifted.constant_.tolist() == [False] * 6 + [True]
+    np.testing.assert_allclose(shifted.cov_, base.cov_, rtol=1e-6, atol=1e-9)
+    merged = MomentStats.from_array(x[:250] + 1e8).merge(MomentStats.from_array(x[250:] + 1e8))
+    assert not GaussianModel().fit_stats(merged).constant_.any()
+
+
+def test_raw_sums_keep_the_wider_rounding_floor_through_a_merge() -> None:
+    x = np.column_stack([correlated(np.random.default_rng(9), n=3), np.full(500, 1234.5678)])
+    raw = MomentStats.from_sums(250, x[:250].sum(axis=0), x[:250].T @ x[:250])
+    merged = MomentStats.from_array(x[250:]).merge(raw)
+    assert merged.rounding == raw.rounding > MomentStats.from_array(x).rounding
+    assert GaussianModel().fit_stats(merged).constant_.tolist() == [False, False, False, True]
