@@ -94,8 +94,8 @@ class CrashResult:
             )
         windows = self.scored // self.positions
         pooled = (
-            f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window) "
-            f"pairs over {windows:,} rebuilt windows missed eps"
+            f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window, sensor) "
+            f"triples over {windows:,} rebuilt windows missed eps"
         )
         where = what
         if self.violation_rate_mean > delta:

@@ -39,6 +39,14 @@ def test_worst_sensor_bound_is_clopper_pearson_over_rebuilt_windows_bonferroni()
     assert r.to_dict()["verdict_test"] == VERDICT_TEST
 
 
+def test_the_all_windows_rate_is_the_worst_sensors_own() -> None:
+    """Not the most misses of any sensor: ``a`` is worst (1 of its 1 rebuilt window), ``b``
+    missed more windows (3 of 12) but at a lower rate."""
+    r = _result([1, 3, 0], [1, 12, 12], total=12)
+    assert r.worst_sensor == "a" and r.violation_rate_worst_sensor == 1.0
+    assert r.violation_rate_worst_sensor_all_windows == pytest.approx(1 / 12)
+
+
 def test_verdict_not_measured_and_nothing_rebuilt() -> None:
     assert _result([0, 0], [0, 0], total=0, folds=0).verdict(0.05).startswith("not measured")
     trivial = _result([0, 0], [0, 0])
