@@ -49,6 +49,20 @@ class LinearMap:
                 f"intercept {np.shape(self.intercept)}, expected ({k}, {m}) and ({k},)"
             )
 
+    def same_as(self, other: object) -> bool:
+        """The same map by value: names, coefficients and variances equal (a map read back
+        from its stored JSON, whose floats round-trip exactly, is the same as the one
+        written)."""
+        if self is other:
+            return True
+        if not isinstance(other, LinearMap):
+            return False
+        names = (self.sensors, self.backup, self.targets)
+        arrays = ("intercept", "coef", "conditional_variance")
+        return names == (other.sensors, other.backup, other.targets) and all(
+            np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays
+        )
+
     def apply(self, backup_values: np.ndarray) -> np.ndarray:
         """Rebuild all sensors.
 

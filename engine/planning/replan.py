@@ -256,10 +256,13 @@ class ReplanningMonitor:
         return fresh_plan(old, history)
 
     def plan_for(self, linear_map: object) -> BackupPlan | None:
-        """The plan (first or applied) whose reconstruction map is ``linear_map``:
-        the plan behind a stream spec (``StreamSpec.from_plan`` keeps the map object)."""
+        """The plan (first or applied) whose reconstruction map is ``linear_map``: the plan
+        behind a stream spec (``StreamSpec.from_plan`` keeps the map object; a spec rebuilt
+        from the stored versions, as after a recovery, holds an equal one)."""
         with self._lock:
-            return next((p for p in reversed(self.plans) if p.linear_map is linear_map), None)
+            plans = list(reversed(self.plans))
+        same = next((p for p in plans if p.linear_map is linear_map), None)
+        return same or next((p for p in plans if p.linear_map.same_as(linear_map)), None)
 
     def _reason(
         self,

@@ -281,3 +281,15 @@ def test_raw_sums_keep_the_wider_rounding_floor_through_a_merge() -> None:
     merged = MomentStats.from_array(x[250:]).merge(raw)
     assert merged.rounding == raw.rounding > MomentStats.from_array(x).rounding
     assert GaussianModel().fit_stats(merged).constant_.tolist() == [False, False, False, True]
+
+
+def test_a_map_read_back_from_its_json_is_the_same_map_and_a_changed_one_is_not() -> None:
+    from engine.live.versions import map_from_json, map_to_json
+
+    lm = GaussianModel().fit(correlated(np.random.default_rng(3))).linear_map([0, 2])
+    assert lm.same_as(map_from_json(map_to_json(lm))) and lm.same_as(lm)
+    moved = map_from_json(map_to_json(lm))
+    moved.coef[1, 0] = np.nextafter(moved.coef[1, 0], np.inf)
+    assert not lm.same_as(moved) and not lm.same_as(object())
+    other = GaussianModel().fit(correlated(np.random.default_rng(3))).linear_map([0, 3])
+    assert not lm.same_as(other)

@@ -182,11 +182,16 @@ def test_the_plan_behind_a_stream_spec_is_found_by_its_map(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
     from engine.live.spec import StreamSpec
+    from engine.live.versions import map_from_json, map_to_json
 
     monitor, applied, _ = stream(drift, 600, 1000, plan, every_rows=200)
     assert monitor.plans == [plan, *(new for new, _, _ in applied)]
     for p in monitor.plans:
         assert monitor.plan_for(StreamSpec.from_plan(p).linear_map) is p
+        # a spec rebuilt from the stored versions (a recovery) holds an equal map: the
+        # newest plan with that map (plans that back up the same way are alike)
+        equal = [q for q in monitor.plans if q.linear_map.same_as(p.linear_map)]
+        assert monitor.plan_for(map_from_json(map_to_json(p.linear_map))) is equal[-1]
     assert monitor.plan_for(object()) is None
 
 
