@@ -338,7 +338,7 @@ def _crash_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator
     left.metric(
         "Backtest rate, worst sensor",
         pct(crash.violation_rate_worst_sensor),
-        f"crash contract: {missed:,.1f} of {windows:,} rebuilt windows; delta {pct(p.delta, 1)}",
+        f"crash contract: {missed:.3g} of {windows:,} rebuilt windows; delta {pct(p.delta, 1)}",
         **QUIET,
         help=f"Worst sensor: {crash.worst_sensor or 'none rebuilt'}: of the failures "
         f"touching its rebuilt windows ({crash.positions} positions a window, each losing "
@@ -347,7 +347,7 @@ def _crash_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator
     right.metric(
         "Backtest rate, pooled",
         pct(crash.violation_rate_mean),
-        f"of {crash.scored:,} (failure, window) pairs, {bt.n_folds} folds",
+        f"of {crash.scored:,} (failure, window, sensor) triples, {bt.n_folds} folds",
         **QUIET,
     )
     st.caption(

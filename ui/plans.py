@@ -85,7 +85,8 @@ def backtest_settings(history: SensorHistory, params: PlanParameters) -> Backtes
 
 
 def _structure(params: PlanParameters) -> tuple:
-    """The parameters a preview must refit for (eps and method are retargeted)."""
+    """The parameters a preview must refit for (eps and method are retargeted): the
+    exposure too, which sets the contract calibration scores."""
     return (
         params.delta,
         params.window,
@@ -93,6 +94,7 @@ def _structure(params: PlanParameters) -> tuple:
         params.aggregate,
         params.calibration,
         params.history,
+        params.exposure,
     )
 
 
@@ -321,9 +323,10 @@ def measure_whatif(
         bt = measure_plan(data, p, cache, step).backtest
         if bt is None or not bt.n_folds:
             continue
+        rates = bt if bt.crash is None else bt.crash  # the plan's own contract's figures
         point = MeasuredPoint(
-            p.eps, factor, bt.backup_fraction_mean, bt.violation_rate_worst_sensor,
-            bt.violation_rate_worst_sensor_ucb95, bt.violation_rate_mean,
+            p.eps, factor, bt.backup_fraction_mean, rates.violation_rate_worst_sensor,
+            rates.violation_rate_worst_sensor_ucb95, rates.violation_rate_mean,
         )  # fmt: skip
         points.append(point)
     return cache.put(_measured_whatif_key(data, params), tuple(points))

@@ -26,10 +26,14 @@ TABLE_FORMAT = {
         width="small",
         help="Misses over the backtest windows where the sensor "
         "was rebuilt (backed-up windows are not counted); for a crash plan each window "
-        "counts the share of its failure positions that missed",
+        "counts the share of its failure positions that missed. The backtest re-plans at "
+        "each fold, so a sensor this plan backs up may have been rebuilt there, and one it "
+        "rebuilds may never have been",
     ),
     "backtest misses / rebuilt windows": st.column_config.TextColumn(
-        "misses / rebuilt", width="small"
+        "misses / rebuilt",
+        width="small",
+        help="The backtest's fold plans' misses and rebuilt windows, not this plan's",
     ),
     "conditional variance": None,  # in the expander below the table: the page stays narrow
     "variance target": None,
@@ -52,18 +56,43 @@ def measured_bytes_per_reading() -> tuple[float | None, float | None]:
 
 
 def quality(plan: BackupPlan) -> str:
+    """The plan's measured quality under its own contract (a crash plan's crash figures,
+    a range plan's whole-window ones), or the model's claim when it was not backtested."""
     bt, p = plan.backtest, plan.parameters
     eps = eps_text(plan.sensors, p)
-    if plan.measured and bt is not None:
+    if not plan.measured or bt is None:
+        return f"within {eps} by the model (not backtested)"
+    if bt.crash is None:
         return f"{eps}, measured: worst sensor {bt.worst_label()}; pooled {bt.pooled_label()}"
-    return f"within {eps} by the model (not backtested)"
+    crash = bt.crash
+    missed, windows = crash.worst_counts
+    worst = (
+        "no sensor was rebuilt"
+        if crash.worst_sensor is None
+        else f"{crash.worst_sensor} missed {missed:.3g} of {windows:,} rebuilt windows "
+        f"({format_percent(crash.violation_rate_worst_sensor, 1)})"
+    )
+    return (
+        f"a failure loses {crash.exposure} rows; {eps}, measured: worst sensor {worst}; pooled "
+        f"{format_percent(crash.violation_rate_mean, 1)} of {crash.scored:,} (failure, window, "
+        "sensor) triples"
+    )
 
 
 STRATEGY_OUTCOME = {
     "full backup": "exact",
     "crash": "a failure loses at most one micro-batch, rebuilt within eps",
+    "range": "whole windows rebuilt within eps by the range plan of the same query (measure "
+    "it on Tune with no exposure)",
     "no backup": "lost windows stay lost",
 }
+
+
+def _outcome(name: str, plan: BackupPlan) -> str:
+    """A strategy's outcome after a failure: the plan's measured quality on its own
+    contract's row, never on the other's (whose fraction is another plan's)."""
+    own = "range" if plan.parameters.exposure is None else "crash"
+    return quality(plan) if name == own else STRATEGY_OUTCOME[name]
 
 
 def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
@@ -73,7 +102,7 @@ def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
     strategies = [full, report.contracts["crash"], report.contracts["range"], report.none]
     for cost in strategies:
         label = f"{cost.name} contract" if cost.name in report.contracts else cost.name
-        outcome = quality(plan) if cost.name == "range" else STRATEGY_OUTCOME[cost.name]
+        outcome = _outcome(cost.name, plan)
         rows.append(
             {
                 "strategy": label,

@@ -95,3 +95,15 @@ def measured_section(
     now = 1.0 if per_unit else params.eps
     left.plotly_chart(charts.measured_miss_chart(series, now, params.delta, label))
     right.dataframe(measured_table(points, params), hide_index=True)
+    st.caption(measured_contract(params.exposure))
+
+
+def measured_contract(exposure: int | None) -> str:
+    """Which contract the measured miss rates count."""
+    if exposure is None:
+        return "Range contract: misses over rebuilt whole windows, as on the headline."
+    return (
+        f"Crash contract: a failure loses {exposure} consecutive "
+        f"row{'' if exposure == 1 else 's'}; misses over the (failure, window, sensor) "
+        "triples it leaves rebuilt, as on the headline."
+    )

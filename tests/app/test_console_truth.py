@@ -368,3 +368,42 @@ def test_a_version_replaced_at_the_batch_it_began_says_it_governed_none() -> Non
         rows[1]["detail"] == "governed no batch: version 3 replaced it at batch 13. control detail"
     )
     assert rows[0]["detail"] == "alert detail" and rows[2]["detail"] == "initial detail"
+
+
+def test_a_crash_plans_tradeoff_and_cost_rows_show_its_own_contracts_figures(monkeypatch) -> None:
+    """The measured trade-off of a crash plan shows its crash figures, as its headline does,
+    not the same backtest scored on whole windows; and the cost table puts a plan's measured
+    quality on its own contract's row only (the other row prices another plan)."""
+    from engine.data import load_history
+    from engine.planning import PlanParameters
+    from engine.query import WindowQuery
+    from tests.app.apphelpers import SMALL
+    from ui import savings
+    from ui.plans import PlanCache, PlanningData, measure_plan, measure_whatif
+    from ui.whatif import measured_contract
+
+    monkeypatch.setenv("LACUNA_MAX_FOLDS", "2")
+    history = load_history(SMALL)
+    data = PlanningData(history.select([s for s in history.sensors if "TEMP" in s]), "temp")
+    cache = PlanCache()
+    crash = PlanParameters(WindowQuery(0.5, 0.05, 24, exposure=6))
+    points = measure_whatif(data, crash, cache, lambda *_: None)
+    plan = measure_plan(data, crash, cache, lambda *_: None)
+    bt = plan.backtest
+    assert bt is not None and bt.crash is not None
+    (now,) = [p for p in points if p.factor == 1.0]
+    figures = (now.miss_worst, now.miss_worst_ucb95, now.miss_mean)
+    assert figures == (
+        bt.crash.violation_rate_worst_sensor,
+        bt.crash.violation_rate_worst_sensor_ucb95,
+        bt.crash.violation_rate_mean,
+    )
+    assert figures != (bt.violation_rate_worst_sensor, bt.violation_rate_worst_sensor_ucb95,
+                       bt.violation_rate_mean)  # fmt: skip
+    assert "Crash contract: a failure loses 6 consecutive rows" in measured_contract(6)
+    assert "a failure loses 6 rows" in savings._outcome("crash", plan)
+    assert savings._outcome("range", plan) == savings.STRATEGY_OUTCOME["range"]
+    whole = measure_plan(data, crash.with_query(exposure=None), cache, lambda *_: None)
+    assert savings._outcome("range", whole) == savings.quality(whole)
+    assert "measured: worst sensor" in savings.quality(whole)
+    assert savings._outcome("crash", whole) == savings.STRATEGY_OUTCOME["crash"]

@@ -38,6 +38,30 @@ def test_preview_is_the_unbacktested_plan_retargeted(data):  # type: ignore[no-u
     assert again.backup_fraction <= preview.backup_fraction
 
 
+def test_a_preview_is_planned_for_its_own_contract(data):  # type: ignore[no-untyped-def]
+    """The exposure sets what calibration scores: a range preview after a crash one (and
+    another exposure after it) is planned again, never the cached other contract's plan."""
+    cache = plans.PlanCache()
+    crash = PlanParameters(WindowQuery(0.5, 0.05, 24, exposure=6))
+    whole = crash.with_query(exposure=None)
+    assert plans.preview_plan(data, crash, cache).parameters.exposure == 6
+    preview = plans.preview_plan(data, whole, cache)
+    direct = make_plan(data.history, whole, run_backtest_now=False)
+    assert preview.parameters.exposure is None
+    assert preview.backup_sensors == direct.backup_sensors
+    assert plans.range_fraction(data, plans.preview_plan(data, crash, cache), cache) == (
+        direct.backup_fraction
+    )
+    two = plans.preview_plan(data, crash.with_query(exposure=2), cache)
+    assert two.parameters.exposure == 2
+    assert (
+        two.backup_sensors
+        == make_plan(
+            data.history, crash.with_query(exposure=2), run_backtest_now=False
+        ).backup_sensors
+    )
+
+
 def test_whatif_curves_pass_through_the_current_plan(data):  # type: ignore[no-untyped-def]
     cache = plans.PlanCache()
     params = PlanParameters(WindowQuery(0.5, 0.05, 24))
