@@ -72,19 +72,26 @@ def shorten_path(path: Path, limit: int = 80) -> str:
 
 def check_names(source: str, names: list[str]) -> None:
     """Reject no columns, a duplicate column name or a NUL in a name, naming it and its
-    position."""
+    position. Names that differ only in case are duplicates: DuckDB, which reads the
+    file, does not tell them apart (a Parquet file's ``X`` beside ``x`` became ``X_1``)."""
     if not names:
         raise DataError(f"{source}: no columns")
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for position, name in enumerate(names, start=1):
         if "\x00" in name:  # SQL text cannot hold it: DuckDB refuses the query itself
             raise DataError(
                 f"{source}: column {position} ({name.replace(chr(0), '<NUL>')!r}) has a NUL "
                 "character in its name; rename the column"
             )
-        if name in seen:
+        first = seen.get(name.lower())
+        if first == name:
             raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
-        seen.add(name)
+        if first is not None:
+            raise DataError(
+                f"{source}: column {position} ({name!r}) differs from column {first!r} only in "
+                "case, which the reader does not tell apart: rename one"
+            )
+        seen[name.lower()] = name
 
 
 def exact_path(path: Path) -> str:
@@ -112,10 +119,30 @@ def _read_header(path: Path) -> tuple[list[str], str]:
     return [n.strip() or f"column{i + 1}" for i, n in enumerate(names)], delim
 
 
+_DATA_LIKE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|\d{4}-\d{2}-\d{2}([ T].*)?")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}.*")
+
+
+def check_header(source: str, names: list[str]) -> None:
+    """Refuse a first line of readings where the header of column names belongs: every
+    field a number or a date, or a field that is a date and time (a file saved without
+    its header lost its first row, and its sensors were named by readings)."""
+    fields = [n.strip() for n in names]
+    if (len(fields) > 1 and all(_DATA_LIKE.fullmatch(n) for n in fields)) or any(
+        _TIMESTAMP.fullmatch(n) for n in fields
+    ):
+        shown = ", ".join(repr(n) for n in names[:3])
+        raise DataError(
+            f"{source}: the first line ({shown}, ...) holds readings, not column names: add a "
+            "header line (the time column's name, then one name per sensor)"
+        )
+
+
 def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> None:
     """Create the table ``raw`` from a CSV (sensors as DOUBLE, falling back to text)."""
     names, delim = _read_header(path)
     check_names(path.name, names)
+    check_header(path.name, names)
     query = (
         "CREATE TABLE raw AS SELECT * FROM read_csv(?, header = true, auto_detect = false, "
         "delim = ?, columns = ?, nullstr = ?)"

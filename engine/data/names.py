@@ -23,7 +23,9 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def resolve_sensors(available: Sequence[str], items: Sequence[str], minimum: int = 1) -> list[str]:
     """Expand names and globs (``*_TEMP``) against ``available``, in the given order.
 
-    An item that matches nothing, or fewer than ``minimum`` sensors in all, is a
+    A sensor's exact name wins over reading it as a glob: ``site[1]`` chooses the
+    sensor so named where there is one (as a glob it would choose ``site1``). An item
+    that matches nothing, or fewer than ``minimum`` sensors in all, is a
     ``ParameterError``; a sensor matched twice is kept once.
     """
     chosen: list[str] = []
@@ -31,9 +33,11 @@ def resolve_sensors(available: Sequence[str], items: Sequence[str], minimum: int
         if not item:
             continue
         hits = (
-            [s for s in available if fnmatch.fnmatchcase(s, item)]
+            [item]
+            if item in available
+            else [s for s in available if fnmatch.fnmatchcase(s, item)]
             if any(c in item for c in "*?[")
-            else ([item] if item in available else [])
+            else []
         )
         if not hits:
             raise ParameterError(f"unknown sensor {item!r} (the data has {len(available)} sensors)")

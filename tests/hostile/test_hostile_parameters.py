@@ -141,3 +141,19 @@ def test_an_exposure_longer_than_the_history_is_one_line(run_cli, command, expos
     line = one_line_error(code, err)
     assert f"exposure ({exposure} rows) is longer than the history (720 rows)" in line
     assert "range contract" in line
+
+
+def test_a_disorder_window_longer_than_the_history_is_one_line(run_cli) -> None:
+    """It ran every method and answered an empty experiment (every figure null), exit 0."""
+    code, _, err = run_cli(
+        "disorder", "--data", SMALL, "--delays", "exp:3600", "--eps-thr", "1", "--delta", "0.1",
+        "--window", "721",
+    )  # fmt: skip
+    assert "window (721 readings) is longer than the history (720 rows)" in one_line_error(
+        code, err
+    )
+    code, _, err = run_cli(
+        "disorder", "--data", SMALL, "--delays", "exp:3600", "--eps-thr", "1", "--delta", "0.1",
+        "--window", "24", "--rows", "3",
+    )  # fmt: skip
+    assert "is longer than the history (3 rows)" in one_line_error(code, err)

@@ -194,6 +194,15 @@ def test_sensors_are_chosen_before_the_row_minimum(
     assert json.loads(out)["sensors"] == ["s1", "s2", "s3"]
 
 
+def test_a_sensor_named_like_a_glob_is_chosen_by_its_name() -> None:
+    from engine.data.names import resolve_sensors
+
+    names = ("a", "site[1]", "site1", "q?x", "qax")
+    assert resolve_sensors(names, ["site[1]", "q?x"]) == ["site[1]", "q?x"]
+    assert resolve_sensors(names, ["site[12]"]) == ["site1"]  # no such name: a glob
+    assert resolve_sensors(names, ["q*"]) == ["q?x", "qax"]
+
+
 def test_a_directory_is_called_a_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -391,3 +400,32 @@ def test_corpus_in_a_real_process_prints_one_line(corpus: dict[str, Path], name:
         return
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_columns_that_differ_only_in_case_are_refused(tmp_path: Path, suffix: str) -> None:
+    """DuckDB does not tell ``x`` from ``X``: a Parquet file's second one became ``X_1``, a
+    sensor the stream does not have, and the CSV reader refused in DuckDB's words."""
+    frame = pd.DataFrame(np.random.default_rng(1).normal(size=(50, 3)), columns=["x", "X", "y"])
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=50, freq="h"))
+    path = tmp_path / f"case{suffix}"
+    frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path)
+    with pytest.raises(DataError, match=r"column 3 \('X'\) differs from column 'x' only in case"):
+        load_history(path)
+
+
+def test_a_csv_without_its_header_line_is_refused(tmp_path: Path) -> None:
+    """Its first row was read as the header: sensors named '-0.22', a row lost, exit 0."""
+    frame = pd.DataFrame(np.random.default_rng(1).normal(size=(50, 3)), columns=["a", "b", "c"])
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=50, freq="h"))
+    frame.to_csv(tmp_path / "nohdr.csv", index=False, header=False)
+    with pytest.raises(DataError, match="holds readings, not column names: add a header"):
+        load_history(tmp_path / "nohdr.csv")
+    long = pd.DataFrame({"time": frame["time"], "sensor": "s1", "value": frame["a"]})
+    long.to_csv(tmp_path / "long.csv", index=False, header=False)
+    with pytest.raises(DataError, match="holds readings, not column names"):
+        load_history(tmp_path / "long.csv")
+    frame.to_csv(tmp_path / "hdr.csv", index=False)
+    frame.rename(columns={"a": "2024", "b": "1e3"}).to_csv(tmp_path / "numeric.csv", index=False)
+    for ok in ("hdr.csv", "numeric.csv"):  # a header with some numeric names is a header
+        assert load_history(tmp_path / ok).values.shape == (50, 3)
