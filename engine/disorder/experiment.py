@@ -343,9 +343,11 @@ def run_disorder_experiment(
     Every method sees the same tuples in the same arrival order. A window longer than
     the history is refused, as ``plan`` refuses it: no result could be scored.
     """
-    rows = int(np.asarray(history.times).size)
-    if isinstance(window, int) and not isinstance(window, bool) and window > rows:
-        raise ParameterError(f"window ({window} readings) is longer than the history ({rows} rows)")
+    n_rows = int(np.asarray(history.times).size)
+    if isinstance(window, int) and not isinstance(window, bool) and window > n_rows:
+        raise ParameterError(
+            f"window ({window} readings) is longer than the history ({n_rows} rows)"
+        )
     model = parse_delays(delays) if isinstance(delays, str) else delays
     stream = make_replay_stream(history, model, rng)
     gamma_s = None if gamma is None else gamma * stream.interval_s
