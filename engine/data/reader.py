@@ -171,8 +171,8 @@ def _time_expression(
         parsed = f"TRY_CAST({col} AS TIMESTAMPTZ)"
         table.require_none(f"{parsed} IS NULL", name, "cannot parse {value!r} as a time")
         table.require_none(f"NOT ({parsed} {_NS_SPAN})", name, _NS_PROBLEM)
-        _refuse_mixed_zones(table, name)
-        if table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
+        zoned = _refuse_mixed_zones(table, name)
+        if zoned or table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
             notes.append("times with a UTC offset were converted to UTC")
         return f"epoch_ns({parsed})", None
     if kind == "time":
@@ -183,17 +183,22 @@ def _time_expression(
     raise DataError(f"{table.source}: column {name!r} has type {table.schema[name]}, not times")
 
 
-# a UTC offset or Z after a clock time: "...12:00+02:00", "...12:00:00.5Z", "...12:00 -0500"
-_ZONED = r"\d:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)\s*$"
+# a UTC offset, Z or a named zone after a clock time: "...12:00+02:00", "...12:00:00.5Z",
+# "...12:00 -0500", "...12:00:00 America/New_York", "...12:00 UTC"
+_ZONED = (
+    r"\d:\d{2}(:\d{2}(\.\d+)?)?\s*"
+    r"(Z|[+-]\d{2}(:?\d{2})?|[A-Za-z]+(/[A-Za-z0-9_+-]+)+|UTC|GMT)\s*$"
+)
 
 
-def _refuse_mixed_zones(table: _Table, name: str) -> None:
-    """``DataError`` when some times carry a UTC offset and others none: the naive ones
-    would be read as UTC and the two kinds interleaved, hours apart, silently."""
+def _refuse_mixed_zones(table: _Table, name: str) -> int:
+    """``DataError`` when some times carry a UTC offset or a zone and others none: the
+    naive ones would be read as UTC and the two kinds interleaved, hours apart, silently.
+    Returns how many times carry one."""
     zoned = f"regexp_matches(trim({_q(name)}), '{_ZONED}')"
     some = table.count(zoned)
     if some == 0 or some == table.count("true"):
-        return
+        return some
     got = table.con.execute(
         f"SELECT {zoned} AS z, CAST({_q(name)} AS VARCHAR) AS v FROM raw"
     ).fetchnumpy()

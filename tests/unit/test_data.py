@@ -105,6 +105,23 @@ def test_times_with_and_without_a_utc_offset_in_one_column_are_refused(tmp_path)
     assert "times with a UTC offset were converted to UTC" in history.report.notes
 
 
+def test_times_with_a_named_zone_beside_naive_ones_are_refused(tmp_path):
+    """A named zone shifted those rows by hours beside the naive ones (taken as UTC): only
+    a gap note said anything. Every time in a named zone is converted, and said so."""
+    path = tmp_path / "named.csv"
+    naive = [f"2024-06-01 0{h}:00:00" for h in range(4)]
+    zoned = [f"2024-06-01 0{h}:00:00 America/New_York" for h in range(4, 8)]
+    frame = pd.DataFrame({"time": naive + zoned, "a": np.arange(8.0), "b": np.arange(8.0) ** 2})
+    frame.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"mixes times with a UTC offset \(row 5: .*New_York"):
+        load_history(path)
+    every = [f"2024-06-01 0{h}:00:00 America/New_York" for h in range(8)]
+    frame.assign(time=every).to_csv(path, index=False)
+    history = load_history(path)
+    assert str(history.times[0]) == "2024-06-01T04:00:00.000000000"  # EDT is UTC-4
+    assert "times with a UTC offset were converted to UTC" in history.report.notes
+
+
 def test_parquet_wide_and_long(tmp_path):
     wide = make_wide(9, 4)
     wide.to_parquet(tmp_path / "wide.parquet", index=False)
