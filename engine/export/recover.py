@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.data.history import LoadOptions, load_history
+from engine.data.history import LoadOptions, SensorHistory, load_history
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
 from engine.export.codec import iso_utc, parse_utc
@@ -75,6 +75,10 @@ def recover_file(
     quoted against spreadsheet formulas (``'=x``, as this project writes them)
     matches the config's ``=x``. The CSV written quotes such names the same way
     (``engine.data.names``); Parquet keeps them exact.
+
+    A time step where a backup sensor has no reading is not rebuilt (dropped, counted
+    and said), as recovery from the job's backup drops it: a filled-in reading would be
+    written out as if it had been backed up.
     """
     config = load_config(config_path)
     out = _check_out(out_path, backup_path)
@@ -87,6 +91,9 @@ def recover_file(
             "named in the config"
         )
     ignored = tuple(s for s in history.sensors if s not in columns.values())
+    if history.report.n_values_filled:  # read again: the backup sensors only, gaps dropped
+        chosen = tuple(str(columns[b]) for b in config.backup_sensors)
+        history = load_history(backup_path, LoadOptions(min_rows=2, missing="drop", sensors=chosen))
     lm = config.linear_map()
     backup = (
         history.select([str(columns[b]) for b in lm.backup]).values
@@ -107,8 +114,34 @@ def recover_file(
         backup_values_filled=history.report.n_values_filled,
         backup_rows_dropped=history.report.n_rows_dropped,
         notes=history.report.notes,
-        warnings=_warnings(config, history.times),
+        warnings=_warnings(config, history.times) + _gaps(history) + _rate(config, history),
         guarantee=range_guarantee(config),
+    )
+
+
+def _rate(config: BackupConfig, history: SensorHistory) -> tuple[str, ...]:
+    """One sentence when the backup's readings come at another interval than the plan's:
+    its windows count readings, so they would span another time, and the model was
+    fitted at the plan's rate."""
+    planned = config.parameters.get("sampling_interval_s")
+    found = history.report.sampling_interval_s
+    if not planned or not found or abs(found - float(planned)) <= 0.01 * float(planned):
+        return ()
+    return (
+        f"the backup's readings come every {found:g} s, the plan's every {float(planned):g} s: "
+        f"its windows of {config.parameters.get('window')} readings span another time and its "
+        "model was fitted at the plan's rate, so the plan's guarantee does not cover this "
+        "backup; re-plan on data at this rate",
+    )
+
+
+def _gaps(history: SensorHistory) -> tuple[str, ...]:
+    dropped = history.report.n_rows_dropped
+    if not dropped:
+        return ()
+    return (
+        f"{dropped} time step(s) where a backup sensor has no reading were not rebuilt "
+        "(left out of the output, as recovery from the job's backup leaves them out)",
     )
 
 

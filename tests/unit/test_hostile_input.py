@@ -315,6 +315,50 @@ def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
     assert not (tmp_path / "all.csv").exists()
 
 
+def test_recover_leaves_out_the_time_steps_a_backup_sensor_lacks(tmp_path: Path) -> None:
+    """They were filled by interpolation and written out as if backed up (exit 0, a count
+    in the JSON only); recovery from the job's backup drops them. Now both drop them and
+    say so. A gap in a column the plan does not use costs no row."""
+    from engine.export import recover_file
+
+    history, plan, config = _formula_plan(tmp_path)
+    frame = history.to_frame()
+    gap = frame.columns.get_loc(plan.backup_sensors[0])
+    frame.iloc[10:20, gap] = np.nan
+    frame["unused"] = 1.0
+    frame.loc[30:40, "unused"] = np.nan
+    frame.to_csv(tmp_path / "backup.csv", index=False)
+    result = recover_file(config, tmp_path / "backup.csv", tmp_path / "all.csv")
+    assert result.rows == len(frame) - 10 and result.backup_rows_dropped == 10
+    assert result.backup_values_filled == 0
+    assert any("10 time step(s) where a backup sensor has no reading" in w for w in result.warnings)
+    written = pd.to_datetime(pd.read_csv(tmp_path / "all.csv")["time"]).dt.tz_localize(None)
+    kept = pd.to_datetime(frame["time"]).drop(index=range(10, 20))
+    assert written.tolist() == kept.tolist()
+    assert "unused" in result.ignored_columns
+
+
+def test_recover_says_when_the_backup_comes_at_another_rate_than_the_plan(
+    tmp_path: Path,
+) -> None:
+    from engine.export import recover_file
+
+    history, _, config = _formula_plan(tmp_path)
+    frame = history.to_frame()
+    frame.to_csv(tmp_path / "same.csv", index=False)
+    same = recover_file(config, tmp_path / "same.csv", tmp_path / "a.csv")
+    assert not [w for w in same.warnings if "readings come every" in w]
+    step = np.diff(pd.to_datetime(frame["time"]).to_numpy())[0]
+    frame["time"] = pd.to_datetime(frame["time"]).iloc[0] + (step / 60) * np.arange(len(frame))
+    frame.to_csv(tmp_path / "fast.csv", index=False)
+    fast = recover_file(config, tmp_path / "fast.csv", tmp_path / "b.csv")
+    seconds = step / np.timedelta64(1, "s")
+    assert any(
+        f"readings come every {seconds / 60:g} s, the plan's every {seconds:g} s" in w
+        for w in fast.warnings
+    ), fast.warnings
+
+
 # --- 10: a default fold budget, and progress that suits a log file --------------------------
 
 
