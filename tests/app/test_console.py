@@ -16,6 +16,7 @@ from engine.disorder import DisorderReport, MethodReport
 from engine.errors import Cancelled, ParameterError
 from engine.live.metrics import BatchPoint
 from engine.live.status import FeedProgress, PipelineStatus, StatusBoard
+from engine.planning import make_plan
 from tests.app.apphelpers import metric, settle, texts
 from tests.app.test_app_live import FakeManager
 from ui import (
@@ -199,7 +200,15 @@ def test_plan_page_numbers_agree_with_the_plan_and_fleet_inputs(app):  # type: i
     backed = metric(app, "Backed up")
     costs = next(d.value for d in app.dataframe if "strategy" in d.value.columns)
     table = costs.set_index("strategy")
-    assert table.loc["range contract", "readings persisted"].startswith(backed_fraction(backed))
+    # each contract's row prices its own plan: this crash plan's, and the same query's range
+    # plan made directly (not a cached crash preview: 2 of 6 where the range plan backs up 3)
+    data, params = app.session_state["_planning_data"], app.session_state["params"]
+    assert params.exposure is not None
+    assert table.loc["crash contract", "readings persisted"].startswith(backed_fraction(backed))
+    whole = make_plan(data.history, params.with_query(exposure=None), run_backtest_now=False)
+    assert (
+        table.loc["range contract", "readings persisted"] == f"{100 * whole.backup_fraction:.1f} %"
+    )
     assert table.loc["full backup", "readings persisted"] == "100.0 %"
     assert "3,000 sensors every" in texts(app)  # 6 sensors x 500 sites
     for line in ("$ storage", "$ write bandwidth", "$ requests", "$ compute", "executors"):
