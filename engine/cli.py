@@ -93,6 +93,8 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         raise ParameterError(
             f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
         )
+    filled = history.report.mostly_filled()
+    _warn([filled] if filled else [])
     return history
 
 

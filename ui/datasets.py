@@ -104,6 +104,8 @@ def report_summary(dataset: state.Dataset) -> None:
             st.caption(f"• {note}")
     if r.constant_sensors:
         st.warning(f"Constant sensors (no information): {', '.join(r.constant_sensors)}")
+    if (filled := r.mostly_filled()) is not None:
+        st.warning(f"Mostly filled in: {filled}.")
     if r.duplicate_sensors:
         st.info(
             f"{len(r.duplicate_sensors)} sensors repeat another one exactly (e.g. "

@@ -28,6 +28,9 @@ from engine.errors import DataError, ParameterError
 
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled
 GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
+# A sensor missing more than this share of its readings is mostly interpolation: said as a
+# warning, since its model and the backtest's truth then rest on filled-in values.
+MOSTLY_FILLED = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,24 @@ class DataReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-friendly dict of every field."""
         return asdict(self)
+
+    def mostly_filled(self) -> str | None:
+        """One sentence when some sensors missed more than ``MOSTLY_FILLED`` of their
+        readings and the gaps were filled (sensors read out of step with each other, or
+        rarely), else None."""
+        if self.missing_policy != "interpolate":
+            return None
+        sparse = [s for s, r in self.missing_rate.items() if r > MOSTLY_FILLED]
+        if not sparse:
+            return None
+        named = ", ".join(f"{s} ({100 * self.missing_rate[s]:.0f} %)" for s in sparse[:5])
+        more = f" and {len(sparse) - 5} more" if len(sparse) > 5 else ""
+        return (
+            f"{len(sparse)} of {len(self.sensors)} sensors missed more than "
+            f"{100 * MOSTLY_FILLED:.0f} % of the rows ({named}{more}), filled by interpolation: "
+            "their model and the backtest's truth rest mostly on filled-in values (sensors "
+            "read at other times than each other, or rarely); resample them onto one clock"
+        )
 
 
 @dataclass(frozen=True, eq=False, repr=False)
