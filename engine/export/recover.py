@@ -22,7 +22,7 @@ from engine.errors import ConfigError, DataError
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
-from engine.export.wide import infinite_readings, overlay, rebuild, widen
+from engine.export.wide import conflicting_readings, infinite_readings, overlay, rebuild, widen
 from engine.model.linear import LinearMap
 
 
@@ -300,6 +300,7 @@ def recover_dataset(
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [odd] if odd else []
+    warnings += [clash] if (clash := conflicting_readings(long)) else []
     if outside:
         warnings.append(
             f"{len(outside)} sensor(s) outside the plan ({', '.join(outside[:5])}) were "

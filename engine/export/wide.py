@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.model.linear import LinearMap
 
@@ -50,6 +51,28 @@ def widen(long: pa.Table | None, sensors: tuple[str, ...]) -> tuple[np.ndarray, 
     wide = np.full((times.size, len(sensors)), np.nan)
     wide.reshape(-1)[flat] = value
     return times, wide
+
+
+def conflicting_readings(long: pa.Table | None) -> str | None:
+    """One sentence when some (time, sensor) holds two different readings in ``long``
+    (``widen`` keeps the last; a replayed batch's identical copy is no conflict), else None."""
+    if long is None or long.num_rows == 0:
+        return None
+    spread = (
+        long.filter(pc.is_valid(long["value"]))
+        .group_by(["event_time", "sensor"])
+        .aggregate([("value", "min"), ("value", "max")])
+    )
+    differ = spread.filter(pc.not_equal(spread["value_min"], spread["value_max"]))
+    if differ.num_rows == 0:
+        return None
+    first = differ.sort_by([("event_time", "ascending"), ("sensor", "ascending")]).slice(0, 1)
+    sensor, when = first["sensor"][0].as_py(), first["event_time"][0].as_py()
+    return (
+        f"{differ.num_rows} (time, sensor) pair(s) hold two different readings in the backup "
+        f"(e.g. {sensor} at {when}): the last one read was used; two committed batches "
+        "disagree, so check what else wrote to the backup"
+    )
 
 
 def rebuild(lm: LinearMap, backup_values: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import DataError
 from engine.export import load_config
 from engine.export.recover import recover_dataset, recover_file
-from engine.export.wide import overlay, rebuild, widen
+from engine.export.wide import conflicting_readings, overlay, rebuild, widen
 from tests.production_reference import long_readings, sample_rows, write_config
 
 WANTED = ("a", "b", "c")
@@ -68,6 +68,26 @@ def test_widen_of_nothing_is_empty() -> None:
     for long in (None, _table(none)):
         times, wide = widen(long, WANTED)
         assert times.shape == (0,) and wide.shape == (0, 3)
+
+
+def test_two_different_readings_of_one_sensor_at_one_time_are_said() -> None:
+    """``widen`` keeps the last; a copy with the same value (a replayed batch) is no
+    conflict, a different value is, and a missing one is neither."""
+    t = pd.Timestamp("2024-01-01")
+    long = pd.DataFrame(
+        {
+            "event_time": [t, t, t, t + pd.Timedelta(hours=1), t, t + pd.Timedelta(hours=1)],
+            "sensor": ["a", "a", "b", "b", "c", "b"],
+            "value": [1.0, 1.0, 2.0, 3.0, float("nan"), 3.0],
+        }
+    ).astype({"event_time": "datetime64[us]"})
+    assert conflicting_readings(_table(long)) is None
+    assert conflicting_readings(None) is None
+    long.loc[len(long)] = [t, "c", 4.0]
+    long.loc[len(long)] = [t + pd.Timedelta(hours=1), "b", 103.0]
+    said = conflicting_readings(_table(long))
+    assert said is not None and said.startswith("1 (time, sensor) pair(s) hold two different")
+    assert "e.g. b at 2024-01-01 01:00:00" in said
 
 
 def test_rebuild_equals_apply(tmp_path: Path) -> None:
@@ -174,6 +194,26 @@ def test_an_infinite_backup_reading_leaves_its_time_step_out_with_a_warning(
     at = pd.Timestamp(long.loc[7, "event_time"])
     kept = a[pd.to_datetime(a["time"]) != at].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, b)  # every other time step as from the clean backup
+
+
+def test_recover_says_when_the_backup_holds_two_different_readings(tmp_path: Path) -> None:
+    """The same reading written twice (a replayed batch) is said nowhere; a second, different
+    one (another writer) is one warning: recovery used the last it read."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    long = long_readings(rows)
+    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    twice = pd.concat([long, long.iloc[[3]]], ignore_index=True)
+    write_dataset(twice, tmp_path / "twice")
+    clash = twice.copy()
+    clash.loc[len(clash) - 1, "value"] += 100.0
+    write_dataset(clash, tmp_path / "clash")
+    same = recover_dataset(tmp_path / "plan.json", tmp_path / "twice", tmp_path / "a.csv")
+    other = recover_dataset(tmp_path / "plan.json", tmp_path / "clash", tmp_path / "b.csv")
+    assert not [w for w in same.warnings if "different readings" in w]
+    (said,) = [w for w in other.warnings if "different readings" in w]
+    assert said.startswith("1 (time, sensor) pair(s) hold two different readings")
 
 
 def test_recover_never_writes_over_or_into_its_backup(dataset, tmp_path: Path) -> None:
