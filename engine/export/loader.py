@@ -194,6 +194,7 @@ def validate_config(data: Any) -> None:
         )
     if version >= 2:
         _validate_v2(data)
+    from_config(data)  # the query's own rules (a slide longer than the window, ...)
 
 
 def _check_schema(data: dict[str, Any], version: int) -> None:

@@ -116,6 +116,19 @@ def test_recover_with_a_nan_coefficient_exits_2(
     assert not (tmp_path / "y.csv").exists()
 
 
+def test_a_query_the_plan_would_refuse_is_refused_in_a_config(
+    config: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slide longer than the window was accepted by the loader (recover exit 0), where
+    ``plan`` refuses it: the loader applies the query's own rules."""
+    bad = tmp_path / "slide.json"
+    bad.write_text(json.dumps(_set(config, ("parameters", "slide"), 5)))
+    code = main(["recover", "--config", str(bad), "--backup", "x.csv", "--out", "y.csv"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: ") and "config parameters: slide" in err, err
+
+
 # --- 8: size, nesting and aliases ---------------------------------------------------------
 
 
