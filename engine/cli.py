@@ -118,6 +118,9 @@ def _params(args: argparse.Namespace) -> PlanParameters:
         horizon=args.horizon,
         exposure=getattr(args, "exposure", None),
     )
+    if args.horizon is not None and args.horizon < args.window:  # horizon_rows' one rule
+        _warn([f"--horizon {args.horizon} is shorter than a window: planned for one window "
+               f"({args.window} rows)"])  # fmt: skip
     return PlanParameters(
         query, method=args.method, calibration=args.calibration, history=args.history
     )

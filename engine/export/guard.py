@@ -67,7 +67,7 @@ def read_config_text(path: Path) -> str:
                 data += handle.read(MAX_CONFIG_BYTES + 1 - len(data))
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(_too_large(path, len(data)))
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a BOM (Notepad writes one) is no content
     except OSError as err:
         raise ConfigError(f"cannot read config {_shown(path)}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:

@@ -157,3 +157,10 @@ def test_a_disorder_window_longer_than_the_history_is_one_line(run_cli) -> None:
         "--window", "24", "--rows", "3",
     )  # fmt: skip
     assert "is longer than the history (3 rows)" in one_line_error(code, err)
+
+
+def test_a_horizon_shorter_than_a_window_is_said(run_cli) -> None:
+    """It was raised to one window without a word."""
+    code, stdout, err = run_cli(*PLAN, "--delta", "0.05", "--horizon", "1", "--no-backtest")
+    assert code == 0 and json.loads(stdout)["horizon_rows"] == 24
+    assert "warning: --horizon 1 is shorter than a window: planned for one window (24 rows)" in err

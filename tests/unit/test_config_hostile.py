@@ -129,6 +129,16 @@ def test_a_query_the_plan_would_refuse_is_refused_in_a_config(
     assert err.startswith("error: ") and "config parameters: slide" in err, err
 
 
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_config_saved_with_a_byte_order_mark_loads(
+    config: dict[str, Any], tmp_path: Path, suffix: str
+) -> None:
+    """Notepad saves UTF-8 with a BOM; CSVs with one were read, configs were refused."""
+    text = json.dumps(config) if suffix == ".json" else yaml.safe_dump(config)
+    (tmp_path / f"bom{suffix}").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_config(tmp_path / f"bom{suffix}").backup_sensors == tuple(config["backup_sensors"])
+
+
 # --- 8: size, nesting and aliases ---------------------------------------------------------
 
 
