@@ -319,7 +319,7 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     c[5].metric(
         "Shadow miss rate, worst sensor",
         pct(s.shadow_worst_rate),
-        f"{counted}; delta {delta:g}",
+        f"{counted}; delta {100 * delta:g} %",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee.",

@@ -167,7 +167,9 @@ def report_metrics(report: RecoveryReport) -> None:
     err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
     eps = "eps per sensor" if report.eps_by_sensor else f"eps {report.eps:g}"
     c[2].metric("Max abs error", err, eps, **QUIET)
-    c[3].metric("Violation rate", pct(report.violation_rate), f"delta {report.delta:g}", **QUIET)
+    c[3].metric(
+        "Violation rate", pct(report.violation_rate), f"delta {100 * report.delta:g} %", **QUIET
+    )
     c[4].metric("Recovery time", f"{report.recovery_seconds:.2f} s")
     c[5].metric(
         "Backup rows read",
