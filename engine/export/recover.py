@@ -91,8 +91,9 @@ def recover_file(
             "named in the config"
         )
     ignored = tuple(s for s in history.sensors if s not in columns.values())
-    if history.report.n_values_filled:  # read again: the backup sensors only, gaps dropped
-        chosen = tuple(str(columns[b]) for b in config.backup_sensors)
+    chosen = tuple(str(columns[b]) for b in config.backup_sensors)
+    if any(history.report.missing_rate.get(c, 0.0) > 0 for c in chosen):
+        # read again, the backup sensors only, their gaps dropped (not filled)
         history = load_history(backup_path, LoadOptions(min_rows=2, missing="drop", sensors=chosen))
     lm = config.linear_map()
     backup = (
