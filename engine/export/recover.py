@@ -291,8 +291,8 @@ def recover_dataset(
     _check_finite(values, lm.sensors)
     found = 0
     if stored:
-        readings = both[kept, len(union) + len(outside) :]
-        values, found = overlay(values, lm.sensors, readings, stored)
+        held = both[kept, len(union) + len(outside) :]
+        values, found = overlay(values, lm.sensors, held, stored)
     if outside:
         values = np.hstack([values, raw[kept]])
     rows = _write(values, times[kept], lm.sensors + outside, out)

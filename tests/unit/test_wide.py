@@ -246,6 +246,10 @@ def test_a_rebuilt_sensors_reading_the_backup_holds_is_written_as_read(tmp_path:
     np.testing.assert_array_equal(got[24:], truth[24:])
     assert not np.allclose(rebuilt[24:], truth[24:])  # the map alone would not give them
     assert result.stored_readings == 24 * len(lm.targets) and result.rows == 48
+    # every reading the range holds, a count (it was the stored readings' matrix, which
+    # the Production page's rebuild could not format)
+    assert result.backup_readings == int(full.sum())
+    assert isinstance(result.to_dict()["backup_readings"], int)
     assert result.contract == "range" and result.guarantee.startswith("range contract")
 
 
