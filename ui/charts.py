@@ -330,7 +330,11 @@ def job_batches_chart(batches: pd.DataFrame, delta: float) -> go.Figure:
     frame = batches.assign(
         scored=windows.where(crash, batches["rebuilt_pairs"]),
         missed=misses.where(crash, batches["misses"]),
-        unit=np.where(crash, "windows (crash contract: m-row losses)", "rebuilt windows"),
+        unit=np.where(
+            crash,
+            "(window, rebuilt sensor) pairs (crash contract: m-row losses)",
+            "(window, rebuilt sensor) pairs",
+        ),
     )
     scored = frame[frame["scored"] > 0]
     for version, rows in scored.groupby("plan_version", sort=True):

@@ -74,6 +74,7 @@ def headline(status: JobStatus) -> None:
     rate = s["miss_rate"]
     c = st.columns(4)
     c[0].metric("Micro-batches", f"{s['batches']:,}", f"{s['readings']:,} readings", **QUIET)
+    over = int(s.get("batches_over_exposure") or 0)  # type: ignore[call-overload]
     c[1].metric(
         "Plan in force (version)",
         f"{s['plan_version']} of {s['versions']}",  # "version 10 of 10" was cut off
@@ -84,12 +85,12 @@ def headline(status: JobStatus) -> None:
     if crash:  # a crash plan promises m-row losses: its monitor's figure, not whole windows
         rate, checked = s["crash_miss_rate"], int(s["crash_windows"])  # type: ignore[call-overload]
         counted = (
-            f"of the {s['exposure_rows']}-row failures touching {checked:,} windows "
-            "(crash contract)"
+            f"of the {s['exposure_rows']}-row failures touching {checked:,} (window, rebuilt "
+            "sensor) pairs (crash contract)"
         )
     else:
         checked = int(s["rebuilt_windows"])  # type: ignore[call-overload]
-        counted = f"{s['misses']:,} of {checked:,} rebuilt windows"
+        counted = f"{s['misses']:,} of {checked:,} (window, rebuilt sensor) pairs"
     c[2].metric(
         "Live miss rate (this version)",
         "none yet" if rate is None else format_percent(float(rate)),  # type: ignore[arg-type]
@@ -109,13 +110,20 @@ def headline(status: JobStatus) -> None:
     elif checked:
         st.success(
             f"Holding under version {s['plan_version']}: no sensor's live miss rate is above "
-            f"delta with 95 % confidence ({checked:,} windows' {what} checked against the "
-            f"true aggregates; last window ends {s['last_window_end']})."
+            f"delta with 95 % confidence ({checked:,} (window, rebuilt sensor) pairs' {what} "
+            f"checked against the true aggregates; last window ends {s['last_window_end']})."
         )
     else:
         st.info(
             f"No rebuilt window has closed under version {s['plan_version']} yet: nothing "
             "measures this version's guarantee on the stream so far."
+        )
+    if over:  # the backup holds more than the plan's set: say how much more
+        st.info(
+            f"{over:,} of {s['batches']:,} micro-batches held more rows than the plan's "
+            f"exposure ({s['exposure_rows']} rows) and backed up every sensor, not only the "
+            f"plan's {s['backup_sensors']} (the events below name them): the plan's backup "
+            "fraction understates what was stored."
         )
     st.caption(control_line(s.get("online_control")))  # type: ignore[arg-type]
 
@@ -213,10 +221,12 @@ def _what(event: dict) -> str:
     if kind == "replan":
         return str(event.get("detail", ""))
     if kind == "replan_started":
-        return (
-            f"{event.get('reason', '')} re-plan of version {event.get('plan_version')} "
+        how = (
             "computing in the background; batches go on under it meanwhile"
+            if event.get("background", True)  # a job before the flag planned beside it
+            else "computed within this batch (the job waits for it: --available-now)"
         )
+        return f"{event.get('reason', '')} re-plan of version {event.get('plan_version')} {how}"
     if kind == "monitor_resumed":
         return (
             f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "

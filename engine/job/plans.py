@@ -355,6 +355,8 @@ class Replanner:
                 "reason": reason,
                 "plan_version": current.version,
                 "batch_id": batch_id,
+                # planned inside the batch (``at_once``: --available-now) or beside it
+                "background": self.run is not at_once,
             }
         )
         future = self.run(work)

@@ -350,6 +350,9 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     assert _what(over) == over["what"]
     assert "starts from the plan's 1 backed-up sensor" in _what(started)
     assert _what(waiting) == waiting["reason"]
+    inside = {"event": "replan_started", "reason": "scheduled", "plan_version": 1}
+    assert "in the background" in _what(inside)  # a job's events before the flag
+    assert "within this batch" in _what({**inside, "background": False})
 
 
 def test_a_version_replaced_at_the_batch_it_began_says_it_governed_none() -> None:

@@ -42,11 +42,12 @@ def test_exposure_zero_is_the_range_contract(app):  # type: ignore[no-untyped-de
     assert crash == whole  # a range plan has only its own fraction
 
 
-def _production_headline(contract: str) -> str:
-    """The Production page's headline for a status summary under ``contract``."""
+def _production_headline(contract: str, over: int = 0) -> str:
+    """The Production page's headline for a status summary under ``contract``, with
+    ``over`` micro-batches over the plan's exposure."""
     from streamlit.testing.v1 import AppTest
 
-    def script(contract: str) -> None:
+    def script(contract: str, over: int) -> None:
         from ui import production
 
         class Status:
@@ -55,7 +56,8 @@ def _production_headline(contract: str) -> str:
                         "backup_sensors": 0, "sensors": 2, "alerts": 0, "valid_until": None,
                         "delta": 0.05, "last_window_end": "2026-01-03T00:00:00",
                         "misses": 12, "rebuilt_windows": 12, "miss_rate": 1.0,
-                        "exposure_rows": 4, "shadow_contract": contract}  # fmt: skip
+                        "exposure_rows": 4, "shadow_contract": contract,
+                        "batches_over_exposure": over}  # fmt: skip
                 if contract == "crash":  # whole windows all miss; m-row losses never do
                     crash = {"crash_windows": 12, "crash_miss_rate": 0.0}
                     return base | crash | {"sensors_above_delta": 0}
@@ -63,7 +65,7 @@ def _production_headline(contract: str) -> str:
 
         production.headline(Status())
 
-    at = AppTest.from_function(script, args=(contract,)).run(timeout=60)  # a cold import
+    at = AppTest.from_function(script, args=(contract, over)).run(timeout=60)  # a cold import
     assert not at.exception
     return texts(at) + "\n" + "\n".join(f"{m.label}: {m.value} ({m.delta})" for m in at.metric)
 
@@ -72,6 +74,10 @@ def test_the_production_headline_judges_a_crash_plan_by_its_own_contract() -> No
     crash = _production_headline("crash")
     assert "Holding under version 1" in crash and "m-row losses" in crash
     assert "Live miss rate (this version): 0" in crash
-    assert "4-row failures touching 12 windows (crash contract)" in crash
+    assert "4-row failures touching 12 (window, rebuilt sensor) pairs (crash contract)" in crash
+    assert "backed up every sensor" not in crash
     whole = _production_headline("range")
-    assert "the guarantee does not hold" in whole and "rebuilt windows" in whole
+    assert "the guarantee does not hold" in whole and "12 of 12 (window, rebuilt sensor)" in whole
+    # batches over the exposure stored every sensor: the page says so, not only the events
+    over = _production_headline("crash", over=13)
+    assert "13 of 40 micro-batches held more rows than the plan's exposure (4 rows)" in over

@@ -375,6 +375,7 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
     started = next(r for r in logged if r["event"] == "replan_started")
     replan = next(r for r in logged if r["event"] == "replan")
     assert started["reason"] == "alert" and replan["started_batch"] == started["batch_id"]
+    assert started["background"] is True
     assert replan["first_batch"] >= started["batch_id"] + 2  # at least one batch went on
     under_v1 = [r for r in logged if r["event"] == "shadow" and r["plan_version"] == 1]
     assert max(r["batch_id"] for r in under_v1) == replan["first_batch"] - 1

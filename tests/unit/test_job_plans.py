@@ -115,6 +115,8 @@ def test_the_schedule_re_plans_once_the_watermark_passes_valid_until(first, hist
     assert asked == [(until - rows * HOUR_US, until)]  # as much history as version 1 had
     assert until_us(new.config) > until  # the new version's horizon starts at its fit end
     assert logged[-1]["event"] == "replan" and logged[-1]["plan_version"] == 2
+    started = next(r for r in logged if r["event"] == "replan_started")
+    assert started["background"] is False  # planned inside the batch: the page says so
     assert replanner.after_batch(5, until + HOUR_US) is None  # version 2 is not expired
 
 
