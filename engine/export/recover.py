@@ -124,13 +124,12 @@ def _rate(config: BackupConfig, history: SensorHistory) -> tuple[str, ...]:
     """One sentence when the backup's readings come at another interval than the plan's:
     its windows count readings, so they would span another time, and the model was
     fitted at the plan's rate."""
-    planned = config.parameters.get("sampling_interval_s")
-    found = history.report.sampling_interval_s
-    if not planned or not found or abs(found - float(planned)) <= 0.01 * float(planned):
+    planned, found = config.sampling_interval_s, history.report.sampling_interval_s
+    if not found or abs(found - planned) <= 0.01 * planned:
         return ()
     return (
-        f"the backup's readings come every {found:g} s, the plan's every {float(planned):g} s: "
-        f"its windows of {config.parameters.get('window')} readings span another time and its "
+        f"the backup's readings come every {found:g} s, the plan's every {planned:g} s: "
+        f"its windows of {config.parameters['window']} readings span another time and its "
         "model was fitted at the plan's rate, so the plan's guarantee does not cover this "
         "backup; re-plan on data at this rate",
     )

@@ -29,9 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc, betaincinv
+from scipy.special import betaincinv
 
 from engine.errors import ParameterError
+from engine.planning.verdict import window_p_value, window_upper_bound
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,7 @@ def rate_lower_bounds(violations: np.ndarray, windows: np.ndarray, confidence: f
 
 def rate_upper_bound(violations: int, windows: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound of a binomial rate (1.0 with no data)."""
-    if windows <= 0:
-        return 1.0
-    if violations >= windows:
-        return 1.0
-    return float(betaincinv(violations + 1, windows - violations, confidence))
+    return window_upper_bound(violations, windows, confidence)
 
 
 def check_eps(eps: float | np.ndarray, n: int) -> float | np.ndarray:
@@ -262,12 +259,8 @@ def newly_alerting(said: dict[int, set[str]], version: int, sensors: Iterable[st
 
 def binomial_p_value(violations: int, windows: int, delta: float) -> float:
     """One-sided exact binomial p-value of ``violations`` misses in ``windows`` if the rate were
-    ``delta``: ``P(Binomial(windows, delta) >= violations)``, the regularised incomplete beta
-    ``I_delta(k, n - k + 1)`` (``scipy.stats.binomtest``'s "greater" p-value); 1.0 with no
-    windows or no violation."""
+    ``delta``: ``P(Binomial(windows, delta) >= violations)`` (``scipy.stats.binomtest``'s
+    "greater" p-value), ``verdict.window_p_value`` at whole counts; 1.0 with no windows or
+    no violation."""
     k, n = int(violations), int(windows)
-    if n <= 0 or k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    return float(min(1.0, betainc(k, n - k + 1, delta)))
+    return 0.0 if 0 < n < k else window_p_value(k, n, delta)
