@@ -74,6 +74,14 @@ def check_horizon(horizon: object) -> None:
         raise ParameterError(f"horizon must be an integer >= 1 row, got {horizon!r}")
 
 
+def check_window_fits(window: int, n_rows: int) -> None:
+    """A window no longer than a history of ``n_rows`` rows: else no window is scored."""
+    if window > n_rows:
+        raise ParameterError(
+            f"window ({window} readings) is longer than the history ({n_rows} rows)"
+        )
+
+
 def check_exposure(exposure: object) -> None:
     """An exposure is None (whole windows) or a whole number of rows >= 1."""
     if exposure is not None and (not _is_count(exposure) or exposure < 1):  # type: ignore[operator]

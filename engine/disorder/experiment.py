@@ -25,6 +25,7 @@ from engine.disorder.items import LateItem
 from engine.disorder.ledger import DisorderProcessor, ResultRow
 from engine.errors import ParameterError
 from engine.partial_state import grouped_partials
+from engine.query import check_window_fits
 
 # Called with ours' late tuples and result rows of a replay (see ``run_disorder_experiment``).
 Recorder = Callable[[Sequence[LateItem], Sequence[ResultRow]], object]
@@ -343,11 +344,8 @@ def run_disorder_experiment(
     Every method sees the same tuples in the same arrival order. A window longer than
     the history is refused, as ``plan`` refuses it: no result could be scored.
     """
-    n_rows = int(np.asarray(history.times).size)
-    if isinstance(window, int) and not isinstance(window, bool) and window > n_rows:
-        raise ParameterError(
-            f"window ({window} readings) is longer than the history ({n_rows} rows)"
-        )
+    if isinstance(window, int) and not isinstance(window, bool):  # else DisorderConfig says
+        check_window_fits(window, int(np.asarray(history.times).size))
     model = parse_delays(delays) if isinstance(delays, str) else delays
     stream = make_replay_stream(history, model, rng)
     gamma_s = None if gamma is None else gamma * stream.interval_s

@@ -20,7 +20,7 @@ from engine.errors import ParameterError
 from engine.planning.calibration import CALIBRATIONS, PlanningSpec
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from engine.planning.horizon import default_history as _default_history
-from engine.query import HoldsQuery, WindowQuery, horizon_rows
+from engine.query import HoldsQuery, WindowQuery, check_window_fits, horizon_rows
 from engine.selection.greedy import METHODS, Method
 
 __all__ = ["PlanParameters", "default_history", "resolve_horizon"]
@@ -61,10 +61,7 @@ class PlanParameters(HoldsQuery):
         """Refuse a window or an exposure longer than a history of ``n_rows`` rows: no
         window of the history could be scored (and a failure's stretch, ``w + m - 1``
         positions a window, would be scored on arrays of that size)."""
-        if self.window > n_rows:
-            raise ParameterError(
-                f"window ({self.window} readings) is longer than the history ({n_rows} rows)"
-            )
+        check_window_fits(self.window, n_rows)
         if self.exposure is not None and self.exposure > n_rows:
             raise ParameterError(
                 f"exposure ({self.exposure} rows) is longer than the history ({n_rows} rows): "
