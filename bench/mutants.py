@@ -1,6 +1,6 @@
 """Mutation check of calibration (both contracts), K-slack, re-planning, online control,
-the production job's exposure rule, the live backup's compaction and the selection's
-indispensable-sensor screen.
+the production job's exposure rule and shadow check, the live backup's compaction and
+the selection's indispensable-sensor screen.
 
 Each mutant is one subtle edit that once passed the whole suite. For every
 mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
@@ -39,6 +39,7 @@ KEPT = "tests/unit/test_kept_readings.py::"
 COMPACT = "tests/unit/test_run_compaction.py"
 JOB_CONTROL = "tests/unit/test_job_control.py"
 SCREEN = "tests/unit/test_selection_screen.py"
+PARTIALS = "tests/unit/test_partials.py"
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -432,6 +433,16 @@ MUTANTS = (
            "for f in parquet_under(d)]",
            "for f in parquet_under(d)][:0]",
            (COMPACT,)),
+    Mutant("r1: the job's shadow check takes a batch's stored sensors to be the plan's set",
+           "engine/job/partials.py",
+           'keep = out["sensor"].isin(list(stored)).to_numpy()',
+           'keep = out["sensor"].isin(list(lm.backup)).to_numpy()',
+           (PARTIALS,)),
+    Mutant("r2: a window open when an older state was restored is scored on its later batches",
+           "engine/job/partials.py",
+           "rebuilt = finished.where((closed[REBUILT + COUNT.name] > 0) & (stored >= 0))",
+           "rebuilt = finished.where(closed[REBUILT + COUNT.name] > 0)",
+           (PARTIALS,)),
 )  # fmt: skip
 
 

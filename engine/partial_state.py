@@ -101,16 +101,21 @@ def grouped_partials(
 
 
 def merged_partials(
-    frame: pd.DataFrame, keys: list[str], aggregate: HasState, prefixes: tuple[str, ...] = ("",)
+    frame: pd.DataFrame,
+    keys: list[str],
+    aggregate: HasState,
+    prefixes: tuple[str, ...] = ("",),
+    counts: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """One row per ``keys`` of partial-state rows: each field merged by its reduction.
 
-    ``prefixes``: the state's columns appear once per prefix (``rebuilt_n``, ...).
-    Max and min skip NaN; a sum of none is 0.
+    ``prefixes``: the state's columns appear once per prefix (``rebuilt_n``, ...);
+    ``counts``: more columns merged by a sum. Max and min skip NaN; a sum of none is 0.
     """
     spec = {
         prefix + f.name: (prefix + f.name, f.reduce)
         for prefix in prefixes
         for f in aggregate.state_fields
     }
+    spec |= {c: (c, "sum") for c in counts}
     return frame.groupby(keys, as_index=False, sort=True).agg(**spec)

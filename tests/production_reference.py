@@ -188,9 +188,13 @@ def reference_results(
     aggregate: str,
     eps: float,
     watermark_s: float = 0.0,
+    recovered: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Every (window, sensor) the job must emit, with true and rebuilt aggregates."""
-    rebuilt = lm.apply(rows.values[:, [rows.sensors.index(b) for b in lm.backup]])
+    """Every (window, sensor) the job must emit, with true and rebuilt aggregates.
+
+    ``recovered``: the readings a recovery returns, a row per time (default: every row
+    rebuilt by ``lm``, its backups as read); see ``recovered_readings``."""
+    rebuilt = recovered_readings(rows, lm) if recovered is None else recovered
     seconds = rows.times.astype("datetime64[s]").astype(np.int64)
     horizon = seconds.max() - watermark_s  # Spark emits a window once its end <= watermark
     members: dict[int, list[int]] = defaultdict(list)
@@ -210,6 +214,15 @@ def reference_results(
     frame["error"] = frame["rebuilt"] - frame["value"]
     frame["miss"] = frame["error"].abs() > eps
     return frame
+
+
+def recovered_readings(rows: Rows, lm: LinearMap, stored: tuple[str, ...] = ()) -> np.ndarray:
+    """``rows`` as a recovery returns them under ``lm``: its backups and ``stored`` as
+    read, every other sensor rebuilt reading by reading."""
+    rebuilt = lm.apply(rows.values[:, [rows.sensors.index(b) for b in lm.backup]])
+    exact = [j for j, s in enumerate(rows.sensors) if s in (*lm.backup, *stored)]
+    rebuilt[:, exact] = rows.values[:, exact]
+    return rebuilt
 
 
 def _agg(values: np.ndarray, aggregate: str) -> float:

@@ -34,7 +34,12 @@ from engine.job.crash_check import check_closed, collect_rows, keep_rows, shadow
 from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
-from engine.job.partials import WindowState, collected_partials, shadow_results
+from engine.job.partials import (
+    WindowState,
+    collected_partials,
+    recovered_partials,
+    shadow_results,
+)
 from engine.job.phases import Phases
 from engine.job.plans import JobPlan, PlanBook, Replanner
 from engine.job.screening import (
@@ -139,6 +144,10 @@ class BatchWriter:
             self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
             self._write_backup(readings, more, batch_id, "append")
         screened["rows"], screened["over_exposure"] = exposure.rows, exposure.full
+        # what a recovery of this batch returns: the sensors it stored exact, the rest
+        # rebuilt by its version's map; the windows' shadow check scores that
+        stored = [*self.backup_sensors, *exposure.added]
+        partials = recovered_partials(partials, stored, self.linear_map, self.spec.aggregate)
         screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
         clock.mark("backup_and_partials")
         # readings stamped in the future would move the watermark past every later one
@@ -158,9 +167,7 @@ class BatchWriter:
         self._say(event, batch_id)
         screened["late_readings"] = late
         closed = state.merge(partials[state.columns], max_event, self.spec.watermark_us)
-        results = shadow_results(
-            closed[closed["n"] > 0], self.linear_map, self.spec.aggregate, self._eps()
-        )
+        results = shadow_results(closed[closed["n"] > 0], self.spec.aggregate, self._eps())
         starts = results["window_start"].drop_duplicates().to_numpy(dtype="int64")
         misses = None  # each closed window's crash miss, from its rows
         config, w_us = self.version.config, self.spec.window_us

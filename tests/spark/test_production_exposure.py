@@ -27,6 +27,8 @@ from tests.production_reference import (
     feed,
     long_readings,
     read_results,
+    recovered_readings,
+    reference_results,
     run_landed,
     sample_rows,
     write_config,
@@ -106,6 +108,23 @@ def test_batches_over_the_exposure_back_up_every_sensor(spark: Any, tmp_path: Pa
     np.testing.assert_allclose(got[:6], rebuilt[:6], rtol=1e-12)
     np.testing.assert_array_equal(got[6:], truth[6:])
 
+    # each window's shadow check scores what that recovery returns: the window across
+    # row 24 is rebuilt before it and exact from it, and those after are backed up
+    recovered = recovered_readings(rows, lm)
+    recovered[24:] = rows.values[24:]
+    want = reference_results(rows, lm, 8 * 3600.0, 4 * 3600.0, "avg", 1.0, recovered=recovered)
+    results = read_results(tmp_path / "backup")
+    both = want.merge(results, on=["start_s", "sensor"], suffixes=("_ref", ""), validate="1:1")
+    assert len(both) == len(want) == len(results)
+    np.testing.assert_allclose(both["rebuilt"], both["rebuilt_ref"], rtol=1e-7, atol=1e-7)
+    np.testing.assert_array_equal(both["miss"], both["miss_ref"])
+    cut_s = int(rows.times[24].astype("datetime64[s]").astype(np.int64))
+    assert both.loc[both["start_s"] >= cut_s, "backed_up"].all()
+    straddling = both[(both["start_s"] < cut_s) & (both["end_s"] > cut_s)]
+    targets = straddling["sensor"].isin(lm.targets)
+    assert targets.any() and not straddling.loc[targets, "backed_up"].any()
+    assert straddling.loc[~targets, "backed_up"].all()
+
 
 def test_a_crash_plan_rebuilding_whole_windows_badly_but_lost_stretches_well_does_not_alert(
     spark: Any, tmp_path: Path
@@ -156,6 +175,9 @@ def test_the_rows_of_batches_over_the_exposure_are_scored_as_backed_up(
     assert sum(r["crash_windows"] for r in shadow) == 12
     assert sum(r["crash_misses"] for r in shadow) == 0
     assert not [r for r in logged if r["event"] == "alert"]
+    # and a recovery of any range returns b as stored: its whole windows are exact too
+    b = read_results(tmp_path / "backup").query("sensor == 'b'")
+    assert len(b) >= 12 and b["backed_up"].all() and (b["error"] == 0).all()
 
 
 def _offset_plan(

@@ -21,9 +21,11 @@ from engine.aggregates import AGGREGATES, Aggregate
 from engine.cli_parser import build_parser
 from engine.export import load_schema
 from engine.job.partials import (
+    STORED,
     WindowState,
     partial_columns,
     rebuild_window_partials,
+    recovered_partials,
     shadow_results,
 )
 from engine.live.batch import WindowParams, advance_windows, shadow_errors
@@ -87,7 +89,9 @@ def _job_partials(long: pd.DataFrame, lm: Any, window_h: int, slide_h: int) -> p
     )
     backups = w[w["sensor"].isin(lm.backup)]
     rebuilt = [rebuild_window_partials(g, lm, "range") for _, g in backups.groupby("window_start")]
-    return pd.concat([truth, *rebuilt], ignore_index=True)[partial_columns("range")]
+    truth[STORED] = 0
+    parts = pd.concat([truth, *rebuilt], ignore_index=True)[partial_columns("range")]
+    return recovered_partials(parts, lm.backup, lm, "range")  # the driver's step
 
 
 def test_the_job_merges_a_new_aggregates_partials_into_the_brute_force_windows() -> None:
@@ -101,7 +105,7 @@ def test_the_job_merges_a_new_aggregates_partials_into_the_brute_force_windows()
         latest = int(batch["event_time"].max().value // 1000)
         closed = state.merge(_job_partials(batch, lm, window_h, slide_h), latest, 0)
         if len(closed):
-            results.append(shadow_results(closed[closed["n"] > 0], lm, "range", eps))
+            results.append(shadow_results(closed[closed["n"] > 0], "range", eps))
     got = pd.concat(results, ignore_index=True).set_index(["window_start", "sensor"])
     # brute force: every epoch-aligned window that closed, from the rows inside it
     rebuilt = lm.apply(rows.values[:, [rows.sensors.index(b) for b in lm.backup]])

@@ -16,10 +16,14 @@ import pytest
 from engine.aggregates import get_aggregate
 from engine.errors import PipelineError
 from engine.job.partials import (
+    COUNTS,
+    STORED,
+    UNKNOWN_STORED,
     WindowState,
     collected_partials,
     partial_columns,
     rebuild_window_partials,
+    recovered_partials,
     shadow_results,
 )
 from engine.partial_state import grouped_partials
@@ -28,6 +32,7 @@ from tests.production_reference import (
     BACKUP,
     Rows,
     long_readings,
+    recovered_readings,
     reference_results,
     sample_rows,
 )
@@ -47,23 +52,26 @@ def _windowed(long: pd.DataFrame, window_h: int, slide_h: int) -> pd.DataFrame:
     return out
 
 
-def _partials(long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: int):
+def _partials(long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: int, stored=None):
     """One batch's partials as the executors compute them (``batch_partials`` and, for
-    an aggregate that is not linear, ``rebuilt_partials``)."""
+    an aggregate that is not linear, ``rebuilt_partials``), then as the driver turns
+    them into what a recovery returns (``recovered_partials``: ``stored`` exact, the
+    plan's set unless given)."""
     w = _windowed(long, window_h, slide_h)
     columns = partial_columns(aggregate)
     agg = get_aggregate(aggregate)
     out = grouped_partials(w, ["window_start", "window_end", "sensor"], "value", agg)
     for name in columns[3:]:
         if name not in out:
-            out[name] = 0 if name == "rebuilt_n" else np.nan
+            out[name] = 0 if name in COUNTS else np.nan
     if not agg.linear:
         backups = w[w["sensor"].isin(lm.backup)]
         rebuilt = [
             rebuild_window_partials(g, lm, aggregate) for _, g in backups.groupby("window_start")
         ]
         out = pd.concat([out[columns], *rebuilt], ignore_index=True)
-    return out[columns], int(w["t"].max())
+    stored = lm.backup if stored is None else stored
+    return recovered_partials(out[columns], stored, lm, aggregate), int(w["t"].max())
 
 
 def _run(rows: Rows, aggregate: str, cuts: list[int], window_h=8, slide_h=4, eps=1.0):
@@ -75,7 +83,7 @@ def _run(rows: Rows, aggregate: str, cuts: list[int], window_h=8, slide_h=4, eps
         parts, latest = _partials(long.iloc[lo * n : hi * n], lm, aggregate, window_h, slide_h)
         closed = state.merge(parts, latest, 0)
         if len(closed):
-            results.append(shadow_results(closed[closed["n"] > 0], lm, aggregate, eps))
+            results.append(shadow_results(closed[closed["n"] > 0], aggregate, eps))
     got = pd.concat(results, ignore_index=True)
     got["start_s"] = got["window_start"] // 1_000_000
     want = reference_results(rows, lm, window_h * 3600.0, slide_h * 3600.0, aggregate, eps)
@@ -105,6 +113,7 @@ def _parts_at(hours: list[int], sensor: str = "a", value: float = 1.0) -> pd.Dat
             "agg": value,
             "rebuilt_n": 0,
             "rebuilt_agg": np.nan,
+            STORED: 0,
         }
     )
 
@@ -144,7 +153,7 @@ def test_a_window_missing_a_backup_sensor_is_not_rebuilt() -> None:
     long = long[~((long["sensor"] == lm.backup[0]) & (long.index < 4 * len(rows.sensors)))]
     parts, latest = _partials(long, lm, "avg", 4, 4)
     closed = WindowState("avg").merge(parts, latest, 0)
-    out = shadow_results(closed, lm, "avg", 1.0)
+    out = shadow_results(closed, "avg", 1.0)
     first = out[out["window_start"] == out["window_start"].min()]
     assert first.loc[~first["backed_up"], "rebuilt"].isna().all()
     assert not first["miss"].any()
@@ -157,12 +166,12 @@ def test_each_sensor_is_judged_by_its_own_eps() -> None:
     lm = fit_map(rows.values, rows.sensors, BACKUP)
     parts, latest = _partials(long_readings(rows), lm, "avg", 4, 4)
     closed = WindowState("avg").merge(parts, latest, 0)
-    one = shadow_results(closed, lm, "avg", 1e9)
+    one = shadow_results(closed, "avg", 1e9)
     size = one.loc[~one["backed_up"]].groupby("sensor")["error"].apply(lambda e: e.abs().min())
     worst = str(size.idxmax())
     assert size[worst] > 0
     tight = {s: (size[worst] / 2 if s == worst else 1e9) for s in rows.sensors}
-    per = shadow_results(closed, lm, "avg", tight)
+    per = shadow_results(closed, "avg", tight)
     assert per.loc[per["sensor"] == worst, "miss"].all()
     assert not per.loc[per["sensor"] != worst, "miss"].any()
     assert not one["miss"].any()
@@ -204,7 +213,7 @@ def test_a_checkpoint_written_with_the_earlier_state_names_is_read() -> None:
 
     import pyarrow.ipc as ipc
 
-    old = _parts_at([0, 1]).rename(columns={"rebuilt_agg": "rebuilt"})
+    old = _parts_at([0, 1]).drop(columns=STORED).rename(columns={"rebuilt_agg": "rebuilt"})
     meta = {"aggregate": "max", "batch_id": 3, "max_event_us": 5, "watermark_us": 0}
     table = pa.Table.from_pandas(old, preserve_index=False)
     table = table.replace_schema_metadata({"lacuna_state": __import__("json").dumps(meta)})
@@ -214,3 +223,92 @@ def test_a_checkpoint_written_with_the_earlier_state_names_is_read() -> None:
     state = WindowState.restore(sink.getvalue())
     assert state.open.columns.tolist() == partial_columns("max")
     assert state.open["window_start"].tolist() == [0, HOUR_US]
+
+
+def _batched(rows: Rows, aggregate: str, batches: list[tuple[int, object, tuple[str, ...]]]):
+    """The job's driver over ``rows`` cut into batches ``(first row, map, stored)``: each
+    batch's partials under its own map and stored set, merged, closed and scored."""
+    long, n = long_readings(rows), len(rows.sensors)
+    state, results = WindowState(aggregate), []
+    ends = [b[0] for b in batches[1:]] + [len(rows.times)]
+    for (lo, lm, stored), hi in zip(batches, ends, strict=True):
+        parts, latest = _partials(long.iloc[lo * n : hi * n], lm, aggregate, 8, 4, stored)
+        closed = state.merge(parts, latest, 0)
+        if len(closed):
+            results.append(shadow_results(closed[closed["n"] > 0], aggregate, 1.0))
+    got = pd.concat(results, ignore_index=True)
+    got["start_s"] = got["window_start"] // 1_000_000
+    return got
+
+
+@pytest.mark.parametrize("aggregate", ["avg", "sum", "max", "min"])
+def test_a_window_is_scored_as_recovery_returns_it_across_versions_and_full_batches(
+    aggregate: str,
+) -> None:
+    """Rows 0-13 under a map of the plan's set; 14-21 a batch over the exposure (every
+    sensor stored); 22-47 under a second version that backs up one sensor fewer, so the
+    dropped sensor is exact in some batches of a window and rebuilt in others. Each
+    window's ``rebuilt`` is the aggregate of the readings a recovery returns (reference:
+    recovered reading by reading, by the plan each row's batch ran under)."""
+    rows = sample_rows(48)
+    first = fit_map(rows.values, rows.sensors, BACKUP)
+    second = fit_map(rows.values, rows.sensors, BACKUP[1:])
+    every = tuple(rows.sensors)
+    got = _batched(
+        rows, aggregate, [(0, first, first.backup), (14, first, every), (22, second, second.backup)]
+    )
+    part = [rows.values[:14], rows.values[14:22], rows.values[22:]]
+    recovered = np.vstack(
+        [
+            recovered_readings(Rows(rows.times[:14], part[0], rows.sensors), first),
+            part[1],
+            recovered_readings(Rows(rows.times[22:], part[2], rows.sensors), second),
+        ]
+    )
+    want = reference_results(
+        rows, first, 8 * 3600.0, 4 * 3600.0, aggregate, 1.0, recovered=recovered
+    )
+    merged = want.merge(got, on=["start_s", "sensor"], suffixes=("_ref", ""), validate="1:1")
+    assert len(merged) == len(want) == len(got)
+    np.testing.assert_allclose(merged["rebuilt"], merged["rebuilt_ref"], rtol=1e-7, atol=1e-7)
+    np.testing.assert_array_equal(merged["miss"], merged["miss_ref"])
+    # backed up: every reading of the window stored; the dropped sensor only before 22
+    dropped = merged[merged["sensor"] == BACKUP[0]]
+    assert dropped.loc[
+        dropped["start_s"] + 8 * 3600 <= rows.times[22].astype("datetime64[s]").astype(np.int64),
+        "backed_up",
+    ].all()
+    assert not dropped.loc[
+        dropped["start_s"] >= rows.times[16].astype("datetime64[s]").astype(np.int64), "backed_up"
+    ].any()
+    window_of_full = merged[
+        merged["start_s"] == rows.times[14].astype("datetime64[s]").astype(np.int64)
+    ]
+    assert window_of_full["backed_up"].all() and (window_of_full["error"] == 0).all()
+    # what the plan of record alone would have said: a different answer somewhere
+    alone = reference_results(rows, second, 8 * 3600.0, 4 * 3600.0, aggregate, 1.0)
+    assert not np.allclose(alone["rebuilt"], merged.sort_values(["start_s", "sensor"])["rebuilt"])
+
+
+def test_a_window_open_when_an_older_state_was_restored_is_not_scored() -> None:
+    """A state written before ``stored_n``: what its batches stored is not known, so the
+    windows it held open are left out of the shadow check (never guessed); the windows
+    opened after it are scored."""
+    rows = sample_rows(24)
+    lm = fit_map(rows.values, rows.sensors, BACKUP)
+    long, n = long_readings(rows), len(rows.sensors)
+    state = WindowState("avg")
+    parts, latest = _partials(long.iloc[: 10 * n], lm, "avg", 8, 4)
+    state.merge(parts, latest, 0)
+    old = state.open.drop(columns=STORED)
+    state.open = old  # as an older job wrote it
+    restored = WindowState.restore(state.snapshot())
+    assert (restored.open[STORED] == UNKNOWN_STORED).all()
+    parts, latest = _partials(long.iloc[10 * n :], lm, "avg", 8, 4)
+    out = shadow_results(restored.merge(parts, latest, 0), "avg", 1e-9)
+    open_then = out["window_start"].isin(old["window_start"].unique())
+    assert open_then.any() and (~open_then).any()
+    assert out.loc[open_then, "rebuilt"].isna().all() and not out.loc[open_then, "miss"].any()
+    assert not out.loc[open_then, "backed_up"].any()
+    later = out[~open_then & ~out["backed_up"]]
+    assert later["rebuilt"].notna().all() and later["miss"].any()
