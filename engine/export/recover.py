@@ -292,6 +292,12 @@ def recover_dataset(
     if stored:
         held = both[kept, len(union) + len(outside) :]
         values, found = overlay(values, lm.sensors, held, stored)
+    # a sensor another version backs up, read at a step whose version rebuilds it (a
+    # micro-batch over the exposure stored it): the reading, not the rebuild
+    held = _rebuilt_but_read(maps, union, wide[kept], versions[kept])
+    if held.any():
+        values, more = overlay(values, lm.sensors, np.where(held, wide[kept], np.nan), union)
+        found += more
     if outside:
         values = np.hstack([values, raw[kept]])
     rows = _write(values, times[kept], lm.sensors + outside, out)
@@ -370,6 +376,17 @@ def _rebuild_by_version(
     for rows, values in parts:
         out[rows] = values
     return keep, out[keep]
+
+
+def _rebuilt_but_read(
+    maps: dict[int, LinearMap], union: tuple[str, ...], wide: np.ndarray, versions: np.ndarray
+) -> np.ndarray:
+    """(T, len(union)): a reading of a union sensor at a step whose version rebuilds it."""
+    held = ~np.isnan(wide)
+    for v, lm in maps.items():
+        backed = np.isin(np.asarray(union), lm.backup)
+        held[np.ix_(versions == v, backed)] = False
+    return held
 
 
 def _plan_versions(long: pa.Table | None) -> tuple[int, ...]:

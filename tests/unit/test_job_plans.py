@@ -149,13 +149,17 @@ def test_no_replan_says_once_that_the_plan_expired(first) -> None:  # type: igno
     assert [r["event"] for r in logged] == ["plan_expired"] and "--no-replan" in logged[0]["reason"]
 
 
-def _write_backup(root: Path, rows: Any, versions: list[tuple[int, BackupConfig, slice]]) -> None:
-    """A job-layout backup (one committed batch per version) and its plan book."""
+def _write_backup(
+    root: Path, rows: Any, versions: list[tuple[int, BackupConfig, slice]], full: int = -1
+) -> None:
+    """A job-layout backup (one committed batch per version) and its plan book; batch
+    ``full`` stores every sensor (a micro-batch over a crash plan's exposure)."""
     (root / "_lacuna" / "plans").mkdir(parents=True)
     for batch, (v, config, span) in enumerate(versions):
         frame = rows.rows(span.start, span.stop).to_frame()
         long = frame.melt(id_vars="time", var_name="sensor", value_name="value")
-        long = long[long["sensor"].isin(config.backup_sensors)]
+        if batch != full:
+            long = long[long["sensor"].isin(config.backup_sensors)]
         folder = root / f"batch_id={batch}" / "date=2013-03-01"
         folder.mkdir(parents=True)
         table = pa.table(
@@ -198,6 +202,35 @@ def test_recovery_rebuilds_each_row_with_the_version_that_wrote_it(  # type: ign
     lm1 = first.linear_map()
     old = lm1.apply(history.rows(400, 448).select(list(lm1.backup)).values)
     assert not np.allclose(got, old, rtol=1e-6)
+
+
+def test_a_reading_a_batch_stored_is_recovered_as_read_though_another_version_backs_it_up(  # type: ignore[no-untyped-def]
+    first, history, tmp_path
+) -> None:
+    """Version 1's batch stored every sensor (over the exposure); version 2 backs up a
+    sensor version 1 rebuilds. Over version 1's rows that sensor is the reading the
+    backup holds, not version 1's rebuild of it (as every sensor outside both sets is)."""
+    lm1 = first.linear_map()
+    added = next(s for s in lm1.targets if s != lm1.targets[0])
+    raw = plan_to_config(make_plan(history.rows(24, 424), PARAMS))
+    raw["backup_sensors"] = [*raw["backup_sensors"], added]
+    del raw["reconstruction"][added]
+    for target in raw["reconstruction"].values():
+        target["coefficients"][added] = 0.0
+    second = BackupConfig.from_dict(raw)
+    assert added in second.backup_sensors and added not in first.backup_sensors
+    backup = tmp_path / "backup"
+    spans = [(1, first, slice(400, 424)), (2, second, slice(424, 448))]
+    _write_backup(backup, history, spans, full=0)
+    config = tmp_path / "plan.json"
+    config.write_text(json.dumps(first.to_dict()))
+    result = recover_dataset(config, backup, tmp_path / "all.parquet")
+    got = pd.read_parquet(tmp_path / "all.parquet")[list(history.sensors)].to_numpy()
+    np.testing.assert_array_equal(got[:24], history.rows(400, 424).values)  # all as read
+    assert result.stored_readings == 24 * len(lm1.targets)
+    lm2 = second.linear_map()
+    want = lm2.apply(history.rows(424, 448).select(list(lm2.backup)).values)
+    np.testing.assert_allclose(got[24:], want, rtol=1e-9, atol=1e-9)
 
 
 def test_recovery_refuses_a_config_that_is_no_version_of_the_backup(  # type: ignore[no-untyped-def]
