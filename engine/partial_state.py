@@ -12,6 +12,7 @@ the fields and the pandas folds and merges of states kept as frame columns.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -20,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["COUNT", "Field", "HasState", "State", "grouped_partials", "merged_partials"]
+__all__ = ["COUNT", "Field", "HasState", "Reduce", "State", "grouped_partials", "merged_partials"]
 
 Reduce = Literal["sum", "max", "min"]
 State = dict[str, Any]  # field name -> a number, or an array/Series of them (one per window)
@@ -105,17 +106,18 @@ def merged_partials(
     keys: list[str],
     aggregate: HasState,
     prefixes: tuple[str, ...] = ("",),
-    counts: tuple[str, ...] = (),
+    more: Mapping[str, Reduce] | None = None,
 ) -> pd.DataFrame:
     """One row per ``keys`` of partial-state rows: each field merged by its reduction.
 
     ``prefixes``: the state's columns appear once per prefix (``rebuilt_n``, ...);
-    ``counts``: more columns merged by a sum. Max and min skip NaN; a sum of none is 0.
+    ``more``: other columns, each with its reduction. Max and min skip NaN; a sum of
+    none is 0.
     """
     spec = {
         prefix + f.name: (prefix + f.name, f.reduce)
         for prefix in prefixes
         for f in aggregate.state_fields
     }
-    spec |= {c: (c, "sum") for c in counts}
+    spec |= {c: (c, reduce) for c, reduce in (more or {}).items()}
     return frame.groupby(keys, as_index=False, sort=True).agg(**spec)

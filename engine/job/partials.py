@@ -43,18 +43,20 @@ import pyarrow.ipc as ipc
 from engine.aggregates import Aggregate, get_aggregate
 from engine.errors import PipelineError
 from engine.model.linear import LinearMap
-from engine.partial_state import COUNT, merged_partials
+from engine.partial_state import COUNT, Reduce, merged_partials
 
 KEYS = ["window_start", "window_end", "sensor"]
-RESULT_COLUMNS = [*KEYS, "n", "value", "rebuilt", "error", "miss", "backed_up"]
+RESULT_COLUMNS = [*KEYS, "n", "value", "rebuilt", "error", "miss", "backed_up", "plan_version"]
 NO_TIME = np.iinfo(np.int64).min
 ROWS_KEY = "lacuna_rows"  # the snapshot's metadata key of the open windows' rows
 REBUILT = "rebuilt_"  # the prefix of the recovered readings' state columns
 STORED = "stored_n"  # a window's readings of a sensor that its batches' backup stored
-# ``stored_n`` of a window open when a state from before the column was restored: what
-# its earlier batches stored is not known, so its shadow check is left out (NaN). Large
+FIRST = "first_version"  # the oldest plan version a batch of the window ran under
+# a count that is not known (``stored_n`` of a window open when a state from before the
+# column was restored; ``rebuilt_n`` of avg/sum where the backups' counts do not say
+# which time steps a recovery has): the window's shadow check is left out (NaN). Large
 # enough that no count of later batches brings a sum of it back to zero or above.
-UNKNOWN_STORED = -(2**40)
+UNKNOWN = -(2**40)
 # a checkpoint written before the rebuilt state took its fields' names
 _OLD_NAMES = {"rebuilt": "rebuilt_agg"}
 
@@ -63,10 +65,10 @@ def partial_columns(aggregate: str) -> list[str]:
     """The columns of ``aggregate``'s partials: keys, the state, the recovered state and
     how many of the recovered readings were stored."""
     names = [f.name for f in get_aggregate(aggregate).state_fields]
-    return [*KEYS, *names, *(REBUILT + n for n in names), STORED]
+    return [*KEYS, *names, *(REBUILT + n for n in names), STORED, FIRST]
 
 
-COUNTS = (COUNT.name, REBUILT + COUNT.name, STORED)  # the partials' integer counts
+COUNTS = (COUNT.name, REBUILT + COUNT.name, STORED, FIRST)  # the partials' integers
 
 
 def partial_schema(aggregate: str) -> str:
@@ -168,7 +170,9 @@ class WindowState:
         aggregate = str(meta["aggregate"])
         frame = table.to_pandas().rename(columns=_OLD_NAMES) if table.num_rows else None
         if frame is not None and STORED not in frame:  # what was stored is not known
-            frame[STORED] = np.int64(UNKNOWN_STORED)
+            frame[STORED] = np.int64(UNKNOWN)
+        if frame is not None and FIRST not in frame:  # nor which version it ran under
+            frame[FIRST] = np.int64(-1)
         return cls(
             aggregate=aggregate,
             batch_id=int(meta["batch_id"]),
@@ -218,7 +222,8 @@ def _combine(partials: pd.DataFrame, aggregate: str) -> pd.DataFrame:
     if partials.empty:
         return _empty(aggregate)
     agg = get_aggregate(aggregate)
-    out = merged_partials(partials, KEYS, agg, prefixes=("", REBUILT), counts=(STORED,))
+    more: dict[str, Reduce] = {STORED: "sum", FIRST: "min"}
+    out = merged_partials(partials, KEYS, agg, prefixes=("", REBUILT), more=more)
     return out[partial_columns(aggregate)]
 
 
@@ -227,19 +232,23 @@ def _state(frame: pd.DataFrame, aggregate: Aggregate, prefix: str = "") -> dict[
 
 
 def recovered_partials(
-    partials: pd.DataFrame, stored: Collection[str], lm: LinearMap, aggregate: str
+    partials: pd.DataFrame, stored: Collection[str], lm: LinearMap, aggregate: str, version: int
 ) -> pd.DataFrame:
     """One batch's partials with ``rebuilt_*`` the state of the readings a recovery of
-    the batch returns, and ``stored_n`` how many of them its backup stored; a copy.
+    the batch returns, ``stored_n`` how many of them its backup stored and
+    ``first_version`` the plan ``version`` it ran under; a copy.
 
     ``stored``: the sensors the batch backed up (the set of the plan version it ran
     under, plus every sensor of a batch over the exposure), recovered exactly: their
     ``rebuilt_*`` is their own state. ``lm``: that version's map, which rebuilds the
     others. For max and min the executors computed their rebuilt readings' state
     (``rebuild_window_partials``, rows with ``n = 0``); for avg and sum it is here, per
-    window of the batch: a target's ``n`` readings, each ``intercept + coef @ a_O``
-    with ``a_O`` the backups' mean in this batch's part of the window (none when a
-    backup has no reading there: a recovery leaves those time steps out).
+    window of the batch: a recovery has the time steps where every backup has a
+    reading, each rebuilt as ``intercept + coef @ a_O`` (``a_O``: the backups' mean in
+    this batch's part of the window). None when a backup has no reading there; the
+    target's ``n`` when every backup has ``n`` too (one grid of time steps); otherwise
+    which steps a recovery has is not known from counts, and the window is not scored
+    (``UNKNOWN``).
     """
     agg = get_aggregate(aggregate)
     out = partials.copy()
@@ -250,6 +259,7 @@ def recovered_partials(
     for f in agg.state_fields:
         out[REBUILT + f.name] = np.where(keep, out[f.name], out[REBUILT + f.name])
     out[STORED] = np.where(keep, out[COUNT.name], 0).astype(np.int64)
+    out[FIRST] = np.int64(version)
     if agg.linear:
         _linear_recovered(out, sensor, keep, lm, agg)
     return out
@@ -283,15 +293,23 @@ def _linear_recovered(
     is_b = bi >= 0
     count = out[COUNT.name].to_numpy()
     means = np.full((len(starts), len(lm.backup)), np.nan)
+    counts = np.zeros((len(starts), len(lm.backup)), dtype=np.int64)
+    counts[row_window[is_b], bi[is_b]] = count[is_b]
     with np.errstate(divide="ignore", invalid="ignore"):
         means[row_window[is_b], bi[is_b]] = out[total.name].to_numpy(float)[is_b] / count[is_b]
     lin = means @ lm.coef.T  # (windows, targets): no larger than the batch's partials
-    per_reading = lm.intercept[ti[targets]] + lin[row_window[targets], ti[targets]]
+    w = row_window[targets]
+    per_reading = lm.intercept[ti[targets]] + lin[w, ti[targets]]
     n = count[targets]
-    ok = np.isfinite(per_reading) & (n > 0)
+    if lm.backup:
+        lo, hi = counts.min(axis=1)[w], counts.max(axis=1)[w]
+    else:  # nothing to read: every time step is rebuilt from the intercept
+        lo = hi = n
+    steps = np.where(lo == 0, 0, np.where((lo == hi) & (hi == n), n, UNKNOWN))
+    ok = np.isfinite(per_reading) & (steps > 0)
     rebuilt_n, rebuilt_total = out[REBUILT + COUNT.name].to_numpy(), out[REBUILT + total.name]
     rebuilt_n, rebuilt_total = rebuilt_n.copy(), rebuilt_total.to_numpy(float).copy()
-    rebuilt_n[targets] = np.where(ok, n, 0)
+    rebuilt_n[targets] = np.where(ok | (steps < 0), steps, 0)
     rebuilt_total[targets] = np.where(ok, n * per_reading, total.empty)
     out[REBUILT + COUNT.name], out[REBUILT + total.name] = rebuilt_n, rebuilt_total
 
@@ -307,8 +325,10 @@ def shadow_results(
     (``recovered_partials`` of each batch, merged): what ``recover`` over the window
     returns, each batch under the plan version and the set it was backed up under.
     NaN (not scored, never a miss) when a recovery has none of the window's readings
-    of the sensor, or when what an earlier batch stored is not known. ``backed_up``:
-    the backup stored every reading of the window (error 0).
+    of the sensor, or when which readings it has is not known (``UNKNOWN``).
+    ``backed_up``: the backup stored every reading of the window (error 0).
+    ``plan_version``: the oldest version a batch of the window ran under (-1: not
+    known), so a version's record holds only windows read under it alone or later.
     """
     if closed.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
@@ -326,6 +346,7 @@ def shadow_results(
     limit = closed["sensor"].map(eps).to_numpy(dtype=float) if isinstance(eps, Mapping) else eps
     out["miss"] = (out["error"].abs() > limit).fillna(False).astype(bool)
     out["backed_up"] = backed
+    out["plan_version"] = closed[FIRST].astype(np.int64)
     return out[RESULT_COLUMNS]
 
 
@@ -356,4 +377,5 @@ def rebuild_window_partials(pdf: pd.DataFrame, lm: LinearMap, aggregate: str) ->
         out[REBUILT + f.name] = np.asarray(state[f.name], dtype=float)
     out[REBUILT + COUNT.name] = len(rows)
     out[STORED] = 0
+    out[FIRST] = 0  # the driver sets the batch's version (``recovered_partials``)
     return out[partial_columns(aggregate)]

@@ -147,7 +147,9 @@ class BatchWriter:
         # what a recovery of this batch returns: the sensors it stored exact, the rest
         # rebuilt by its version's map; the windows' shadow check scores that
         stored = [*self.backup_sensors, *exposure.added]
-        partials = recovered_partials(partials, stored, self.linear_map, self.spec.aggregate)
+        partials = recovered_partials(
+            partials, stored, self.linear_map, self.spec.aggregate, self.plan_version
+        )
         screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
         clock.mark("backup_and_partials")
         # readings stamped in the future would move the watermark past every later one
@@ -358,7 +360,9 @@ class BatchWriter:
         frame = results.copy()
         for col in ("window_start", "window_end"):
             frame[col] = pd.to_datetime(frame[col].astype("int64"), unit="us", utc=True)
-        frame["plan_version"] = int(self.plan_version)
+        # the window's oldest version; one a restored older state cannot say: in force
+        known = frame["plan_version"] >= 0
+        frame["plan_version"] = frame["plan_version"].where(known, int(self.plan_version))
         buf = io.BytesIO()
         # Microseconds, as Spark stores timestamps: Spark cannot read pandas' nanoseconds.
         pq.write_table(

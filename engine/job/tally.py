@@ -52,7 +52,10 @@ def observe_closed(
     if misses is not None:
         order = [list(sensors).index(s) for s in monitor.sensors]
         return monitor.observe_misses(misses[:, order], targets, version)
-    rebuilt = results[~results["backed_up"].astype(bool)]
+    # the version's own windows: one with readings of an older version's batches is
+    # that version's record (``shadow_results``' ``plan_version``), not this one's
+    own = results["plan_version"] == version
+    rebuilt = results[~results["backed_up"].astype(bool) & own]
     errors = (
         rebuilt.pivot_table(index="window_start", columns="sensor", values="error")
         .abs()

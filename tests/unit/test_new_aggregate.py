@@ -21,6 +21,7 @@ from engine.aggregates import AGGREGATES, Aggregate
 from engine.cli_parser import build_parser
 from engine.export import load_schema
 from engine.job.partials import (
+    FIRST,
     STORED,
     WindowState,
     partial_columns,
@@ -89,9 +90,9 @@ def _job_partials(long: pd.DataFrame, lm: Any, window_h: int, slide_h: int) -> p
     )
     backups = w[w["sensor"].isin(lm.backup)]
     rebuilt = [rebuild_window_partials(g, lm, "range") for _, g in backups.groupby("window_start")]
-    truth[STORED] = 0
+    truth[STORED], truth[FIRST] = 0, 1
     parts = pd.concat([truth, *rebuilt], ignore_index=True)[partial_columns("range")]
-    return recovered_partials(parts, lm.backup, lm, "range")  # the driver's step
+    return recovered_partials(parts, lm.backup, lm, "range", 1)  # the driver's step
 
 
 def test_the_job_merges_a_new_aggregates_partials_into_the_brute_force_windows() -> None:

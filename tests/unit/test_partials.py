@@ -17,8 +17,9 @@ from engine.aggregates import get_aggregate
 from engine.errors import PipelineError
 from engine.job.partials import (
     COUNTS,
+    FIRST,
     STORED,
-    UNKNOWN_STORED,
+    UNKNOWN,
     WindowState,
     collected_partials,
     partial_columns,
@@ -52,7 +53,9 @@ def _windowed(long: pd.DataFrame, window_h: int, slide_h: int) -> pd.DataFrame:
     return out
 
 
-def _partials(long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: int, stored=None):
+def _partials(
+    long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: int, stored=None, version=1
+):
     """One batch's partials as the executors compute them (``batch_partials`` and, for
     an aggregate that is not linear, ``rebuilt_partials``), then as the driver turns
     them into what a recovery returns (``recovered_partials``: ``stored`` exact, the
@@ -71,7 +74,8 @@ def _partials(long: pd.DataFrame, lm, aggregate: str, window_h: int, slide_h: in
         ]
         out = pd.concat([out[columns], *rebuilt], ignore_index=True)
     stored = lm.backup if stored is None else stored
-    return recovered_partials(out[columns], stored, lm, aggregate), int(w["t"].max())
+    out = recovered_partials(out[columns], stored, lm, aggregate, version)
+    return out, int(w["t"].max())
 
 
 def _run(rows: Rows, aggregate: str, cuts: list[int], window_h=8, slide_h=4, eps=1.0):
@@ -114,6 +118,7 @@ def _parts_at(hours: list[int], sensor: str = "a", value: float = 1.0) -> pd.Dat
             "rebuilt_n": 0,
             "rebuilt_agg": np.nan,
             STORED: 0,
+            FIRST: 1,
         }
     )
 
@@ -213,7 +218,7 @@ def test_a_checkpoint_written_with_the_earlier_state_names_is_read() -> None:
 
     import pyarrow.ipc as ipc
 
-    old = _parts_at([0, 1]).drop(columns=STORED).rename(columns={"rebuilt_agg": "rebuilt"})
+    old = _parts_at([0, 1]).drop(columns=[STORED, FIRST]).rename(columns={"rebuilt_agg": "rebuilt"})
     meta = {"aggregate": "max", "batch_id": 3, "max_event_us": 5, "watermark_us": 0}
     table = pa.Table.from_pandas(old, preserve_index=False)
     table = table.replace_schema_metadata({"lacuna_state": __import__("json").dumps(meta)})
@@ -225,14 +230,17 @@ def test_a_checkpoint_written_with_the_earlier_state_names_is_read() -> None:
     assert state.open["window_start"].tolist() == [0, HOUR_US]
 
 
-def _batched(rows: Rows, aggregate: str, batches: list[tuple[int, object, tuple[str, ...]]]):
-    """The job's driver over ``rows`` cut into batches ``(first row, map, stored)``: each
-    batch's partials under its own map and stored set, merged, closed and scored."""
-    long, n = long_readings(rows), len(rows.sensors)
+def _batched(rows: Rows, aggregate: str, batches: list[tuple], long=None):
+    """The job's driver over ``rows`` cut into batches ``(first row, map, stored[,
+    version])``: each batch's partials under its own map, stored set and version,
+    merged, closed and scored. ``long``: the readings (default: every one of ``rows``)."""
+    long = long_readings(rows) if long is None else long
     state, results = WindowState(aggregate), []
-    ends = [b[0] for b in batches[1:]] + [len(rows.times)]
-    for (lo, lm, stored), hi in zip(batches, ends, strict=True):
-        parts, latest = _partials(long.iloc[lo * n : hi * n], lm, aggregate, 8, 4, stored)
+    t = long["event_time"].to_numpy()
+    edges = [*(rows.times[b[0]] for b in batches), t.max() + np.timedelta64(1, "s")]
+    for (lo, lm, stored, *version), end in zip(batches, edges[1:], strict=True):
+        part = long[(t >= rows.times[lo]) & (t < end)]
+        parts, latest = _partials(part, lm, aggregate, 8, 4, stored, *version)
         closed = state.merge(parts, latest, 0)
         if len(closed):
             results.append(shadow_results(closed[closed["n"] > 0], aggregate, 1.0))
@@ -255,7 +263,9 @@ def test_a_window_is_scored_as_recovery_returns_it_across_versions_and_full_batc
     second = fit_map(rows.values, rows.sensors, BACKUP[1:])
     every = tuple(rows.sensors)
     got = _batched(
-        rows, aggregate, [(0, first, first.backup), (14, first, every), (22, second, second.backup)]
+        rows,
+        aggregate,
+        [(0, first, first.backup, 1), (14, first, every, 1), (22, second, second.backup, 2)],
     )
     part = [rows.values[:14], rows.values[14:22], rows.values[22:]]
     recovered = np.vstack(
@@ -288,6 +298,10 @@ def test_a_window_is_scored_as_recovery_returns_it_across_versions_and_full_batc
     # what the plan of record alone would have said: a different answer somewhere
     alone = reference_results(rows, second, 8 * 3600.0, 4 * 3600.0, aggregate, 1.0)
     assert not np.allclose(alone["rebuilt"], merged.sort_values(["start_s", "sensor"])["rebuilt"])
+    # each window is on the record of the oldest version it was read under
+    first_v2 = int(rows.times[22].astype("datetime64[s]").astype(np.int64))
+    assert (merged.loc[merged["start_s"] < first_v2, "plan_version"] == 1).all()
+    assert (merged.loc[merged["start_s"] >= first_v2, "plan_version"] == 2).all()
 
 
 def test_a_window_open_when_an_older_state_was_restored_is_not_scored() -> None:
@@ -300,10 +314,10 @@ def test_a_window_open_when_an_older_state_was_restored_is_not_scored() -> None:
     state = WindowState("avg")
     parts, latest = _partials(long.iloc[: 10 * n], lm, "avg", 8, 4)
     state.merge(parts, latest, 0)
-    old = state.open.drop(columns=STORED)
+    old = state.open.drop(columns=[STORED, FIRST])
     state.open = old  # as an older job wrote it
     restored = WindowState.restore(state.snapshot())
-    assert (restored.open[STORED] == UNKNOWN_STORED).all()
+    assert (restored.open[STORED] == UNKNOWN).all()
     parts, latest = _partials(long.iloc[10 * n :], lm, "avg", 8, 4)
     out = shadow_results(restored.merge(parts, latest, 0), "avg", 1e-9)
     open_then = out["window_start"].isin(old["window_start"].unique())
@@ -312,3 +326,56 @@ def test_a_window_open_when_an_older_state_was_restored_is_not_scored() -> None:
     assert not out.loc[open_then, "backed_up"].any()
     later = out[~open_then & ~out["backed_up"]]
     assert later["rebuilt"].notna().all() and later["miss"].any()
+
+
+@pytest.mark.parametrize("aggregate", ["avg", "sum"])
+def test_a_backup_gap_is_scored_as_recovery_has_it_or_not_at_all(aggregate: str) -> None:
+    """A backup sensor without its readings at rows 8 and 9: a recovery leaves those time
+    steps out. Window partials cannot say which steps a batch's part of a window lacks,
+    so where a backup has fewer readings than the target the window is not scored (never
+    scored with the wrong steps); where a batch's part holds no reading of a backup, a
+    recovery keeps none of its steps, and the window is scored on the rest."""
+    rows = sample_rows(24)
+    lm = fit_map(rows.values, rows.sensors, BACKUP)
+    long = long_readings(rows)
+    hour = (long["event_time"] - pd.Timestamp(rows.times[0])) // pd.Timedelta(hours=1)
+    gap = long[~((long["sensor"] == lm.backup[0]) & hour.isin([8, 9]))]
+    t0 = int(rows.times[0].astype("datetime64[s]").astype(np.int64))
+    scored = {}
+    for cut in (10, 12):  # rows 8-11 in one batch, or cut after row 9
+        got = _batched(rows, aggregate, [(0, lm, lm.backup), (cut, lm, lm.backup)], long=gap)
+        got = got[got["sensor"].isin(lm.targets)]
+        scored[cut] = got.set_index(["start_s", "sensor"])["rebuilt"].sort_index()
+    starts = scored[12].index.get_level_values("start_s")
+    hit = starts.isin([t0 + 4 * 3600, t0 + 8 * 3600])  # the windows holding rows 8 and 9
+    assert scored[12][hit].isna().all() and scored[12][~hit].notna().all()
+    pd.testing.assert_series_equal(scored[10][~hit], scored[12][~hit])
+    # cut after row 9: rows 4-9 of window 4-12 lack two backup readings (not scored);
+    # rows 8-9 of window 8-16 hold none, so a recovery has rows 10-15 of it
+    assert scored[10].loc[t0 + 4 * 3600].isna().all()
+    rebuilt = lm.apply(rows.values[10:16][:, [rows.sensors.index(b) for b in lm.backup]])
+    want = {"avg": rebuilt.mean(axis=0), "sum": rebuilt.sum(axis=0)}[aggregate]
+    want = pd.Series(dict(zip(lm.sensors, want, strict=True)))
+    got = scored[10].loc[t0 + 8 * 3600]
+    np.testing.assert_allclose(got, want[got.index], rtol=1e-9)
+
+
+def test_the_monitor_counts_a_versions_own_windows_only() -> None:
+    """Windows closed under version 2 but read under version 1 (a re-plan's first
+    batches) are version 1's record: version 2's monitor does not count their misses."""
+    from engine.job.tally import observe_closed
+    from engine.planning.monitor import ViolationMonitor
+
+    starts = np.arange(8, dtype=np.int64) * HOUR_US
+    results = pd.DataFrame(
+        {
+            "window_start": starts,
+            "sensor": "b",
+            "error": [5.0] * 3 + [0.1] * 5,  # version 1's map missed
+            "backed_up": False,
+            "plan_version": [1] * 3 + [2] * 5,
+        }
+    )
+    monitor = ViolationMonitor(("a", "b"), 1.0, 0.05, min_windows=1)
+    observe_closed(monitor, results, None, ("a", "b"), ("b",), 2)
+    assert monitor.rates(2)["b"] == (0.0, 5)
