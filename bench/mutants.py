@@ -40,6 +40,10 @@ COMPACT = "tests/unit/test_run_compaction.py"
 JOB_CONTROL = "tests/unit/test_job_control.py"
 SCREEN = "tests/unit/test_selection_screen.py"
 PARTIALS = "tests/unit/test_partials.py"
+LIVE_SHADOW = (
+    "tests/unit/test_crash_shadow.py::"
+    "test_each_row_is_rebuilt_under_its_own_version_and_each_window_counts_for_its_oldest"
+)
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -458,6 +462,21 @@ MUTANTS = (
            'rebuilt = results[~results["backed_up"].astype(bool) & own]',
            'rebuilt = results[~results["backed_up"].astype(bool)]',
            (PARTIALS,)),
+    Mutant("l1: the live shadow check rebuilds every row under the newest version",
+           "engine/live/shadow_rows.py",
+           "rows, version = which == k, ordered[int(k)].spec",
+           "rows, version = which == k, ordered[-1].spec",
+           (LIVE_SHADOW,)),
+    Mutant("l2: a live window counts on the record of the newest version it holds",
+           "engine/live/shadow_rows.py",
+           "return ShadowRows(rebuilt, ids[which[starts]])",
+           "return ShadowRows(rebuilt, ids[which[starts] * 0 + which.max()])",
+           (LIVE_SHADOW,)),
+    Mutant("l3: the live monitor judges the version in force by an older version's windows",
+           "engine/live/reporting.py",
+           "own = rows.versions == version.id  # the monitor judges the version in force",
+           "own = rows.versions >= 0  # the monitor judges the version in force",
+           (LIVE_SHADOW,)),
 )  # fmt: skip
 
 

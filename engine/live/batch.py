@@ -353,15 +353,22 @@ def _no_windows(n: int) -> ClosedWindows:
     )
 
 
-def shadow_errors(closed: ClosedWindows, params: WindowParams, linear_map: LinearMap) -> np.ndarray:
+def shadow_errors(
+    closed: ClosedWindows,
+    params: WindowParams,
+    linear_map: LinearMap,
+    rebuilt: np.ndarray | None = None,
+) -> np.ndarray:
     """What recovery from the backup sensors would have missed: (W, n) absolute errors.
 
     Rebuilds the closed windows' rows from their backed-up columns with
-    ``linear_map`` and compares the window aggregates with the live ones.
+    ``linear_map`` (or takes them ``rebuilt``: each row under its own plan version,
+    ``engine.live.shadow_rows``) and compares the window aggregates with the live ones.
     """
     if len(closed) == 0:
         return np.zeros((0, len(params.sensors)))
-    rebuilt = linear_map.rebuild_columns(closed.block, params.sensors)
+    if rebuilt is None:
+        rebuilt = linear_map.rebuild_columns(closed.block, params.sensors)
     return window_errors(closed.block, rebuilt, params.window, params.slide, params.aggregate)
 
 

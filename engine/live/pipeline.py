@@ -44,6 +44,7 @@ from engine.live.listener import make_listener
 from engine.live.operator_state import batch_results, late_as_released, pack_state, unpack_state
 from engine.live.records import BackupWritten, BatchWrite
 from engine.live.reporting import BatchReporting
+from engine.live.shadow_rows import ShadowRows, rows_under_versions
 from engine.live.spec import (
     Fault,
     Monitor,
@@ -77,6 +78,9 @@ RUN_FILE = "lacuna_run.json"
 
 END_OF_FEED = -1  # store batch id of the disorder stage's end-of-feed flush
 SEED_STATE = -2  # the batch id a restarted run's seeded state is saved under (no batch)
+
+
+Shadow = tuple[np.ndarray, ShadowRows]  # closed windows' errors and their rows
 
 
 class LivePipeline(PlanSwitching, BatchReporting):
@@ -117,6 +121,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         if self._version.spec is not spec:
             raise PipelineError("the plan version given is not the spec given")
         self._pending: PendingPlan | None = None
+        self._history = {self._version.id: self._version}
         self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
         self._failure = FailureTrigger(store, spec.slide)
@@ -270,7 +275,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         version = self._batch_version(pdf)
         spec = version.spec
         choice = stored_sensors(pdf, spec, self.mode, self._state)  # the crash contract's rules
-        advance, late, errors = self._compute(pdf, spec)
+        advance, late, shadow = self._compute(pdf, version)
         t2 = time.perf_counter()
         backup = self._backup(df, pdf, batch_id, choice.sensors, version.id)
         t_backup = time.perf_counter()
@@ -304,7 +309,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._fault_hook(batch_id, "after_commit")()
         self._state, self._inflight = advance.state, None
         self._readings += len(pdf)
-        self._report(pdf, advance, late, errors, backup, version)
+        self._report(pdf, advance, late, shadow, backup, version)
         self._report_backup(choice)
         self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
         t4 = time.perf_counter()
@@ -361,17 +366,19 @@ class LivePipeline(PlanSwitching, BatchReporting):
             self.stage.restore(self._stage_start)
 
     def _compute(
-        self, pdf: pd.DataFrame, spec: StreamSpec
-    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
+        self, pdf: pd.DataFrame, version: PlanVersion
+    ) -> tuple[WindowAdvance, pd.DataFrame, Shadow | None]:
         released, late = pdf, pdf.iloc[0:0][list(LATE_COLUMNS)]
         if self.stage is not None:
             released, late = self.stage.process(pdf)
-        return self._advance(released, late, spec)
+        return self._advance(released, late, version)
 
     def _advance(
-        self, released: pd.DataFrame, late: pd.DataFrame, spec: StreamSpec
-    ) -> tuple[WindowAdvance, pd.DataFrame, np.ndarray | None]:
-        """Window the released readings (plus a stage's late ones) and shadow-check them."""
+        self, released: pd.DataFrame, late: pd.DataFrame, version: PlanVersion
+    ) -> tuple[WindowAdvance, pd.DataFrame, Shadow | None]:
+        """Window the released readings (plus a stage's late ones) and shadow-check them:
+        the closed windows' errors, each row rebuilt under its own plan version."""
+        spec = version.spec
         params = spec.window_params
         late = late[list(LATE_COLUMNS)]
         # A stage's own results are the low-latency path; the reading-indexed windows
@@ -381,10 +388,14 @@ class LivePipeline(PlanSwitching, BatchReporting):
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
         advance = advance_windows(self._state, released, params, repair)
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
-        errors = None
-        if self.options.shadow and len(advance.closed):
-            errors = shadow_errors(advance.closed, params, spec.linear_map)
-        return advance, late, errors
+        if not (self.options.shadow and len(advance.closed)):
+            return advance, late, None
+        crash = spec.query.exposure is not None
+        rows = rows_under_versions(advance.closed, {**self._history, version.id: version}, crash)
+        # a crash plan is judged by its windows' m-row losses (``_report``), from ``rows``
+        whole = None if crash else rows.rebuilt
+        errors = shadow_errors(advance.closed, params, spec.linear_map, whole)
+        return advance, late, (errors, rows)
 
     def finish_stage(self) -> int:
         """End of feed: flush the disorder stage so every window gets its final result,
@@ -406,7 +417,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         version = self.version
         spec = version.spec
         released, late = flush()
-        advance, late, errors = self._advance(released, late, spec)
+        advance, late, shadow = self._advance(released, late, version)
         write = BatchWrite(
             run=self.run,
             batch_id=END_OF_FEED,
@@ -418,7 +429,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self.store.commit_batch(write)
         self._state = advance.state
         none = released.iloc[0:0]
-        self._report(none, advance, late, errors, BackupWritten(), version)
+        self._report(none, advance, late, shadow, BackupWritten(), version)
         self._record(END_OF_FEED, none, advance, late, BackupWritten(), None, None)
         return len(advance.closed)
 

@@ -15,6 +15,7 @@ from engine.aggregates import leave_out
 from engine.live.batch import ClosedWindows, WindowAdvance
 from engine.live.exposure import BatchBackup
 from engine.live.records import BackupWritten
+from engine.live.shadow_rows import ShadowRows
 from engine.live.spec import Monitor, PipelineOptions, Stage, StreamSpec
 from engine.live.status import StatusBoard
 from engine.live.versions import PlanVersion
@@ -33,13 +34,14 @@ class BatchReporting:
     _alerts: int
     _alerting: dict[int, set[str]]  # plan version -> sensors an alert has named
     _full_reason: str | None  # why the previous batch backed up every sensor (None: it did not)
+    _history: dict[int, PlanVersion]  # the plan versions this process has run, by id
 
     def _report(
         self,
         pdf: pd.DataFrame,
         advance: WindowAdvance,
         late: pd.DataFrame,
-        errors: np.ndarray | None,
+        shadow: tuple[np.ndarray, ShadowRows] | None,
         backup: BackupWritten,
         version: PlanVersion,
     ) -> None:
@@ -58,19 +60,27 @@ class BatchReporting:
         steer = getattr(self.monitor, "observe_windows", None)  # online control, if any
         if steer is not None and self.options.shadow:
             steer(advance.closed, version)
-        if errors is None:
+        if shadow is None:
             return
-        targets = spec.linear_map.targets
-        if spec.query.exposure is None:  # the range contract: whole windows rebuilt
-            self.board.record_shadow(errors, spec.sensors, targets, spec.eps_vector, version.id)
-        else:  # the crash contract: the windows' m-row losses, as the plan promises
-            misses = crash_shadow_misses(advance.closed, spec)
-            self.board.record_misses(misses, spec.sensors, targets, version.id, "crash")
-        if self.monitor is not None:
-            if spec.query.exposure is None:
-                alert = self.monitor.observe(errors, reconstructed=targets, version=version.id)
+        errors, rows = shadow
+        crash = spec.query.exposure is not None  # else the range contract: whole windows
+        # the crash contract: the windows' m-row losses, as the plan promises
+        misses = crash_shadow_misses(advance.closed, spec, rows.rebuilt) if crash else None
+        for vid in np.unique(rows.versions):  # each window on its oldest version's record
+            own, held = rows.versions == vid, self._history.get(int(vid), version).spec
+            if misses is None:
+                self.board.record_shadow(errors[own], spec.sensors, held.linear_map.targets,
+                                         held.eps_vector, int(vid))  # fmt: skip
             else:
-                alert = self.monitor.observe_misses(misses, targets, version.id)
+                self.board.record_misses(misses[own], spec.sensors, held.linear_map.targets,
+                                         int(vid), "crash")  # fmt: skip
+        own = rows.versions == version.id  # the monitor judges the version in force
+        if self.monitor is not None and own.any():
+            targets = spec.linear_map.targets
+            if misses is None:
+                alert = self.monitor.observe(errors[own], reconstructed=targets, version=version.id)
+            else:
+                alert = self.monitor.observe_misses(misses[own], targets, version.id)
             if alert is not None:
                 reason = str(getattr(alert, "reason", alert))
                 self.board.update(last_alert=reason)
@@ -128,20 +138,24 @@ class BatchReporting:
         self._full_reason = choice.reason
 
 
-def crash_shadow_misses(closed: ClosedWindows, spec: StreamSpec) -> np.ndarray:
+def crash_shadow_misses(
+    closed: ClosedWindows, spec: StreamSpec, rebuilt: np.ndarray | None = None
+) -> np.ndarray:
     """(W, n) each closed window's crash-contract miss per sensor, ``spec.sensors`` order:
     of the ``w + m - 1`` failure positions touching it, the fraction whose m lost rows,
     rebuilt from the backed-up columns with the version's map (a kept sensor's left out,
-    ``engine.aggregates.leave_out``), put it more than eps off
+    ``engine.aggregates.leave_out``; or as given, ``rebuilt``: each row under its own
+    version, ``engine.live.shadow_rows``), put it more than eps off
     (``engine.planning.feedback.window_misses``). NaN for a window holding rows recovery
     rebuilt: its truth is not known."""
     params, lm = spec.window_params, spec.linear_map
     if len(closed) == 0:
         return np.zeros((0, len(params.sensors)))
-    rebuilt = lm.rebuild_columns(closed.block, params.sensors)
-    kept = np.isin(np.asarray(params.sensors), np.asarray(spec.kept_sensors, dtype=object))
-    if kept.any():
-        rebuilt = leave_out(rebuilt, kept, params.aggregate)
+    if rebuilt is None:
+        rebuilt = lm.rebuild_columns(closed.block, params.sensors)
+        kept = np.isin(np.asarray(params.sensors), np.asarray(spec.kept_sensors, dtype=object))
+        if kept.any():
+            rebuilt = leave_out(rebuilt, kept, params.aggregate)
     misses = window_misses(closed.block, rebuilt, len(closed), params.window, params.slide,
                            params.aggregate, spec.eps_vector, spec.query.exposure)  # fmt: skip
     return np.where(np.asarray(closed.recovered)[:, None], np.nan, misses)

@@ -29,6 +29,7 @@ class PlanSwitching:
     _spec_lock: threading.Lock
     _version: PlanVersion
     _pending: PendingPlan | None
+    _history: dict[int, PlanVersion]  # every version this process has run, by id
 
     def set_spec(
         self,
@@ -89,6 +90,7 @@ class PlanSwitching:
             if self._pending is not None and self._pending.spec is version.spec:
                 self._pending = None
             self._version = version
+            self._history[version.id] = version
         self.board.add(plan_changes=1)
         self.board.update(plan_version=version.id)
 

@@ -4,14 +4,20 @@ watched by a crash-contract monitor and worded so on the Live page's status line
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from engine.errors import ParameterError
-from engine.live.batch import ClosedWindows
-from engine.live.reporting import crash_shadow_misses
-from engine.live.spec import StreamSpec
+from engine.live.batch import ClosedWindows, WindowAdvance, WindowState, shadow_errors
+from engine.live.records import BackupWritten
+from engine.live.reporting import BatchReporting, crash_shadow_misses
+from engine.live.shadow_rows import rows_under_versions
+from engine.live.spec import PipelineOptions, StreamSpec
 from engine.live.status import FeedProgress, PipelineStatus, StatusBoard
+from engine.live.versions import PlanVersion
 from engine.model.linear import LinearMap
 from engine.planning.monitor import ViolationMonitor
 from engine.query import WindowQuery
@@ -137,49 +143,87 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.windows: list[int] = []
 
     def observe(self, errors, reconstructed, version=0):  # type: ignore[no-untyped-def]
         self.calls.append("range")
+        self.windows.append(len(errors))
 
     def observe_misses(self, misses, reconstructed, version=0):  # type: ignore[no-untyped-def]
         self.calls.append("crash")
 
 
+class _Probe(BatchReporting):
+    """``LivePipeline``'s reporting alone, on a status board."""
+
+    def __init__(self, monitor: _Recorder, history: dict[int, PlanVersion]) -> None:
+        self.board, self.monitor, self.options = StatusBoard(), monitor, PipelineOptions()
+        self.stage, self._kinds, self._alerts = None, {}, 0
+        self._alerting, self._full_reason, self._history = {}, None, history
+
+
+def _shadow(closed: ClosedWindows, versions: dict[int, PlanVersion], in_force: PlanVersion):  # type: ignore[no-untyped-def]
+    """What the pipeline's ``_advance`` hands ``_report``: errors and the rows behind them."""
+    spec = in_force.spec
+    crash = spec.query.exposure is not None
+    rows = rows_under_versions(closed, versions, crash)
+    errors = shadow_errors(
+        closed, spec.window_params, spec.linear_map, None if crash else rows.rebuilt
+    )
+    return errors, rows
+
+
+def _version(spec: StreamSpec, vid: int = 0, first_seq: int = 0) -> PlanVersion:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    return PlanVersion(vid, "initial" if vid == 0 else "manual", "", spec, when, first_seq)
+
+
 @pytest.mark.parametrize(("exposure", "contract"), [(None, "range"), (4, "crash")])
 def test_a_batch_is_shadow_checked_under_its_plans_contract(exposure, contract) -> None:  # type: ignore[no-untyped-def]
-    from datetime import UTC, datetime
-
-    import pandas as pd
-
-    from engine.live.batch import WindowAdvance, WindowState, shadow_errors
-    from engine.live.records import BackupWritten
-    from engine.live.reporting import BatchReporting
-    from engine.live.spec import PipelineOptions
-    from engine.live.versions import PlanVersion
-
-    class Probe(BatchReporting):
-        def __init__(self, monitor: _Recorder) -> None:
-            self.board, self.monitor, self.options = StatusBoard(), monitor, PipelineOptions()
-            self.stage, self._kinds, self._alerts = None, {}, 0
-            self._alerting, self._full_reason = {}, None
-
     a = np.cumsum(np.random.default_rng(4).normal(0, 1, 24))
     block = np.column_stack([a, a, a])
-    spec = _spec("avg", exposure)
+    version = _version(_spec("avg", exposure))
     closed = _closed(block, 6, [False] * 4)
     advance = WindowAdvance(WindowState.empty(3, 0, 6), closed, pd.DataFrame(), 0, 0)
-    errors = shadow_errors(closed, spec.window_params, spec.linear_map)
-    version = PlanVersion.initial(spec, datetime(2026, 1, 1, tzinfo=UTC))
     monitor = _Recorder()
-    probe = Probe(monitor)
-    probe._report(pd.DataFrame({"x": range(24)}), advance, pd.DataFrame(), errors,
-                  BackupWritten(), version)  # fmt: skip
+    probe = _Probe(monitor, {0: version})
+    probe._report(pd.DataFrame({"x": range(24)}), advance, pd.DataFrame(),
+                  _shadow(closed, {0: version}, version), BackupWritten(), version)  # fmt: skip
     assert monitor.calls == [contract]
     status = probe.board.snapshot()
     assert status.shadow_contract == contract
     # b is rebuilt 2 high: every whole window misses its avg; only 3- or 4-row losses do
     rate = status.shadow_by_version[0]["worst_rate"]
     assert rate == 1.0 if contract == "range" else 0.0 < rate < 1.0
+
+
+def test_each_row_is_rebuilt_under_its_own_version_and_each_window_counts_for_its_oldest() -> None:
+    """Version 0 rebuilds b 2 high; version 1, from row 10, rebuilds it exactly. Windows of
+    6 rows: 0-5 all version 0's (b misses), 6-11 holds rows 6-9 of version 0 (b's average
+    4 x 2 / 6 off: a miss), 12-23 version 1's alone (exact). The two first count on version
+    0's record, the rest on version 1's, and the monitor of version 1 sees only its own
+    two. Rebuilt all under version 1 (the plan in force), no window would miss."""
+    a = np.cumsum(np.random.default_rng(5).normal(0, 1, 24))
+    block = np.column_stack([a, a, a])
+    first = _spec("avg", None)
+    exact = LinearMap(SENSORS, ("a",), ("b", "c"), np.zeros(2), np.ones((2, 1)), np.full(2, 0.1))
+    second = StreamSpec(SENSORS, ("a",), exact, first.query)
+    v0, v1 = _version(first), _version(second, 1, 10)
+    closed = _closed(block, 6, [False] * 4)
+    rows = rows_under_versions(closed, {0: v0, 1: v1}, crash=False)
+    want = np.column_stack([a, np.where(np.arange(24) < 10, a + 2.0, a), a])
+    np.testing.assert_allclose(rows.rebuilt, want)
+    assert rows.versions.tolist() == [0, 0, 1, 1]
+    monitor = _Recorder()
+    probe = _Probe(monitor, {0: v0})
+    advance = WindowAdvance(WindowState.empty(3, 0, 6), closed, pd.DataFrame(), 0, 0)
+    probe._report(pd.DataFrame({"x": range(24)}), advance, pd.DataFrame(),
+                  _shadow(closed, {0: v0, 1: v1}, v1), BackupWritten(), v1)  # fmt: skip
+    by_version = probe.board.snapshot().shadow_by_version
+    assert by_version[0]["windows"] == 2 and by_version[0]["worst_rate"] == 1.0
+    assert by_version[1]["windows"] == 2 and by_version[1]["worst_rate"] == 0.0
+    assert monitor.windows == [2]
+    assert shadow_errors(closed, second.window_params, exact).max() < 1e-12  # the old way
 
 
 def test_the_version_table_names_each_versions_kept_sensors() -> None:

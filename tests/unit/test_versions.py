@@ -165,11 +165,19 @@ def _reporting() -> tuple[Any, Any]:
     reporting.board = StatusBoard(lambda: T0)
     reporting.monitor = ViolationMonitor(SENSORS, 0.5, 0.05)
     reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
-    reporting._alerting = {}
+    reporting._alerting, reporting._history = {}, {}
     advance = SimpleNamespace(
         closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
     )
     return reporting, advance
+
+
+def _shadow(errors: np.ndarray, version: int) -> tuple[np.ndarray, Any]:
+    """What the pipeline hands ``_report``: windows' errors, every one read under
+    ``version`` alone (``engine.live.shadow_rows``)."""
+    from engine.live.shadow_rows import ShadowRows
+
+    return errors, ShadowRows(np.zeros((0, errors.shape[1])), np.full(len(errors), version))
 
 
 def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> None:
@@ -182,7 +190,7 @@ def test_a_batch_reports_its_shadow_errors_under_the_version_that_ran_it() -> No
     errors = np.abs(np.random.default_rng(6).normal(0.0, 0.5, size=(12, 4)))
     empty = pd.DataFrame()
     version = PlanVersion(3, "alert", "re-planned", s, T0, 40)
-    reporting._report(empty, advance, empty, errors, BackupWritten(), version)
+    reporting._report(empty, advance, empty, _shadow(errors, 3), BackupWritten(), version)
     misses = (errors > 0.5)[:, 1:]  # b, c and d are rebuilt from a
     assert reporting.monitor.versions() == [3]
     assert reporting.monitor.rates(3)["c"] == (int(misses[:, 1].sum()), 12)
@@ -200,7 +208,7 @@ def test_an_alert_is_marked_once_per_sensor_and_version() -> None:
     counted = []
     for v in (3, 3, 3, 4, 4):
         version = PlanVersion(v, "alert", "re-planned", s, T0, 40)
-        reporting._report(empty, advance, empty, errors, BackupWritten(), version)
+        reporting._report(empty, advance, empty, _shadow(errors, v), BackupWritten(), version)
         assert reporting.monitor._alert() is not None  # alerting in every batch
         counted.append(reporting._alerts)
     kinds = [e.kind for e in reporting.board.history.events()]
