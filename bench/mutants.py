@@ -477,6 +477,12 @@ MUTANTS = (
            "own = rows.versions == version.id  # the monitor judges the version in force",
            "own = rows.versions >= 0  # the monitor judges the version in force",
            (LIVE_SHADOW,)),
+    Mutant("r6: the job's crash check puts a window on the newest version among its rows",
+           "engine/job/crash_check.py",
+           "            out[i] = int(part.min())",
+           "            out[i] = int(part.max())",
+           ("tests/unit/test_job_crash_check.py::"
+            "test_a_windows_record_is_the_oldest_version_among_its_rows",)),
 )  # fmt: skip
 
 

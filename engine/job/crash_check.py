@@ -200,16 +200,36 @@ def crash_misses(
     return out
 
 
+def window_versions(rows: pd.DataFrame, starts_us: np.ndarray, window_us: int) -> np.ndarray:
+    """(W,) each window's oldest plan version among its rows: the record its crash misses
+    belong to (a version is judged on windows read under it alone); -1 when a row of it
+    has no single version (``VERSION`` -1) or it has no row."""
+    times = rows[TIME].to_numpy(dtype=np.int64)
+    version = rows[VERSION].to_numpy(dtype=float) if VERSION in rows else np.full(len(rows), -1.0)
+    starts = np.asarray(starts_us, dtype=np.int64)
+    lo = np.searchsorted(times, starts, side="left")
+    hi = np.searchsorted(times, starts + window_us, side="left")
+    out = np.full(len(starts), -1, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
+        part = version[a:b]
+        if part.size and (part >= 0).all():
+            out[i] = int(part.min())
+    return out
+
+
 def _no_drop(_backup: list[int]) -> Callable[[np.ndarray], np.ndarray]:
     """No counterfactual: the crash check scores what each version backed up."""
     return lambda x: np.full(x.shape, np.nan)
 
 
-def shadow_contract(misses: np.ndarray | None, config: BackupConfig) -> dict[str, object]:
+def shadow_contract(
+    misses: np.ndarray | None, config: BackupConfig, older: int = 0
+) -> dict[str, object]:
     """The ``shadow`` metrics' words on what the monitor measured: ``contract`` (range:
     whole windows rebuilt; crash: m-row losses) and, for a crash plan, its rebuilt
     sensors' measured windows (``crash_windows``, (window, sensor) pairs), their missed
-    fractions summed (``crash_misses``) and the rate (``crash_miss_rate``)."""
+    fractions summed (``crash_misses``), the rate (``crash_miss_rate``) and the closed
+    windows left out as an older version's record (``crash_windows_older_version``)."""
     if misses is None:
         return {"contract": "range"}
     rebuilt = ~np.isin(config.sensors, list(config.backup_sensors))
@@ -222,4 +242,5 @@ def shadow_contract(misses: np.ndarray | None, config: BackupConfig) -> dict[str
         "crash_windows": windows,
         "crash_misses": round(missed, 6),
         "crash_miss_rate": missed / windows if windows else None,
+        "crash_windows_older_version": int(older),
     }

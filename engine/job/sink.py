@@ -30,7 +30,13 @@ from engine.backup.durable import DurableFiles
 from engine.errors import PipelineError
 from engine.export import BackupConfig
 from engine.job.control import CONTROL_KEY, JobControl
-from engine.job.crash_check import check_closed, collect_rows, keep_rows, shadow_contract
+from engine.job.crash_check import (
+    check_closed,
+    collect_rows,
+    keep_rows,
+    shadow_contract,
+    window_versions,
+)
 from engine.job.exposure import BatchExposure, check_batch
 from engine.job.landing import LandingWatch
 from engine.job.layout import SinkPaths, WindowStates, join_uri
@@ -171,12 +177,16 @@ class BatchWriter:
         closed = state.merge(partials[state.columns], max_event, self.spec.watermark_us)
         results = shadow_results(closed[closed["n"] > 0], self.spec.aggregate, self._eps())
         starts = results["window_start"].drop_duplicates().to_numpy(dtype="int64")
-        misses = None  # each closed window's crash miss, from its rows
+        misses, older = None, 0  # each closed window's crash miss, from its rows
         config, w_us = self.version.config, self.spec.window_us
         if rows is not None and crash:
             misses, rows = check_closed(
                 state, rows, starts, w_us, config, self.linear_map, cutoff, self._versions()
             )
+            # the version in force is judged on windows read under it alone: one holding
+            # an older version's rows is that version's record (as the range results)
+            own = window_versions(rows, starts, w_us) == self.plan_version
+            misses, older = misses[own], int((~own).sum())
         elif rows is not None:
             rows = keep_rows(state, rows, sensors, w_us, cutoff)
         clock.mark("merge_and_shadow")
@@ -184,7 +194,7 @@ class BatchWriter:
         self._write_results(results, batch_id)
         alert = self._watch(results, int(batch_id), misses)
         screened["alerting_sensors"] = 0 if alert is None else len(alert.sensors)
-        screened["shadow"] = shadow_contract(misses, self.version.config)
+        screened["shadow"] = shadow_contract(misses, self.version.config, older)
         if self.control is not None and rows is not None:  # a set for the next batch on
             self.control.steer(int(batch_id), rows, starts, state.max_event_us, state.watermark_us)
             state.extra = {**state.extra, CONTROL_KEY: self.control.snapshot()}

@@ -23,6 +23,7 @@ from engine.job.crash_check import (
     merge_rows,
     open_rows,
     shadow_contract,
+    window_versions,
 )
 from engine.job.partials import WindowState
 from engine.planning.monitor import CONFIDENCE, ViolationMonitor
@@ -206,6 +207,19 @@ def test_a_time_step_has_a_plan_version_only_when_one_version_brought_all_of_it(
     assert older[VERSION].tolist() == [-1.0, -1.0, -1.0, 3.0]
 
 
+def test_a_windows_record_is_the_oldest_version_among_its_rows() -> None:
+    """Rows 0-5 under version 1, 6-11 under 2, row 9 brought by both (-1): windows of 4
+    rows are version 1's while they hold a version-1 row, version 2's when they hold only
+    its rows, and no version's when a row has none (the job's monitor skips them)."""
+    rows = _frame(np.zeros((12, 4)))
+    rows[VERSION] = [1.0] * 6 + [2.0] * 3 + [-1.0] + [2.0] * 2
+    starts = np.array([0, 2, 4, 6, 8], dtype=np.int64) * DT_US
+    assert window_versions(rows, starts, 4 * DT_US).tolist() == [1, 1, 1, -1, -1]
+    rows[VERSION] = [1.0] * 6 + [2.0] * 6
+    assert window_versions(rows, starts, 4 * DT_US).tolist() == [1, 1, 1, 2, 2]
+    assert window_versions(rows, np.array([20 * DT_US]), 4 * DT_US).tolist() == [-1]  # no row
+
+
 def test_a_window_without_every_row_or_number_is_not_measured(tmp_path: Path) -> None:
     config = _config(tmp_path, "avg", 2)
     truth = np.ones((18, 4))
@@ -271,8 +285,10 @@ def test_the_shadow_metrics_say_which_contract_was_measured(tmp_path: Path) -> N
         "crash_windows": 4,
         "crash_misses": 1.75,
         "crash_miss_rate": 1.75 / 4,
+        "crash_windows_older_version": 0,
     }
     json.dumps(said)
+    assert shadow_contract(misses, config, 3)["crash_windows_older_version"] == 3
 
 
 # ------------------------------------------------------------------ the monitor
