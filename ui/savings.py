@@ -167,7 +167,9 @@ def cost_section(report: CostReport, plan: BackupPlan) -> None:
     st.caption(
         f"A full backup takes {format_percent(report.full_backup_share)} of the job's core "
         f"time ({format_quantity(executors)} executors of "
-        f"{inputs.compute.cores_per_executor} cores at this fleet's rate). " + recovery_line(report)
+        f"{inputs.compute.cores_per_executor} cores at this fleet's rate). Each amount is "
+        "computed unrounded and shown to the cent, so a row's lines may not add up to its "
+        "total to the cent. " + recovery_line(report)
     )
     st.caption(
         f"Sources. Store: {inputs.store.source}. Compute rates: {inputs.rates.source}. "

@@ -129,6 +129,7 @@ def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[n
     assert "Requests cost the same either way" in shown
     assert "a lost micro-batch" in shown and "bench/results/recovery.json" in shown
     assert "aws.amazon.com/s3/pricing" in shown and "bench/results/production.json" in shown
+    assert "may not add up to its total to the cent" in shown  # each rounded on its own
     labels = [m.label for m in app.metric]
     assert {"Full backup, per month", "Range contract, per month",
             "Crash contract, per month", "Break-even (range)"} <= set(labels)  # fmt: skip
