@@ -115,8 +115,7 @@ def _read_header(path: Path) -> tuple[list[str], str]:
         raise DataError(f"{path.name}: file is empty (no header line)")
     tsv = path.suffix.lower() == ".tsv"
     delim = "\t" if tsv else max([",", "\t", ";", "|"], key=line.count)
-    names = next(csv.reader([line], delimiter=delim))
-    return [n.strip() or f"column{i + 1}" for i, n in enumerate(names)], delim
+    return [n.strip() for n in next(csv.reader([line], delimiter=delim))], delim
 
 
 _DATA_LIKE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|\d{4}-\d{2}-\d{2}([ T].*)?")
@@ -138,11 +137,19 @@ def check_header(source: str, names: list[str]) -> None:
         )
 
 
-def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> None:
-    """Create the table ``raw`` from a CSV (sensors as DOUBLE, falling back to text)."""
-    names, delim = _read_header(path)
+def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> list[str]:
+    """Create the table ``raw`` from a CSV (sensors as DOUBLE, falling back to text);
+    returns notes for the operator (a header cell without a name)."""
+    cells, delim = _read_header(path)
+    names = [n or f"column{i}" for i, n in enumerate(cells, start=1)]
     check_names(path.name, names)
     check_header(path.name, names)
+    notes = [
+        f"column {i} has no name in the header line: read as {n!r} (a saved row index "
+        "would be read as a sensor: drop it, or name the column)"
+        for i, (cell, n) in enumerate(zip(cells, names, strict=True), start=1)
+        if not cell
+    ]
     query = (
         "CREATE TABLE raw AS SELECT * FROM read_csv(?, header = true, auto_detect = false, "
         "delim = ?, columns = ?, nullstr = ?)"
@@ -152,13 +159,14 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
         types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
         try:
             con.execute(query, [exact_path(path), delim, types, NULL_STRINGS])
-            return
+            return notes
         except duckdb.Error:
             pass  # re-read as text below, which names the offending column and row
     try:
         con.execute(query, [exact_path(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
     except duckdb.Error as err:
         raise DataError(f"{path.name}: cannot read CSV: {_duckdb_message(err)}") from err
+    return notes
 
 
 def read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:

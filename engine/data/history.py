@@ -192,11 +192,13 @@ def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> Se
     path = Path(path)
     kind = check_file(path)
     with connect() as con:
+        found: list[str] = []  # the file's own notes (a CSV header cell without a name)
         if kind == "parquet":
             read_parquet(con, path)
         else:
-            read_csv(con, path, options)
+            found = read_csv(con, path, options)
         decoded = decode(con, path.name, options)
+        decoded.notes.extend(found)
     return _assemble(decoded, options)
 
 

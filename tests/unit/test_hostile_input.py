@@ -458,6 +458,20 @@ def test_columns_that_differ_only_in_case_are_refused(tmp_path: Path, suffix: st
         load_history(path)
 
 
+def test_a_header_cell_without_a_name_is_said(tmp_path: Path) -> None:
+    """``DataFrame.to_csv()`` with its index writes a first column with no name: it was read
+    as a sensor ``column1`` (the row numbers, a perfect trend) without a word."""
+    frame = pd.DataFrame(np.random.default_rng(1).normal(size=(50, 2)), columns=["a", "b"])
+    frame.insert(0, "time", pd.date_range("2024-01-01", periods=50, freq="h"))
+    frame.to_csv(tmp_path / "indexed.csv")  # the index, unnamed, first
+    history = load_history(tmp_path / "indexed.csv")
+    assert "column1" in history.sensors
+    (said,) = [n for n in history.report.notes if "no name" in n]
+    assert said.startswith("column 1 has no name in the header line: read as 'column1'")
+    frame.to_csv(tmp_path / "plain.csv", index=False)
+    assert not [n for n in load_history(tmp_path / "plain.csv").report.notes if "no name" in n]
+
+
 def test_a_csv_without_its_header_line_is_refused(tmp_path: Path) -> None:
     """Its first row was read as the header: sensors named '-0.22', a row lost, exit 0."""
     frame = pd.DataFrame(np.random.default_rng(1).normal(size=(50, 3)), columns=["a", "b", "c"])
