@@ -33,18 +33,21 @@ step missing cannot say which m rows a failure would lose).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from engine.aggregates import leave_out
 from engine.errors import ParameterError
 from engine.export import BackupConfig
 from engine.job.partials import WindowState
 from engine.model.linear import LinearMap
-from engine.planning.feedback import rebuild_under_versions, window_misses
+from engine.planning.feedback import (
+    leave_out_under_versions,
+    rebuild_under_versions,
+    window_misses,
+)
 
 TIME = "event_us"
 WHOLE = "backed_up_whole"  # 1.0 at a time step whose batch backed up every sensor, else 0.0
@@ -173,13 +176,10 @@ def crash_misses(
         for k, number in enumerate(given, start=1):
             group[version == number] = k
     rebuilt, _, _ = rebuild_under_versions(
-        truth, group, [(lm_k, c.backup_sensors) for lm_k, c in plans], sensors, _no_drop
+        truth, group, [(lm_k, c.backup_sensors) for lm_k, c in plans], sensors
     )
-    for k, (_, c) in enumerate(plans):
-        kept = np.isin(sensors, list(c.kept_readings))
-        rows_k = group == k
-        if kept.any() and rows_k.any():
-            rebuilt[rows_k] = leave_out(rebuilt[rows_k], kept, query.aggregate)
+    kept = [c.kept_readings for _, c in plans]
+    leave_out_under_versions(rebuilt, group, kept, sensors, query.aggregate)
     if WHOLE in rows:  # a batch over the exposure backed up every sensor: a loss there is exact
         whole_rows = rows[WHOLE].to_numpy(dtype=float)[take] > 0
         rebuilt[whole_rows] = truth[whole_rows]
@@ -215,11 +215,6 @@ def window_versions(rows: pd.DataFrame, starts_us: np.ndarray, window_us: int) -
         if part.size and (part >= 0).all():
             out[i] = int(part.min())
     return out
-
-
-def _no_drop(_backup: list[int]) -> Callable[[np.ndarray], np.ndarray]:
-    """No counterfactual: the crash check scores what each version backed up."""
-    return lambda x: np.full(x.shape, np.nan)
 
 
 def shadow_contract(

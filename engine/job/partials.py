@@ -307,8 +307,8 @@ def _linear_recovered(
         lo = hi = n
     steps = np.where(lo == 0, 0, np.where((lo == hi) & (hi == n), n, UNKNOWN))
     ok = np.isfinite(per_reading) & (steps > 0)
-    rebuilt_n, rebuilt_total = out[REBUILT + COUNT.name].to_numpy(), out[REBUILT + total.name]
-    rebuilt_n, rebuilt_total = rebuilt_n.copy(), rebuilt_total.to_numpy(float).copy()
+    rebuilt_n = out[REBUILT + COUNT.name].to_numpy().copy()
+    rebuilt_total = out[REBUILT + total.name].to_numpy(float).copy()
     rebuilt_n[targets] = np.where(ok | (steps < 0), steps, 0)
     rebuilt_total[targets] = np.where(ok, n * per_reading, total.empty)
     out[REBUILT + COUNT.name], out[REBUILT + total.name] = rebuilt_n, rebuilt_total

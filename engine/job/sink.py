@@ -150,14 +150,14 @@ class BatchWriter:
             self.files.delete(join_uri(self.paths.backup_batch(batch_id), COMMIT_MARKER))
             self._write_backup(readings, more, batch_id, "append")
         screened["rows"], screened["over_exposure"] = exposure.rows, exposure.full
+        screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
+        clock.mark("backup_and_partials")
         # what a recovery of this batch returns: the sensors it stored exact, the rest
         # rebuilt by its version's map; the windows' shadow check scores that
         stored = [*self.backup_sensors, *exposure.added]
         partials = recovered_partials(
             partials, stored, self.linear_map, self.spec.aggregate, self.plan_version
         )
-        screened["backup_files"] = self.files.tree(self.paths.backup_batch(batch_id))
-        clock.mark("backup_and_partials")
         # readings stamped in the future would move the watermark past every later one
         cutoff = int((self.now() + FUTURE_S) * 1e6)
         partials, screened["future_readings"], event = future_readings(partials, cutoff)

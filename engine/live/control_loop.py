@@ -62,7 +62,7 @@ import numpy as np
 
 from engine.data import SensorHistory
 from engine.live.batch import ClosedWindows
-from engine.live.versions import PlanVersion
+from engine.live.versions import PlanVersion, versions_of_rows
 from engine.model.linear import column_indices
 from engine.planning.control import (
     ControlConfig,
@@ -249,9 +249,7 @@ class ControlledReplanning(ReplanningMonitor):
         (recovered, backed, known, dropped). A row before every version seen (a process
         that resumed a run) takes the first one's and is not ``known``."""
         model = self.model_plan.model
-        ordered = sorted(self._versions.values(), key=lambda v: (v.first_seq, v.id))
-        firsts = np.array([v.first_seq for v in ordered])
-        which = np.searchsorted(firsts, first + np.arange(block.shape[0]), side="right") - 1
+        ordered, which = versions_of_rows(self._versions.values(), first, block.shape[0])
         recovered, backed, dropped = rebuild_under_versions(
             block,
             np.maximum(which, 0),

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.aggregates import leave_out
 from engine.live.batch import ClosedWindows
-from engine.live.versions import PlanVersion
+from engine.live.versions import PlanVersion, versions_of_rows
+from engine.planning.feedback import leave_out_under_versions, rebuild_under_versions
 
 __all__ = ["ShadowRows", "rows_under_versions"]
 
@@ -39,23 +39,19 @@ def rows_under_versions(
 ) -> ShadowRows:
     """``closed``'s block rebuilt row by row under ``versions`` (id -> version, one at
     least); ``crash``: leave each version's kept sensors out of its rows."""
-    ordered = sorted(versions.values(), key=lambda v: (v.first_seq, v.id))
-    params = ordered[-1].spec.window_params
-    slide, sensors = params.slide, params.sensors
+    params = max(versions.values(), key=lambda v: (v.first_seq, v.id)).spec.window_params
     block = np.asarray(closed.block, dtype=float)
     if len(closed) == 0:
         return ShadowRows(block.copy(), np.zeros(0, dtype=np.int64))
-    firsts = np.array([v.first_seq for v in ordered])
-    first = int(closed.ids[0]) * slide
-    which = np.maximum(np.searchsorted(firsts, first + np.arange(len(block)), side="right") - 1, 0)
-    rebuilt = block.copy()
-    for k in np.unique(which):
-        rows, version = which == k, ordered[int(k)].spec
-        part = version.linear_map.rebuild_columns(block[rows], sensors)
-        kept = np.isin(np.asarray(sensors), np.asarray(version.kept_sensors, dtype=object))
-        if crash and kept.any():
-            part = leave_out(part, kept, params.aggregate)
-        rebuilt[rows] = part
-    starts = (closed.ids - closed.ids[0]) * slide
+    first = int(closed.ids[0]) * params.slide
+    ordered, which = versions_of_rows(versions.values(), first, len(block))
+    group = np.maximum(which, 0)  # before every version known: the oldest one
+    specs = [v.spec for v in ordered]
+    maps = [(s.linear_map, s.backup_sensors) for s in specs]
+    rebuilt, _, _ = rebuild_under_versions(block, group, maps, params.sensors)
+    if crash:
+        kept = [s.kept_sensors for s in specs]
+        leave_out_under_versions(rebuilt, group, kept, params.sensors, params.aggregate)
+    starts = (closed.ids - closed.ids[0]) * params.slide
     ids = np.array([v.id for v in ordered], dtype=np.int64)
-    return ShadowRows(rebuilt, ids[which[starts]])
+    return ShadowRows(rebuilt, ids[group[starts]])

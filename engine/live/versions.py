@@ -14,7 +14,7 @@ Pure Python, no PySpark.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -138,6 +138,18 @@ class PlanVersion:
             "first_time": None if self.first_time is None else self.first_time.isoformat(),
             "last_time": None if self.last_time is None else self.last_time.isoformat(),
         }
+
+
+def versions_of_rows(
+    versions: Iterable[PlanVersion], first_row: int, count: int
+) -> tuple[list[PlanVersion], np.ndarray]:
+    """The versions in row order and, for each of the ``count`` rows from ``first_row``
+    on, the index among them of the version it ran under (-1: a row before every one,
+    e.g. of a run this process resumed)."""
+    ordered = sorted(versions, key=lambda v: (v.first_seq, v.id))
+    firsts = np.array([v.first_seq for v in ordered])
+    which = np.searchsorted(firsts, first_row + np.arange(count), side="right") - 1
+    return ordered, which
 
 
 def check_reason(reason: str) -> None:

@@ -162,7 +162,7 @@ def rebuild_under_versions(
     group: np.ndarray,
     versions: Sequence[tuple[LinearMap, Sequence[str]]],
     sensors: Sequence[str],
-    drop: Callable[[list[int]], Callable[[np.ndarray], np.ndarray]],
+    drop: Callable[[list[int]], Callable[[np.ndarray], np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Readings ``x`` (B, n) as recovery rebuilds them, each row under its plan version.
 
@@ -170,8 +170,9 @@ def rebuild_under_versions(
     row of no version). Returns ``(recovered, backed, dropped)``: ``recovered`` is ``x``
     with the version's map targets rebuilt (a NaN reading rebuilds NaN); ``backed`` the
     version's backup set; ``dropped`` each backed-up sensor rebuilt from the rest of the
-    set (``drop(indices)``, e.g. a ``DropOneRebuilds`` of the model), NaN elsewhere. A row
-    of no version is left as read, backed nowhere, dropped NaN: the caller decides.
+    set (``drop(indices)``, e.g. a ``DropOneRebuilds`` of the model; none without
+    ``drop``), NaN elsewhere. A row of no version is left as read, backed nowhere, dropped
+    NaN: the caller decides.
     """
     recovered, dropped = np.array(x, float), np.full(x.shape, np.nan)
     backed = np.zeros(x.shape, bool)
@@ -183,8 +184,26 @@ def rebuild_under_versions(
         recovered[np.ix_(rows, cols)] = lm.rebuild_columns(block, sensors)[:, cols]
         idx = column_indices(sensors, backup)
         backed[np.ix_(rows, idx)] = True
-        dropped[rows] = drop(idx)(block)
+        if drop is not None:
+            dropped[rows] = drop(idx)(block)
     return recovered, backed, dropped
+
+
+def leave_out_under_versions(
+    rebuilt: np.ndarray,
+    group: np.ndarray,
+    kept: Sequence[Sequence[str]],
+    sensors: Sequence[str],
+    aggregate: str,
+) -> np.ndarray:
+    """``rebuilt`` (B, n), in place and returned, with each row's version's kept-readings
+    sensors left out (``engine.aggregates.leave_out``): ``group[b]`` indexes ``kept``, one
+    list of sensors per version, as in ``rebuild_under_versions``."""
+    for k, names in enumerate(kept):
+        cols, rows = np.isin(np.asarray(sensors), list(names)), group == k
+        if cols.any() and rows.any():
+            rebuilt[rows] = leave_out(rebuilt[rows], cols, aggregate)
+    return rebuilt
 
 
 class DropOneRebuilds:
