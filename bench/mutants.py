@@ -483,6 +483,11 @@ MUTANTS = (
            "            out[i] = int(part.max())",
            ("tests/unit/test_job_crash_check.py::"
             "test_a_windows_record_is_the_oldest_version_among_its_rows",)),
+    Mutant("r7: recover leaves out the readings of a time step the map cannot rebuild",
+           "engine/export/recover.py",
+           "held = extra | (~kept[:, None] & ~np.isnan(wide))",
+           "held = extra",
+           ("tests/unit/test_wide.py",)),
 )  # fmt: skip
 
 

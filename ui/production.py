@@ -301,7 +301,8 @@ def recover_range(status: JobStatus) -> None:
         st.success(
             f"Rebuilt {report['rows']:,} time steps of all {report['sensors']} sensors from "
             f"{report['backup_readings']:,} backed-up readings (plan versions {versions}; "
-            f"{report['incomplete_rows_dropped']:,} time steps lacked a backup reading)."
+            f"{report['incomplete_rows']:,} time steps lacked a backup reading: their "
+            "readings as read, the sensors rebuilt there left empty)."
         )
         st.download_button(
             "Download the rebuilt range (CSV)", data, file_name="all_sensors.csv", mime="text/csv"

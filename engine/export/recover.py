@@ -141,7 +141,7 @@ def _gaps(history: SensorHistory) -> tuple[str, ...]:
         return ()
     return (
         f"{dropped} time step(s) where a backup sensor has no reading were not rebuilt "
-        "(left out of the output, as recovery from the job's backup leaves them out)",
+        "(left out of the output: a backup file's rows are read whole)",
     )
 
 
@@ -202,7 +202,9 @@ class RangeRecoverResult:
     backup_sensors: int
     rebuilt_sensors: int
     backup_readings: int
-    incomplete_rows_dropped: int  # time steps lacking a backup sensor's reading
+    # time steps lacking a reading of a backup sensor of their version: written with the
+    # readings the backup holds there, the sensors the version rebuilds left empty
+    incomplete_rows: int
     plan_versions: tuple[int, ...]
     start: str | None
     end: str | None
@@ -236,8 +238,10 @@ def recover_dataset(
     """Rebuild every sensor over ``[start, end)`` from the job's backup dataset.
 
     Reads only the partitions of the range (DuckDB, no Spark). Output is wide:
-    ``time`` and one column per sensor, one row per time step holding every
-    backup sensor of its plan version.
+    ``time`` and one column per sensor, one row per time step the backup holds a
+    reading of. A step lacking a reading of a backup sensor of its plan version
+    cannot be rebuilt by the map: its row holds the readings the backup has, the
+    sensors the version rebuilds are left empty, and ``incomplete_rows`` counts it.
 
     When the job re-planned, the backup keeps its plan versions
     (``_lacuna/plans``); each time step is rebuilt with the version that wrote
@@ -272,7 +276,7 @@ def recover_dataset(
     stored = tuple(s for s in lm.sensors if s in names and s not in union)
     times, both = widen(long, union + outside + stored)
     wide, raw = both[:, : len(union)], both[:, len(union) : len(union) + len(outside)]
-    odd = infinite_readings(wide, times, union)  # left out, as a missing reading is
+    odd = infinite_readings(wide, times, union)  # missing: its step is not rebuilt
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
     if missing:
@@ -287,22 +291,25 @@ def recover_dataset(
     )
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         kept, values = _rebuild_by_version(maps, union, wide, versions)
-    _check_finite(values, lm.sensors)
+    _check_finite(values[kept], lm.sensors)
     found = 0
     if stored:
-        held = both[kept, len(union) + len(outside) :]
+        held = both[:, len(union) + len(outside) :]
         values, found = overlay(values, lm.sensors, held, stored)
     # a sensor another version backs up, read at a step whose version rebuilds it (a
-    # micro-batch over the exposure stored it): the reading, not the rebuild
-    held = _rebuilt_but_read(maps, union, wide[kept], versions[kept])
+    # micro-batch over the exposure stored it), and every reading of a step the map cannot
+    # rebuild (a backup sensor's reading is missing): the reading, not the rebuild
+    extra = _rebuilt_but_read(maps, union, wide, versions)
+    held = extra | (~kept[:, None] & ~np.isnan(wide))
     if held.any():
-        values, more = overlay(values, lm.sensors, np.where(held, wide[kept], np.nan), union)
-        found += more
+        values, _ = overlay(values, lm.sensors, np.where(held, wide, np.nan), union)
+        found += int(extra.sum())  # a backup sensor's own reading is no extra one
     if outside:
-        values = np.hstack([values, raw[kept]])
-    rows = _write(values, times[kept], lm.sensors + outside, out)
-    stamps = np.asarray(times[kept], dtype="datetime64[ns]")
-    used = versions[kept]
+        values = np.hstack([values, raw])
+    written = kept | ~np.isnan(values).all(axis=1)  # a step with nothing read is not a row
+    rows = _write(values[written], times[written], lm.sensors + outside, out)
+    stamps = np.asarray(times[written], dtype="datetime64[ns]")
+    used = versions[written]
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [odd] if odd else []
@@ -318,7 +325,7 @@ def recover_dataset(
         backup_sensors=len(lm.backup),
         rebuilt_sensors=len(lm.targets),
         backup_readings=readings,
-        incomplete_rows_dropped=len(times) - rows,
+        incomplete_rows=int((written & ~kept).sum()),
         plan_versions=_plan_versions(long),
         start=None if span.start is None else span.start.isoformat(),
         end=None if span.end is None else span.end.isoformat(),
@@ -361,7 +368,8 @@ def _step_versions(long: pa.Table, times: np.ndarray) -> np.ndarray:
 def _rebuild_by_version(
     maps: dict[int, LinearMap], union: tuple[str, ...], wide: np.ndarray, versions: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows kept (every backup sensor of their version read) and all sensors rebuilt there."""
+    """Rows kept (every backup sensor of their version read) and all sensors rebuilt there
+    (T, n): NaN at the other rows, which the map cannot rebuild."""
     column = {s: j for j, s in enumerate(union)}
     keep = np.zeros(len(wide), dtype=bool)
     parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -370,12 +378,12 @@ def _rebuild_by_version(
         rows = (versions == v) & ~np.isnan(wide[:, cols]).any(axis=1)
         keep |= rows
         parts.append((rows, rebuild(lm, wide[np.ix_(rows, cols)])))
-    if len(parts) == 1:
+    if len(parts) == 1 and keep.all():
         return keep, parts[0][1]
-    out = np.empty((len(wide), len(next(iter(maps.values())).sensors)))
+    out = np.full((len(wide), len(next(iter(maps.values())).sensors)), np.nan)
     for rows, values in parts:
         out[rows] = values
-    return keep, out[keep]
+    return keep, out
 
 
 def _rebuilt_but_read(

@@ -111,7 +111,7 @@ def overlay(
 
 def infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> str:
     """Make ``wide``'s infinite backup readings missing, in place; a warning naming the
-    first, or "". A sensor cannot read inf: its time step is left out like one with a
+    first, or "". A sensor cannot read inf: its time step is not rebuilt, like one with a
     missing reading, instead of rebuilding every sensor there as inf."""
     bad = np.isinf(wide)
     if not bad.any():
@@ -120,5 +120,6 @@ def infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, .
     wide[bad] = np.nan
     return (
         f"{int(bad.sum())} backup reading(s) are infinite (first {sensors[col]} at "
-        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are left out"
+        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are not rebuilt (the "
+        "sensors rebuilt there are left empty)"
     )

@@ -103,11 +103,16 @@ def test_rebuild_equals_apply(tmp_path: Path) -> None:
 
 
 def old_recover(config_path: Path, backup: Path, out: Path, span: TimeRange) -> pd.DataFrame:
-    """``recover_dataset`` before the numpy path: read_backup, pandas pivot, apply, to_parquet."""
+    """``recover_dataset`` by the pandas path: read_backup, pivot, apply where every backup
+    sensor was read; a step lacking one keeps its readings, the rebuilt sensors empty."""
     lm = load_config(config_path).linear_map()
-    complete = pivot_reference(read_backup(backup, span), lm.backup).dropna()
-    frame = pd.DataFrame(lm.apply(complete.to_numpy(dtype=float)), columns=list(lm.sensors))
-    frame.insert(0, "time", complete.index.to_numpy())
+    read = pivot_reference(read_backup(backup, span), lm.backup)
+    frame = pd.DataFrame(np.nan, index=read.index, columns=list(lm.sensors))
+    complete = read.dropna()
+    frame.loc[complete.index] = lm.apply(complete.to_numpy(dtype=float))
+    incomplete = read.index.difference(complete.index)
+    frame.loc[incomplete, list(lm.backup)] = read.loc[incomplete].to_numpy()
+    frame = frame.reset_index(names="time")
     frame.to_parquet(out, index=False)
     return frame
 
@@ -149,7 +154,11 @@ def test_recover_dataset_equals_the_pandas_pipeline(dataset, tmp_path: Path, day
     old_schema = pq.read_schema(tmp_path / "old.parquet").remove_metadata()
     assert pq.read_schema(tmp_path / "new.parquet").equals(old_schema)
     if days == (0, 4):
-        assert result.incomplete_rows_dropped == 2 and result.plan_versions == (1,)
+        assert result.incomplete_rows == 2 and result.plan_versions == (1,)
+        lm = load_config(config_path).linear_map()
+        torn = got[got[list(lm.targets)].isna().all(axis=1)]  # the two steps, readings kept
+        read = int(torn[list(lm.backup)].notna().sum().sum())
+        assert len(torn) == 2 and read == 2 * len(lm.backup) - 2  # one reading gone at each
 
 
 def test_nothing_to_recover_is_an_error_not_an_empty_answer(dataset, tmp_path: Path) -> None:
@@ -172,11 +181,12 @@ def test_nothing_to_recover_is_an_error_not_an_empty_answer(dataset, tmp_path: P
     assert not any((tmp_path / n).exists() for n in ("a.csv", "b.csv", "c.csv"))
 
 
-def test_an_infinite_backup_reading_leaves_its_time_step_out_with_a_warning(
+def test_an_infinite_backup_reading_leaves_its_time_step_unrebuilt_with_a_warning(
     tmp_path: Path,
 ) -> None:
-    """A sensor cannot read inf: recovery leaves that time step out, as it does one with a
-    missing reading, and says so, instead of refusing the whole range."""
+    """A sensor cannot read inf: recovery does not rebuild that time step, as for a step
+    with a missing reading (the other readings kept, the rebuilt sensors empty), and says
+    so, instead of refusing the whole range."""
     rows = sample_rows(48)
     write_config(tmp_path / "plan.json", rows)
     config = load_config(tmp_path / "plan.json")
@@ -187,13 +197,17 @@ def test_an_infinite_backup_reading_leaves_its_time_step_out_with_a_warning(
     write_dataset(long, tmp_path / "odd")
     clean = recover_dataset(tmp_path / "plan.json", tmp_path / "clean", tmp_path / "a.csv")
     odd = recover_dataset(tmp_path / "plan.json", tmp_path / "odd", tmp_path / "b.csv")
-    assert (clean.rows, odd.rows, odd.incomplete_rows_dropped) == (48, 47, 1)
+    assert (clean.rows, odd.rows, odd.incomplete_rows) == (48, 48, 1)
     new = [w for w in odd.warnings if w not in clean.warnings]
     assert len(new) == 1 and new[0].startswith("1 backup reading(s) are infinite")
     a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
-    at = pd.Timestamp(long.loc[7, "event_time"])
-    kept = a[pd.to_datetime(a["time"]) != at].reset_index(drop=True)
-    pd.testing.assert_frame_equal(kept, b)  # every other time step as from the clean backup
+    at = pd.to_datetime(a["time"]) == pd.Timestamp(long.loc[7, "event_time"])
+    pd.testing.assert_frame_equal(a[~at], b[~at])  # every other time step as from the clean one
+    lm = config.linear_map()
+    odd_one = str(long.loc[7, "sensor"])
+    read = [s for s in lm.backup if s != odd_one]  # the step's other readings, as read
+    pd.testing.assert_frame_equal(a.loc[at, read], b.loc[at, read])
+    assert b.loc[at, [*lm.targets, odd_one]].isna().all(axis=None)
 
 
 def test_recover_says_when_the_backup_holds_two_different_readings(tmp_path: Path) -> None:
