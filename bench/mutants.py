@@ -44,6 +44,7 @@ LIVE_SHADOW = (
     "tests/unit/test_crash_shadow.py::"
     "test_each_row_is_rebuilt_under_its_own_version_and_each_window_counts_for_its_oldest"
 )
+FULL_BATCH = "tests/unit/test_crash_shadow.py::test_readings_a_full_batch_stored_are_scored_as_read"
 KEPT_PLAN = KEPT + "test_a_crash_plan_for_max_keeps_the_smooth_sensors_and_backs_up_the_spiky_one"
 
 
@@ -477,6 +478,26 @@ MUTANTS = (
            "own = rows.versions == version.id  # the monitor judges the version in force",
            "own = rows.versions >= 0  # the monitor judges the version in force",
            (LIVE_SHADOW,)),
+    Mutant("l4: the live shadow rows rebuild a reading its full batch stored",
+           "engine/live/shadow_rows.py",
+           "    rebuilt[stored] = block[stored]\n",
+           "",
+           (FULL_BATCH,)),
+    Mutant("l5: the closed windows forget which readings a full batch stored",
+           "engine/live/batch.py",
+           "        stored=state.stored_cells[lo:hi],\n",
+           "",
+           (FULL_BATCH,)),
+    Mutant("l6: the window state forgets a full batch's readings at the snapshot",
+           "engine/live/batch.py",
+           "            stored=self.stored_cells,\n",
+           "",
+           (FULL_BATCH,)),
+    Mutant("l7: the live controller hears a reading its full batch stored as rebuilt",
+           "engine/live/control_loop.py",
+           "        backed |= stored\n",
+           "",
+           (LOOP + "test_readings_a_full_batch_stored_reach_the_controller_as_backed_up",)),
     Mutant("r6: the job's crash check puts a window on the newest version among its rows",
            "engine/job/crash_check.py",
            "            out[i] = int(part.min())",

@@ -64,6 +64,11 @@ class WindowState:
         their linear-map rebuild (so every consumer of the rows sees finite readings),
         but a window's max or min leaves them out (``aggregate_each_window``).
         ``None`` is taken as none left out.
+    stored : (R, n) readings a micro-batch backed up beyond its plan version's set (a
+        batch over a crash plan's exposure, or one after a recovery, backs up every
+        sensor): recovery returns them as read, so the shadow check scores them so.
+        ``None`` is taken as none (a snapshot from before this record: those readings
+        are scored as rebuilt, which can only overstate the misses).
     """
 
     start: int
@@ -73,21 +78,29 @@ class WindowState:
     filled: np.ndarray
     damaged_until: int = -1
     left_out: np.ndarray | None = None
+    stored: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if self.left_out is None:
-            object.__setattr__(self, "left_out", np.zeros(self.values.shape, dtype=bool))
-        elif self.left_out.shape != self.values.shape:
-            raise ParameterError(
-                f"left_out must have the values' shape {self.values.shape}, "
-                f"got {self.left_out.shape}"
-            )
+        for name in ("left_out", "stored"):
+            cells = getattr(self, name)
+            if cells is None:
+                object.__setattr__(self, name, np.zeros(self.values.shape, dtype=bool))
+            elif cells.shape != self.values.shape:
+                raise ParameterError(
+                    f"{name} must have the values' shape {self.values.shape}, got {cells.shape}"
+                )
 
     @property
     def left_out_cells(self) -> np.ndarray:
         """(R, n) bool: ``left_out``, never None."""
         assert self.left_out is not None  # set by __post_init__
         return self.left_out
+
+    @property
+    def stored_cells(self) -> np.ndarray:
+        """(R, n) bool: ``stored``, never None."""
+        assert self.stored is not None  # set by __post_init__
+        return self.stored
 
     @classmethod
     def empty(cls, n_sensors: int, next_window: int = 0, slide: int = 1) -> WindowState:
@@ -113,6 +126,7 @@ class WindowState:
             times=self.times.astype("datetime64[ns]").view(np.int64),
             filled=self.filled,
             left_out=self.left_out_cells,
+            stored=self.stored_cells,
         )
         return buf.getvalue()
 
@@ -122,6 +136,8 @@ class WindowState:
             start, next_window, damaged = (int(v) for v in data["meta"])
             # a snapshot from before kept-readings sensors has no left-out cells
             left_out = data["left_out"].copy() if "left_out" in data.files else None
+            # nor one from before the record of readings a full batch stored
+            stored = data["stored"].copy() if "stored" in data.files else None
             return cls(
                 start=start,
                 next_window=next_window,
@@ -130,6 +146,7 @@ class WindowState:
                 filled=data["filled"].copy(),
                 damaged_until=damaged,
                 left_out=left_out,
+                stored=stored,
             )
 
 
@@ -140,7 +157,8 @@ class ClosedWindows:
     ``ids`` (W,), ``starts``/``ends`` (W,) event times of the first and last row,
     ``aggregates`` (W, n), ``recovered`` (W,) windows holding reconstructed rows,
     ``block`` (B, n) the complete rows the windows cover (window ``ids[0]``
-    starts at block row 0).
+    starts at block row 0); ``stored`` (B, n) its readings a micro-batch backed up
+    beyond its plan version's set (``WindowState.stored``; None: none).
     """
 
     ids: np.ndarray
@@ -149,9 +167,17 @@ class ClosedWindows:
     aggregates: np.ndarray
     recovered: np.ndarray
     block: np.ndarray
+    stored: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
+
+    @property
+    def stored_cells(self) -> np.ndarray:
+        """(B, n) bool: ``stored``, never None."""
+        if self.stored is None:
+            return np.zeros(self.block.shape, dtype=bool)
+        return self.stored
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,6 +209,7 @@ def advance_windows(
     params: WindowParams,
     linear_map: LinearMap | None = None,
     kept: Sequence[str] = (),
+    stored: np.ndarray | None = None,
 ) -> WindowAdvance:
     """Add a batch's readings to the open rows and emit every window now complete.
 
@@ -193,14 +220,18 @@ def advance_windows(
     ``linear_map`` completes damaged rows (see ``WindowState``). ``kept`` (a crash's
     recovery of a max/min query only): the damaged readings of these sensors are
     completed too, but marked ``left_out``, so the windows holding them take the
-    extreme of the sensor's other readings.
+    extreme of the sensor's other readings. ``stored`` (one per row of ``batch``; None:
+    none): readings their micro-batch backed up beyond the plan's set
+    (``WindowState.stored``).
     """
     if kept and params.aggregate not in ("max", "min"):
         raise ParameterError(
             f"kept sensors apply to max and min only, got aggregate {params.aggregate!r}"
         )
     n = len(params.sensors)
-    known = batch[batch["sensor"].isin(list(params.sensors))]
+    ours = batch["sensor"].isin(list(params.sensors)).to_numpy()
+    known = batch[ours]
+    flags = np.zeros(len(known), dtype=bool) if stored is None else np.asarray(stored, bool)[ours]
     seq = known["seq"].to_numpy(dtype=np.int64)
     before = seq < state.start
     stale = before & (seq <= state.damaged_until)
@@ -208,18 +239,28 @@ def advance_windows(
     fresh = known.loc[~before]
     seq = seq[~before]
     col = pd.Categorical(fresh["sensor"], categories=list(params.sensors)).codes.astype(np.int64)
-    values, times, filled, left_out = _grown(state, int(seq.max()) + 1 if seq.size else 0, n)
+    values, times, filled, left_out, stored_at = _grown(
+        state, int(seq.max()) + 1 if seq.size else 0, n
+    )
     rel = seq - state.start
     first = np.zeros(seq.size, dtype=bool)
     first[np.unique(rel * n + col, return_index=True)[1]] = True
     new = first & np.isnan(values[rel, col])
     values[rel[new], col[new]] = fresh["value"].to_numpy(dtype=float)[new]
+    stored_at[rel[new], col[new]] = flags[~before][new]
     times[rel] = fresh["event_time"].to_numpy(dtype="datetime64[ns]")
     if linear_map is not None and state.damaged_until >= state.start:
         cols = column_indices(params.sensors, kept)
         _fill_damaged(values, filled, left_out, state, params.sensors, linear_map, cols)
     grown = WindowState(
-        state.start, state.next_window, values, times, filled, state.damaged_until, left_out
+        state.start,
+        state.next_window,
+        values,
+        times,
+        filled,
+        state.damaged_until,
+        left_out,
+        stored_at,
     )
     next_state, closed = emit_windows(grown, params)
     return WindowAdvance(next_state, closed, late, int(seq.size - new.sum()), int(stale.sum()))
@@ -227,15 +268,16 @@ def advance_windows(
 
 def _grown(
     state: WindowState, end: int, n: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Copies of the state's arrays (values, times, filled, left_out), extended with
-    empty rows up to reading ``end``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Copies of the state's arrays (values, times, filled, left_out, stored), extended
+    with empty rows up to reading ``end``."""
     extra = max(0, end - state.start - state.buffered_rows)
     values = np.vstack([state.values, np.full((extra, n), np.nan)])
     times = np.concatenate([state.times, np.full(extra, np.datetime64("NaT"), "datetime64[ns]")])
     filled = np.concatenate([state.filled, np.zeros(extra, dtype=bool)])
     left_out = np.vstack([state.left_out_cells, np.zeros((extra, n), dtype=bool)])
-    return values, times, filled, left_out
+    stored = np.vstack([state.stored_cells, np.zeros((extra, n), dtype=bool)])
+    return values, times, filled, left_out, stored
 
 
 def _fill_damaged(
@@ -291,6 +333,7 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         ),
         recovered=window_aggregates(state.filled[lo:hi].astype(float), w, step, "max")[:, 0] > 0,
         block=block,
+        stored=state.stored_cells[lo:hi],
     )
     cut = stop * step - state.start
     rest = WindowState(
@@ -301,6 +344,7 @@ def emit_windows(state: WindowState, params: WindowParams) -> tuple[WindowState,
         filled=state.filled[cut:],
         damaged_until=state.damaged_until,
         left_out=state.left_out_cells[cut:],
+        stored=state.stored_cells[cut:],
     )
     return rest, closed
 

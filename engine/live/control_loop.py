@@ -231,7 +231,7 @@ class ControlledReplanning(ReplanningMonitor):
     def _feedback(self, closed: ClosedWindows) -> list[ShadowFeedback]:
         block = closed.block
         first = int(closed.ids[0]) * self._slide
-        recovered, backed, known, dropped = self._rebuild(block, first)
+        recovered, backed, known, dropped = self._rebuild(block, first, closed.stored_cells)
         starts = (closed.ids - closed.ids[0]) * self._slide
         gaps = np.vstack([[0], np.cumsum(~known)[:, None]])[:, 0]
         whole = gaps[starts + self._window] - gaps[starts] == 0
@@ -243,11 +243,12 @@ class ControlledReplanning(ReplanningMonitor):
         )  # fmt: skip
 
     def _rebuild(
-        self, block: np.ndarray, first: int
+        self, block: np.ndarray, first: int, stored: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Rows ``first ..`` as recovery rebuilds them, each with its plan version's map:
         (recovered, backed, known, dropped). A row before every version seen (a process
-        that resumed a run) takes the first one's and is not ``known``."""
+        that resumed a run) takes the first one's and is not ``known``. A reading its
+        batch backed up beyond the version's set (``stored``) is backed up, as read."""
         model = self.model_plan.model
         ordered, which = versions_of_rows(self._versions.values(), first, block.shape[0])
         recovered, backed, dropped = rebuild_under_versions(
@@ -257,6 +258,8 @@ class ControlledReplanning(ReplanningMonitor):
             self.plan.sensors,
             lambda idx: self._drop(model, idx),
         )
+        backed |= stored
+        recovered[stored] = block[stored]
         return recovered, backed, which >= 0, dropped
 
     def _skip_unseen(self, first_id: int) -> None:

@@ -136,6 +136,10 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._alerts = 0
         self._alerting: dict[int, set[str]] = {}
         self._full_reason: str | None = None
+        # (seq, sensor) of readings a batch backed up beyond its version's set that the
+        # disorder stage has not released yet (in memory: after a restart they are
+        # scored as rebuilt, which can only overstate the misses)
+        self._stored_unreleased: set[tuple[int, str]] = set()
         self.crashed: CrashedBatch | None = None  # the batch a simulated crash took
         self.run = -1
         self.query: Any = None
@@ -275,7 +279,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         version = self._batch_version(pdf)
         spec = version.spec
         choice = stored_sensors(pdf, spec, self.mode, self._state)  # the crash contract's rules
-        advance, late, shadow = self._compute(pdf, version)
+        advance, late, shadow = self._compute(pdf, version, choice.reason is not None)
         t2 = time.perf_counter()
         backup = self._backup(df, pdf, batch_id, choice.sensors, version.id)
         t_backup = time.perf_counter()
@@ -366,18 +370,30 @@ class LivePipeline(PlanSwitching, BatchReporting):
             self.stage.restore(self._stage_start)
 
     def _compute(
-        self, pdf: pd.DataFrame, version: PlanVersion
+        self, pdf: pd.DataFrame, version: PlanVersion, full: bool
     ) -> tuple[WindowAdvance, pd.DataFrame, Shadow | None]:
-        released, late = pdf, pdf.iloc[0:0][list(LATE_COLUMNS)]
-        if self.stage is not None:
-            released, late = self.stage.process(pdf)
+        """``full``: the batch backs up every sensor, beyond the version's set."""
+        if self.stage is None:
+            stored = np.full(len(pdf), full)
+            return self._advance(pdf, pdf.iloc[0:0][list(LATE_COLUMNS)], version, stored)
+        if full:  # its readings reach the windows when the stage releases them
+            self._stored_unreleased.update(
+                zip(pdf["seq"].tolist(), pdf["sensor"].tolist(), strict=True)
+            )
+        released, late = self.stage.process(pdf)
         return self._advance(released, late, version)
 
     def _advance(
-        self, released: pd.DataFrame, late: pd.DataFrame, version: PlanVersion
+        self,
+        released: pd.DataFrame,
+        late: pd.DataFrame,
+        version: PlanVersion,
+        stored: np.ndarray | None = None,
     ) -> tuple[WindowAdvance, pd.DataFrame, Shadow | None]:
         """Window the released readings (plus a stage's late ones) and shadow-check them:
-        the closed windows' errors, each row rebuilt under its own plan version."""
+        the closed windows' errors, each row rebuilt under its own plan version.
+        ``stored`` (one per released reading; None: a stage's, looked up): readings their
+        batch backed up beyond the version's set, returned by recovery as read."""
         spec = version.spec
         params = spec.window_params
         late = late[list(LATE_COLUMNS)]
@@ -385,8 +401,13 @@ class LivePipeline(PlanSwitching, BatchReporting):
         # below wait for every reading, so late ones still complete them.
         if self.stage is not None and len(late):
             released = pd.concat([released, late_as_released(late, released)], ignore_index=True)
+        if stored is None:
+            stored = self._stored_on_release(released)
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
-        advance = advance_windows(self._state, released, params, repair)
+        advance = advance_windows(self._state, released, params, repair, stored=stored)
+        if self._stored_unreleased:  # rows the windows no longer hold are done with
+            start = advance.state.start
+            self._stored_unreleased = {k for k in self._stored_unreleased if k[0] >= start}
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
         if not (self.options.shadow and len(advance.closed)):
             return advance, late, None
@@ -396,6 +417,13 @@ class LivePipeline(PlanSwitching, BatchReporting):
         whole = None if crash else rows.rebuilt
         errors = shadow_errors(advance.closed, params, spec.linear_map, whole)
         return advance, late, (errors, rows)
+
+    def _stored_on_release(self, released: pd.DataFrame) -> np.ndarray:
+        """Which of a stage's released readings a batch backed up beyond its set."""
+        if not self._stored_unreleased or not len(released):
+            return np.zeros(len(released), dtype=bool)
+        pairs = zip(released["seq"].tolist(), released["sensor"].tolist(), strict=True)
+        return np.fromiter((p in self._stored_unreleased for p in pairs), bool, len(released))
 
     def finish_stage(self) -> int:
         """End of feed: flush the disorder stage so every window gets its final result,

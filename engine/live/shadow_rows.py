@@ -6,7 +6,9 @@ rows ``first_seq ..``), so a window that straddles a plan change holds rows of t
 versions: each row is rebuilt with its own version's map (its set as read, a crash
 plan's kept sensors left out), never all with the newest. A window counts on the record
 of the oldest version it holds (versions follow one another in row order), so a new
-version is judged only by windows read under it alone. A row before every version this
+version is judged only by windows read under it alone. A reading its batch backed up
+beyond the version's set (a batch over a crash plan's exposure, or after a recovery:
+``engine.live.exposure``) is returned as read. A row before every version this
 process knows (a resumed run) takes the oldest one it knows, as the online controller
 does (``engine.live.control_loop``).
 """
@@ -52,6 +54,8 @@ def rows_under_versions(
     if crash:
         kept = [s.kept_sensors for s in specs]
         leave_out_under_versions(rebuilt, group, kept, params.sensors, params.aggregate)
+    stored = closed.stored_cells  # a batch backed them up beyond its set: returned as read
+    rebuilt[stored] = block[stored]
     starts = (closed.ids - closed.ids[0]) * params.slide
     ids = np.array([v.id for v in ordered], dtype=np.int64)
     return ShadowRows(rebuilt, ids[group[starts]])

@@ -144,6 +144,48 @@ def test_batches_over_the_exposure_and_after_a_recovery_back_up_every_sensor(
     assert "exceeds the plan's exposure of 3 rows" in (status.last_full_backup or "")
     kinds = [e.kind for e in manager.board.history.events()]
     assert kinds.count("exposure") == 1  # marked where the run of such batches began
+    # every reading was stored, so a crash anywhere is recovered exactly: the shadow
+    # check scores the rows as read, never as the plan's rebuild
+    tally = status.shadow_by_version[0]
+    assert status.shadow_contract == "crash" and tally["windows"] >= 10
+    assert tally["worst_rate"] == 0.0 and status.shadow_violation_rate == 0.0
+
+
+def test_readings_a_full_batch_stored_are_scored_as_read_through_the_disorder_stage(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    """With out-of-order arrival the stage releases a batch's readings later, some in
+    another batch: every batch over the exposure stored every sensor, so no window the
+    shadow check scores misses, whichever batch released its readings."""
+    from engine.disorder import DisorderStage
+    from engine.live.feeder import Feeder, FeedOptions
+    from engine.live.pipeline import LivePipeline
+    from engine.live.store import BackupStore
+
+    crash = crash_spec(spec, exposure=3)
+    step = float(np.median(np.diff(history.times).astype("timedelta64[s]").astype(float)))
+    delays = np.random.default_rng(8).exponential(2.0 * step, size=history.values.shape)
+    paths = PipelinePaths(tmp_path).ensure()
+    feed = FeedOptions(rows_per_file=10, delays=delays)
+    Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, feed).run()
+    stage = DisorderStage.for_history(history.times, crash.query,
+                                      backup_sensors=crash.backup_sensors)  # fmt: skip
+    with BackupStore(paths.store_file) as store:
+        pipeline = LivePipeline(
+            spark, crash, "approx", paths, store, stage=stage,
+            options=PipelineOptions(max_files_per_trigger=1, available_now=True),
+        )  # fmt: skip
+        pipeline.start()
+        try:
+            pipeline.await_termination(180)
+        finally:
+            pipeline.stop()
+        pipeline.finish_stage()
+    status = pipeline.board.snapshot()
+    assert status.full_backup_batches == status.batches - 1 >= 2  # all but the flush
+    tally = status.shadow_by_version[0]
+    assert status.shadow_contract == "crash" and tally["windows"] >= 10
+    assert tally["worst_rate"] == 0.0
 
 
 def test_after_a_crash_every_sensor_is_backed_up_until_the_windows_open_at_it_close(

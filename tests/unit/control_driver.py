@@ -32,6 +32,7 @@ class Loop:
     pending: list[tuple[BackupPlan, str, str]] = field(default_factory=list)
     rows: int = 0
     recovered_rows: set[int] = field(default_factory=set)  # rows rebuilt, not measured
+    full: bool = False  # batches back up every sensor (over the exposure, after a recovery)
 
     def __post_init__(self) -> None:
         self.versions.append(PlanVersion.initial(StreamSpec.from_plan(self.plan), NOW))
@@ -58,14 +59,17 @@ class Loop:
             pending = PendingPlan(StreamSpec.from_plan(new), kind, reason, NOW, cal)
             self.versions.append(self.versions[-1].following(pending, self.rows))
         frame = feed_frame(self.history, self.rows, stop)
-        advance = advance_windows(self.state, frame, self.versions[-1].spec.window_params)
+        stored = np.full(len(frame), self.full)
+        advance = advance_windows(
+            self.state, frame, self.versions[-1].spec.window_params, stored=stored
+        )
         closed = advance.closed
         if len(closed) and self.recovered_rows:
             slide, w = self.plan.query.effective_slide, self.plan.query.window
             hit = [any(r in self.recovered_rows for r in range(j * slide, j * slide + w))
                    for j in closed.ids]  # fmt: skip
             closed = type(closed)(closed.ids, closed.starts, closed.ends, closed.aggregates,
-                                  np.asarray(hit), closed.block)  # fmt: skip
+                                  np.asarray(hit), closed.block, closed.stored)  # fmt: skip
         self.state, self.rows = advance.state, stop
         version = self.versions[-1]
         self.ctl.observe_windows(closed, version)  # the pipeline's order (``_report``)

@@ -218,6 +218,36 @@ def test_the_crash_contract_feeds_the_exposure_miss(drift: SensorHistory) -> Non
     assert np.all(np.isclose(fractions * 11, np.round(fractions * 11)))
 
 
+def test_readings_a_full_batch_stored_reach_the_controller_as_backed_up(
+    drift: SensorHistory,
+) -> None:
+    """Batches that back up every sensor (a crash plan's batch over its exposure, or one
+    after a recovery) are recovered as read: the controller hears no sensor rebuilt in
+    the windows they hold, and no miss. The same rows in batches of the plan's own set
+    are heard rebuilt, and the broken sensor misses."""
+    plan = _plan(drift, exposure=5)
+    heard = {}
+    for full in (False, True):
+        loop = Loop(plan, stationary(drift, _rebuilt(plan)[0]), full=full)
+        seen: list = []
+        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
+        original = monitor.controller.observe
+
+        def spy(feedback, original=original, seen=seen):  # type: ignore[no-untyped-def]
+            seen.extend(feedback)
+            return original(feedback)
+
+        monitor.controller.observe = spy  # type: ignore[method-assign]
+        loop.run(BREAK + 200, 2)
+        rebuilt = np.array([f.rebuilt for f in seen])
+        heard[full] = (
+            rebuilt.any(axis=1).mean(),
+            np.nanmax(np.where(rebuilt, [f.miss for f in seen], 0)),
+        )
+    assert heard[False][0] == 1.0 and heard[False][1] > 0
+    assert heard[True] == (0.0, 0.0)
+
+
 def test_the_delay_counts_windows_outstanding_at_a_decision(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:

@@ -4,6 +4,7 @@ watched by a crash-contract monitor and worded so on the Live page's status line
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime
 
 import numpy as np
@@ -11,7 +12,13 @@ import pandas as pd
 import pytest
 
 from engine.errors import ParameterError
-from engine.live.batch import ClosedWindows, WindowAdvance, WindowState, shadow_errors
+from engine.live.batch import (
+    ClosedWindows,
+    WindowAdvance,
+    WindowState,
+    advance_windows,
+    shadow_errors,
+)
 from engine.live.records import BackupWritten
 from engine.live.reporting import BatchReporting, crash_shadow_misses
 from engine.live.shadow_rows import rows_under_versions
@@ -234,3 +241,55 @@ def test_the_version_table_names_each_versions_kept_sensors() -> None:
     spec = _spec("max", 2, kept=("b",))
     version = PlanVersion.initial(spec, datetime(2026, 1, 1, tzinfo=UTC))
     assert changes([version])[0]["kept_readings"] == ["b"]
+
+
+def _feed(block: np.ndarray, rows: range) -> pd.DataFrame:
+    """Rows ``rows`` of ``block`` as a micro-batch's long readings."""
+    t = pd.Timestamp("2026-01-01") + pd.to_timedelta(np.asarray(rows), "s")
+    seq = np.asarray(rows)
+    frames = [
+        pd.DataFrame({"seq": seq, "event_time": t, "arrival_time": t, "sensor": s}).assign(
+            value=block[rows, j]
+        )
+        for j, s in enumerate(SENSORS)
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_readings_a_full_batch_stored_are_scored_as_read() -> None:
+    """A crash plan's batch over its exposure (or after a recovery) backs up every sensor:
+    a loss of its rows is recovered exactly. The window state carries which readings such
+    a batch stored (through the snapshot, and from a snapshot without them: none), the
+    closed windows hand them to the shadow rows, and the crash check scores them as read.
+    Rows 6-10 come in a full batch, and window 1 (rows 6-11) closes a batch later, after a
+    snapshot: a loss touching it rebuilds row 11 alone at most (b's avg 2/6 off) and never
+    misses; the others miss as the reference says. Without the record, window 1 would miss
+    like the rest."""
+    a = np.cumsum(np.random.default_rng(6).normal(0, 1, 24))
+    block = np.column_stack([a, a, a])  # b rebuilt 2 high: a 3- or 4-row loss misses
+    spec = _spec("avg", 4)
+    params = spec.window_params
+    state = WindowState.empty(3, 0, params.slide)
+    closed = []
+    for rows, full in ((range(0, 6), False), (range(6, 11), True), (range(11, 24), False)):
+        batch = _feed(block, rows)
+        advance = advance_windows(state, batch, params, stored=np.full(len(batch), full))
+        state = WindowState.from_bytes(advance.state.to_bytes())  # as the store keeps it
+        closed.append(advance.closed)
+    assert [len(c) for c in closed] == [1, 0, 3]
+    stored = np.concatenate([c.stored_cells for c in closed])
+    assert stored[6:11].all() and stored.sum() == 15
+    together = ClosedWindows(np.arange(4), *(np.concatenate([getattr(c, f) for c in closed])
+                             for f in ("starts", "ends", "aggregates", "recovered", "block")),
+                             stored)  # fmt: skip
+    rows = rows_under_versions(together, {0: _version(spec)}, crash=True)
+    got = crash_shadow_misses(together, spec, rows.rebuilt)
+    rebuilt = np.column_stack([a, a + 2.0, a])
+    rebuilt[6:11] = block[6:11]
+    np.testing.assert_allclose(got, _reference(block, rebuilt, 6, 4, np.mean), atol=1e-12)
+    assert got[1].max() == 0.0 and got[[0, 2, 3], 1].min() > 0
+    with np.load(io.BytesIO(state.to_bytes())) as data:  # a snapshot written before
+        old = {k: data[k] for k in data.files if k != "stored"}
+    buf = io.BytesIO()
+    np.savez(buf, **old)
+    assert not WindowState.from_bytes(buf.getvalue()).stored_cells.any()
