@@ -298,11 +298,16 @@ def recover_range(status: JobStatus) -> None:
     if done and done[2] == status.backup:  # another backup's range is not offered here
         data, report, _ = done
         versions = ", ".join(str(v) for v in report["plan_versions"]) or "none"
+        torn = report["incomplete_rows"]
         st.success(
-            f"Rebuilt {report['rows']:,} time steps of all {report['sensors']} sensors from "
-            f"{report['backup_readings']:,} backed-up readings (plan versions {versions}; "
-            f"{report['incomplete_rows']:,} time steps lacked a backup reading: their "
-            "readings as read, the sensors rebuilt there left empty)."
+            f"Rebuilt {report['rows'] - torn:,} time steps of all {report['sensors']} sensors "
+            f"from {report['backup_readings']:,} backed-up readings (plan versions {versions})"
+            + (
+                f"; {torn:,} more lacked a backup reading: written with the readings the "
+                "backup holds, the sensors rebuilt there left empty."
+                if torn
+                else "."
+            )
         )
         st.download_button(
             "Download the rebuilt range (CSV)", data, file_name="all_sensors.csv", mime="text/csv"

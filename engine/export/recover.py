@@ -77,8 +77,9 @@ def recover_file(
     (``engine.data.names``); Parquet keeps them exact.
 
     A time step where a backup sensor has no reading is not rebuilt (dropped, counted
-    and said), as recovery from the job's backup drops it: a filled-in reading would be
-    written out as if it had been backed up.
+    and said): a filled-in reading would be written out as if it had been backed up, and
+    a file is read in whole rows. (Recovery from the job's backup dataset keeps such a
+    step's other readings: ``recover_dataset``.)
     """
     config = load_config(config_path)
     out = _check_out(out_path, backup_path)
@@ -241,7 +242,8 @@ def recover_dataset(
     ``time`` and one column per sensor, one row per time step the backup holds a
     reading of. A step lacking a reading of a backup sensor of its plan version
     cannot be rebuilt by the map: its row holds the readings the backup has, the
-    sensors the version rebuilds are left empty, and ``incomplete_rows`` counts it.
+    sensors the version rebuilds are left empty, and ``incomplete_rows`` counts it (a
+    step where only sensors outside the plan were read is such a step too).
 
     When the job re-planned, the backup keeps its plan versions
     (``_lacuna/plans``); each time step is rebuilt with the version that wrote

@@ -5,8 +5,8 @@ steps) pandas' ``pivot_table`` and ``LinearMap.apply``'s column scatter into a
 row-major result were most of ``recover_dataset`` after the config; both are
 replaced here, and ``tests/unit/test_wide.py`` checks them against those
 reference routines. ``overlay`` writes readings the backup holds of rebuilt sensors over
-their rebuilt values; ``infinite_readings`` leaves out time steps a backup reading
-cannot be.
+their rebuilt values; ``infinite_readings`` makes a backup reading that cannot be
+(inf) missing, so its time step is not rebuilt.
 """
 
 from __future__ import annotations

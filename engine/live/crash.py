@@ -78,7 +78,9 @@ def recover_crash(
     damaged = replace(state, damaged_until=max(state.damaged_until, lost.last_row))
     repair = spec.recovery_map(mode) if mode != "none" else None
     kept = spec.kept_sensors if mode == "approx" else ()
-    advance = advance_windows(damaged, rows, spec.window_params, repair, kept)
+    # a batch over the exposure or after a recovery stored sensors beyond the set
+    beyond = ~rows["sensor"].isin(list(spec.stored_sensors(mode))).to_numpy()
+    advance = advance_windows(damaged, rows, spec.window_params, repair, kept, stored=beyond)
     seed, closed = advance.state, advance.closed
     if _holes(seed, lost.last_row):  # rows no backup can complete: their windows are lost
         seed = _past(seed, lost.last_row, spec)

@@ -137,8 +137,8 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._alerting: dict[int, set[str]] = {}
         self._full_reason: str | None = None
         # (seq, sensor) of readings a batch backed up beyond its version's set that the
-        # disorder stage has not released yet (in memory: after a restart they are
-        # scored as rebuilt, which can only overstate the misses)
+        # disorder stage has not released yet. In memory only: the stage's snapshot keeps
+        # the backup set's readings alone, so none of these outlives a restart unreleased
         self._stored_unreleased: set[tuple[int, str]] = set()
         self.crashed: CrashedBatch | None = None  # the batch a simulated crash took
         self.run = -1
@@ -312,6 +312,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         t3 = time.perf_counter()
         self._fault_hook(batch_id, "after_commit")()
         self._state, self._inflight = advance.state, None
+        self._forget_stored_before(advance.state.start)
         self._readings += len(pdf)
         self._report(pdf, advance, late, shadow, backup, version)
         self._report_backup(choice)
@@ -405,9 +406,6 @@ class LivePipeline(PlanSwitching, BatchReporting):
             stored = self._stored_on_release(released)
         repair = spec.recovery_map(self.mode) if self.mode != "none" else None
         advance = advance_windows(self._state, released, params, repair, stored=stored)
-        if self._stored_unreleased:  # rows the windows no longer hold are done with
-            start = advance.state.start
-            self._stored_unreleased = {k for k in self._stored_unreleased if k[0] >= start}
         late = pd.concat([late, advance.late], ignore_index=True) if len(advance.late) else late
         if not (self.options.shadow and len(advance.closed)):
             return advance, late, None
@@ -424,6 +422,12 @@ class LivePipeline(PlanSwitching, BatchReporting):
             return np.zeros(len(released), dtype=bool)
         pairs = zip(released["seq"].tolist(), released["sensor"].tolist(), strict=True)
         return np.fromiter((p in self._stored_unreleased for p in pairs), bool, len(released))
+
+    def _forget_stored_before(self, start: int) -> None:
+        """Once a batch committed: rows the windows no longer hold are done with (an attempt
+        that dies before its commit releases the same readings again, looked up again)."""
+        if self._stored_unreleased:
+            self._stored_unreleased = {k for k in self._stored_unreleased if k[0] >= start}
 
     def finish_stage(self) -> int:
         """End of feed: flush the disorder stage so every window gets its final result,
@@ -456,6 +460,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         )
         self.store.commit_batch(write)
         self._state = advance.state
+        self._forget_stored_before(advance.state.start)
         none = released.iloc[0:0]
         self._report(none, advance, late, shadow, BackupWritten(), version)
         self._record(END_OF_FEED, none, advance, late, BackupWritten(), None, None)

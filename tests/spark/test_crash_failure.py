@@ -253,3 +253,43 @@ def test_a_machine_loss_still_rebuilds_a_kept_sensor_with_the_linear_map(
     mapped = np.vstack([window_aggregates(x[j * step : j * step + w], w, w, "max") for j in ids])
     paths = PipelinePaths(tmp_path)
     np.testing.assert_allclose(recovered_values(paths, spec, ids), mapped, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_crashed_batch_that_stored_every_sensor_comes_back_as_read(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path, full: bool
+) -> None:
+    """A crash in a batch that backed up every sensor (a second failure while the rules
+    still store everything): its rows come back from its backup complete, so the restarted
+    state marks their readings beyond the set as stored (the shadow check and online
+    control take them as read), not filled. A batch of the plan's own set comes back
+    rebuilt: filled, and nothing marked stored."""
+    import pandas as pd
+
+    from engine.live.backup_writer import write_batch
+    from engine.live.crash import recover_crash
+    from engine.live.failure import CrashedBatch
+    from engine.live.store import BackupStore
+
+    crash = crash_spec(spec, exposure=3)
+    sensors = crash.sensors if full else crash.backup_sensors
+    rows = 6  # fewer than a window (8): every row stays in the restarted state
+    idx = [history.sensors.index(s) for s in sensors]
+    frame = pd.DataFrame(
+        {
+            "seq": np.repeat(np.arange(rows), len(sensors)),
+            "event_time": np.repeat(history.times[:rows], len(sensors)),
+            "sensor": np.tile(sensors, rows),
+            "value": history.values[:rows][:, idx].reshape(-1),
+        }
+    )
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        nbytes = write_batch(spark.createDataFrame(frame), store.batch_uri(0, 0), sensors, 0)
+        crashed = CrashedBatch(0, 0, 0, rows - 1, len(frame), nbytes)
+        outcome = recover_crash(store, crash, "approx", crashed)
+    seed = outcome.seed
+    assert outcome.window_ids.size == 0 and seed.buffered_rows == rows
+    beyond = ~np.isin(np.asarray(crash.sensors), np.asarray(crash.backup_sensors))
+    np.testing.assert_array_equal(seed.stored_cells, np.tile(beyond & full, (rows, 1)))
+    assert seed.filled.all() != full
+    np.testing.assert_allclose(seed.values[:, ~beyond], history.values[:rows][:, ~beyond])

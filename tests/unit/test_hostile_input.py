@@ -317,8 +317,9 @@ def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
 
 def test_recover_leaves_out_the_time_steps_a_backup_sensor_lacks(tmp_path: Path) -> None:
     """They were filled by interpolation and written out as if backed up (exit 0, a count
-    in the JSON only); recovery from the job's backup drops them. Now both drop them and
-    say so. A gap in a column the plan does not use costs no row."""
+    in the JSON only). Now they are left out and said (a file is read in whole rows;
+    recovery from the job's backup keeps the step's other readings). A gap in a column
+    the plan does not use costs no row."""
     from engine.export import recover_file
 
     history, plan, config = _formula_plan(tmp_path)
