@@ -262,7 +262,10 @@ def recover_dataset(
     gaps = check_batches(local_path(backup), allow_incomplete) if allow_incomplete else ()
     long = read_backup_arrow(backup, span, allow_incomplete)
     if long is None or not long.num_rows:  # an empty answer would look like a recovery
-        raise DataError(nothing_in(backup, span))
+        from engine.planning.plan import NO_BACKUP  # the error path only: planning is heavy
+
+        why = "" if config.backup_sensors else f" ({NO_BACKUP})"
+        raise DataError(nothing_in(backup, span) + why)
     readings = long.num_rows
     configs = _version_configs(config, backup, _plan_versions(long))
     maps = {v: c.linear_map() for v, c in configs.items()}
@@ -315,6 +318,13 @@ def recover_dataset(
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [odd] if odd else []
+    torn = int((written & ~kept).sum())
+    if torn:
+        warnings.append(
+            f"{torn} time step(s) lack a reading of a backup sensor of their plan version: "
+            "written with the readings the backup holds, the sensors the plan rebuilds left "
+            "empty there"
+        )
     warnings += [clash] if (clash := conflicting_readings(long)) else []
     if outside:
         warnings.append(
@@ -327,7 +337,7 @@ def recover_dataset(
         backup_sensors=len(lm.backup),
         rebuilt_sensors=len(lm.targets),
         backup_readings=readings,
-        incomplete_rows=int((written & ~kept).sum()),
+        incomplete_rows=torn,
         plan_versions=_plan_versions(long),
         start=None if span.start is None else span.start.isoformat(),
         end=None if span.end is None else span.end.isoformat(),

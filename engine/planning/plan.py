@@ -246,7 +246,16 @@ def plan_warnings(
         out.append(f"backtest not run: {result.note}")
     elif result is not None and contract_assessment(result, spec.delta).state == "fails":
         out.append(f"backtest: {contract_verdict(result, spec.delta)}")
+    if not fold.selection.backup:
+        out.append(NO_BACKUP)
     return tuple(out)
+
+
+NO_BACKUP = (
+    "the plan backs up no sensor: the model alone rebuilds every reading, so a crash whose "
+    "window state survives is recovered, but a lost range is not (the backup holds no "
+    "reading, so recovery finds no time step to rebuild)"
+)
 
 
 def contract_assessment(result: BacktestResult, delta: float) -> Verdict:

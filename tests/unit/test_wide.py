@@ -155,6 +155,7 @@ def test_recover_dataset_equals_the_pandas_pipeline(dataset, tmp_path: Path, day
     assert pq.read_schema(tmp_path / "new.parquet").equals(old_schema)
     if days == (0, 4):
         assert result.incomplete_rows == 2 and result.plan_versions == (1,)
+        assert sum(w.startswith("2 time step(s) lack a reading") for w in result.warnings) == 1
         lm = load_config(config_path).linear_map()
         torn = got[got[list(lm.targets)].isna().all(axis=1)]  # the two steps, readings kept
         read = int(torn[list(lm.backup)].notna().sum().sum())
@@ -199,7 +200,8 @@ def test_an_infinite_backup_reading_leaves_its_time_step_unrebuilt_with_a_warnin
     odd = recover_dataset(tmp_path / "plan.json", tmp_path / "odd", tmp_path / "b.csv")
     assert (clean.rows, odd.rows, odd.incomplete_rows) == (48, 48, 1)
     new = [w for w in odd.warnings if w not in clean.warnings]
-    assert len(new) == 1 and new[0].startswith("1 backup reading(s) are infinite")
+    assert len(new) == 2 and new[0].startswith("1 backup reading(s) are infinite")
+    assert new[1].startswith("1 time step(s) lack a reading of a backup sensor")
     a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
     at = pd.to_datetime(a["time"]) == pd.Timestamp(long.loc[7, "event_time"])
     pd.testing.assert_frame_equal(a[~at], b[~at])  # every other time step as from the clean one
@@ -278,3 +280,26 @@ def test_overlay_writes_each_reading_over_its_sensors_column() -> None:
     np.testing.assert_array_equal(got, want.to_numpy())
     assert count == int((~np.isnan(readings)).sum())
     assert not np.shares_memory(got, values)
+
+
+def test_a_plan_that_backs_up_no_sensor_says_a_lost_range_cannot_be_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """With no backup sensor the backup holds no reading, so a range rebuild finds no time
+    step: the plan says so when it is made, and ``recover`` names it when it refuses."""
+    from engine.data import load_history
+    from engine.planning import PlanParameters, make_plan
+    from engine.planning.plan import NO_BACKUP
+    from engine.query import WindowQuery
+    from tests.production_reference import SAMPLE, SENSORS
+
+    history = load_history(SAMPLE).select(SENSORS)
+    loose = make_plan(history, PlanParameters(WindowQuery(1e6, 0.05, 8)))
+    tight = make_plan(history, PlanParameters(WindowQuery(1.0, 0.05, 8)))
+    assert loose.backup_sensors == () and NO_BACKUP in loose.warnings
+    assert tight.backup_sensors and NO_BACKUP not in tight.warnings
+    write_config(tmp_path / "plan.json", sample_rows(48), backup=())
+    empty = tmp_path / "backup"
+    empty.mkdir()
+    with pytest.raises(DataError, match="the plan backs up no sensor"):
+        recover_dataset(tmp_path / "plan.json", empty, tmp_path / "out.csv")
