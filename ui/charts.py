@@ -365,17 +365,18 @@ def job_batches_chart(batches: pd.DataFrame, delta: float) -> go.Figure:
 
 
 def mode_bars(table: pd.DataFrame) -> go.Figure:
-    """Backup rows each mode stores, labelled with the windows it recovered."""
-    rows = table["backup rows"].fillna(0)
+    """Backup rows each mode stores, labelled with the windows it recovered; a mode not
+    run has no bar and says so (its rows were not measured), with its projected windows."""
+    rows = pd.to_numeric(table["backup rows"], errors="coerce")
     labels = [
-        f"{int(r)} rows, {w}/{lost} windows recovered, {f}"
+        ("not run" if np.isnan(r) else f"{int(r)} rows") + f", {w}/{lost} windows recovered, {f}"
         for r, w, lost, f in zip(
             rows, table["windows recovered"], table["windows lost"], table["figures"], strict=True
         )
     ]
     fig = go.Figure(
         go.Bar(
-            x=rows,
+            x=rows.fillna(0),  # no bar, the label says "not run"
             y=table["mode"],
             orientation="h",
             text=labels,

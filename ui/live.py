@@ -310,19 +310,25 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         **QUIET,
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
-    worst = s.shadow_worst
+    # the plan in force, judged on its own windows (as the status line and the monitor)
+    mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     counted = (
-        f"{worst[0]}: {shadow_counted(worst[1], worst[2], s.shadow_contract)}"
-        if worst
-        else "no window yet"
+        f"{mine['worst_sensor']}: "
+        + shadow_counted(
+            mine.get("worst_misses", 0), mine.get("worst_windows", 0), s.shadow_contract
+        )
+        if mine.get("worst_sensor")
+        else "no window of it yet"
     )
     c[5].metric(
         "Shadow miss rate, worst sensor",
-        pct(s.shadow_worst_rate),
-        f"{counted}; delta {100 * delta:g} %",
+        pct(mine.get("worst_rate")),
+        f"plan version {s.plan_version}: {counted}; delta {100 * delta:g} %",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
-        "compared with the live result: the live measure of the guarantee.",
+        "compared with the live result: the live measure of the guarantee, for the plan "
+        "in force on the windows read under it alone (every version's figures are in the "
+        "version table).",
     )
     feed = s.feed
     if feed.total_readings:

@@ -294,11 +294,11 @@ def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenera
     right.metric(
         "Backtest rate, pooled",
         pct(bt.violation_rate_mean),
-        f"of {bt.windows:,} rebuilt windows, {bt.n_folds} folds",
+        f"of {bt.windows:,} (window, rebuilt sensor) pairs, {bt.n_folds} folds",
         **QUIET,
     )
     st.caption(
-        f"Measured over rebuilt windows: pooled {bt.pooled_label()}; worst sensor: "
+        f"Measured where sensors were rebuilt: pooled {bt.pooled_label()}; worst sensor: "
         f"{bt.worst_label()} (95 % upper bound over all sensors "
         f"{pct(bt.violation_rate_worst_sensor_ucb95)}; over all its windows, counting backed-up "
         f"ones as hits, {pct(bt.violation_rate_worst_sensor_all_windows)}) against the target "

@@ -85,7 +85,7 @@ def pipeline_timeline(
         "Batch duration (ms)",
         "Backlog (readings landed, not processed)",
         "Backup written per batch (rows; kB dotted)",
-        "Shadow miss rate (%): pooled and worst sensors, against delta",
+        "Shadow miss rate (%), every plan version: pooled and worst sensors, against delta",
     )
     fig = make_subplots(
         rows=5, cols=1, shared_xaxes=True, vertical_spacing=0.045, subplot_titles=titles,
@@ -137,7 +137,7 @@ def disorder_timeline(frame: pd.DataFrame, events: pd.DataFrame) -> go.Figure:
     titles = (
         f"Buffer K and watermark gap ({unit}; event time)",
         "Late tuples per batch",
-        "Result rows so far: provisional, corrected, final",
+        "Result rows over the plotted batches (cumulative): provisional, corrected, final",
     )
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=titles

@@ -66,6 +66,7 @@ class CrashedBatch:
     backup_rows: int
     backup_bytes: int = 0
     version: Any = None  # the plan version (``PlanVersion``) the batch ran under
+    readings: int = 0  # the readings the batch took in (lost with it, never reported)
 
 
 class FailureTrigger:

@@ -32,8 +32,8 @@ class BatchPoint:
 
     ``at`` is the ISO time the batch was reported; rates are per second;
     ``backlog`` counts readings the feeder has landed that the query has not
-    processed yet; ``shadow_*`` are the cumulative shadow miss rates since the
-    plan in force was installed (pooled over (window, rebuilt sensor) pairs,
+    processed yet; ``shadow_*`` are the cumulative shadow miss rates over every
+    plan version the run has had (pooled over (window, rebuilt sensor) pairs,
     and the worst few sensors). The disorder fields are None without a stage.
     """
 

@@ -293,6 +293,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
                 backup.rows,
                 backup.bytes,
                 version,
+                len(pdf),
             )
             raise SimulatedFailure(f"{FAILURE_MARK}: crash in batch {batch_id} of run {self.run}")
         write = BatchWrite(

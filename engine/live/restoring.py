@@ -93,12 +93,13 @@ class FailureAndRecovery(ManagerViews):
                 what = "checkpoint and window state discarded"
             self._failed_run, self._crash, self._pipeline = run, crash, None
             self._carry = pipeline.pending  # a re-plan not in force yet survives the failure
-            self.board.mark("failure", f"run {run} killed ({kind})", rows=len(deleted))
+            files = f"{len(deleted)} consumed input file{'' if len(deleted) == 1 else 's'} deleted"
+            self.board.mark("failure", f"run {run} killed ({kind}); {files}")
             self.board.update(
                 state="failed",
                 buffered_rows=0,
                 last_error=f"simulated {'crash' if crash else 'machine loss'} of run {run}: "
-                f"query killed, {what}, {len(deleted)} consumed input file(s) deleted",
+                f"query killed, {what}, {files}",
             )
             return self.status()
 
@@ -114,6 +115,8 @@ class FailureAndRecovery(ManagerViews):
             versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
             current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
             if self._crash is not None:
+                # the batch took its readings in before it died: taken in, not waiting
+                self.board.add(input_rows=self._crash.readings)
                 ran = self._crash.version or current  # the version the crashed batch ran under
                 crash = recover_crash(store, ran.spec, cfg.mode, self._crash)
                 lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read

@@ -81,8 +81,9 @@ class BacktestResult:
         return misses, rebuilt
 
     def pooled_label(self) -> str:
-        """``1.2 % of 416 rebuilt windows``: the pooled rate with what it counts."""
-        return f"{pct(self.violation_rate_mean)} of {self.windows:,} rebuilt windows"
+        """``1.2 % of 416 (window, rebuilt sensor) pairs``: the pooled rate with what it
+        counts (a window where three sensors were rebuilt counts three times)."""
+        return f"{pct(self.violation_rate_mean)} of {self.windows:,} (window, rebuilt sensor) pairs"
 
     def worst_label(self) -> str:
         """``T5 missed 2 of 8 rebuilt windows (25.0 %)``: the worst sensor, counted."""

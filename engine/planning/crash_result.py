@@ -95,7 +95,7 @@ class CrashResult:
         windows = self.scored // self.positions
         pooled = (
             f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window, sensor) "
-            f"triples over {windows:,} rebuilt windows missed eps"
+            f"triples over {windows:,} (window, rebuilt sensor) pairs missed eps"
         )
         where = what
         if self.violation_rate_mean > delta:

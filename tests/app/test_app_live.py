@@ -399,6 +399,9 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     assert metric(app, "Plan version") == "1"
     assert metric(app, "Miss rate, this version") == "0.0 %"
     assert metric(app, "Miss rate, overall") == "50.0 %"
+    # the headline figure is the plan in force's, on its own windows (version 0's 75 %
+    # misses, and the all-version 50 %, are not its)
+    assert metric(app, "Shadow miss rate, worst sensor") == "0.0 %"
     assert "The plan has expired" in texts(app) and "past its horizon of 24" in texts(app)
     table = app.dataframe[-1].value
     assert table["id"].tolist() == [1, 0] and table["added"].tolist()[0] == ["Changping_TEMP"]

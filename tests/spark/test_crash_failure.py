@@ -42,14 +42,16 @@ def crash_spec(spec: StreamSpec, exposure: int) -> StreamSpec:
 def crashed(
     spark: Any, history: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Any, StreamSpec, PipelinePaths]:
-    """One simulated crash of a crash-contract plan (exposure 3), recovered and replayed."""
+    """One simulated crash of a crash-contract plan (exposure 3), recovered and replayed,
+    and the status board at the end."""
     from tests.spark.conftest import make_spec
 
     crash = crash_spec(make_spec(history), exposure=3)
     paths = PipelinePaths(tmp_path_factory.mktemp("crash"))
+    managers: list[PipelineManager] = []
     report = run_simulation(history, crash, "approx", 0.5, paths, LOCAL, options=FAST,
-                            failure="crash")  # fmt: skip
-    return report, crash, paths
+                            failure="crash", monitor_factory=managers.append)  # fmt: skip
+    return report, crash, paths, managers[0].board.snapshot()
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ def rebuilt_truth(history: Any, spec: StreamSpec, first: int, last: int) -> np.n
 def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_reference(
     history: Any, crashed: Any
 ) -> None:
-    report, crash, _ = crashed
+    report, crash, _, status = crashed
     first, last = report.lost_rows
     assert report.failure == "crash" and report.contract == "crash"
     assert 1 <= last - first + 1 <= 3  # the feed was cut to the exposure: one batch, <= m rows
@@ -123,6 +125,8 @@ def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_ref
     assert np.asarray(report.errors)[:, cols].max() < 1e-9
     assert np.asarray(report.errors).max() > 1e-6
     assert "crash contract" in report.note
+    # the crashed batch took its readings in: none is left waiting once the feed is done
+    assert status.input_rows == np.asarray(history.values).size
 
 
 def test_batches_over_the_exposure_and_after_a_recovery_back_up_every_sensor(
@@ -191,7 +195,7 @@ def test_readings_a_full_batch_stored_are_scored_as_read_through_the_disorder_st
 def test_after_a_crash_every_sensor_is_backed_up_until_the_windows_open_at_it_close(
     history: Any, crashed: Any
 ) -> None:
-    report, crash, paths = crashed
+    report, crash, paths, _ = crashed
     _, last = report.lost_rows
     end = (last // crash.slide) * crash.slide + crash.window - 1
     from engine.live.store import BackupStore

@@ -56,7 +56,7 @@ def test_verdict_not_measured_and_nothing_rebuilt() -> None:
 def test_verdict_pooled_above_delta_does_not_hold() -> None:
     verdict = _result([30, 30], [400, 400]).assess(0.05)
     assert verdict.state == "fails" and verdict.text.startswith("DOES NOT HOLD: pooled 7.5 %")
-    assert "of 800 rebuilt windows" in verdict.text
+    assert "of 800 (window, rebuilt sensor) pairs" in verdict.text
 
 
 def test_verdict_one_sensor_rejected_after_bonferroni() -> None:
@@ -116,4 +116,4 @@ def test_labels_say_what_each_figure_counts() -> None:
     r = _result([2, 10, 0], [8, 400, 400], total=400)
     assert r.worst_counts == (2, 8)
     assert r.worst_label() == "a missed 2 of 8 rebuilt windows (25.0 %)"
-    assert r.pooled_label() == "1.5 % of 808 rebuilt windows"
+    assert r.pooled_label() == "1.5 % of 808 (window, rebuilt sensor) pairs"
