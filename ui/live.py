@@ -323,7 +323,7 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     c[5].metric(
         "Shadow miss rate, worst sensor",
         pct(mine.get("worst_rate")),
-        f"plan version {s.plan_version}: {counted}; delta {100 * delta:g} %",
+        f"version {s.plan_version} in force: {counted}; delta {100 * delta:g} %",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee, for the plan "
