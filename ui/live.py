@@ -311,19 +311,12 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     )
     c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
     # the plan in force, judged on its own windows (as the status line and the monitor)
-    mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
-    counted = (
-        f"{mine['worst_sensor']}: "
-        + shadow_counted(
-            mine.get("worst_misses", 0), mine.get("worst_windows", 0), s.shadow_contract
-        )
-        if mine.get("worst_sensor")
-        else "no window of it yet"
-    )
+    mine = _in_force(s)
     c[5].metric(
         "Shadow miss rate, worst sensor",
         pct(mine.get("worst_rate")),
-        f"version {s.plan_version} in force: {counted}; delta {100 * delta:g} %",
+        f"version {s.plan_version} in force: {_worst_counted(mine, s.shadow_contract)}; "
+        f"delta {100 * delta:g} %",
         **QUIET,
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee, for the plan "
@@ -356,20 +349,12 @@ def plan_versions(s: PipelineStatus) -> None:
     every version of the plan with what changed and why."""
     if s.plan_version is None:
         return
-    mine = s.shadow_by_version.get(s.plan_version, {})
+    mine = _in_force(s)
     horizon = f"{s.rows_under_plan} of {s.replan_every_rows} rows" if s.replan_every_rows else ""
     c = st.columns(4)
     c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
-    counted = (
-        f"{mine['worst_sensor']}: "
-        + shadow_counted(
-            mine.get("worst_misses", 0), mine.get("worst_windows", 0), s.shadow_contract
-        )
-        if mine.get("worst_sensor")
-        else "no window yet"
-    )
-    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")), counted,
-                **QUIET)  # fmt: skip
+    c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
+                _worst_counted(mine, s.shadow_contract), **QUIET)  # fmt: skip
     c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
                 f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
     c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")
@@ -475,3 +460,16 @@ def replan_now() -> None:
         st.toast("Re-planning on the recent rows: the new plan takes effect at a micro-batch.")
     else:
         st.toast("A re-plan is already being computed.")
+
+
+def _in_force(s: PipelineStatus) -> dict[str, Any]:
+    """The shadow tally of the plan version in force, on its own windows ({}: none yet)."""
+    return s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
+
+
+def _worst_counted(tally: dict[str, Any], contract: str) -> str:
+    """What a version's worst shadow rate counts: its sensor, misses and windows."""
+    if not tally.get("worst_sensor"):
+        return "no window yet"
+    counted = shadow_counted(tally.get("worst_misses", 0), tally.get("worst_windows", 0), contract)
+    return f"{tally['worst_sensor']}: {counted}"

@@ -161,30 +161,10 @@ def test_readings_a_full_batch_stored_are_scored_as_read_through_the_disorder_st
     """With out-of-order arrival the stage releases a batch's readings later, some in
     another batch: every batch over the exposure stored every sensor, so no window the
     shadow check scores misses, whichever batch released its readings."""
-    from engine.disorder import DisorderStage
-    from engine.live.feeder import Feeder, FeedOptions
-    from engine.live.pipeline import LivePipeline
-    from engine.live.store import BackupStore
+    from tests.spark.test_live_disorder import replay_through_stage
 
     crash = crash_spec(spec, exposure=3)
-    step = float(np.median(np.diff(history.times).astype("timedelta64[s]").astype(float)))
-    delays = np.random.default_rng(8).exponential(2.0 * step, size=history.values.shape)
-    paths = PipelinePaths(tmp_path).ensure()
-    feed = FeedOptions(rows_per_file=10, delays=delays)
-    Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, feed).run()
-    stage = DisorderStage.for_history(history.times, crash.query,
-                                      backup_sensors=crash.backup_sensors)  # fmt: skip
-    with BackupStore(paths.store_file) as store:
-        pipeline = LivePipeline(
-            spark, crash, "approx", paths, store, stage=stage,
-            options=PipelineOptions(max_files_per_trigger=1, available_now=True),
-        )  # fmt: skip
-        pipeline.start()
-        try:
-            pipeline.await_termination(180)
-        finally:
-            pipeline.stop()
-        pipeline.finish_stage()
+    pipeline, _, _ = replay_through_stage(spark, history, crash, PipelinePaths(tmp_path), 8, 10, 1)
     status = pipeline.board.snapshot()
     assert status.full_backup_batches == status.batches - 1 >= 2  # all but the flush
     tally = status.shadow_by_version[0]
@@ -268,25 +248,16 @@ def test_a_crashed_batch_that_stored_every_sensor_comes_back_as_read(
     state marks their readings beyond the set as stored (the shadow check and online
     control take them as read), not filled. A batch of the plan's own set comes back
     rebuilt: filled, and nothing marked stored."""
-    import pandas as pd
-
     from engine.live.backup_writer import write_batch
     from engine.live.crash import recover_crash
     from engine.live.failure import CrashedBatch
     from engine.live.store import BackupStore
+    from tests.spark.test_recovery import backup_frame
 
     crash = crash_spec(spec, exposure=3)
     sensors = crash.sensors if full else crash.backup_sensors
     rows = 6  # fewer than a window (8): every row stays in the restarted state
-    idx = [history.sensors.index(s) for s in sensors]
-    frame = pd.DataFrame(
-        {
-            "seq": np.repeat(np.arange(rows), len(sensors)),
-            "event_time": np.repeat(history.times[:rows], len(sensors)),
-            "sensor": np.tile(sensors, rows),
-            "value": history.values[:rows][:, idx].reshape(-1),
-        }
-    )
+    frame = backup_frame(history, sensors, slice(0, rows))
     with BackupStore(tmp_path / "store.duckdb") as store:
         nbytes = write_batch(spark.createDataFrame(frame), store.batch_uri(0, 0), sensors, 0)
         crashed = CrashedBatch(0, 0, 0, rows - 1, len(frame), nbytes)

@@ -20,29 +20,43 @@ from engine.windows import window_aggregates
 pytestmark = pytest.mark.spark
 
 
-def test_late_tuples_are_recorded_and_corrections_land_in_the_results(
-    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
-) -> None:
-    rng = np.random.default_rng(5)
+def replay_through_stage(
+    spark: Any,
+    history: Any,
+    spec: StreamSpec,
+    paths: PipelinePaths,
+    seed: int,
+    rows_per_file: int,
+    files_per_trigger: int,
+) -> tuple[LivePipeline, int, int]:
+    """Land ``history`` with exponential arrival delays of about two readings (plenty
+    of tuples out of order), stream it through the K-slack stage to the end, and flush
+    the stage twice: the pipeline, the windows the first flush closed, and the second's."""
     interval = float(np.median(np.diff(history.times).astype("timedelta64[s]").astype(float)))
-    # Exponential delays of about two readings: plenty of tuples arrive out of order.
-    delays = rng.exponential(2.0 * interval, size=history.values.shape)
-    paths = PipelinePaths(tmp_path).ensure()
-    options = FeedOptions(rows_per_file=4, delays=delays)
-    Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, options).run()
+    delays = np.random.default_rng(seed).exponential(2.0 * interval, size=history.values.shape)
+    paths.ensure()
+    feed = FeedOptions(rows_per_file=rows_per_file, delays=delays)
+    Feeder(history, history.sensors, paths.landing_dir, paths.truth_dir, feed).run()
     stage = DisorderStage.for_history(history.times, spec.query, backup_sensors=spec.backup_sensors)
+    options = PipelineOptions(max_files_per_trigger=files_per_trigger, available_now=True)
     with BackupStore(paths.store_file) as store:
-        pipeline = LivePipeline(
-            spark, spec, "approx", paths, store, stage=stage,
-            options=PipelineOptions(max_files_per_trigger=3, available_now=True),
-        )  # fmt: skip
+        pipeline = LivePipeline(spark, spec, "approx", paths, store, stage=stage, options=options)
         pipeline.start()
         try:
             pipeline.await_termination(180)
         finally:
             pipeline.stop()
-        closed_at_end = pipeline.finish_stage()  # end of feed: flush the K-slack buffer
-        assert pipeline.finish_stage() == 0  # idempotent
+        closed = pipeline.finish_stage()  # end of feed: flush the K-slack buffer
+        return pipeline, closed, pipeline.finish_stage()
+
+
+def test_late_tuples_are_recorded_and_corrections_land_in_the_results(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    paths = PipelinePaths(tmp_path)
+    pipeline, closed_at_end, again = replay_through_stage(spark, history, spec, paths, 5, 4, 3)
+    assert again == 0  # the end-of-feed flush is idempotent
+    with BackupStore(paths.store_file) as store:
         late = store.read_table("late")
         results = store.read_results()
     assert len(late) > 0, "the injected delays produced no late tuple"

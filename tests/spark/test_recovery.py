@@ -47,6 +47,22 @@ def results_by_window(
     return res.pivot(index="window_id", columns="sensor", values="value")[list(spec.sensors)]
 
 
+def backup_frame(history: Any, sensors: tuple[str, ...], rows: slice | None = None) -> pd.DataFrame:
+    """The backup writer's rows (``seq``, ``event_time``, ``sensor``, ``value``) of
+    ``sensors`` over ``rows`` of ``history`` (``seq`` = row)."""
+    idx = [history.sensors.index(s) for s in sensors]
+    rows = slice(None) if rows is None else rows
+    seqs = np.arange(len(history.times))[rows]
+    return pd.DataFrame(
+        {
+            "seq": np.repeat(seqs, len(sensors)),
+            "event_time": np.repeat(history.times[rows], len(sensors)),
+            "sensor": np.tile(sensors, len(seqs)),
+            "value": history.values[rows][:, idx].reshape(-1),
+        }
+    )
+
+
 def commit_backup(
     store: BackupStore,
     history: Any,
@@ -55,17 +71,8 @@ def commit_backup(
     rows: slice | None = None,
     batch_id: int = 0,
 ) -> None:
-    idx = [history.sensors.index(s) for s in sensors]
-    rows = slice(None) if rows is None else rows
-    seqs = np.arange(len(history.times))[rows]
-    frame = pd.DataFrame(
-        {
-            "seq": np.repeat(seqs, len(sensors)),
-            "event_time": np.repeat(history.times[rows], len(sensors)),
-            "sensor": np.tile(sensors, len(seqs)),
-            "value": history.values[rows][:, idx].reshape(-1),
-        }
-    )
+    frame = backup_frame(history, sensors, rows)
+    seqs = frame["seq"].unique()
     if drop is not None:
         frame = frame[~((frame["seq"] == drop[0]) & (frame["sensor"] == drop[1]))]
     # as the live pipeline does: Spark writes the batch's Parquet, then the store commits it

@@ -14,8 +14,10 @@ import pytest
 from engine.aggregates import get_aggregate
 from engine.data import SensorHistory, load_history
 from engine.errors import PipelineError
+from engine.live.control_loop import ControlledReplanning
 from engine.live.versions import PlanVersion
 from engine.planning import BacktestSettings, BackupPlan, PlanParameters, make_plan
+from engine.planning.control_types import ShadowFeedback
 from engine.planning.feedback import drop_one_rebuild, shadow_feedback, window_misses
 from engine.planning.steering import with_backup
 from engine.query import WindowQuery
@@ -73,6 +75,20 @@ def stationary(drift: SensorHistory, broken: str | None = None) -> SensorHistory
 
 def _rebuilt(plan: BackupPlan) -> list[str]:
     return [s for s in plan.sensors if s not in plan.backup_sensors]
+
+
+def heard(monitor: ControlledReplanning) -> list[ShadowFeedback]:
+    """The feedback ``monitor``'s controller receives from now on, window by window (a
+    spy on its ``observe``, which still runs)."""
+    seen: list[ShadowFeedback] = []
+    original = monitor.controller.observe
+
+    def spy(feedback: list[ShadowFeedback]) -> object:
+        seen.extend(feedback)
+        return original(feedback)
+
+    monitor.controller.observe = spy  # type: ignore[method-assign]
+    return seen
 
 
 # ------------------------------------------------------------------ feedback
@@ -201,15 +217,7 @@ def test_no_release_without_measured_windows(drift: SensorHistory, plan: BackupP
 def test_the_crash_contract_feeds_the_exposure_miss(drift: SensorHistory) -> None:
     plan = _plan(drift, exposure=2)
     loop = Loop(plan, stationary(drift, _rebuilt(plan)[0]))
-    seen = []
-    monitor = loop.monitor()
-    original = monitor.controller.observe
-
-    def spy(feedback):  # the feedback as the controller receives it
-        seen.extend(feedback)
-        return original(feedback)
-
-    monitor.controller.observe = spy  # type: ignore[method-assign]
+    seen = heard(loop.monitor())
     loop.run(300, 7)
     misses = np.array([f.miss for f in seen])
     rebuilt = np.array([f.rebuilt for f in seen])
@@ -226,26 +234,18 @@ def test_readings_a_full_batch_stored_reach_the_controller_as_backed_up(
     the windows they hold, and no miss. The same rows in batches of the plan's own set
     are heard rebuilt, and the broken sensor misses."""
     plan = _plan(drift, exposure=5)
-    heard = {}
+    outcome = {}
     for full in (False, True):
         loop = Loop(plan, stationary(drift, _rebuilt(plan)[0]), full=full)
-        seen: list = []
-        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
-        original = monitor.controller.observe
-
-        def spy(feedback, original=original, seen=seen):  # type: ignore[no-untyped-def]
-            seen.extend(feedback)
-            return original(feedback)
-
-        monitor.controller.observe = spy  # type: ignore[method-assign]
+        seen = heard(loop.monitor(min_windows=10**6))  # no alert re-plan: the controller alone
         loop.run(BREAK + 200, 2)
         rebuilt = np.array([f.rebuilt for f in seen])
-        heard[full] = (
+        outcome[full] = (
             rebuilt.any(axis=1).mean(),
             np.nanmax(np.where(rebuilt, [f.miss for f in seen], 0)),
         )
-    assert heard[False][0] == 1.0 and heard[False][1] > 0
-    assert heard[True] == (0.0, 0.0)
+    assert outcome[False][0] == 1.0 and outcome[False][1] > 0
+    assert outcome[True] == (0.0, 0.0)
 
 
 def test_the_delay_counts_windows_outstanding_at_a_decision(
@@ -374,18 +374,10 @@ def test_a_kept_sensor_feeds_the_miss_of_its_kept_readings(
     target = next(s for s in plan.sensors if s not in plan.backup_sensors)
     rates = {}
     for kept in ((), (target,)):
-        seen: list = []
         loop = Loop(
             replace(plan, kept_sensors=kept, keepable_sensors=kept), stationary(drift, target)
         )
-        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
-        original = monitor.controller.observe
-
-        def spy(feedback, original=original, seen=seen):
-            seen.extend(feedback)
-            return original(feedback)
-
-        monitor.controller.observe = spy  # type: ignore[method-assign]
+        seen = heard(loop.monitor(min_windows=10**6))  # no alert re-plan: the controller alone
         loop.run(900, 2)  # micro-batches within the exposure
         j = plan.sensors.index(target)
         late = [f.miss[j] for f in seen if f.rebuilt[j] and f.window * WINDOW >= BREAK]
@@ -405,16 +397,8 @@ def test_a_kept_sensor_released_by_the_controller_keeps_its_readings(
     assert target in held.backup_sensors and held.keepable == (target,)
     rates, last = {}, {}
     for name, version in (("keepable", held), ("forgot", replace(held, keepable_sensors=()))):
-        seen: list = []
         loop = Loop(version, stationary(drift, target))
-        monitor = loop.monitor(min_windows=10**6)  # no alert re-plan: the controller alone
-        original = monitor.controller.observe
-
-        def spy(feedback, original=original, seen=seen):  # type: ignore[no-untyped-def]
-            seen.extend(feedback)
-            return original(feedback)
-
-        monitor.controller.observe = spy  # type: ignore[method-assign]
+        seen = heard(loop.monitor(min_windows=10**6))  # no alert re-plan: the controller alone
         loop.run(900, 2)
         late = [f.miss[j] for f in seen if f.rebuilt[j] and f.window * WINDOW >= BREAK]
         rates[name], last[name] = float(np.nanmean(late)), loop.versions[-1].spec
