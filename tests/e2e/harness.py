@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -131,6 +132,20 @@ def open_page(page, title: str) -> None:  # type: ignore[no-untyped-def]
     """Click a page in the sidebar navigation (keeps the session, unlike a new URL)."""
     page.get_by_test_id("stSidebar").get_by_role("link", name=title).click()
     page.get_by_role("heading", level=1).first.wait_for()
+
+
+def metric(page, label: str):  # type: ignore[no-untyped-def]
+    """The metric whose label reads exactly ``label``: not one whose value, caption or
+    help text merely contains it (a caption "plan version 0" once matched "Plan
+    version"). Two metrics with that label fail Playwright's strict mode, as they should."""
+    exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
+    return page.get_by_test_id("stMetric").filter(
+        has=page.get_by_test_id("stMetricLabel").filter(has_text=exact)
+    )
+
+
+def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
+    return str(metric(page, label).get_by_test_id("stMetricValue").inner_text())
 
 
 def wait_idle(page, timeout: float = 60_000) -> None:  # type: ignore[no-untyped-def]

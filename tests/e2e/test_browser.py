@@ -15,15 +15,19 @@ import pytest
 
 from engine.export import validate_config
 from engine.planning.folds import DEFAULT_BACKTEST_FOLDS
-from tests.e2e.harness import ROOT, SLOW, open_page, running_app, server_log_tail, wait_idle
+from tests.e2e.harness import (
+    ROOT,
+    SLOW,
+    metric,
+    metric_value,
+    open_page,
+    running_app,
+    server_log_tail,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.e2e
 SMALL = ROOT / "sample_data" / "beijing_aq_small.csv"
-
-
-def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
-    box = page.get_by_test_id("stMetric").filter(has_text=label).first
-    return box.get_by_test_id("stMetricValue").inner_text()
 
 
 def shoot(page, shots: Path, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -73,9 +77,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     rate.press("ArrowLeft")  # the default, 5 rows/s, to 2
     page.get_by_test_id("stSliderThumbValue").filter(has_text=re.compile(r"^2$")).wait_for()
     page.get_by_role("button", name="Start").click()
-    page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("running").wait_for(
-        timeout=SLOW
-    )
+    metric(page, "State").get_by_text("running").wait_for(timeout=SLOW)
     deadline = time.monotonic() + 120
     while int(metric_value(page, "Micro-batches").replace(",", "")) < 2:
         assert time.monotonic() < deadline, "the pipeline processed no batch in 2 minutes"
@@ -90,7 +92,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_text(re.compile(r"^(OK|at risk|behind) — ")).first.wait_for()
     page.get_by_role("button", name="Simulate failure").click()
     # The metrics stay on screen while the recovery job runs (no spinner instead of them).
-    assert page.get_by_test_id("stMetric").filter(has_text="Micro-batches").count() == 1
+    assert metric(page, "Micro-batches").count() == 1
     wait_or_explain(page, page.get_by_text("Recovery report (mode approx)"), SLOW)
     page.get_by_text("Windows lost").first.wait_for()
     deadline = time.monotonic() + 120
@@ -125,8 +127,10 @@ def recovery_facts(page) -> str:  # type: ignore[no-untyped-def]
     lines = [line for line in page.locator("body").inner_text().splitlines() if wanted.search(line)]
     for label in ("State", "Plan version", "Scheduled re-planning", "Windows lost",
                   "Windows recovered"):  # fmt: skip
-        box = page.get_by_test_id("stMetric").filter(has_text=label).first
-        lines.append(box.inner_text().replace("\n", " "))
+        # ``all_inner_texts`` answers at once: a metric not on the page must not wait
+        # out the page's timeout inside a failure's message.
+        shown = metric(page, label).all_inner_texts()
+        lines.append(" / ".join(t.replace("\n", " ") for t in shown) or f"{label}: not shown")
     return " | ".join(lines)
 
 
@@ -140,9 +144,9 @@ def plan_in_force(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
         )
         page.wait_for_timeout(1000)
     page.get_by_text("Re-plan on schedule").click()
-    page.get_by_test_id("stMetric").filter(has_text="Scheduled re-planning").get_by_text(
-        "off"
-    ).wait_for(timeout=SLOW)  # the switch reruns the page: over a minute under heavy load
+    metric(page, "Scheduled re-planning").get_by_text("off").wait_for(
+        timeout=SLOW
+    )  # the switch reruns the page: over a minute under heavy load
     page.wait_for_timeout(4000)  # a re-plan computed before the switch lands at a batch
     open_page(page, "Live pipeline")
     # A re-plan computed before the switch can still land at a batch after this run of
@@ -415,4 +419,4 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     export_and_recover(page, shots_dir, tmp_path, live)
     open_page(page, "Live pipeline")
     page.get_by_role("button", name="Stop").click()
-    page.get_by_test_id("stMetric").filter(has_text="State").get_by_text("stopped").wait_for()
+    metric(page, "State").get_by_text("stopped").wait_for()

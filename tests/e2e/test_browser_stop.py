@@ -8,20 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import SLOW, open_page, running_app, wait_idle
+from tests.e2e.harness import SLOW, metric, metric_value, open_page, running_app, wait_idle
 
 pytestmark = pytest.mark.e2e
 
 
-def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
-    box = page.get_by_test_id("stMetric").filter(has_text=label).first
-    return box.get_by_test_id("stMetricValue").inner_text()
-
-
 def state_is(page, state: str, timeout: float = SLOW) -> None:  # type: ignore[no-untyped-def]
-    page.get_by_test_id("stMetric").filter(has_text="State").get_by_text(state).wait_for(
-        timeout=timeout
-    )
+    metric(page, "State").get_by_text(state).wait_for(timeout=timeout)
 
 
 def batches(page) -> int:  # type: ignore[no-untyped-def]
