@@ -509,6 +509,21 @@ MUTANTS = (
            "held = extra | (~kept[:, None] & ~np.isnan(wide))",
            "held = extra",
            ("tests/unit/test_wide.py",)),
+    Mutant("q1: a job compaction replaces a results fold already committed",
+           "engine/job/compaction.py",
+           "if not folder.is_dir() or (target / COMMIT_MARKER).exists():",
+           "if not folder.is_dir():",
+           ("tests/unit/test_job_compaction_crash.py",)),
+    Mutant("q2: a job compaction folds plain batches only, not a committed fold it spans",
+           "engine/job/compaction.py",
+           "if _within(batch, first, last)",
+           "if _within(batch, first, last) and not is_compacted(batch)",
+           ("tests/unit/test_job_compaction_crash.py",)),
+    Mutant("q3: two job compactions of one backup at once",
+           "engine/job/compaction.py",
+           "fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)",
+           "pass",
+           ("tests/unit/test_job_compaction_crash.py",)),
 )  # fmt: skip
 
 

@@ -20,10 +20,20 @@ files are on disk; the backup's lists its files and their sizes, so a reader can
 tell when one is lost: ``engine.backup.integrity``), and from then on it hides
 every ``batch_id=N`` within ``A..B`` from the readers
 (``backup_dataset.live_batches``): the switch is one file, so a reader sees the
-batches or their compaction, never both and never neither. The superseded
-directories are deleted after that; a crash in between leaves them hidden, and
-the next compaction deletes them. A crash before the marker leaves an unmarked
-directory that readers ignore and the next compaction replaces.
+batches or their compaction, never both and never neither. The three kinds are
+written first, unmarked; the backup's marker is the compaction's commit point,
+and the results' and metrics' markers follow it. The superseded directories are
+deleted last. A crash before the commit point leaves unmarked directories that
+readers ignore and the next compaction replaces; a crash after it leaves the
+results or metrics unmarked (their batches still read) or the superseded
+directories hidden, and the next compaction first finishes that one: it marks
+the results and metrics of every committed backup compaction (written again from
+their batches, which no marked compaction has hidden), then deletes what is
+superseded. A results or metrics compaction that is marked is never rewritten,
+and one that spans a smaller marked one folds its rows in.
+
+One compaction of a backup runs at a time (a lock file, ``_lacuna/compact.lock``):
+two at once could each replace what the other wrote.
 
 Spark's own Parquet reader does not know the rule: pointed at the backup while
 the superseded directories still exist (seconds), it would read both.
@@ -35,12 +45,15 @@ with the same rows). No Spark: PyArrow reads and writes, like ``recover``.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +67,7 @@ from engine.backup.dataset import (
     RESULTS_SUFFIX,
     RESULTS_SUFFIXES,
     batch_files,
+    batch_range,
     committed_files,
     is_compacted,
     live_batches,
@@ -62,12 +76,14 @@ from engine.backup.dataset import (
     replace_file,
     write_compacted,
 )
-from engine.errors import DataError, ParameterError
+from engine.errors import DataError, ParameterError, StoreError
 from engine.export.plan_book import PLANS_DIR
 from engine.job.flags import KEEP
 
 RESULTS = ("_lacuna", "results")
 METRICS = ("_lacuna", "metrics")
+SMALL_KINDS = ((RESULTS, RESULTS_SUFFIXES), (METRICS, ".json"))
+LOCK = ("_lacuna", "compact.lock")
 PART = "part-00000"
 READERS = 8  # threads reading the small files (I/O and decompression release the GIL)
 
@@ -104,7 +120,30 @@ def compact(backup: str | Path, keep: int = KEEP) -> CompactionReport:
             f"{str(backup)!r} holds no production job's backup (_lacuna/plans): point at "
             "the --backup of `python -m engine run`"
         )
-    _remove_superseded(root)  # what a crashed compaction left behind
+    with _exclusive(root):
+        return _compact_locked(root, keep)
+
+
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold the backup's compaction lock; a second compaction is refused, not queued."""
+    path = root.joinpath(*LOCK)
+    with open(path, "a+b") as held:
+        try:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(
+                f"another compaction of {str(root)!r} is running (it holds {path}): wait for "
+                "it to finish, then compact again"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+
+
+def _compact_locked(root: Path, keep: int) -> CompactionReport:
+    _finish_committed(root)  # what a crashed compaction left behind
     renamed = rename_old_results(root)
     # a committed batch that is not whole would be folded in as it is, its loss then
     # hidden for good: the same check (and refusal) as every reader's
@@ -117,9 +156,11 @@ def compact(backup: str | Path, keep: int = KEEP) -> CompactionReport:
     first, last = fold[0], fold[-1]
     name = f"{BATCH_PREFIX}{first}-{last}"
     rows, before, written = _compact_backup(root, [plain[i] for i in fold], root / name)
-    for kind, suffix in ((RESULTS, RESULTS_SUFFIXES), (METRICS, ".json")):
+    for kind, suffix in SMALL_KINDS:
         _compact_small(root.joinpath(*kind), first, last, suffix, name)
-    _mark(root / name, listed=True)
+    _mark(root / name, listed=True)  # the commit point
+    for kind, _ in SMALL_KINDS:
+        _mark_small(root.joinpath(*kind) / name)
     removed = _remove_superseded(root)
     return CompactionReport(first, last, len(fold), rows, before, written, removed, renamed)
 
@@ -158,8 +199,28 @@ def _plain_batches(root: Path, marked: bool = True) -> dict[int, Path]:
     }
 
 
+def _finish_committed(root: Path) -> None:
+    """Finish the compactions a crash cut short after their commit point: the results and
+    metrics of every marked backup compaction marked (written again first if they are
+    not marked: their batches are all still there), then the superseded directories
+    deleted."""
+    names = [d.name for d in os.scandir(root) if d.is_dir()]
+    for name in live_batches(root, names, marked=True):
+        span = batch_range(name)
+        if not is_compacted(name) or span is None:
+            continue
+        for kind, suffix in SMALL_KINDS:
+            folder = root.joinpath(*kind)
+            if folder.is_dir() and not (folder / name / COMMIT_MARKER).exists():
+                _compact_small(folder, span[0], span[1], suffix, name)
+                _mark_small(folder / name)
+    _remove_superseded(root)
+
+
 def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int, int, int]:
     """Rows of ``batches`` into ``target``, one file per partition; (rows, files read, written)."""
+    if (target / COMMIT_MARKER).exists():  # only a second compaction at once could get here
+        raise StoreError(f"{target} is already a committed compaction; compact again")
     if target.exists():
         shutil.rmtree(target)  # an unmarked leftover of a crashed compaction
     by_partition: dict[tuple[str, ...], list[Path]] = defaultdict(list)
@@ -180,27 +241,39 @@ def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int,
 def _compact_small(
     folder: Path, first: int, last: int, suffix: str | tuple[str, ...], name: str
 ) -> None:
-    """The results or metrics files of batches ``first..last`` as one file."""
-    if not folder.is_dir():
+    """The results or metrics files of batches ``first..last`` as one file in ``name``,
+    unmarked (``_mark_small`` commits it after the backup's marker). What a reader
+    counts within the span is folded in: the plain batches and any marked compaction
+    inside it. A marked ``name`` is left as it is."""
+    target = folder / name
+    if not folder.is_dir() or (target / COMMIT_MARKER).exists():
         return
     files = [
-        f
-        for batch, f in batch_files(folder, suffix, marked=False)
-        if not is_compacted(batch) and first <= int(batch.removeprefix(BATCH_PREFIX)) <= last
+        f for batch, f in batch_files(folder, suffix, marked=False) if _within(batch, first, last)
     ]
-    target = folder / name
     if target.exists():
-        shutil.rmtree(target)
+        shutil.rmtree(target)  # an unmarked leftover of a crashed compaction
     if suffix == RESULTS_SUFFIXES:
         if files:
-            _write_parquet(target / f"{PART}{RESULTS_SUFFIX}", _read_all(files))
+            _write_parquet(target / f"{PART}{RESULTS_SUFFIX}", _read_results(files))
     else:
         lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
         for line in lines:
             json.loads(line)  # a metrics file that is not JSON lines stops the compaction
         text = "".join(line + "\n" for line in lines)
         replace_file(target / f"{PART}.json", text.encode())
-    _mark(target)
+    target.mkdir(parents=True, exist_ok=True)  # no files: the directory still says so
+
+
+def _within(batch: str, first: int, last: int) -> bool:
+    span = batch_range(batch)
+    return span is not None and first <= span[0] and span[1] <= last
+
+
+def _mark_small(target: Path) -> None:
+    """Commit a results or metrics compaction ``_compact_small`` wrote (if its folder exists)."""
+    if target.is_dir():
+        _mark(target)
 
 
 def _read_all(files: list[Path]) -> pa.Table:
@@ -208,6 +281,23 @@ def _read_all(files: list[Path]) -> pa.Table:
     lacks is null there), read on a few threads: thousands of small files a run."""
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         tables = list(pool.map(pq.read_table, files))
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _read_results(files: list[Path]) -> pa.Table:
+    """Results files as one table: a batch's take its ``batch_id`` from the directory's
+    name (dictionary-encoded), a compaction's hold theirs already (its directory's name,
+    ``A-B``, is no batch id), and are given the same type."""
+    tables = []
+    for f in files:
+        if not is_compacted(f.parent.name):
+            tables.append(pq.read_table(f))
+            continue
+        table = pq.read_table(f, partitioning=None)
+        at = table.schema.get_field_index("batch_id")
+        if at >= 0 and not pa.types.is_dictionary(table.schema.field(at).type):
+            table = table.set_column(at, "batch_id", table.column(at).dictionary_encode())
+        tables.append(table)
     return pa.concat_tables(tables, promote_options="default")
 
 
