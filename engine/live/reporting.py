@@ -63,6 +63,9 @@ class BatchReporting:
         if shadow is None:
             return
         errors, rows = shadow
+        # a window holding rows recovery rebuilt is not measured: those rows are the map's
+        # output, and rebuilt again they match themselves (as ``crash_shadow_misses``)
+        errors = np.where(np.asarray(advance.closed.recovered)[:, None], np.nan, errors)
         crash = spec.query.exposure is not None  # else the range contract: whole windows
         # the crash contract: the windows' m-row losses, as the plan promises
         misses = crash_shadow_misses(advance.closed, spec, rows.rebuilt) if crash else None

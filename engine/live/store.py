@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -205,20 +206,24 @@ class BackupStore:
 
     def write_version(self, version: VersionRecord) -> bool:
         """Write a plan version on its own (idempotent by id); ``False`` if it existed."""
+        with self._transaction(f"plan version {version.id}") as cur:
+            return insert_version(cur, version)
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor whose statements commit together or not at all; a DuckDB error
+        becomes a ``StoreError`` naming ``what`` could not be written."""
         with self._cursor() as cur:
             cur.begin()
             try:
-                inserted = insert_version(cur, version)
+                yield cur
                 cur.commit()
             except duckdb.Error as err:
                 cur.rollback()
-                raise StoreError(
-                    f"cannot write plan version {version.id} to {str(self.path)!r}: {err}"
-                ) from err
+                raise StoreError(f"cannot write {what} to {str(self.path)!r}: {err}") from err
             except BaseException:
                 cur.rollback()
                 raise
-        return inserted
 
     def read_versions(self) -> list[VersionRecord]:
         """Every plan version, oldest first."""
@@ -239,8 +244,10 @@ class BackupStore:
 
     def save_state(self, run: int, batch_id: int, snapshot: bytes) -> None:
         """The window-state snapshot of ``run`` on its own (no batch marker), e.g. the
-        seed a run restarted after a recovery begins with; a committed batch replaces it."""
-        with self._cursor() as cur:
+        seed a run restarted after a recovery begins with; a committed batch replaces it.
+        The old snapshot goes in the same transaction as the new one comes: a crash
+        between them must not leave the run with none (it would restart from nothing)."""
+        with self._transaction(f"the window state of run {run}") as cur:
             self._write_state(cur, run, batch_id, snapshot)
 
     @staticmethod

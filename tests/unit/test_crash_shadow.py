@@ -204,6 +204,24 @@ def test_a_batch_is_shadow_checked_under_its_plans_contract(exposure, contract) 
     assert rate == 1.0 if contract == "range" else 0.0 < rate < 1.0
 
 
+@pytest.mark.parametrize("exposure", [None, 4])
+def test_a_window_holding_rows_recovery_rebuilt_is_not_measured(exposure) -> None:  # type: ignore[no-untyped-def]
+    """A window open at a failure holds rows recovery rebuilt with the map: rebuilt again
+    they match themselves, so the window would count as a hit whatever the truth was.
+    Under either contract it is left out of the board and the monitor."""
+    a = np.cumsum(np.random.default_rng(6).normal(0, 1, 24))
+    block = np.column_stack([a, a, a])
+    version = _version(_spec("avg", exposure))
+    closed = _closed(block, 6, [False, False, True, False])
+    advance = WindowAdvance(WindowState.empty(3, 0, 6), closed, pd.DataFrame(), 0, 0)
+    probe = _Probe(_Recorder(), {0: version})
+    probe._report(pd.DataFrame({"x": range(24)}), advance, pd.DataFrame(),
+                  _shadow(closed, {0: version}, version), BackupWritten(), version)  # fmt: skip
+    figures = probe.board.snapshot().shadow_by_version[0]
+    assert figures["windows"] == 4  # closed
+    assert figures["pairs"] == 3 * len(version.spec.linear_map.targets)  # measured
+
+
 def test_each_row_is_rebuilt_under_its_own_version_and_each_window_counts_for_its_oldest() -> None:
     """Version 0 rebuilds b 2 high; version 1, from row 10, rebuilds it exactly. Windows of
     6 rows: 0-5 all version 0's (b misses), 6-11 holds rows 6-9 of version 0 (b's average

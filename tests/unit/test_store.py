@@ -186,6 +186,15 @@ def test_state_keeps_only_the_latest_snapshot_per_run(store: BackupStore) -> Non
     assert store.load_state(0) is None
 
 
+def test_a_seed_snapshot_that_fails_to_write_leaves_the_one_before(store: BackupStore) -> None:
+    """The old snapshot goes in the transaction the new one comes in: a failed write (here
+    a batch id DuckDB cannot store) leaves the run's last state, not none."""
+    store.save_state(0, -1, b"seed")
+    with pytest.raises(StoreError, match="cannot write the window state of run 0"):
+        store.save_state(0, "not a batch id", b"lost")  # type: ignore[arg-type]
+    assert store.load_state(0) == b"seed"
+
+
 def test_recovery_results_are_idempotent_too(store: BackupStore) -> None:
     write = BatchWrite(run=0, batch_id=RECOVERY_BATCH, results=result_rows(5))
     assert store.commit_batch(write) and not store.commit_batch(write)

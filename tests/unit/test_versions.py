@@ -152,10 +152,15 @@ def test_the_status_board_keeps_shadow_tallies_per_version_and_overall() -> None
     assert status.shadow_violations["c"] == miss[:, 2].sum()
 
 
-def _reporting() -> tuple[Any, Any]:
+def _reporting(windows: int = 12) -> tuple[Any, Any]:
     """A bare ``BatchReporting`` (the live pipeline's mixin) with a board and a monitor of
-    eps 0.5, and a batch's window advance that closed nothing."""
+    eps 0.5, and a batch's window advance that closed ``windows``, none holding a row
+    recovery rebuilt."""
     from types import SimpleNamespace
+
+    class Closed(SimpleNamespace):
+        def __len__(self) -> int:
+            return len(self.recovered)
 
     from engine.live.reporting import BatchReporting
     from engine.live.status import StatusBoard
@@ -167,7 +172,10 @@ def _reporting() -> tuple[Any, Any]:
     reporting.stage, reporting._kinds, reporting._alerts = None, {}, 0
     reporting._alerting, reporting._history = {}, {}
     advance = SimpleNamespace(
-        closed=(), duplicates=0, stale=0, state=SimpleNamespace(buffered_rows=0)
+        closed=Closed(recovered=np.zeros(windows, dtype=bool)),
+        duplicates=0,
+        stale=0,
+        state=SimpleNamespace(buffered_rows=0),
     )
     return reporting, advance
 
