@@ -219,6 +219,8 @@ def _run_query(
             f"resume with that --checkpoint, or start a new --backup (a new checkpoint "
             "numbers its batches from 0 and would overwrite them)"
         )
+    if not fresh:
+        _check_checkpoint_not_behind(files, paths, settings)
     log = DurableLog(files, paths.events, log)  # alerts etc. kept with the backup
     state_exposure(config, settings, files, paths, log)
     trigger = (settings.available_now, settings.trigger_s)
@@ -339,6 +341,39 @@ def start_job_query(
     if available_now:
         return stream.trigger(availableNow=True).start()
     return stream.trigger(processingTime=f"{interval_s:g} seconds").start()
+
+
+def newest_batch_behind(commits: Sequence[str], backup: Sequence[str]) -> tuple[int, int] | None:
+    """(the checkpoint's last committed micro-batch, the backup's newest batch) when the
+    checkpoint is behind the backup: a restart replays at most the batch after its last
+    commit, so a backup batch beyond that was written by a later state of this checkpoint
+    or by another one. None when they agree. ``commits``: the names in the query
+    checkpoint's ``commits`` directory (one per committed batch id); ``backup``: the names
+    at the top of the backup (``batch_id=N``, a compaction's ``batch_id=A-B``)."""
+    from engine.backup.dataset import batch_range
+
+    last = max((int(n) for n in commits if n.isdigit()), default=-1)
+    spans = [span for n in backup if (span := batch_range(n)) is not None]
+    newest = max((hi for _, hi in spans), default=-1)
+    return (last, newest) if newest > last + 1 else None
+
+
+def _check_checkpoint_not_behind(files: Any, paths: Any, settings: JobSettings) -> None:
+    """``PipelineError`` when the checkpoint resumes behind the backup (``newest_batch_behind``):
+    it would write its next batches over the backup's (or beside a compaction that hides
+    them), counting readings twice."""
+    from engine.job.layout import join_uri
+
+    commits = files.names(join_uri(paths.query_checkpoint("job"), "commits"))
+    behind = newest_batch_behind(commits, files.names(settings.backup))
+    if behind is not None:
+        last, newest = behind
+        raise PipelineError(
+            f"checkpoint {settings.checkpoint!r} has committed micro-batches up to {last}, "
+            f"but backup {settings.backup!r} holds batches up to {newest}: the checkpoint "
+            "is older than the backup (a restored copy, or another run's). Resume with the "
+            "checkpoint that wrote this backup, or start a new --checkpoint and --backup"
+        )
 
 
 def _check_local_paths(settings: JobSettings) -> None:

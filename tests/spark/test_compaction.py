@@ -134,3 +134,26 @@ def test_a_new_checkpoint_over_a_backup_with_batches_is_refused(spark: Any, tmp_
     shutil.rmtree(tmp_path / "checkpoint")
     with pytest.raises(PipelineError, match="holds the micro-batches of another checkpoint"):
         run_landed(spark, tmp_path, tmp_path / "plan.json", replan=False)
+
+
+def test_a_checkpoint_behind_its_backup_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A checkpoint restored from an older copy while the backup went on would number its
+    next batches as ones the backup holds: written over them, or beside a compaction
+    that hides them. Refused in one line; the checkpoint that wrote the backup resumes."""
+    rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)  # batches 0 and 1
+    run_landed(spark, tmp_path, tmp_path / "plan.json", max_files_per_trigger=1, replan=False)
+    old = tmp_path / "old_checkpoint"
+    shutil.copytree(tmp_path / "checkpoint", old)
+    feed(rows, tmp_path / "landing", rows_per_file=12, start=24)  # batches 2 and 3
+    run_landed(spark, tmp_path, tmp_path / "plan.json", max_files_per_trigger=1, replan=False)
+    want = read_backup(tmp_path / "backup")
+    newest = tmp_path / "newest_checkpoint"
+    shutil.move(tmp_path / "checkpoint", newest)
+    shutil.copytree(old, tmp_path / "checkpoint")
+    with pytest.raises(PipelineError, match="committed micro-batches up to 1, but backup") as e:
+        run_landed(spark, tmp_path, tmp_path / "plan.json", replan=False)
+    assert "\n" not in str(e.value)
+    pd.testing.assert_frame_equal(read_backup(tmp_path / "backup"), want)  # untouched
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.move(newest, tmp_path / "checkpoint")
+    run_landed(spark, tmp_path, tmp_path / "plan.json", replan=False)  # resumes

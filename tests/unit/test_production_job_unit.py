@@ -141,3 +141,20 @@ def test_cli_run_flags_give_the_settings_replan_on_by_default() -> None:
     assert _replan_waits(catch_up)  # a catch-up plans inside the batch
     inline = settings_from_args(parser.parse_args([*base, "--replan-in-batch"]))
     assert inline.replan_wait is True and _replan_waits(inline)
+
+
+@pytest.mark.parametrize(
+    ("commits", "backup", "behind"),
+    [
+        ([], [], None),  # a new job
+        ([], ["batch_id=0"], None),  # batch 0 written, the job died before committing it
+        (["0", "1", ".1.crc"], ["batch_id=0", "batch_id=1", "batch_id=2"], None),  # a replay
+        (["0", "1"], ["batch_id=0", "batch_id=3"], (1, 3)),  # a restored older checkpoint
+        (["5"], ["batch_id=0-9", "batch_id=10", "_lacuna"], (5, 10)),  # behind a compaction
+        (["9"], ["batch_id=0-9"], None),
+    ],
+)
+def test_a_checkpoint_behind_its_backup_is_found(commits, backup, behind) -> None:  # type: ignore[no-untyped-def]
+    from engine.job.run import newest_batch_behind
+
+    assert newest_batch_behind(commits, backup) == behind
