@@ -93,21 +93,28 @@ def overfull_windows(results: pd.DataFrame, window_rows: int) -> tuple[int, dict
 
 def late_readings(partials: pd.DataFrame, watermark_us: int) -> tuple[int, dict[str, Any] | None]:
     """Readings too late for every window they fall in (their latest window closed
-    before this batch), and the event."""
+    before this batch), and the event. The event also counts the (window, reading)
+    pairs left out (``late_window_readings``): with sliding windows a reading can miss
+    its earlier windows and still reach its latest, and those earlier windows were
+    published without it."""
     late = partials["window_end"] <= watermark_us
     count = int(partials.loc[late, "readings"].sum())
-    if not count:
+    pairs = int(partials.loc[late, "n"].sum()) if "n" in partials else count
+    if not count and not pairs:
         return 0, None
     return count, {
         "event": "late_readings",
         "late_readings": count,
+        "late_window_readings": pairs,
         "windows": int(partials.loc[late, "window_start"].nunique()),
         "watermark": str(pd.Timestamp(watermark_us, unit="us", tz="UTC")),
         "what": (
             "readings whose windows had already closed (they landed later than "
-            "--watermark allows, e.g. files out of time order) are in the backup but "
-            "left out of their windows' aggregates and shadow checks; raise --watermark "
-            "if files land out of order"
+            "--watermark allows, e.g. a sensor's file a batch behind the others) are in "
+            "the backup but left out of those windows' aggregates and shadow checks: the "
+            "windows were published without them. late_readings missed every window they "
+            "fall in, late_window_readings counts each (window, reading) left out; raise "
+            "--watermark if files land out of order"
         ),
     }
 

@@ -50,3 +50,23 @@ def test_readings_of_windows_closed_before_the_batch_are_counted_late() -> None:
     count, event = late_readings(partials, watermark_us=16 * hour)  # two windows closed
     assert count == 8 + 7 + 8 and event is not None and event["windows"] == 2
     assert late_readings(partials, watermark_us=8 * hour - 1) == (0, None)
+
+
+def test_readings_late_for_some_of_their_sliding_windows_are_counted_per_window() -> None:
+    """Windows of 8 hours sliding by 4: a reading at hour 6 falls in [0, 8) and [4, 12).
+    A sensor's file a batch behind the others finds [0, 8) closed: its readings there
+    reach [4, 12) (their latest window, so not late for every window) but [0, 8) was
+    published without them. The event counts those pairs."""
+    hour = 3_600_000_000
+    partials = pd.DataFrame(
+        {
+            "window_start": [0, 4 * hour],
+            "window_end": [8 * hour, 12 * hour],
+            "n": [4, 4],  # hours 4-7 in both windows
+            "readings": [0, 4],  # each counted in its latest window only
+        }
+    )
+    count, event = late_readings(partials, watermark_us=8 * hour)
+    assert count == 0 and event is not None
+    assert event["late_window_readings"] == 4 and event["windows"] == 1
+
