@@ -57,7 +57,7 @@ from engine.live.spec import (
 from engine.live.status import StatusBoard
 from engine.live.store import COMPACT_BATCHES, BackupStore
 from engine.live.switching import PlanSwitching, _last_time
-from engine.live.versions import PendingPlan, PlanVersion
+from engine.live.versions import PendingPlan, PlanVersion, read_versions
 from engine.stream.checkpoint import clear_interrupted_first_batch
 from engine.stream.query_errors import (
     FAILURE_MARK,
@@ -121,7 +121,10 @@ class LivePipeline(PlanSwitching, BatchReporting):
         if self._version.spec is not spec:
             raise PipelineError("the plan version given is not the spec given")
         self._pending: PendingPlan | None = None
-        self._history = {self._version.id: self._version}
+        # the versions before this one (a resumed run's, from the store): the rows they
+        # governed in the windows still open are rebuilt and counted under them
+        self._history = {v.id: v for v in read_versions(store, spec) if v.id < self._version.id}
+        self._history[self._version.id] = self._version
         self._last_time: datetime | None = None
         self._spec_lock = threading.Lock()
         self._failure = FailureTrigger(store, spec.slide)

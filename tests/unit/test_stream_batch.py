@@ -500,3 +500,44 @@ def test_a_batch_a_stop_interrupts_raises_a_short_stop_without_its_cause(tmp_pat
         with pytest.raises(SimulatedFailure):  # a simulated failure is not a stop
             pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 6))), 0)
         assert store.committed_batches(0) == []
+
+
+def test_a_resumed_pipeline_scores_rows_under_the_versions_that_governed_them(
+    tmp_path: Path,
+) -> None:
+    """A run resumed under version 1 (in force from row 10) holds, in its first windows,
+    rows version 0 governed. They are rebuilt with version 0's map and those windows count
+    on version 0's record, as in the process that ran them: version 0's map is 100 off,
+    so its two windows miss, and version 1 is judged on its own two alone."""
+    from datetime import UTC, datetime
+
+    from engine.live.pipeline import LivePipeline
+    from engine.live.store import BackupStore
+    from engine.live.versions import PlanVersion
+
+    h = make_history(24)
+    query = WindowQuery(5.0, 0.05, 6, slide=6, aggregate="avg")
+    good = fit_map(h.values, SENSORS, ("a",))
+    off = LinearMap(good.sensors, good.backup, good.targets, good.intercept + 100.0,
+                    good.coef, good.conditional_variance)  # fmt: skip
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    v0 = PlanVersion(0, "initial", "", StreamSpec(SENSORS, ("a",), off, query), when, 0)
+    v1 = PlanVersion(1, "manual", "", StreamSpec(SENSORS, ("a",), good, query), when, 10)
+    with BackupStore(tmp_path / "s.duckdb") as store:
+        store.write_version(v0.record())
+        pipeline = LivePipeline(
+            None,
+            v1.spec,
+            "approx",
+            PipelinePaths(tmp_path),
+            store,
+            version=v1,
+            backup_writer=lambda df, target, sensors, version: write_backup_batch(
+                target, select_backup_rows(df.frame, sensors), version
+            ),
+        )
+        pipeline.run = 0
+        pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 24))), 0)
+        by_version = pipeline.board.snapshot().shadow_by_version
+    assert by_version[0]["windows"] == 2 and by_version[0]["worst_rate"] == 1.0
+    assert by_version[1]["windows"] == 2 and by_version[1]["worst_rate"] == 0.0
