@@ -19,6 +19,14 @@ here: a machine loss keeps no window state and rebuilds every sensor.
 Only the crashed batch's rows (``m`` at most when the pipeline keeps the exposure:
 ``engine.live.exposure``) are rebuilt: every window is exact except those rows of
 the rebuilt sensors, the crash contract's case. No Spark: one micro-batch.
+
+With the out-of-order stage, readings the stage held back at the last commit die with
+the crash as well (its snapshot keeps the backup set's readings alone): the rows they
+belong to, from the first row the committed state holds incomplete, are lost too.
+They are completed the same way, from the backup the earlier batches wrote as the
+readings arrived, and counted in the lost range, so a loss longer than the exposure
+is reported under the range contract. A row whose backup reading had not arrived by
+the crash cannot be completed: the windows holding it are lost, as before.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec, check_mode
 from engine.live.store import BackupStore
 
-__all__ = ["CrashRecovery", "crash_lost_range", "recover_crash"]
+__all__ = ["CrashRecovery", "crash_lost_range", "in_flight_from", "recover_crash"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,11 +60,26 @@ class CrashRecovery:
     kept: tuple[str, ...] = ()  # sensors whose lost readings were left out of their windows
 
 
-def crash_lost_range(crashed: CrashedBatch, state: WindowState, spec: StreamSpec) -> LostRange:
-    """The crashed batch's rows, and the first window that holds one of them."""
+def crash_lost_range(
+    crashed: CrashedBatch, state: WindowState, spec: StreamSpec, first_row: int | None = None
+) -> LostRange:
+    """The rows the crash lost (the crashed batch's, from ``first_row`` when readings of
+    earlier rows were in flight: ``in_flight_from``), and the first window holding one."""
     w, step = spec.window, spec.slide
-    first_holding = max(0, -(-(crashed.first_row - w + 1) // step))
-    return LostRange(max(state.next_window, first_holding), crashed.first_row, crashed.last_row)
+    first = crashed.first_row if first_row is None else min(first_row, crashed.first_row)
+    first_holding = max(0, -(-(first - w + 1) // step))
+    return LostRange(max(state.next_window, first_holding), first, crashed.last_row)
+
+
+def in_flight_from(state: WindowState, before: int) -> int | None:
+    """The first row before ``before`` the committed state holds with a reading missing:
+    one the out-of-order stage held back at the commit (its snapshot keeps the backup
+    set's readings alone, so the others died with the crash). None when there is none."""
+    stop = min(state.buffered_rows, before - state.start)
+    if stop <= 0:
+        return None
+    holes = np.flatnonzero(np.isnan(state.values[:stop]).any(axis=1))
+    return int(state.start + holes[0]) if holes.size else None
 
 
 def recover_crash(
@@ -66,13 +89,23 @@ def recover_crash(
 
     ``spec`` is the plan version that governed the batch. Commits the batch (its
     backup rows, the windows it closes) under ``(crashed.run, crashed.batch_id)``.
-    A row without a whole backup (mode ``none``, or no backed-up sensor) cannot be
-    rebuilt: the windows holding it are lost and the state skips past them.
+    Rows the committed state holds incomplete before the batch (readings in flight in
+    the out-of-order stage) are lost with it and rebuilt from the earlier batches'
+    backup. A row without a whole backup (mode ``none``, or no backed-up sensor) cannot
+    be rebuilt: the windows holding it are lost and the state skips past them.
     """
     check_mode(mode)
     state = _surviving_state(store, crashed.run, spec)
-    lost = crash_lost_range(crashed, state, spec)
     rows = _batch_backup(store, crashed)
+    own = len(rows)  # the crashed batch's backup rows (committed under its id below)
+    # readings in flight at the last commit died with the crash too: their rows are
+    # lost and rebuilt, from the backup the earlier batches wrote as they arrived
+    flight = in_flight_from(state, crashed.first_row)
+    if flight is not None and crashed.batch_id >= 0:
+        earlier = store.read_backup(flight, crashed.first_row - 1).to_pandas()
+        earlier["arrival_time"] = earlier["event_time"]
+        rows = pd.concat([earlier[list(_EMPTY)], rows[list(_EMPTY)]], ignore_index=True)
+    lost = crash_lost_range(crashed, state, spec, flight)
     if lost.rows == 0:
         return CrashRecovery(lost, np.zeros(0, dtype=np.int64), state, 0, ())
     damaged = replace(state, damaged_until=max(state.damaged_until, lost.last_row))
@@ -88,7 +121,7 @@ def recover_crash(
         BatchWrite(
             run=crashed.run,
             batch_id=crashed.batch_id,
-            backup_rows=len(rows),
+            backup_rows=own,
             backup_bytes=crashed.backup_bytes,
             results=results_frame(closed, spec.sensors),
             max_seq=lost.last_row,
