@@ -23,7 +23,7 @@ with panels.page_guard():
     st.subheader("Sensors to plan for")
     chosen = widgets.sensor_picker(dataset.history.sensors)
     if len(chosen) < state.MIN_SENSORS:
-        st.warning(f"Choose at least {state.MIN_SENSORS} sensors to plan for.")
+        st.warning(panels.too_few_sensors(dataset, len(chosen)))
     else:
         st.caption(f"{len(chosen)} sensors chosen; next: **Tune** the tolerance.")
         st.plotly_chart(charts.preview_chart(dataset.history, chosen))

@@ -17,13 +17,13 @@ with panels.page_guard():
     data, params = state.planning_data(), state.params()
     if not panels.require_sensors(data):
         st.stop()
+    n_rows, least = data.history.values.shape[0], disorder.least_rows(params)
+    if not disorder.enough_rows(n_rows, params):
+        st.stop()
     c1, c2, c3 = st.columns([2, 1, 1])
-    n_rows = data.history.values.shape[0]
-    disorder.remember_choices(10 * params.window, n_rows)  # kept across page switches
+    disorder.remember_choices(least, n_rows)  # kept across page switches
     preset = c1.selectbox("Arrival delays", list(disorder.PRESETS), key="w_delays")
-    rows = c2.number_input(
-        "Rows to replay", 10 * params.window, n_rows, step=24, key="w_disorder_rows"
-    )
+    rows = c2.number_input("Rows to replay", least, n_rows, step=24, key="w_disorder_rows")
     seed = c3.number_input("Random seed", 0, 10_000, key="w_seed")
     disorder.keep_choices()
     history = data.history.rows(0, int(rows))

@@ -11,7 +11,7 @@ with panels.page_guard():
     data, plan = panels.page_plan()
     panels.guarantee(plan)
     st.subheader("Sensors")
-    table = savings.display_table(plans.backup_table(plan))
+    table = savings.display_table(plans.backup_table(plan), plans.unmeasured_label(plan))
     st.dataframe(
         table,
         hide_index=True,

@@ -8,6 +8,7 @@ import streamlit as st
 from engine.data import LoadOptions
 from engine.errors import EngineError
 from ui import state
+from ui.format import shorten
 from ui.panels import QUIET
 from ui.upload import load_upload
 
@@ -39,7 +40,7 @@ def accept_upload(uploaded: object, options: LoadOptions) -> None:
                     lambda f, m: bar.progress(min(1.0, f), text=m),
                 )
             except EngineError as err:
-                st.session_state[_ERROR] = f"{err}"
+                st.session_state[_ERROR] = shorten(f"{err}")
                 box.update(label=f"Could not load {uploaded.name}", state="error")
             except OSError as err:  # the disk, not the data: full, read-only, permissions
                 st.session_state[_ERROR] = (
@@ -56,9 +57,11 @@ def accept_upload(uploaded: object, options: LoadOptions) -> None:
 
 
 def use_sample() -> None:
-    """Back to the shipped sample (a button callback)."""
-    for key in (state.DATASET, "w_sensors", _ERROR):
+    """Back to the shipped sample (a button callback): loaded here, not left to
+    ``state.current_dataset``, which would restore the saved session (the last upload)."""
+    for key in ("w_sensors", _ERROR):
         st.session_state.pop(key, None)
+    state.set_dataset(state.sample_dataset())
 
 
 def interval_text(seconds: float) -> str:

@@ -34,6 +34,24 @@ COLOURS = {
     "no_buffer": "#999999",
 }
 MAX_ROWS = 720
+MIN_WINDOWS = 10  # windows a replay needs for its coverage and accuracy figures
+
+
+def least_rows(params: PlanParameters) -> int:
+    return MIN_WINDOWS * params.window
+
+
+def enough_rows(n_rows: int, params: PlanParameters) -> bool:
+    """Whether the data holds ``MIN_WINDOWS`` windows; else say what to change."""
+    least = least_rows(params)
+    if n_rows >= least:
+        return True
+    st.warning(
+        f"The replay needs at least {MIN_WINDOWS} windows of rows ({MIN_WINDOWS} x "
+        f"{params.window} = {least:,} rows) and the data has {n_rows:,}: set the window to "
+        f"at most {max(1, n_rows // MIN_WINDOWS)} rows on Tune."
+    )
+    return False
 
 
 def run(

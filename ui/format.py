@@ -91,3 +91,12 @@ def shadow_counted(misses: float, windows: int, contract: str) -> str:
         share = 100 * misses / windows if windows else 0.0
         return f"{share:.1f} % of the failures touching its {windows:,} shadow windows"
     return f"{round(misses):,} of {windows:,} shadow windows"
+
+
+def shorten(text: str, most: int = 500) -> str:
+    """``text`` cut in the middle to at most ``most`` characters: an error quoting a
+    3,000-character column name keeps its start (what is wrong) and end (what to do)."""
+    if len(text) <= most:
+        return text
+    keep = most - 5
+    return f"{text[: keep * 3 // 5]} ... {text[len(text) - keep * 2 // 5 :]}"

@@ -44,9 +44,19 @@ def page_guard() -> Iterator[None]:
 def require_sensors(data: PlanningData) -> bool:
     n = len(data.history.sensors)
     if n < state.MIN_SENSORS:
-        st.warning(f"Choose at least {state.MIN_SENSORS} sensors on the Data page (got {n}).")
+        st.warning(too_few_sensors(state.current_dataset(), n, " on the Data page"))
         return False
     return True
+
+
+def too_few_sensors(dataset: state.Dataset, chosen: int, where: str = "") -> str:
+    """Why nothing can be planned: the file has too few sensors, or too few are chosen."""
+    if len(dataset.history.sensors) < state.MIN_SENSORS:
+        return (
+            f"{dataset.name} has only one sensor: a plan rebuilds sensors from others, so "
+            f"upload a file with at least {state.MIN_SENSORS} sensor columns."
+        )
+    return f"Choose at least {state.MIN_SENSORS} sensors{where} (got {chosen})."
 
 
 def page_plan() -> tuple[PlanningData, BackupPlan]:

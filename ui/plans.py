@@ -1,10 +1,11 @@
 """Plans for the UI: instant previews, measured (backtested) plans, what-if curves.
 
 No Streamlit here. A *preview* is the plan without a backtest: the model and
-its calibrated targets are fitted once per (data, sensors, delta, window,
-slide, aggregate), then ``retarget`` re-selects for every eps and method in
-milliseconds. A *measured* plan is ``make_plan`` with its rolling-origin
-backtest; it is slow, so it is cached by (data, sensors, parameters, folds).
+its calibrated targets are fitted once per data, sensors and every parameter
+but eps and method (delta, window, slide, aggregate, horizon, exposure, ...),
+then ``retarget`` re-selects for every eps and method in milliseconds. A
+*measured* plan is ``make_plan`` with its rolling-origin backtest; it is slow,
+so it is cached by (data, sensors, parameters, folds).
 """
 
 from __future__ import annotations
@@ -85,17 +86,12 @@ def backtest_settings(history: SensorHistory, params: PlanParameters) -> Backtes
 
 
 def _structure(params: PlanParameters) -> tuple:
-    """The parameters a preview must refit for (eps and method are retargeted): the
-    exposure too, which sets the contract calibration scores."""
-    return (
-        params.delta,
-        params.window,
-        params.effective_slide,
-        params.aggregate,
-        params.calibration,
-        params.history,
-        params.exposure,
-    )
+    """The parameters a preview must refit for: all of them (the horizon and exposure
+    set what calibration scores) but the ones ``retarget`` and ``preview_plan`` apply
+    to a fitted plan (eps, per-sensor eps, method, unit corrections). A field added to
+    the parameters is in the key unless it is named here."""
+    fitted = replace(params.with_query(eps=1.0, eps_by_sensor=()), method="greedy", units=())
+    return astuple(fitted)
 
 
 def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -> BackupPlan:
@@ -251,6 +247,15 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def unmeasured_label(plan: BackupPlan) -> str | None:
+    """What the table's backtest rate says for every sensor when the backtest measured
+    nothing for ``plan``: "not run" (a preview), "n/a" (a backtest that could not score
+    it); None when it measured the plan (a sensor without a rate was never rebuilt)."""
+    if plan.backtest is None:
+        return "not run"
+    return None if _measured_misses(plan) else "n/a"
 
 
 def _measured_misses(plan: BackupPlan) -> dict[str, tuple[float, int]]:

@@ -164,12 +164,17 @@ def cost_section(report: CostReport, plan: BackupPlan) -> None:
     st.dataframe(cost_table(report, plan), hide_index=True)
     inputs = report.inputs
     executors = report.executors(report.full)
-    st.caption(
+    rates = inputs.rates
+    share = (
         f"A full backup takes {format_percent(report.full_backup_share)} of the job's core "
         f"time ({format_quantity(executors)} executors of "
-        f"{inputs.compute.cores_per_executor} cores at this fleet's rate). Each amount is "
-        "computed unrounded and shown to the cent, so a row's lines may not add up to its "
-        "total to the cent. " + recovery_line(report)
+        f"{inputs.compute.cores_per_executor} cores at this fleet's rate)."
+        if rates.write_core_us + rates.job_core_us > 0
+        else "Write and job rates are 0: the bill counts no compute for writing or the job."
+    )
+    st.caption(
+        f"{share} Each amount is computed unrounded and shown to the cent, so a row's lines "
+        "may not add up to its total to the cent. " + recovery_line(report)
     )
     st.caption(
         f"Sources. Store: {inputs.store.source}. Compute rates: {inputs.rates.source}. "
@@ -177,14 +182,17 @@ def cost_section(report: CostReport, plan: BackupPlan) -> None:
     )
 
 
-def display_table(rows: list[dict]) -> pd.DataFrame:  # type: ignore[type-arg]
+def display_table(rows: list[dict], unmeasured: str | None) -> pd.DataFrame:  # type: ignore[type-arg]
     """The per-sensor table as people read it: percentages and SI numbers, no exponents
-    (the column headers are shortened by ``TABLE_FORMAT``)."""
+    (the column headers are shortened by ``TABLE_FORMAT``). ``unmeasured``: what the
+    backtest rate says when the backtest measured nothing (``plans.unmeasured_label``);
+    None for a measured plan, whose sensors without a rate were never rebuilt."""
     table = pd.DataFrame(rows)
     table["model P(miss)"] = [format_percent(p, 2) for p in table["model P(miss)"]]
     rate = "backtest miss rate (rebuilt windows)"
     table[rate] = [
-        "never rebuilt" if p is None or math.isnan(p) else format_percent(p) for p in table[rate]
+        unmeasured or ("never rebuilt" if p is None or math.isnan(p) else format_percent(p))
+        for p in table[rate]
     ]
     for name in ("model error bound", "conditional variance", "variance target"):
         table[name] = [format_quantity(v) for v in table[name]]

@@ -3,25 +3,27 @@
 No Streamlit here. Under ``<LACUNA_HOME>/session`` the app keeps ``state.json``
 (dataset name, fingerprint, chosen sensors, plan parameters) and, for an
 uploaded data set, ``dataset.parquet`` (wide: a ``time`` column and one float
-column per sensor). A restore checks the fingerprint of what it loads: data
-that differs from what was saved is never restored silently.
+column per sensor) with ``report.json``, what the loader found in the uploaded
+file (the cleaned copy has no missing values, unsorted rows or notes left to
+find). A restore checks the fingerprint of what it loads: data that differs
+from what was saved is never restored silently.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from engine.data import SensorHistory, load_history
+from engine.data import DataReport, SensorHistory, load_history
 from engine.errors import DataError, EngineError
 from engine.planning import PlanParameters
 
-STATE_FILE, DATA_FILE = "state.json", "dataset.parquet"
+STATE_FILE, DATA_FILE, REPORT_FILE = "state.json", "dataset.parquet", "report.json"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ def save_session(
         frame = pd.DataFrame(history.values, columns=list(history.sensors))
         frame.insert(0, "time", pd.to_datetime(history.times))
         _atomic(folder / DATA_FILE, lambda tmp: frame.to_parquet(tmp, index=False))
+        report = {"fingerprint": saved.fingerprint, "report": history.report.to_dict()}
+        _atomic(folder / REPORT_FILE, lambda tmp: tmp.write_text(json.dumps(report)))
     state = {
         "name": saved.name,
         "fingerprint": saved.fingerprint,
@@ -88,7 +92,38 @@ def load_saved_data(folder: Path, saved: SavedSession, sample: Path) -> SensorHi
             f"the data at {str(path)!r} differs from the last session's {saved.name} "
             "(fingerprint changed): not restored"
         )
-    return history
+    report = None if saved.is_sample else load_report(folder, saved.fingerprint)
+    return history if report is None else replace(history, report=report)
+
+
+def load_report(folder: Path, fingerprint: str) -> DataReport | None:
+    """The saved upload's loader report, or None when there is none for that data set or
+    it is not readable (the report of the saved copy is shown then)."""
+    path = folder / REPORT_FILE
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        if raw["fingerprint"] != fingerprint:
+            return None
+        return _report_from_dict(raw["report"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _report_from_dict(data: dict[str, Any]) -> DataReport:
+    """The inverse of ``DataReport.to_dict`` (JSON turned its tuples into lists)."""
+    names = {f.name for f in fields(DataReport)}
+    if set(data) != names:
+        raise KeyError(f"report fields differ: {sorted(set(data) ^ names)}")
+    tuples = {
+        "sensors": tuple(data["sensors"]),
+        "constant_sensors": tuple(data["constant_sensors"]),
+        "duplicate_sensors": tuple(tuple(pair) for pair in data["duplicate_sensors"]),
+        "notes": tuple(data["notes"]),
+        "missing_rate": {str(k): float(v) for k, v in data["missing_rate"].items()},
+    }
+    return DataReport(**{**data, **tuples})
 
 
 def _atomic(path: Path, write: Any) -> None:

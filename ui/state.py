@@ -9,13 +9,14 @@ with a history that loaded.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
 
 from engine.data import SensorHistory
+from engine.data.units import sensor_units
 from engine.errors import EngineError
 from engine.live import default_exposure
 from engine.planning import PlanParameters
@@ -27,6 +28,7 @@ from ui.session_store import SavedSession
 
 DATASET, SELECTION, PARAMS, AUTO_BACKTEST = "dataset", "sensors", "params", "auto_backtest"
 RESTORE_NOTE = "_restore_note"  # what a new session restored (or why it could not)
+PLANNED = "_planned_for"  # the last choice of enough sensors the parameters were set for
 DEFAULT_GROUPS = ("TEMP", "DEWP")  # on the shipped sample: both in degC
 MIN_SENSORS = 2
 
@@ -46,12 +48,18 @@ def make_dataset(history: SensorHistory, name: str, is_sample: bool = False) -> 
 
 
 def current_dataset() -> Dataset:
-    """The session's dataset: the app's last state after a refresh, else the shipped sample."""
+    """The session's dataset. A new session restores the workspace's last state (one per
+    server, shared by its browser sessions), else starts on the shipped sample; a session
+    that has a dataset keeps it until its operator uploads or picks the sample."""
     if DATASET not in st.session_state and not restore_session():
-        path = resources.sample_path()
-        history = resources.sample_history(str(path), path.stat().st_mtime_ns)
-        set_dataset(make_dataset(history, path.name, is_sample=True))
+        set_dataset(sample_dataset())
     return st.session_state[DATASET]
+
+
+def sample_dataset() -> Dataset:
+    path = resources.sample_path()
+    history = resources.sample_history(str(path), path.stat().st_mtime_ns)
+    return make_dataset(history, path.name, is_sample=True)
 
 
 def set_dataset(dataset: Dataset) -> None:
@@ -59,6 +67,7 @@ def set_dataset(dataset: Dataset) -> None:
     st.session_state[DATASET] = dataset
     st.session_state[SELECTION] = default_selection(dataset.history.sensors)
     st.session_state[PARAMS] = default_parameters(dataset.history, st.session_state[SELECTION])
+    st.session_state[PLANNED] = list(st.session_state[SELECTION])
     save_session(write_data=not dataset.is_sample)
 
 
@@ -143,6 +152,34 @@ def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParame
     return PlanParameters(WindowQuery(eps, 0.05, window, exposure=default_exposure(window)))
 
 
+def reselect_parameters(before: list[str], chosen: list[str]) -> bool:
+    """Parameters for a new choice of sensors: the current ones where they still apply;
+    eps is reset to the new choice's default when that brings a unit eps was not set
+    for (True then). Per-sensor eps and unit corrections keep the chosen sensors'."""
+    old, dataset = params(), current_dataset()
+    planned = before if len(before) >= MIN_SENSORS else st.session_state.get(PLANNED, before)
+    was = _eps_by_unit(old, planned)
+    units = set(sensor_units(chosen, old.units).values())
+    applies = units <= set(was)
+    if not applies:
+        eps = default_parameters(dataset.history, chosen).eps
+    else:  # one unit left: its own eps (set per unit group, or the single one)
+        eps = was[next(iter(units))] if len(units) == 1 else old.eps
+    keep = set(chosen)
+    query = old.with_query(
+        eps=eps, eps_by_sensor=tuple((s, e) for s, e in old.eps_by_sensor if s in keep)
+    )
+    set_params(replace(query, units=tuple((s, u) for s, u in old.units if s in keep)))
+    st.session_state[PLANNED] = list(chosen)
+    return not applies
+
+
+def _eps_by_unit(p: PlanParameters, sensors: list[str]) -> dict[str, float]:
+    """unit -> the eps its sensors among ``sensors`` have (per unit group, else ``p.eps``)."""
+    given = dict(p.eps_by_sensor)
+    return {u: given.get(s, p.eps) for s, u in sensor_units(sensors, p.units).items()}
+
+
 def selection() -> list[str]:
     current_dataset()
     return list(st.session_state[SELECTION])
@@ -178,10 +215,19 @@ def planning_data() -> PlanningData:
     key = hashlib.sha256(f"{dataset.fingerprint}|{chosen!r}".encode()).hexdigest()[:24]
     cached = st.session_state.get("_planning_data")
     if cached is None or cached.key != key:
-        history = dataset.history.select(list(chosen)) if len(chosen) >= 1 else dataset.history
+        history = dataset.history.select(list(chosen)) if chosen else _no_sensors(dataset)
         cached = PlanningData(history, key)
         st.session_state["_planning_data"] = cached
     return cached
+
+
+def _no_sensors(dataset: Dataset) -> SensorHistory:
+    """The dataset's times without a sensor: none chosen plans nothing (the pages stop at
+    ``MIN_SENSORS``), never every sensor."""
+    h = dataset.history
+    report = replace(h.report, sensors=(), missing_rate={}, constant_sensors=(),
+                     duplicate_sensors=())  # fmt: skip
+    return SensorHistory(h.times, h.values[:, :0], (), report)
 
 
 def upload_dir() -> Path:

@@ -81,7 +81,8 @@ def _group_inputs(
         for col, (unit, members) in zip(cols, items[row : row + MAX_COLUMNS], strict=False):
             key = f"w_eps_unit_{unit}"
             if key not in st.session_state:
-                st.session_state[key] = given.get(members[0], _group_default(history, members))
+                kept = [given[s] for s in members if s in given]  # a sensor added keeps its group's
+                st.session_state[key] = kept[0] if kept else _group_default(history, members)
             value = col.number_input(
                 f"eps for {unit} ({len(members)} sensors)",
                 min_value=1e-6,

@@ -6,6 +6,7 @@ No Streamlit here, so the error path is testable on its own: the page shows
 
 from __future__ import annotations
 
+import codecs
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -17,6 +18,18 @@ from engine.errors import DataError
 CHUNK = 8 << 20  # bytes written per progress step
 MAX_NAME_BYTES = 255  # what ext4, XFS, APFS and NTFS allow for one file name
 Progress = Callable[[float, str], None]
+SNIFF_BYTES = 64 << 10  # how much of a text upload ``looks_like`` reads
+# (leading bytes, what the file looks like, what to do); before a CSV parser reads it
+SIGNATURES = (
+    (b"PAR1", "a Parquet file", "name it .parquet, or export it as CSV"),
+    (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)", "export the sheet as CSV"),
+    (b"\xd0\xcf\x11\xe0", "an Excel .xls workbook", "export the sheet as CSV"),
+    (b"\x1f\x8b", "gzip-compressed data", "decompress it first (gunzip)"),
+    (b"%PDF", "a PDF document", "export the readings as CSV"),
+    (b"\xff\xfe", "UTF-16 text", "save it as UTF-8 (CSV UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text", "save it as UTF-8 (CSV UTF-8)"),
+)
+TEXT_CONTROLS = frozenset(b"\t\n\r\x0c\x1a")  # control bytes a text file may hold
 
 
 def safe_name(name: str) -> str:
@@ -39,6 +52,29 @@ def safe_name(name: str) -> str:
     return base or "upload.csv"
 
 
+def looks_like(data: bytes) -> tuple[str, str] | None:
+    """(what the bytes look like, what to do) when a text upload is plainly not CSV text,
+    else None (the loader's own checks follow): a known signature, UTF-16 without its
+    byte-order mark (every other byte NUL), or mostly control bytes (binary data)."""
+    head = data[:SNIFF_BYTES]
+    for magic, kind, advice in SIGNATURES:
+        if head.startswith(magic):
+            return kind, advice
+    if len(head) >= 8:  # ASCII in UTF-16: a NUL beside every character, on one side
+        nul = sorted((head[0::2].count(0) / len(head[0::2]), head[1::2].count(0) / len(head[1::2])))
+        if nul[0] < 0.1 and nul[1] > 0.4:
+            return "UTF-16 text", "save it as UTF-8 (CSV UTF-8)"
+    try:  # not UTF-8: the loader says so in one line
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+    controls = sum(1 for b in head if (b < 32 and b not in TEXT_CONTROLS) or b == 127)
+    if controls > 0.1 * len(head):
+        share = 100 * controls / len(head)
+        return f"a binary file ({share:.0f} % control bytes such as NUL)", "export it as CSV"
+    return None
+
+
 def load_upload(
     name: str,
     data: bytes,
@@ -59,6 +95,9 @@ def load_upload(
         )
     if not data:
         raise DataError(f"{base}: file is empty")
+    found = looks_like(data) if SUFFIXES[Path(base).suffix.lower()] == "csv" else None
+    if found is not None:
+        raise DataError(f"{base}: this looks like {found[0]}, not CSV text; {found[1]}")
     folder = Path(tempfile.mkdtemp(prefix="upload-", dir=directory))
     try:
         path = folder / base

@@ -101,11 +101,15 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
         key="w_sensors",
         help="eps is in the aggregate's unit: mixed units get one eps per unit group on Tune.",
     )
-    if chosen != state.selection():
+    before = state.selection()
+    if chosen != before:
         state.set_selection(chosen)
         if len(chosen) >= state.MIN_SENSORS:
-            dataset = state.current_dataset()
-            state.set_params(state.default_parameters(dataset.history, chosen))
+            if state.reselect_parameters(before, chosen):
+                st.info(
+                    f"eps reset to {state.params().eps:g}: the chosen sensors have a unit the "
+                    "last eps was not set for; the other parameters are kept (see Tune)."
+                )
             _forget_parameter_widgets()
     return chosen
 
@@ -190,11 +194,22 @@ EXPOSURE_HELP = (
 
 
 def _exposure_widget(col: DeltaGenerator, window: int) -> int | None:
-    """The crash contract's exposure in rows; None (the input's 0) for the range contract."""
+    """The crash contract's exposure in rows; None (the input's 0) for the range contract.
+
+    A smaller window lowers the most it can be: the exposure is clamped to it here, as
+    Streamlit would reset an out-of-range value to 0, the range contract."""
+    most = max(1, 4 * int(window))
+    asked = st.session_state.get("w_exposure") or 0
+    if asked > most:  # before the widget exists in this run
+        col.info(
+            f"Exposure lowered from {asked} to {most} rows: a "
+            f"window of {window} rows allows at most {most}; the crash contract stays."
+        )
+        st.session_state["w_exposure"] = most
     rows = col.number_input(
         f"Exposure: rows a failure loses (0: whole windows; default {default_exposure(window)})",
         min_value=0,
-        max_value=max(1, 4 * int(window)),
+        max_value=most,
         step=1,
         key="w_exposure",
         help=EXPOSURE_HELP,

@@ -321,7 +321,9 @@ def compare_costs(inputs: CostInputs) -> CostReport:
     batch = inputs.job.readings_per_batch(inputs.fleet)
     day = rate * 86400.0
     rates = inputs.rates
-    share = rates.write_core_us / (rates.job_core_us + rates.write_core_us)
+    core_us = rates.job_core_us + rates.write_core_us
+    # both rates 0 (valid: compute left out of the bill): a full backup adds no core time
+    share = rates.write_core_us / core_us if core_us > 0 else 0.0
     return CostReport(
         inputs=inputs,
         full=full,
@@ -331,5 +333,5 @@ def compare_costs(inputs: CostInputs) -> CostReport:
         recovery_batch_s={s: inputs.recovery.seconds(batch, s) for s in ("lacuna", "full")},
         recovery_day_s={s: inputs.recovery.seconds(day, s) for s in ("lacuna", "full")},
         readings_per_batch=batch,
-        full_backup_share=share if rates.job_core_us + rates.write_core_us > 0 else 0.0,
+        full_backup_share=share,
     )

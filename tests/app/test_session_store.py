@@ -23,6 +23,7 @@ def test_an_upload_and_its_parameters_round_trip_with_the_same_fingerprint(tmp_p
     assert state == saved
     again = load_saved_data(tmp_path, state, SMALL)
     assert again.fingerprint() == history.fingerprint() and again.sensors == history.sensors
+    assert again.report == history.report  # what the loader found, not the saved copy's
 
 
 def test_missing_or_changed_data_is_not_restored(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def test_backup_table_rates_count_only_rebuilt_windows() -> None:
         rate = rows[s]["backtest miss rate (rebuilt windows)"]
         assert rate == (misses / rebuilt if rebuilt else None)
         assert rows[s]["backtest misses / rebuilt windows"] == f"{misses} / {rebuilt}"
-    table = savings.display_table(list(rows.values()))
+    table = savings.display_table(list(rows.values()), plans.unmeasured_label(plan))
     never = [s for s, (_, r, _) in plan.backtest.per_sensor.items() if r == 0]
     shown = dict(zip(table["sensor"], table["backtest miss rate (rebuilt windows)"], strict=True))
     assert all(shown[s] == "never rebuilt" for s in never)

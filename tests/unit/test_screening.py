@@ -69,4 +69,3 @@ def test_readings_late_for_some_of_their_sliding_windows_are_counted_per_window(
     count, event = late_readings(partials, watermark_us=8 * hour)
     assert count == 0 and event is not None
     assert event["late_window_readings"] == 4 and event["windows"] == 1
-
