@@ -28,7 +28,7 @@ from pathlib import Path
 from bench.common import print_json
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ("engine", "tests", "sample_data", "bench", "pyproject.toml")
+COPY = ("engine", "ui", "tests", "sample_data", "bench", "pyproject.toml")
 
 
 CTRL = "tests/unit/test_control.py::"
