@@ -63,8 +63,11 @@ import engine  # noqa: F401  (single-threaded BLAS before numpy loads)
 from bench import bench_honesty as honesty
 from bench.common import random_covariance
 from bench.honesty_live import run_live_fold
+from bench.honesty_oracle import case_eps
 from engine.aggregates import leave_out
+from engine.cli import parse_eps_by_unit
 from engine.data import load_history
+from engine.data.units import eps_for_units
 from engine.export import plan_to_config
 from engine.model import GaussianModel
 from engine.planning import (
@@ -143,13 +146,17 @@ def plan_like_cli(
     case: honesty.Case, data: Any, t: int, h: int, s: int, tmp: Path, exposure: int | None = None
 ) -> Any:
     """The plan ``plan --data CSV --eps E --delta D --window W --agg A --horizon S
-    [--exposure M]`` makes."""
+    [--exposure M] [--eps-by-unit U]`` makes (a case of mixed units takes one eps per
+    unit, as ``bench_honesty`` passes it to the CLI)."""
     csv = tmp / "history.csv"
     honesty.write_history(csv, data.times[t - h : t], data.values[t - h : t], list(data.sensors))
     query = WindowQuery(case.eps, honesty.DELTA, case.window, aggregate=case.aggregate,
                         horizon=s, exposure=exposure)  # fmt: skip
-    params = PlanParameters(query)
-    return make_plan(load_history(csv), params, backtest=BacktestSettings(max_folds=None))
+    params, history = PlanParameters(query), load_history(csv)
+    if case.eps_by_unit:
+        per = eps_for_units(history.sensors, parse_eps_by_unit(case.eps_by_unit), params.units)
+        params = params.with_query(eps_by_sensor=per)
+    return make_plan(history, params, backtest=BacktestSettings(max_folds=None))
 
 
 def rebuild_all(model: GaussianModel, backup: tuple[int, ...], x: np.ndarray) -> np.ndarray:
@@ -181,7 +188,7 @@ def run_control_fold(
     ctl = SensorController(config, plan.model.cov_, plan.targets, backup)
     misses, pairs = np.zeros(n, dtype=float), np.zeros(n, dtype=int)
     sizes, changes = [], 0
-    eps = np.full(n, float(case.eps))
+    eps = case_eps(case, list(plan.sensors))
     # every sensor the plan measured keeping its readings: once released, a crash keeps
     # them (the live loop and the job score it so)
     kept = np.isin(np.arange(n), kept_indices(plan))
@@ -208,8 +215,9 @@ def run_static_fold(config: dict[str, Any], case: honesty.Case, truth: np.ndarra
                     sensors: list[str]) -> dict[str, Any]:  # fmt: skip
     """bench_honesty's scoring of the exported config applied alone."""
     recovered, rebuilt = honesty.recover_from_config(config, truth, sensors)
+    eps = honesty.eps_vector(config, sensors)  # one per sensor (a case of mixed units)
     miss = np.abs(honesty.tumbling(recovered, case.window, case.aggregate)
-                  - honesty.tumbling(truth, case.window, case.aggregate)) > case.eps  # fmt: skip
+                  - honesty.tumbling(truth, case.window, case.aggregate)) > eps  # fmt: skip
     return {"misses": np.where(rebuilt, miss.sum(axis=0), 0),
             "pairs": np.where(rebuilt, miss.shape[0], 0),
             "backup": len(config["backup_sensors"]), "warnings": []}  # fmt: skip

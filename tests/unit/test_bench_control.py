@@ -53,6 +53,29 @@ def test_the_plan_is_the_one_the_cli_writes(tmp_path: Path) -> None:
         )
 
 
+def test_a_case_of_mixed_units_is_planned_and_scored_with_its_eps_per_unit(
+    tmp_path: Path,
+) -> None:
+    """``--eps-by-unit`` as ``bench_honesty`` passes it: the plan is the CLI's with one eps
+    per unit, and the loop scores each sensor against its own eps (a 1,000 eps for a
+    temperature would hide every miss)."""
+    times, values, _ = recording(H + S)
+    sensors = ["a_TEMP", "b_TEMP", "c_PRES"]
+    csv, out = tmp_path / "cli.csv", tmp_path / "plan.json"
+    write_history(csv, times[:H], values[:H], sensors)
+    units = "degC=0.5,hPa=1000"
+    argv = ["plan", "--data", str(csv), "--eps", "1000", "--delta", "0.05", "--window",
+            str(W), "--agg", "avg", "--horizon", str(S), "--eps-by-unit", units,
+            "--out", str(out)]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert cli_main(argv) == 0
+    cli = json.loads(out.read_text())
+    case = Case("mixed", "none", ("*",), "avg", W, 1000.0, None, "choose", eps_by_unit=units)
+    plan = plan_like_cli(case, load_history(csv), H, H, S, tmp_path)
+    assert list(plan.backup_sensors) == cli["backup_sensors"]
+    assert dict(plan.parameters.eps_by_sensor) == {"a_TEMP": 0.5, "b_TEMP": 0.5, "c_PRES": 1000.0}
+
+
 def test_a_backed_up_sensor_is_rebuilt_by_its_regression_on_the_rest_of_the_set() -> None:
     rng = np.random.default_rng(3)
     x = rng.normal(size=(300, 2)) @ rng.normal(size=(2, 5)) + 0.3 * rng.normal(size=(300, 5))
