@@ -172,7 +172,9 @@ def contract_note(plan: BackupPlan) -> None:
         f"close. The window state and the backup live under {str(home)!r} on this machine: a "
         "crash of the pipeline keeps them (the crash contract's figure holds); the loss of "
         "the machine takes the state, every open window is rebuilt, and the range "
-        "contract's figure is the one that holds."
+        "contract's figure is the one that holds. With arrival delays, the readings the "
+        "out-of-order stage holds back at a commit are lost with a crash too: the recovery "
+        "report counts their rows and says which contract covers the loss."
     )
 
 

@@ -22,7 +22,8 @@ the rebuilt sensors, the crash contract's case. No Spark: one micro-batch.
 
 With the out-of-order stage, readings the stage held back at the last commit die with
 the crash as well (its snapshot keeps the backup set's readings alone): the rows they
-belong to, from the first row the committed state holds incomplete, are lost too.
+belong to, from the first row the committed state does not hold complete (a gap, or
+the rows past its last), are lost too.
 They are completed the same way, from the backup the earlier batches wrote as the
 readings arrived, and counted in the lost range, so a loss longer than the exposure
 is reported under the range contract. A row whose backup reading had not arrived by
@@ -72,14 +73,16 @@ def crash_lost_range(
 
 
 def in_flight_from(state: WindowState, before: int) -> int | None:
-    """The first row before ``before`` the committed state holds with a reading missing:
-    one the out-of-order stage held back at the commit (its snapshot keeps the backup
-    set's readings alone, so the others died with the crash). None when there is none."""
+    """The first row before ``before`` the committed state does not hold complete: a row
+    with a reading missing, or past its last row. The out-of-order stage held such a
+    row's readings back at the commit (it releases whole windows, so usually the newest
+    rows whole), and its snapshot keeps the backup set's readings alone: the others
+    died with the crash. None when the state holds every row before ``before``."""
+    held = state.start + state.buffered_rows  # the first row the state has not seen
     stop = min(state.buffered_rows, before - state.start)
-    if stop <= 0:
-        return None
-    holes = np.flatnonzero(np.isnan(state.values[:stop]).any(axis=1))
-    return int(state.start + holes[0]) if holes.size else None
+    holes = np.flatnonzero(np.isnan(state.values[: max(stop, 0)]).any(axis=1))
+    first = int(state.start + holes[0]) if holes.size else held
+    return first if first < before else None
 
 
 def recover_crash(

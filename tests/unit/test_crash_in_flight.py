@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from engine.live.batch import WindowState, advance_windows
 from engine.live.crash import recover_crash
@@ -50,22 +51,26 @@ def readings(x: np.ndarray, rows: range, sensors: tuple[str, ...]) -> pd.DataFra
     return frame
 
 
+@pytest.mark.parametrize("held", [("a", "b"), SENSORS])
 def test_rows_in_flight_at_a_crash_are_rebuilt_from_the_backup_and_counted_lost(
-    tmp_path: Path,
+    tmp_path: Path, held: tuple[str, ...]
 ) -> None:
-    """Batch 0 took rows 0-5 in, but the stage held back a and b of rows 4-5 (released
-    later): the committed state has window 0 closed and rows 4-5 with holes. Its backup
+    """Batch 0 took rows 0-5 in, but the stage held back the ``held`` readings of rows
+    4-5 (a and b: the committed state has rows 4-5 with holes; every sensor: the state
+    ends at row 3, as the stage releasing whole windows leaves it). Batch 0's backup
     holds a's readings of rows 0-5 (written as they arrived). The crash takes batch 1,
-    rows 6-7 (its backup: a). Window 1 (rows 4-7) is rebuilt: a read, b from the map,
-    c and d as read in rows 4-5 and from the map in 6-7. The loss is rows 4-7: more
-    than the exposure, so the range contract covers it, not the crash contract."""
+    rows 6-7 (its backup: a). Window 1 (rows 4-7) is rebuilt: a read, the held readings
+    of rows 4-5 and every other of rows 6-7 from the map, the rest as read. The loss is
+    rows 4-7: more than the exposure, so the range contract covers it."""
     x = history()
     lm = fit_map(x, SENSORS, ("a",))
     spec = StreamSpec(SENSORS, ("a",), lm, WindowQuery(5.0, 0.05, W, aggregate="avg"))
     spec = replace(spec, query=replace(spec.query, exposure=EXPOSURE))
-    released = pd.concat([readings(x, range(4), SENSORS), readings(x, range(4, 6), ("c", "d"))])
+    rest = tuple(s for s in SENSORS if s not in held)
+    parts = [readings(x, range(4), SENSORS)] + ([readings(x, range(4, 6), rest)] if rest else [])
+    released = pd.concat(parts)
     state = advance_windows(WindowState.empty(len(SENSORS), 0, W), released, spec.window_params)
-    assert state.closed.ids.tolist() == [0] and state.state.buffered_rows == 2
+    assert state.closed.ids.tolist() == [0] and state.state.buffered_rows == (2 if rest else 0)
     with BackupStore(tmp_path / "s.duckdb") as store:
         first = readings(x, range(6), ("a",))
         nbytes = write_backup_batch(store.batch_uri(0, 0), first)
@@ -85,8 +90,10 @@ def test_rows_in_flight_at_a_crash_are_rebuilt_from_the_backup_and_counted_lost(
     assert outcome.window_ids.tolist() == [1]
     want = x.copy()
     mapped = lm.apply(x[4:8, [0]])  # every sensor of lm.sensors, from a
-    want[4:8, 1] = mapped[:, SENSORS.index("b")]
-    want[6:8, 2:] = mapped[2:, 2:]
+    for s in SENSORS[1:]:
+        j = SENSORS.index(s)
+        rows = slice(0, 4) if s in held else slice(2, 4)  # of rows 4-7
+        want[4:8][rows, j] = mapped[rows, lm.sensors.index(s)]
     got = results[results["window_id"] == 1].set_index("sensor")["value"]
     np.testing.assert_allclose(got[list(SENSORS)].to_numpy(), want[4:8].mean(axis=0))
     assert outcome.seed.next_window == 2 and outcome.seed.damaged_until == 7
