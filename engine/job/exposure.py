@@ -108,6 +108,7 @@ class RunExposure:
     exposure_rows: int | None  # the plan's m; None under the range contract
     rows_per_trigger: int | None  # None: a catch-up run takes what landed
     checkpoint_local: bool  # a plain path or file: URI
+    backup_local: bool  # the backup's URI, the same way
     durability: str  # one sentence: which failure each contract covers here
     warning: str | None = None  # batches can exceed the exposure
 
@@ -132,26 +133,43 @@ def run_exposure(
     trigger_s: float,
     available_now: bool,
     checkpoint: str,
+    backup: str,
 ) -> RunExposure:
     """The start line's facts for a plan covering ``exposure`` rows (None: the range
-    contract), run with a ``trigger_s`` trigger (or ``available_now``) and its window
-    state under ``checkpoint``."""
+    contract), run with a ``trigger_s`` trigger (or ``available_now``), its window state
+    under ``checkpoint`` and its backup under ``backup``. Both contracts rebuild from the
+    backup: a backup on a local disk does not survive the machine's loss, whatever the
+    checkpoint does, and the sentence says so."""
     rows = None if available_now else rows_per_trigger(trigger_s, sampling_interval_s)
-    local = is_local(checkpoint)
+    local, backup_local = is_local(checkpoint), is_local(backup)
+    lost_with_machine = (
+        "a lost machine takes the backup with it, and neither contract can rebuild what it "
+        "held: put --backup on storage that survives the machine"
+    )
     if exposure is None:
-        return RunExposure(
-            RANGE,
-            None,
-            rows,
-            local,
+        durability = (
             "the plan's range contract covers whole windows rebuilt from the backup, "
-            "whatever the failure lost",
+            "whatever the failure lost"
         )
-    if local:
+        if backup_local:
+            durability += f"; the backup is on a local disk: {lost_with_machine}"
+        return RunExposure(RANGE, None, rows, local, backup_local, durability)
+    if local and backup_local:
+        durability = (
+            "the checkpoint and the backup are on a local disk: the crash contract covers a "
+            f"process crash (both survive it); {lost_with_machine}"
+        )
+    elif backup_local:
+        durability = (
+            f"the checkpoint is on {urlparse(checkpoint).scheme} but the backup is on a local "
+            f"disk: the crash contract covers a process crash; {lost_with_machine}"
+        )
+    elif local:
         durability = (
             "the checkpoint is on a local disk: the crash contract covers a process crash "
             "(the window state survives); a lost machine takes the state with it and falls "
-            "under the range contract (rebuild whole windows with recover --from --to)"
+            f"under the range contract (rebuild whole windows from the backup on "
+            f"{urlparse(backup).scheme} with recover --from --to)"
         )
     else:
         durability = (
@@ -160,8 +178,9 @@ def run_exposure(
             "the range contract (rebuild whole windows with recover --from --to)"
         )
     return RunExposure(
-        CRASH, exposure, rows, local, durability, _warning(exposure, rows, trigger_s)
-    )
+        CRASH, exposure, rows, local, backup_local, durability,
+        _warning(exposure, rows, trigger_s),
+    )  # fmt: skip
 
 
 def _warning(exposure: int, rows: int | None, trigger_s: float) -> str | None:

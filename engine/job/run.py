@@ -321,6 +321,7 @@ def state_exposure(
         settings.trigger_s,
         settings.available_now,
         settings.checkpoint,
+        settings.backup,
     ).to_dict()
     files.write(paths.run, (json.dumps(facts) + "\n").encode())
     log({"event": "contract", **facts})

@@ -90,33 +90,47 @@ def test_rows_per_trigger_is_the_trigger_at_the_datas_rate(trigger_s, dt, rows) 
 
 
 def test_the_start_line_warns_once_when_a_trigger_carries_more_than_the_exposure() -> None:
-    over = run_exposure(4, 10.0, 60.0, False, "/tmp/ckpt")
+    over = run_exposure(4, 10.0, 60.0, False, "/tmp/ckpt", "s3a://b/backup")
     assert over.contract == CRASH and over.exposure_rows == 4 and over.rows_per_trigger == 6
     assert over.warning is not None and "over 4 rows back up every sensor" in over.warning
-    within = run_exposure(6, 10.0, 60.0, False, "/tmp/ckpt")
+    within = run_exposure(6, 10.0, 60.0, False, "/tmp/ckpt", "s3a://b/backup")
     assert within.warning is None
 
 
 def test_a_catch_up_run_says_its_batches_take_what_landed() -> None:
-    found = run_exposure(4, 10.0, 1.0, True, "file:///tmp/ckpt")
+    found = run_exposure(4, 10.0, 1.0, True, "file:///tmp/ckpt", "s3a://b/backup")
     assert found.rows_per_trigger is None
     assert found.warning is not None and "--available-now" in found.warning
 
 
 @pytest.mark.parametrize("checkpoint", ["/var/lib/lacuna/ckpt", "file:///srv/ckpt", "C:/ckpt"])
 def test_a_local_checkpoint_covers_a_process_crash_not_the_machines_loss(checkpoint) -> None:
-    found = run_exposure(4, 10.0, 1.0, False, checkpoint)
+    found = run_exposure(4, 10.0, 1.0, False, checkpoint, "s3a://b/backup")
     assert found.checkpoint_local
     assert "process crash" in found.durability and "lost machine" in found.durability
     assert "range contract" in found.durability
 
 
 def test_a_remote_checkpoint_names_its_storage() -> None:
-    found = run_exposure(4, 10.0, 1.0, False, "hdfs://nn/ckpt")
+    found = run_exposure(4, 10.0, 1.0, False, "hdfs://nn/ckpt", "hdfs://nn/backup")
     assert not found.checkpoint_local and "hdfs" in found.durability
 
 
 def test_a_range_contract_plan_states_no_exposure_and_no_warning() -> None:
-    found = run_exposure(None, 10.0, 600.0, True, "/tmp/ckpt")
+    found = run_exposure(None, 10.0, 600.0, True, "/tmp/ckpt", "hdfs://nn/backup")
     assert found.contract == RANGE and found.exposure_rows is None and found.warning is None
     assert "whole windows" in found.durability
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "exposure"),
+    [("/var/lib/lacuna/ckpt", 4), ("s3a://b/ckpt", 4), ("s3a://b/ckpt", None)],
+)
+def test_a_backup_on_a_local_disk_is_said_to_die_with_the_machine(checkpoint, exposure) -> None:  # type: ignore[no-untyped-def]
+    """Both contracts rebuild from the backup: on a local disk it does not survive the
+    machine, whatever the checkpoint does, and the start line must not promise a
+    rebuild from it."""
+    found = run_exposure(exposure, 10.0, 1.0, False, checkpoint, "/var/lib/lacuna/backup")
+    assert found.backup_local
+    assert "takes the backup with it" in found.durability
+    assert "recover --from --to" not in found.durability
