@@ -85,7 +85,7 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         LoadOptions(
             layout=cast(Any, layout),
             time_column=getattr(args, "time_column", None),
-            numeric_time_unit=getattr(args, "time_unit", "s"),
+            numeric_time_unit=getattr(args, "time_unit", None),
             sensors=chosen,  # chosen before the row minimum: 3 of 10,000 columns need 5 rows
         ),
     )
@@ -93,8 +93,8 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         raise ParameterError(
             f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
         )
-    filled = history.report.mostly_filled()
-    _warn([filled] if filled else [])
+    for said in (history.report.early_times(), history.report.mostly_filled()):
+        _warn([said] if said else [])
     return history
 
 
@@ -128,7 +128,8 @@ def _params(args: argparse.Namespace) -> PlanParameters:
 
 def parse_eps_by_unit(text: str) -> dict[str, float]:
     """``'degC=1,ug/m3=20'`` -> ``{"degC": 1.0, "ug/m3": 20.0}``; each eps as ``--eps``
-    takes it (finite, > 0, at most ``engine.query.MAX_EPS``)."""
+    takes it (finite, within ``engine.query.MIN_EPS .. MAX_EPS``); a unit given twice is a
+    ``ParameterError``."""
     from engine.query import check_eps
 
     out: dict[str, float] = {}
@@ -141,6 +142,11 @@ def parse_eps_by_unit(text: str) -> dict[str, float]:
         if not sep or not unit.strip() or not eps > 0 or eps == float("inf"):
             raise ParameterError(f"--eps-by-unit items must be UNIT=EPS with EPS > 0, got {item!r}")
         check_eps(eps, f"--eps-by-unit {unit.strip()!r}")
+        if unit.strip() in out:  # as a key given twice in a config: never the last one silently
+            raise ParameterError(
+                f"--eps-by-unit gives unit {unit.strip()!r} twice "
+                f"({out[unit.strip()]:g} and {eps:g}): give each unit once"
+            )
         out[unit.strip()] = eps
     return out
 
@@ -149,12 +155,14 @@ def _with_unit_eps(
     params: PlanParameters, history: SensorHistory, args: argparse.Namespace
 ) -> PlanParameters:
     """``params`` with the per-sensor eps that ``--eps-by-unit`` asks for."""
+    from engine.data.range import check_eps_units
     from engine.data.units import eps_for_units
 
     text = getattr(args, "eps_by_unit", None)
     if not text:
         return params
     per = eps_for_units(history.sensors, parse_eps_by_unit(text), params.units)
+    check_eps_units(history.values, history.sensors, dict(per))  # planned in eps units
     return params.with_query(eps_by_sensor=per)
 
 
@@ -194,10 +202,15 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# Warnings of the command running, said once it succeeds: a refusal comes alone, not
+# after a warning about input it then refused (two stderr lines for one mistake).
+_PENDING: list[str] = []
+
+
 def _warn(warnings: Sequence[str]) -> None:
-    """One line on stderr, never a silent fallback."""
+    """One line on stderr, never a silent fallback; printed when the command succeeds."""
     if warnings:
-        print("warning: " + "; ".join(warnings), file=sys.stderr)
+        _PENDING.append("warning: " + "; ".join(warnings))
 
 
 def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +278,7 @@ def cmd_recover(args: argparse.Namespace) -> dict[str, Any]:
     else:
         result = recover_file(args.config, args.backup, args.out)
     for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        _warn([warning])
     return result.to_dict()
 
 
@@ -311,8 +324,10 @@ def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:
 
     from engine.disorder.experiment import run_disorder_experiment
 
+    if args.rows is not None and args.rows < 1:  # 0 replayed every row, as if not given
+        raise ParameterError(f"--rows must be >= 1, got {args.rows!r}")
     history = _history(args)
-    if args.rows:
+    if args.rows is not None:
         history = history.rows(0, args.rows)
     report = run_disorder_experiment(
         history,
@@ -345,15 +360,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    _PENDING.clear()
     try:
         args = build_parser().parse_args(argv)
         result = COMMANDS[args.command](args)
     except EngineError as err:
+        _PENDING.clear()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        _PENDING.clear()
         print("interrupted", file=sys.stderr)
         return 130
+    for line in _PENDING:
+        print(line, file=sys.stderr)
+    _PENDING.clear()
     from engine.export import json_safe
 
     try:

@@ -22,7 +22,7 @@ from engine.errors import ParameterError
 from engine.job.flags import KEEP, add_run_flags
 from engine.planning.folds import DEFAULT_BACKTEST_FOLDS as DEFAULT_MAX_FOLDS
 
-__all__ = ["FOLDS_HELP", "build_parser"]
+__all__ = ["FOLDS_HELP", "build_parser", "seed"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,6 +30,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ParameterError(f"{self.prog}: {message}")
+
+
+def seed(text: str) -> int:
+    """``--seed``: a whole number >= 0 (NumPy's generators refuse a negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
 
 
 DELAYS_HELP = "exp:MEAN, pareto:SHAPE,SCALE, const:SECONDS, mix:... or file:PATH (seconds)"
@@ -78,9 +89,11 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-column", default=None, help="name of the time column")
     p.add_argument(
         "--time-unit",
-        default="s",
+        default=None,
         choices=("ns", "us", "ms", "s", "min", "h"),
-        help="unit of a numeric time column since 1970-01-01: ns, us, ms, s, min or h (default s)",
+        help="unit of a numeric time column since 1970-01-01: ns, us, ms, s, min or h (default "
+        "s; unless given, numbers that are certainly dates, YYYYMMDD or Excel serial days, "
+        "are refused)",
     )
 
 
@@ -148,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DELAYS",
         help="readings arrive late by these delays and the disorder stage runs: " + DELAYS_HELP,
     )
-    sim.add_argument("--seed", type=int, default=0, help="seed of the --disorder delays")
+    sim.add_argument("--seed", type=seed, default=0, help="seed of the --disorder delays")
     sim.add_argument(
         "--failure",
         default=None,
@@ -166,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--window", type=int, required=True)
     dis.add_argument("--agg", default="avg", help=_agg_help())
     dis.add_argument("--sensors", default=None)
-    dis.add_argument("--rows", type=int, default=None, help="replay only the first ROWS rows")
-    dis.add_argument("--seed", type=int, default=0)
+    dis.add_argument(
+        "--rows", type=int, default=None, help="replay only the first ROWS rows (at least 1)"
+    )
+    dis.add_argument("--seed", type=seed, default=0, help="seed of the delays (an integer >= 0)")
     return parser

@@ -21,6 +21,10 @@ from engine.errors import ParameterError
 from engine.windows import check_window
 
 MAX_EPS = 1e100  # a variance target squares it (and readings stay within 1e60: engine.data.range)
+# The cap's mirror: eps squared stays a normal double (1e-200; below about 1e-154 it is
+# subnormal, below 1e-162 zero, and a variance target of 0 divides by zero). A per-sensor
+# eps must also keep the readings in eps units within the limit: engine.data.range.
+MIN_EPS = 1e-100
 
 
 def _is_real(x: object) -> bool:
@@ -32,11 +36,14 @@ def _is_count(x: object) -> bool:
 
 
 def check_eps(eps: object, name: str = "eps") -> None:
-    """A tolerance is a finite number > 0, at most ``MAX_EPS`` (its square must not overflow)."""
+    """A tolerance is a finite number > 0, within ``MIN_EPS .. MAX_EPS`` (its square must
+    neither overflow nor vanish)."""
     if not _is_real(eps) or not math.isfinite(float(eps)) or float(eps) <= 0:  # type: ignore[arg-type]
         raise ParameterError(f"{name} must be a finite number > 0, got {eps!r}")
     if float(eps) > MAX_EPS:  # type: ignore[arg-type]
         raise ParameterError(f"{name} must be at most {MAX_EPS:g}, got {eps!r}")
+    if float(eps) < MIN_EPS:  # type: ignore[arg-type]
+        raise ParameterError(f"{name} must be at least {MIN_EPS:g}, got {eps!r}")
 
 
 # Below this the guarantee's quantile levels (1 - 0.7 delta, (1 - delta) ** (1 / w) for

@@ -12,6 +12,7 @@ from engine.data.history import (
     SensorHistory,
     history_from_frame,
     load_history,
+    load_sensors,
 )
 from engine.data.options import (
     DEFAULT_OPTIONS,
@@ -27,4 +28,5 @@ __all__ = [
     "DEFAULT_OPTIONS", "EDGE_FILL_FRACTION", "GAP_FACTOR", "NULL_STRINGS", "SENSOR_NAMES",
     "SUFFIXES", "TIME_NAMES", "UNIT_NS", "UNIT_WORDS", "VALUE_NAMES", "DataReport", "Layout",
     "LoadOptions", "MissingPolicy", "SensorHistory", "history_from_frame", "load_history",
+    "load_sensors",
 ]  # fmt: skip

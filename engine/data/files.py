@@ -103,10 +103,15 @@ def exact_path(path: Path) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", str(path))
 
 
+DELIMITERS = (",", "\t", ";", "|")
+SNIFF_LINES = 5  # data lines after the header the delimiter must also split alike
+
+
 def _read_header(path: Path) -> tuple[list[str], str]:
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             line = handle.readline()
+            sample = [handle.readline() for _ in range(SNIFF_LINES)]
     except UnicodeDecodeError as err:
         raise DataError(f"{path.name}: not UTF-8 text ({err.reason})") from err
     except OSError as err:  # permissions, I/O errors: the file, not its content
@@ -114,8 +119,31 @@ def _read_header(path: Path) -> tuple[list[str], str]:
     if not line.strip():
         raise DataError(f"{path.name}: file is empty (no header line)")
     tsv = path.suffix.lower() == ".tsv"
-    delim = "\t" if tsv else max([",", "\t", ";", "|"], key=line.count)
-    return [n.strip() for n in next(csv.reader([line], delimiter=delim))], delim
+    delim = "\t" if tsv else sniff_delimiter(line, [s for s in sample if s.strip()])
+    return [n.strip() for n in _fields(line, delim)], delim
+
+
+def sniff_delimiter(header: str, rows: list[str]) -> str:
+    """The delimiter of a CSV whose first line is ``header`` and next lines ``rows``.
+
+    Each candidate splits the lines as CSV does, so a delimiter inside a quoted name
+    (``"plant|hall|t1"``) is no field boundary. The choice is the one that splits the
+    header into more than one field and every row into as many, the most fields first
+    (names holding ``;`` or ``|`` unquoted then lose to the commas that split the
+    readings); failing that, the one splitting the header into the most fields (a file
+    that is no table is refused later, by its ragged rows).
+    """
+
+    def rank(delim: str) -> tuple[bool, int]:
+        width = len(_fields(header, delim))
+        alike = width > 1 and all(len(_fields(row, delim)) == width for row in rows)
+        return alike, width
+
+    return max(DELIMITERS, key=rank)
+
+
+def _fields(line: str, delim: str) -> list[str]:
+    return next(csv.reader([line], delimiter=delim), [])
 
 
 _DATA_LIKE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|\d{4}-\d{2}-\d{2}([ T].*)?")

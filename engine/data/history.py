@@ -21,6 +21,7 @@ import pandas as pd
 
 from engine.data.files import check_file, check_names, connect, read_csv, read_parquet
 from engine.data.names import resolve_sensors
+from engine.data.numeric_times import EARLY_TIMES
 from engine.data.options import DEFAULT_OPTIONS, LoadOptions
 from engine.data.range import check_range
 from engine.data.reader import Decoded, decode, format_ns, shorten
@@ -57,6 +58,11 @@ class DataReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-friendly dict of every field."""
         return asdict(self)
+
+    def early_times(self) -> str | None:
+        """The note on numeric times read as dates before 1980 (they may be Excel serial
+        days, YYYYMMDD dates or a relative clock; ``engine.data.numeric_times``), else None."""
+        return next((n for n in self.notes if EARLY_TIMES in n), None)
 
     def mostly_filled(self) -> str | None:
         """One sentence when some sensors missed more than ``MOSTLY_FILLED`` of their
@@ -189,7 +195,25 @@ def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> Se
     ------
     DataError : one line naming the file, and the column and row where possible.
     """
-    path = Path(path)
+    return _assemble(_read(Path(path), options, None), options)
+
+
+def load_sensors(
+    path: str | Path, wanted: Sequence[str], options: LoadOptions = DEFAULT_OPTIONS
+) -> tuple[SensorHistory, tuple[str, ...]]:
+    """``load_history`` of only the sensors named in ``wanted`` (exact names) that the file
+    holds, and the names of its other sensors, which are not read.
+
+    A wide file's other columns are never parsed or checked (a note, a blank or a
+    failed sensor beside the ones used), so only the time column and these decide
+    what loads and which rows are missing. A name in ``wanted`` the file lacks is
+    absent from the result: the caller says what that means.
+    """
+    decoded = _read(Path(path), options, frozenset(wanted))
+    return _assemble(decoded, options), decoded.ignored
+
+
+def _read(path: Path, options: LoadOptions, wanted: frozenset[str] | None) -> Decoded:
     kind = check_file(path)
     with connect() as con:
         found: list[str] = []  # the file's own notes (a CSV header cell without a name)
@@ -197,9 +221,15 @@ def load_history(path: str | Path, options: LoadOptions = DEFAULT_OPTIONS) -> Se
             read_parquet(con, path)
         else:
             found = read_csv(con, path, options)
-        decoded = decode(con, path.name, options)
+        decoded = decode(con, path.name, options, wanted)
         decoded.notes.extend(found)
-    return _assemble(decoded, options)
+    if decoded.ignored:
+        n = len(decoded.sensors)
+        decoded.notes.append(
+            f"read only the sensors used ({n} of {n + len(decoded.ignored)}); not read: "
+            f"{shorten(decoded.ignored)}"
+        )
+    return decoded
 
 
 def history_from_frame(

@@ -21,14 +21,18 @@ class LoadOptions:
     layout: Layout = "auto"
     time_column: str | None = None  # auto-detect when None
     missing: MissingPolicy = "interpolate"  # linear in time, then drop rows still missing
-    numeric_time_unit: str = "s"  # unit of a numeric time column: "s", "min", "h", "ms"
+    # unit of a numeric time column ("s", "min", "h", "ms", ...); None: not said, so
+    # seconds (hours for a column named with "hour"), and numbers that are certainly
+    # dates (YYYYMMDD, Excel serial days) are refused rather than read as 1970
+    numeric_time_unit: str | None = None
     min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
     sensors: tuple[str, ...] | None = None  # names or globs kept, before the row minimum
 
     def __post_init__(self) -> None:
         _check_choice("layout", self.layout, ("auto", "wide", "long"))
         _check_choice("missing", self.missing, ("interpolate", "drop"))
-        _check_choice("numeric_time_unit", self.numeric_time_unit, tuple(UNIT_NS))
+        if self.numeric_time_unit is not None:
+            _check_choice("numeric_time_unit", self.numeric_time_unit, tuple(UNIT_NS))
         if self.time_column is not None and not (
             isinstance(self.time_column, str) and self.time_column
         ):

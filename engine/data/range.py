@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 
 from engine.data.reader import format_ns
-from engine.errors import DataError
+from engine.errors import DataError, ParameterError
 
 MAX_ABS_READING = 1e60
 MAX_RELATIVE_DEVIATION = 1e9
@@ -122,3 +122,27 @@ def _reference(values: np.ndarray) -> np.ndarray:
         if unseen.size:
             reference[unseen] = np.nanmedian(values[:, unseen], axis=0)
     return reference
+
+
+def check_eps_units(values: np.ndarray, sensors: tuple[str, ...], eps: dict[str, float]) -> None:
+    """``ParameterError`` when a sensor's readings divided by its own eps pass
+    ``MAX_ABS_READING``.
+
+    A per-sensor eps is planned on readings in eps units (each divided by its eps,
+    ``engine.planning.plan``), whose squares the same limit keeps finite: a tiny eps
+    (1e-100 for readings near 30) overflowed there with ``RuntimeWarning`` lines and a
+    plan from infinities. ``values`` (T, n) finite, ``eps`` by sensor (the others: none).
+    """
+    index = [j for j, s in enumerate(sensors) if s in eps]
+    if not index or not values.shape[0]:
+        return
+    top = np.abs(values[:, index]).max(axis=0)
+    scaled = top / np.array([eps[sensors[j]] for j in index])
+    k = int(np.argmax(scaled))
+    if scaled[k] > MAX_ABS_READING:
+        name = sensors[index[k]]
+        raise ParameterError(
+            f"an eps of {eps[name]!r} for sensor {name!r} puts its readings (up to "
+            f"{top[k]:.3g}) at {scaled[k]:.1e} eps units, beyond the readings' limit of "
+            f"+-{MAX_ABS_READING:g}: use an eps of at least {top[k] / MAX_ABS_READING:.1e}"
+        )

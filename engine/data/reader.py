@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from engine.data.numeric_times import check_numeric_times
 from engine.data.options import UNIT_NS, UNIT_WORDS, LoadOptions
 from engine.errors import DataError
 
@@ -46,6 +47,7 @@ class Decoded:
     sensors: tuple[str, ...]
     rows: np.ndarray | None  # (T,) 1-based file rows (wide) or None (long)
     notes: list[str]
+    ignored: tuple[str, ...] = ()  # the file's sensors not read (``decode``'s ``wanted``)
 
 
 def _q(name: str) -> str:
@@ -113,8 +115,19 @@ class _Table:
         return row is not None and row[1] < 0.5 * row[0]
 
 
-def decode(con: duckdb.DuckDBPyConnection, source: str, options: LoadOptions) -> Decoded:
-    """Decode the table ``raw``: find the time column and the layout, parse every value."""
+def decode(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    options: LoadOptions,
+    wanted: frozenset[str] | None = None,
+) -> Decoded:
+    """Decode the table ``raw``: find the time column and the layout, parse every value.
+
+    ``wanted``: only these sensors (exact names) are read where the file holds them: a
+    wide file's other columns are never parsed, a long file's other sensors are left
+    out after the pivot, and ``Decoded.ignored`` names them. A wide file naming one of
+    them as a column is read wide.
+    """
     schema = {str(r[0]): str(r[1]) for r in con.execute("DESCRIBE raw").fetchall()}
     table = _Table(con, source, schema)
     if table.count("true") == 0:
@@ -123,10 +136,31 @@ def decode(con: duckdb.DuckDBPyConnection, source: str, options: LoadOptions) ->
     notes = [f"time column {time_col!r} ({how})"]
     time_expr, unit = _time_expression(table, time_col, options, notes)
     others = [n for n in schema if n != time_col]
-    roles = _long_roles(table, time_col, others, options.layout)
+    named = wanted is not None and options.layout == "auto" and not wanted.isdisjoint(others)
+    roles = None if named else _long_roles(table, time_col, others, options.layout)
+    time = (time_expr, unit)
     if roles is None:
-        return _decode_wide(table, time_col, (time_expr, unit), others, notes)
-    return _decode_long(table, time_col, (time_expr, unit), roles, notes)
+        chosen = others if wanted is None else [n for n in others if n in wanted]
+        decoded = _decode_wide(table, time_col, time, chosen, notes, need_one=wanted is None)
+        decoded.ignored = tuple(n for n in others if n not in chosen)
+    else:
+        decoded = _keep_wanted(_decode_long(table, time_col, time, roles, notes), wanted)
+    if unit is not None:
+        words = next(w for u, w in UNIT_WORDS.items() if UNIT_NS[u] == unit)
+        stated = options.numeric_time_unit is not None
+        said = check_numeric_times(source, time_col, decoded.times, unit, words, stated)
+        decoded.notes.extend([said] if said else [])
+    return decoded
+
+
+def _keep_wanted(decoded: Decoded, wanted: frozenset[str] | None) -> Decoded:
+    """A long file's ``wanted`` sensors only (all when None); the others in ``ignored``."""
+    if wanted is not None:
+        keep = [j for j, s in enumerate(decoded.sensors) if s in wanted]
+        decoded.ignored = tuple(s for s in decoded.sensors if s not in wanted)
+        decoded.values = decoded.values[:, keep]
+        decoded.sensors = tuple(decoded.sensors[j] for j in keep)
+    return decoded
 
 
 def _find_time_column(table: _Table, options: LoadOptions) -> tuple[str, str]:
@@ -183,19 +217,25 @@ def _time_expression(
     raise DataError(f"{table.source}: column {name!r} has type {table.schema[name]}, not times")
 
 
-# a UTC offset, Z or a named zone after a clock time: "...12:00+02:00", "...12:00:00.5Z",
-# "...12:00 -0500", "...12:00:00 America/New_York", "...12:00 UTC"
-_ZONED = (
-    r"\d:\d{2}(:\d{2}(\.\d+)?)?\s*"
-    r"(Z|[+-]\d{2}(:?\d{2})?|[A-Za-z]+(/[A-Za-z0-9_+-]+)+|UTC|GMT)\s*$"
-)
+# what DuckDB also reads as a naive TIMESTAMP, dropping it: a UTC offset, Z or UTC after a
+# clock time ("...12:00+02:00", "...12:00:00.5Z", "...12:00 -0500", "...12:00 utc")
+_OFFSET = r"\d:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?|[Uu][Tt][Cc]|GMT)\s*$"
 
 
 def _refuse_mixed_zones(table: _Table, name: str) -> int:
     """``DataError`` when some times carry a UTC offset or a zone and others none: the
     naive ones would be read as UTC and the two kinds interleaved, hours apart, silently.
-    Returns how many times carry one."""
-    zoned = f"regexp_matches(trim({_q(name)}), '{_ZONED}')"
+    Returns how many times carry one.
+
+    A time carries one when DuckDB reads it as a zoned time but not as a naive one
+    (whatever it parses as a zone: ``America/New_York``, ``EST``, ``CET``, ``PST8PDT``,
+    ``Etc/GMT+5``; a pattern of names missed the abbreviations), or when the offsets a
+    naive read also takes follow its clock (``_OFFSET``)."""
+    col = _q(name)
+    zoned = (
+        f"(regexp_matches(trim({col}), '{_OFFSET}') OR (TRY_CAST({col} AS TIMESTAMP) IS NULL "
+        f"AND TRY_CAST({col} AS TIMESTAMPTZ) IS NOT NULL))"
+    )
     some = table.count(zoned)
     if some == 0 or some == table.count("true"):
         return some
@@ -213,7 +253,9 @@ def _refuse_mixed_zones(table: _Table, name: str) -> int:
 
 
 def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:
-    unit, why = options.numeric_time_unit, "numeric_time_unit"
+    unit, why = options.numeric_time_unit or "s", "numeric_time_unit"
+    if options.numeric_time_unit is None:
+        why = "the default numeric time unit"
     if unit == "s" and "hour" in name.lower():
         unit, why = "h", "its name contains 'hour'"
     notes.append(
@@ -309,14 +351,21 @@ def _to_ns(table: _Table, name: str, raw: np.ndarray, unit: int | None) -> np.nd
 
 
 def _decode_wide(
-    table: _Table, time_col: str, time: tuple[str, int | None], sensors: list[str], notes: list[str]
+    table: _Table,
+    time_col: str,
+    time: tuple[str, int | None],
+    sensors: list[str],
+    notes: list[str],
+    need_one: bool = True,
 ) -> Decoded:
-    if not sensors:
+    if not sensors and need_one:
         raise DataError(f"{table.source}: no numeric sensor columns besides {time_col!r}")
     exprs = _number_expressions(table, sensors)
-    columns = ", ".join(f"{e} AS s{i}" for i, e in enumerate(exprs))
-    got = table.con.execute(f"SELECT {time[0]} AS t, {columns} FROM raw").fetchnumpy()
-    values = np.column_stack([got[f"s{i}"] for i in range(len(sensors))]).astype(np.float64)
+    columns = "".join(f", {e} AS s{i}" for i, e in enumerate(exprs))
+    got = table.con.execute(f"SELECT {time[0]} AS t{columns} FROM raw").fetchnumpy()
+    values = np.column_stack(
+        [got[f"s{i}"] for i in range(len(sensors))] or [np.empty((len(got["t"]), 0))]
+    ).astype(np.float64)
     times = _to_ns(table, time_col, got["t"], time[1])
     rows = np.arange(1, times.size + 1)
     return Decoded(table.source, "wide", time_col, times, values, tuple(sensors), rows, notes)

@@ -24,8 +24,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from engine.data.files import shorten_path
 from engine.data.units import sensor_units
 from engine.errors import ConfigError, ParameterError
+from engine.export.atomic import write_atomically
 from engine.export.codec import iso_utc, to_config
 from engine.export.loader import SCHEMA_VERSION
 from engine.export.snippets import (
@@ -223,24 +225,38 @@ def config_format(path: str | Path) -> str:
 
 def check_config_out(path: str | Path) -> None:
     """``ConfigError`` now for a config path that cannot be written, before a plan that
-    may take a minute: a wrong extension, a directory, a missing or read-only folder."""
+    may take a minute: a wrong extension, a directory, a missing or read-only folder, a
+    name the system refuses (too long, a folder on the way not searchable). The folder
+    must be writable even when the file is: the config is written beside it and renamed
+    over it (``write_config``)."""
     out = Path(path)
     config_format(out)
     folder = out.parent if str(out.parent) else Path(".")
-    if out.is_dir():
-        raise ConfigError(f"cannot write config to {out}: it is a directory")
-    if not folder.is_dir():
-        raise ConfigError(f"cannot write config to {out}: no directory {str(folder)!r}")
-    if not os.access(out if out.exists() else folder, os.W_OK):
-        raise ConfigError(f"cannot write config to {out}: permission denied")
+    cannot = f"cannot write config to {shorten_path(out, 160)}"
+    try:
+        if out.is_dir():
+            raise ConfigError(f"{cannot}: it is a directory")
+        if not folder.is_dir():
+            raise ConfigError(f"{cannot}: no directory {str(folder)!r}")
+        writable = os.access(folder, os.W_OK) and (not out.exists() or os.access(out, os.W_OK))
+    except OSError as err:
+        raise ConfigError(f"{cannot}: {err.strerror or err}") from None
+    if not writable:
+        raise ConfigError(f"{cannot}: permission denied")
 
 
 def write_config(config: dict[str, Any], path: str | Path) -> Path:
-    """Write ``config`` to ``path``; the format follows the extension (.json, .yaml, .yml)."""
+    """Write ``config`` to ``path``; the format follows the extension (.json, .yaml, .yml).
+
+    Replaced whole or not at all (``engine.export.atomic``): a write that fails (a full
+    disk, Ctrl-C) leaves the config that was there.
+    """
     out = Path(path)
-    fmt = config_format(out)
+    text = dump_config(config, config_format(out))
     try:
-        out.write_text(dump_config(config, fmt))
+        write_atomically(out, lambda tmp: tmp.write_text(text))
     except OSError as err:
-        raise ConfigError(f"cannot write config to {out}: {err.strerror}") from err
+        raise ConfigError(
+            f"cannot write config to {shorten_path(out, 160)}: {err.strerror or err}"
+        ) from err
     return out

@@ -8,6 +8,7 @@ plan's own contract, and each result says so with the plan's measured figure for
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,9 +17,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.data.history import LoadOptions, SensorHistory, load_history
+from engine.data.files import shorten_path
+from engine.data.history import LoadOptions, SensorHistory, load_sensors
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
+from engine.export.atomic import write_atomically
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
@@ -71,9 +74,11 @@ def recover_file(
     """Rebuild all sensors from ``backup_path`` with the map in ``config_path``.
 
     The backup file holds a time column and (at least) every backup sensor's
-    column, wide or long. Extra columns are ignored and reported. A CSV header
-    quoted against spreadsheet formulas (``'=x``, as this project writes them)
-    matches the config's ``=x``. The CSV written quotes such names the same way
+    column, wide or long. Only the time and the backup sensors are read (the map
+    rebuilds every other sensor from them alone): other columns (the failed sensors,
+    a note) are neither parsed nor checked, and are reported in ``ignored_columns``.
+    A CSV header quoted against spreadsheet formulas (``'=x``, as this project writes
+    them) matches the config's ``=x``. The CSV written quotes such names the same way
     (``engine.data.names``); Parquet keeps them exact.
 
     A time step where a backup sensor has no reading is not rebuilt (dropped, counted
@@ -83,7 +88,10 @@ def recover_file(
     """
     config = load_config(config_path)
     out = _check_out(out_path, backup_path)
-    history = load_history(backup_path, LoadOptions(min_rows=2))
+    names = [n for s in config.backup_sensors for n in (s, spreadsheet_safe(s))]
+    # the backup sensors only, their gaps dropped (a filled-in reading would be written
+    # out as if it had been backed up)
+    history, ignored = load_sensors(backup_path, names, LoadOptions(min_rows=2, missing="drop"))
     columns = {s: _column_of(s, history.sensors) for s in config.backup_sensors}
     missing = [s for s, column in columns.items() if column is None]
     if missing:
@@ -91,11 +99,7 @@ def recover_file(
             f"{Path(backup_path).name} lacks backup sensor column(s) {', '.join(missing[:5])} "
             "named in the config"
         )
-    ignored = tuple(s for s in history.sensors if s not in columns.values())
-    chosen = tuple(str(columns[b]) for b in config.backup_sensors)
-    if any(history.report.missing_rate.get(c, 0.0) > 0 for c in chosen):
-        # read again, the backup sensors only, their gaps dropped (not filled)
-        history = load_history(backup_path, LoadOptions(min_rows=2, missing="drop", sensors=chosen))
+    ignored += tuple(s for s in history.sensors if s not in columns.values())
     lm = config.linear_map()
     backup = (
         history.select([str(columns[b]) for b in lm.backup]).values
@@ -421,14 +425,22 @@ def _check_out(out_path: str | Path, backup: str | Path) -> Path:
     out = Path(out_path)
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise DataError(f"{out.name}: output must end in .csv or .parquet")
-    source = Path(backup).resolve()
-    if out.resolve() == source or source in out.resolve().parents:
-        raise DataError(f"--out {str(out)!r} would overwrite the backup it rebuilds from")
+    try:
+        source = Path(backup).resolve()
+        # a second name of the backup file (a hard link) resolves elsewhere: same file
+        same = out.exists() and source.exists() and os.path.samefile(out, source)
+        if same or out.resolve() == source or source in out.resolve().parents:
+            raise DataError(f"--out {str(out)!r} would overwrite the backup it rebuilds from")
+    except OSError as err:  # a name too long, a folder on the way not searchable
+        raise DataError(f"cannot write {shorten_path(out)}: {err.strerror or err}") from None
     return out
 
 
 def _write(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out: Path) -> int:
     """Write ``time`` + one column per sensor (``values`` (T, n)); the rows written.
+
+    The file is replaced whole or not at all (``engine.export.atomic``): a write that
+    fails (a full disk, Ctrl-C) leaves the file that was there.
 
     CSV names are quoted against formulas. Parquet goes straight through
     pyarrow: pandas' ``to_parquet`` spent 0.15 s on 1,056 columns converting
@@ -438,9 +450,10 @@ def _write(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out:
         if out.suffix.lower() == ".csv":
             frame = pd.DataFrame(values, columns=[spreadsheet_safe(s) for s in sensors])
             frame.insert(0, "time", times)
-            frame.to_csv(out, index=False)
+            write_atomically(out, lambda tmp: frame.to_csv(tmp, index=False))
         else:
-            _write_parquet(_table(values, times, sensors), out)
+            table = _table(values, times, sensors)
+            write_atomically(out, lambda tmp: _write_parquet(table, tmp))
     except OSError as err:
         raise DataError(f"cannot write {out}: {err.strerror or err}") from err
     return len(times)

@@ -73,3 +73,35 @@ def test_a_nul_in_a_column_name_is_one_line(run_cli, tmp_path, suffix: str) -> N
     code, _, err = run_cli("plan", "--data", path, "--eps", "1", "--delta", "0.05",
                            "--window", "24")  # fmt: skip
     assert "column 3 ('a<NUL>b') has a NUL character" in one_line_error(code, err)
+
+
+def _numeric_times(tmp_path: Path, times: object) -> Path:
+    frame = pd.read_csv(SMALL)
+    frame = frame[["timestamp", *[c for c in frame.columns if c.endswith("_TEMP")][:TEMPS]]]
+    frame = frame.iloc[: len(times)].assign(timestamp=times)  # type: ignore[arg-type]
+    path = tmp_path / "numeric.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_numeric_times_read_as_1970_are_said_or_refused(run_cli, tmp_path) -> None:
+    """Numeric times were read as epoch seconds without a word: Excel serial days planned
+    every 0.04 s, YYYYMMDD dates as 1970-08-23 every 1 s, exit 0."""
+    plan = ("plan", "--eps", "1", "--delta", "0.05", "--window", "24", "--no-backtest")
+    daily = _numeric_times(tmp_path, list(range(45352, 45352 + 300)))  # Excel days
+    code, stdout, err = run_cli(*plan, "--data", daily)
+    assert code == 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: "), err
+    assert "before 1980" in lines[0] and "Excel serial" in lines[0]
+    assert "--time-unit" in lines[0]
+    assert any("before 1980" in n for n in json.loads(stdout)["data_notes"])
+    hourly = _numeric_times(tmp_path, [round(45352 + h / 24, 6) for h in range(300)])
+    code, _, err = run_cli(*plan, "--data", hourly)
+    line = one_line_error(code, err)
+    assert "Excel serial day numbers" in line and "--time-unit" in line
+    code, _, err = run_cli(*plan, "--data", hourly, "--time-unit", "s")  # said: as said
+    assert code == 0 and "before 1980" in err
+    dates = pd.date_range("2023-01-01", periods=300, freq="D").strftime("%Y%m%d").astype(int)
+    code, _, err = run_cli(*plan, "--data", _numeric_times(tmp_path, list(dates)))
+    assert "YYYYMMDD dates" in one_line_error(code, err)

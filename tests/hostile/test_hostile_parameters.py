@@ -164,3 +164,71 @@ def test_a_horizon_shorter_than_a_window_is_said(run_cli) -> None:
     code, stdout, err = run_cli(*PLAN, "--delta", "0.05", "--horizon", "1", "--no-backtest")
     assert code == 0 and json.loads(stdout)["horizon_rows"] == 24
     assert "warning: --horizon 1 is shorter than a window: planned for one window (24 rows)" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("disorder", "--data", SMALL, "--sensors", "*_TEMP", "--delays", "exp:60",
+         "--eps-thr", "1", "--delta", "0.05", "--window", "24", "--rows", "200"),
+        ("simulate", *PLAN[1:], "--delta", "0.05", "--disorder", "exp:60"),
+    ],
+    ids=["disorder", "simulate"],
+)  # fmt: skip
+@pytest.mark.parametrize("seed", ["-1", "-99999999999999999999"])
+def test_a_negative_seed_is_one_line(run_cli, argv, seed: str) -> None:
+    """Was NumPy's ``ValueError`` from ``default_rng`` and a traceback (exit 1)."""
+    code, _, err = run_cli(*argv, "--seed", seed)
+    line = one_line_error(code, err)
+    assert "--seed" in line and f"got {seed!r}" in line
+
+
+def test_a_unit_given_twice_in_eps_by_unit_is_refused(run_cli) -> None:
+    """Was: the last one silently won (``degC=1,degC=50`` planned at 50)."""
+    code, _, err = run_cli(*PLAN, "--delta", "0.05", "--eps-by-unit", "degC=1,degC=50")
+    line = one_line_error(code, err)
+    assert "'degC' twice" in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (("--eps", "1", "--eps-by-unit", "degC=1e-320"), "must be at least 1e-100, got 1e-320"),
+        (("--eps", "1", "--eps-by-unit", "degC=1e-200"), "must be at least 1e-100, got 1e-200"),
+        (("--eps", "1e-101"), "eps must be at least 1e-100, got 1e-101"),
+        # at the floor, but the readings in eps units pass the readings' limit of 1e60
+        (("--eps", "1", "--eps-by-unit", "degC=1e-100"), "1e+60"),
+    ],
+)
+def test_an_eps_below_the_floor_is_one_line(run_cli, flags, needle: str) -> None:
+    """1e-320 printed two ``RuntimeWarning`` lines before its error; 1e-200 blamed the data's
+    covariance. The floor mirrors the cap: eps squared stays a normal double."""
+    argv = [a for a in PLAN if a not in ("--eps", "1")]
+    code, _, err = run_cli(*argv, "--delta", "0.05", *flags)
+    line = one_line_error(code, err)
+    assert needle in line
+    assert "RuntimeWarning" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_smallest_eps_by_unit_the_readings_allow_still_plans(run_cli) -> None:
+    code, stdout, err = run_cli(*PLAN, "--delta", "0.05", "--eps-by-unit", "degC=1e-50")
+    assert code == 0 and "RuntimeWarning" not in err
+    assert json.loads(stdout)["n_backup"] == 6  # so tight that every sensor is backed up
+
+
+def test_disorder_rows_zero_is_refused_not_read_as_all(run_cli) -> None:
+    """``--rows 0`` replayed every row, as if it had not been given."""
+    code, _, err = run_cli(
+        "disorder", "--data", SMALL, "--sensors", "*_TEMP", "--delays", "exp:60",
+        "--eps-thr", "1", "--delta", "0.05", "--window", "24", "--rows", "0",
+    )  # fmt: skip
+    assert "--rows must be >= 1, got 0" in one_line_error(code, err)
+
+
+def test_an_error_comes_alone_without_the_warnings_before_it(run_cli, tmp_path) -> None:
+    """A warning said before the refusal made two stderr lines (the horizon's, then the
+    missing file's)."""
+    argv = [a if a != SMALL else tmp_path / "missing.csv" for a in PLAN]
+    code, _, err = run_cli(*argv, "--delta", "0.05", "--horizon", "1")
+    assert "file not found" in one_line_error(code, err)
+    assert len(err.strip().splitlines()) == 1
