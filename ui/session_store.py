@@ -12,13 +12,13 @@ from what was saved is never restored silently.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from engine.atomic import write_atomically
 from engine.data import DataReport, SensorHistory, load_history
 from engine.errors import DataError, EngineError
 from engine.planning import PlanParameters
@@ -45,9 +45,9 @@ def save_session(
     if write_data:
         frame = pd.DataFrame(history.values, columns=list(history.sensors))
         frame.insert(0, "time", pd.to_datetime(history.times))
-        _atomic(folder / DATA_FILE, lambda tmp: frame.to_parquet(tmp, index=False))
+        write_atomically(folder / DATA_FILE, lambda tmp: frame.to_parquet(tmp, index=False))
         report = {"fingerprint": saved.fingerprint, "report": history.report.to_dict()}
-        _atomic(folder / REPORT_FILE, lambda tmp: tmp.write_text(json.dumps(report)))
+        write_atomically(folder / REPORT_FILE, lambda tmp: tmp.write_text(json.dumps(report)))
     state = {
         "name": saved.name,
         "fingerprint": saved.fingerprint,
@@ -55,7 +55,7 @@ def save_session(
         "selection": list(saved.selection),
         "params": saved.params.to_dict(),
     }
-    _atomic(folder / STATE_FILE, lambda tmp: tmp.write_text(json.dumps(state, indent=1)))
+    write_atomically(folder / STATE_FILE, lambda tmp: tmp.write_text(json.dumps(state, indent=1)))
 
 
 def load_state(folder: Path) -> SavedSession | None:
@@ -124,9 +124,3 @@ def _report_from_dict(data: dict[str, Any]) -> DataReport:
         "missing_rate": {str(k): float(v) for k, v in data["missing_rate"].items()},
     }
     return DataReport(**{**data, **tuples})
-
-
-def _atomic(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)

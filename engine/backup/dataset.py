@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from engine.atomic import write_atomically
 from engine.errors import DataError
 
 META_DIR = "_spark_metadata"
@@ -171,20 +172,16 @@ def batch_files(
 
 
 def replace_file(path: Path, data: bytes) -> None:
-    """Replace a local file atomically: a hidden temporary file, flushed to disk, renamed.
+    """Replace a local file with ``data`` whole or not at all (``engine.atomic``), its
+    folder created if need be.
 
     Drops the checksum file Hadoop's local file system keeps beside a file it
     wrote (``.name.crc``): it would no longer match, and Hadoop (so Spark)
     refuses to read a file whose checksum does not match.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
     path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_compacted(path: Path, table: pa.Table) -> None:

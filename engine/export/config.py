@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from engine.atomic import write_atomically
 from engine.data.files import shorten_path
 from engine.data.units import sensor_units
 from engine.errors import ConfigError, ParameterError
-from engine.export.atomic import write_atomically
 from engine.export.codec import iso_utc, to_config
 from engine.export.loader import SCHEMA_VERSION
 from engine.export.snippets import (
@@ -248,7 +248,7 @@ def check_config_out(path: str | Path) -> None:
 def write_config(config: dict[str, Any], path: str | Path) -> Path:
     """Write ``config`` to ``path``; the format follows the extension (.json, .yaml, .yml).
 
-    Replaced whole or not at all (``engine.export.atomic``): a write that fails (a full
+    Replaced whole or not at all (``engine.atomic``): a write that fails (a full
     disk, Ctrl-C) leaves the config that was there.
     """
     out = Path(path)

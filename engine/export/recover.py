@@ -17,11 +17,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.atomic import write_atomically
 from engine.data.files import shorten_path
 from engine.data.history import LoadOptions, SensorHistory, load_sensors
 from engine.data.names import spreadsheet_safe
 from engine.errors import ConfigError, DataError
-from engine.export.atomic import write_atomically
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
@@ -439,7 +439,7 @@ def _check_out(out_path: str | Path, backup: str | Path) -> Path:
 def _write(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out: Path) -> int:
     """Write ``time`` + one column per sensor (``values`` (T, n)); the rows written.
 
-    The file is replaced whole or not at all (``engine.export.atomic``): a write that
+    The file is replaced whole or not at all (``engine.atomic``): a write that
     fails (a full disk, Ctrl-C) leaves the file that was there.
 
     CSV names are quoted against formulas. Parquet goes straight through

@@ -1,4 +1,4 @@
-"""engine.export.atomic: an output replaced whole or not at all (``plan --out``,
+"""engine.atomic: an output replaced whole or not at all (``plan --out``,
 ``recover --out``, the app's config download written to disk)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.export.atomic import write_atomically
+from engine.atomic import write_atomically
 
 
 def _half_then(error: BaseException):

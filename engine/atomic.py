@@ -1,14 +1,13 @@
-"""Replacing an output file whole or not at all (``plan --out``, ``recover --out``).
+"""Replacing a local file whole or not at all: every file the product writes over one
+that may exist (``plan --out``, ``recover --out``, the app's saved session, the job's
+state, markers and compacted files through ``engine.backup.dataset.replace_file``).
 
 Writing in place truncates the file first: a write that then fails (a full disk, a
-file-size limit, Ctrl-C) leaves a cut file where a working config was. Here the new
+file-size limit, Ctrl-C) leaves a cut file where a working one was. Here the new
 content goes to a hidden temporary file beside the target, is flushed to disk, and is
 renamed over the target (``os.replace``, atomic on one file system); on any failure,
-Ctrl-C included, the temporary file is removed and the old file stays as it was.
-
-``engine.backup.dataset.replace_file`` does the same for bytes already in memory
-(the job's compacted Parquet and markers); this one takes a writer, so pandas and
-pyarrow write straight to the temporary file, and it cleans up after a failure.
+Ctrl-C included, the temporary file is removed and the old file stays as it was. The
+writer is a callable, so pandas and pyarrow write straight to the temporary file.
 """
 
 from __future__ import annotations
