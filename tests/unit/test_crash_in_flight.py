@@ -51,6 +51,28 @@ def readings(x: np.ndarray, rows: range, sensors: tuple[str, ...]) -> pd.DataFra
     return frame
 
 
+def crash_spec(x: np.ndarray) -> StreamSpec:
+    """avg over tumbling windows of ``W`` rows, ``a`` backed up, the crash contract."""
+    spec = StreamSpec(SENSORS, ("a",), fit_map(x, SENSORS, ("a",)),
+                      WindowQuery(5.0, 0.05, W, aggregate="avg"))  # fmt: skip
+    return replace(spec, query=replace(spec.query, exposure=EXPOSURE))
+
+
+def crash_after(store: BackupStore, x: np.ndarray, spec: StreamSpec, released: pd.DataFrame):  # type: ignore[no-untyped-def]
+    """Batch 0 (rows 0-5, a backed up) committed with the window state of the ``released``
+    readings; batch 1 (rows 6-7) crashes after writing its backup. Recovers it."""
+    state = advance_windows(WindowState.empty(len(SENSORS), 0, W), released, spec.window_params)
+    first = readings(x, range(6), ("a",))
+    nbytes = write_backup_batch(store.batch_uri(0, 0), first)
+    store.commit_batch(BatchWrite(run=0, batch_id=0, backup_rows=len(first),
+                                  backup_bytes=nbytes, state=pack_state(state.state, None),
+                                  max_seq=5))  # fmt: skip
+    crashed_rows = readings(x, range(6, 8), ("a",))
+    nbytes = write_backup_batch(store.batch_uri(0, 1), crashed_rows)
+    crashed = CrashedBatch(0, 1, 6, 7, len(crashed_rows), nbytes)
+    return state, recover_crash(store, spec, "approx", crashed)
+
+
 @pytest.mark.parametrize("held", [("a", "b"), SENSORS])
 def test_rows_in_flight_at_a_crash_are_rebuilt_from_the_backup_and_counted_lost(
     tmp_path: Path, held: tuple[str, ...]
@@ -63,26 +85,15 @@ def test_rows_in_flight_at_a_crash_are_rebuilt_from_the_backup_and_counted_lost(
     of rows 4-5 and every other of rows 6-7 from the map, the rest as read. The loss is
     rows 4-7: more than the exposure, so the range contract covers it."""
     x = history()
-    lm = fit_map(x, SENSORS, ("a",))
-    spec = StreamSpec(SENSORS, ("a",), lm, WindowQuery(5.0, 0.05, W, aggregate="avg"))
-    spec = replace(spec, query=replace(spec.query, exposure=EXPOSURE))
+    spec = crash_spec(x)
+    lm = spec.linear_map
     rest = tuple(s for s in SENSORS if s not in held)
     parts = [readings(x, range(4), SENSORS)] + ([readings(x, range(4, 6), rest)] if rest else [])
-    released = pd.concat(parts)
-    state = advance_windows(WindowState.empty(len(SENSORS), 0, W), released, spec.window_params)
-    assert state.closed.ids.tolist() == [0] and state.state.buffered_rows == (2 if rest else 0)
     with BackupStore(tmp_path / "s.duckdb") as store:
-        first = readings(x, range(6), ("a",))
-        nbytes = write_backup_batch(store.batch_uri(0, 0), first)
-        store.commit_batch(BatchWrite(run=0, batch_id=0, backup_rows=len(first),
-                                      backup_bytes=nbytes, state=pack_state(state.state, None),
-                                      max_seq=5))  # fmt: skip
-        crashed_rows = readings(x, range(6, 8), ("a",))
-        nbytes = write_backup_batch(store.batch_uri(0, 1), crashed_rows)
-        crashed = CrashedBatch(0, 1, 6, 7, len(crashed_rows), nbytes)
-        outcome = recover_crash(store, spec, "approx", crashed)
+        state, outcome = crash_after(store, x, spec, pd.concat(parts))
         results = store.read_results()
         batches = store.read_table("batches").set_index("batch_id")["rows"]
+    assert state.closed.ids.tolist() == [0] and state.state.buffered_rows == (2 if rest else 0)
     assert batches.to_dict() == {0: 6, 1: 2}  # the crashed batch committed with its own rows
     assert outcome.rows_read == 2 + 2  # a's rows 4-5 of batch 0, and the crashed batch's
     assert (outcome.lost.first_row, outcome.lost.last_row) == (4, 7)
@@ -103,20 +114,8 @@ def test_a_crash_with_nothing_in_flight_loses_the_batch_alone(tmp_path: Path) ->
     """Every reading of batch 0 released: the loss is the crashed batch's rows, within
     the exposure, and the crash contract covers it."""
     x = history()
-    lm = fit_map(x, SENSORS, ("a",))
-    spec = StreamSpec(SENSORS, ("a",), lm, WindowQuery(5.0, 0.05, W, aggregate="avg"))
-    spec = replace(spec, query=replace(spec.query, exposure=EXPOSURE))
-    released = readings(x, range(6), SENSORS)
-    state = advance_windows(WindowState.empty(len(SENSORS), 0, W), released, spec.window_params)
     with BackupStore(tmp_path / "s.duckdb") as store:
-        first = readings(x, range(6), ("a",))
-        nbytes = write_backup_batch(store.batch_uri(0, 0), first)
-        store.commit_batch(BatchWrite(run=0, batch_id=0, backup_rows=len(first),
-                                      backup_bytes=nbytes, state=pack_state(state.state, None),
-                                      max_seq=5))  # fmt: skip
-        crashed_rows = readings(x, range(6, 8), ("a",))
-        nbytes = write_backup_batch(store.batch_uri(0, 1), crashed_rows)
-        outcome = recover_crash(store, spec, "approx", CrashedBatch(0, 1, 6, 7, 2, nbytes))
+        _, outcome = crash_after(store, x, crash_spec(x), readings(x, range(6), SENSORS))
     assert (outcome.lost.first_row, outcome.lost.last_row) == (6, 7)
     assert covering_contract("crash", outcome.lost.rows, EXPOSURE) == "crash"
     assert outcome.window_ids.tolist() == [1]
