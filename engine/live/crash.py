@@ -101,6 +101,7 @@ def recover_crash(
     state = _surviving_state(store, crashed.run, spec)
     rows = _batch_backup(store, crashed)
     own = len(rows)  # the crashed batch's backup rows (committed under its id below)
+    present = set(rows["sensor"])  # sensors backed up throughout the lost rows
     # readings in flight at the last commit died with the crash too: their rows are
     # lost and rebuilt, from the backup the earlier batches wrote as they arrived
     flight = in_flight_from(state, crashed.first_row)
@@ -108,6 +109,7 @@ def recover_crash(
         earlier = store.read_backup(flight, crashed.first_row - 1).to_pandas()
         earlier["arrival_time"] = earlier["event_time"]
         rows = pd.concat([earlier[list(_EMPTY)], rows[list(_EMPTY)]], ignore_index=True)
+        present &= set(earlier["sensor"])  # a full crashed batch: not the rows before it
     lost = crash_lost_range(crashed, state, spec, flight)
     if lost.rows == 0:
         return CrashRecovery(lost, np.zeros(0, dtype=np.int64), state, 0, ())
@@ -130,7 +132,6 @@ def recover_crash(
             max_seq=lost.last_row,
         )
     )
-    present = set(rows["sensor"])
     stored = tuple(s for s in spec.sensors if s in present)
     left_out = tuple(s for s in kept if s not in present)
     return CrashRecovery(lost, closed.ids, seed, len(rows), stored, left_out)

@@ -58,16 +58,23 @@ def crash_spec(x: np.ndarray) -> StreamSpec:
     return replace(spec, query=replace(spec.query, exposure=EXPOSURE))
 
 
-def crash_after(store: BackupStore, x: np.ndarray, spec: StreamSpec, released: pd.DataFrame):  # type: ignore[no-untyped-def]
+def crash_after(  # type: ignore[no-untyped-def]
+    store: BackupStore,
+    x: np.ndarray,
+    spec: StreamSpec,
+    released: pd.DataFrame,
+    crashed_stored: tuple[str, ...] = ("a",),
+):
     """Batch 0 (rows 0-5, a backed up) committed with the window state of the ``released``
-    readings; batch 1 (rows 6-7) crashes after writing its backup. Recovers it."""
+    readings; batch 1 (rows 6-7) crashes after writing its backup (of ``crashed_stored``).
+    Recovers it."""
     state = advance_windows(WindowState.empty(len(SENSORS), 0, W), released, spec.window_params)
     first = readings(x, range(6), ("a",))
     nbytes = write_backup_batch(store.batch_uri(0, 0), first)
     store.commit_batch(BatchWrite(run=0, batch_id=0, backup_rows=len(first),
                                   backup_bytes=nbytes, state=pack_state(state.state, None),
                                   max_seq=5))  # fmt: skip
-    crashed_rows = readings(x, range(6, 8), ("a",))
+    crashed_rows = readings(x, range(6, 8), crashed_stored)
     nbytes = write_backup_batch(store.batch_uri(0, 1), crashed_rows)
     crashed = CrashedBatch(0, 1, 6, 7, len(crashed_rows), nbytes)
     return state, recover_crash(store, spec, "approx", crashed)
@@ -119,3 +126,17 @@ def test_a_crash_with_nothing_in_flight_loses_the_batch_alone(tmp_path: Path) ->
     assert (outcome.lost.first_row, outcome.lost.last_row) == (6, 7)
     assert covering_contract("crash", outcome.lost.rows, EXPOSURE) == "crash"
     assert outcome.window_ids.tolist() == [1]
+
+
+def test_a_full_crashed_batch_does_not_make_the_rows_in_flight_before_it_exact(
+    tmp_path: Path,
+) -> None:
+    """The crashed batch backed up every sensor (over the exposure), the rows in flight
+    before it only a: the report scores every sensor but a as rebuilt over the lost
+    range, not as backed up throughout it."""
+    x = history()
+    with BackupStore(tmp_path / "s.duckdb") as store:
+        _, outcome = crash_after(store, x, crash_spec(x), readings(x, range(4), SENSORS),
+                                 crashed_stored=SENSORS)  # fmt: skip
+    assert (outcome.lost.first_row, outcome.lost.last_row) == (4, 7)
+    assert outcome.stored == ("a",)
