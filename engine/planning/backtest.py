@@ -26,6 +26,7 @@ from engine.planning.calibration import (
 from engine.planning.crash_result import summarise_crash
 from engine.planning.folds import BacktestSettings, fold_origins
 from engine.planning.scores import rebuilt, window_residuals
+from engine.planning.verdict import disjoint_share
 from engine.windows import window_starts
 
 __all__ = ["MAX_LOG_SCALE", "run_backtest", "track_quantile"]
@@ -72,11 +73,12 @@ def run_backtest(
             track_quantile(log_scale, tracked, rebuilt, spec)
         if progress is not None:
             progress((k + 1) / origins.size, f"backtest fold {k + 1}/{origins.size}")
-    result = summarise_backtest(
-        origins.size, settings.history, step, (viol, wins, total), fractions, sensors, spec.delta
-    )
+    share = disjoint_share(spec.window, spec.slide)  # the tests count disjoint windows
+    result = summarise_backtest(origins.size, settings.history, step, (viol, wins, total),
+                                fractions, sensors, spec.delta, share)  # fmt: skip
     if spec.exposure is not None:
-        crash = summarise_crash(spec.exposure, spec.window, crash_viol, crash_scored, sensors)
+        crash = summarise_crash(spec.exposure, spec.window, crash_viol, crash_scored, sensors,
+                                share)  # fmt: skip
         result = replace(result, crash=crash)
     return (result, np.exp(log_scale)) if return_scale else result
 

@@ -16,17 +16,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.planning.crash_result import CrashResult
-from engine.planning.monitor import binomial_p_value, rate_upper_bound
 from engine.planning.verdict import (
     FIX,
     MAX_SETTLE_WINDOWS,
     VERDICT_ALPHA,
     VERDICT_TEST,
     Verdict,
+    disjoint,
     first_settled,
     pct,
+    sensor_bounds,
     sensor_test_level,
     unrejected,
+    window_p_value,
+    window_upper_bound,
 )
 
 __all__ = ["BacktestResult", "summarise_backtest"]
@@ -38,8 +41,11 @@ class BacktestResult:
 
     ``per_sensor`` maps sensor -> (misses over rebuilt windows, rebuilt windows,
     all windows). ``violation_rate_worst_sensor`` is the largest per-sensor rate
-    over rebuilt windows, its ``_ucb95`` a Clopper-Pearson bound holding for all
-    rebuilt sensors at once (95 %, Bonferroni).
+    over rebuilt windows. ``violation_rate_worst_sensor_ucb95`` is the largest of every
+    rebuilt sensor's Clopper-Pearson bounds, which hold for all of them at once (95 %,
+    Bonferroni), on disjoint windows (``share`` of the scored ones:
+    ``verdict.disjoint_share``); ``bound_sensor`` is the sensor it is of (few windows
+    can give a sensor with a lower rate the larger bound).
     """
 
     n_folds: int
@@ -58,6 +64,8 @@ class BacktestResult:
     delta: float = float("nan")  # the delta the verdict in ``to_dict`` is for
     # The crash contract's figures at the plan's exposure; None for a range-contract plan.
     crash: CrashResult | None = None
+    bound_sensor: str | None = None  # whose bound ``violation_rate_worst_sensor_ucb95`` is
+    share: float = 1.0  # of the scored windows the tests count (disjoint ones)
 
     @property
     def rebuilt_sensors(self) -> int:
@@ -69,7 +77,7 @@ class BacktestResult:
         return [
             s
             for s, (v, r, _) in self.per_sensor.items()
-            if r > 0 and binomial_p_value(v, r, delta) < level
+            if r > 0 and window_p_value(*disjoint(v, r, self.share), delta) < level
         ]
 
     @property
@@ -94,6 +102,13 @@ class BacktestResult:
             f"{self.worst_sensor} missed {misses:,} of {rebuilt:,} rebuilt windows "
             f"({pct(self.violation_rate_worst_sensor)})"
         )
+
+    def bound_label(self) -> str:
+        """``T5, which missed 2 of 8 rebuilt windows (25.0 %)``: the sensor whose bound is
+        the largest, counted."""
+        v, r, _ = self.per_sensor.get(self.bound_sensor or "", (0, 0, 0))
+        rate = pct(v / r) if r else "n/a"
+        return f"{self.bound_sensor}, which missed {v:,} of {r:,} rebuilt windows ({rate})"
 
     def verdict(self, delta: float) -> str:
         """One honest sentence, stating its test (``VERDICT_TEST``); ``assess`` is typed."""
@@ -124,33 +139,35 @@ class BacktestResult:
                 f"{rejected[0]} missed {v:,} of {r:,} rebuilt windows; {pooled} ({where})",
                 FIX,
             )
-        worst = f"worst sensor {self.worst_label()}"
         ucb = self.violation_rate_worst_sensor_ucb95
-        return unrejected(pooled, worst, ucb, delta, where, lambda: self._settle(delta))
+        return unrejected(
+            pooled, self.bound_label(), ucb, delta, where, lambda: self._settle(delta)
+        )
 
     def _settle(self, delta: float) -> tuple[str, int]:
         needed = self.windows_to_settle(delta)
         return self._settle_text(needed), needed
 
     def windows_to_settle(self, delta: float) -> int:
-        """Rebuilt windows of the worst sensor that, at its measured miss rate, bring its
-        95 % bound (Bonferroni, as the verdict) to ``delta`` or below; 0 when its rate is
-        not below ``delta`` (more windows at that rate cannot confirm the guarantee)."""
-        rate = self.violation_rate_worst_sensor
-        if self.worst_sensor is None or not rate < delta:
+        """Rebuilt windows of the sensor with the largest bound (``bound_sensor``) that, at
+        its measured miss rate, bring its 95 % bound (Bonferroni and disjoint windows, as
+        the verdict) to ``delta`` or below; 0 when its rate is not below ``delta`` (more
+        windows at that rate cannot confirm the guarantee)."""
+        v, r, _ = self.per_sensor.get(self.bound_sensor or "", (0, 0, 0))
+        if self.bound_sensor is None or r == 0 or not v / r < delta:
             return 0
-        level = 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        rate, level = v / r, 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
 
         def settled(n: int) -> bool:
-            return rate_upper_bound(round(rate * n), n, level) <= delta
+            return window_upper_bound(*disjoint(round(rate * n), n, self.share), level) <= delta
 
-        return first_settled(settled, max(self.worst_counts[1], 1))
+        return first_settled(settled, max(r, 1))
 
     def _settle_text(self, needed: int) -> str:
-        rebuilt = self.worst_counts[1]
+        rebuilt = self.per_sensor.get(self.bound_sensor or "", (0, 0, 0))[1]
         if needed == 0:
             return (
-                f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+                f"What would settle it: nothing more of the same. {self.bound_sensor}'s "
                 f"measured rate is not below delta, so more windows would show a miss: "
                 "loosen its eps or back it up"
             )
@@ -158,7 +175,7 @@ class BacktestResult:
         folds = math.ceil(needed / per_fold) if per_fold > 0 else 0
         many = "at least " if needed >= MAX_SETTLE_WINDOWS else ""
         return (
-            f"What would settle it: {many}{needed:,} rebuilt windows of {self.worst_sensor} "
+            f"What would settle it: {many}{needed:,} rebuilt windows of {self.bound_sensor} "
             f"at its measured rate (it has {rebuilt:,}; about {folds:,} folds of this "
             f"backtest instead of {self.n_folds}): backtest more folds over more history"
         )
@@ -174,6 +191,8 @@ class BacktestResult:
             "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
             "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
             "worst_sensor": self.worst_sensor,
+            "bound_sensor": self.bound_sensor,
+            "windows_counted_share": self.share,
             "violation_rate_worst_sensor_when_rebuilt": (
                 self.violation_rate_worst_sensor_when_rebuilt
             ),
@@ -197,8 +216,11 @@ def summarise_backtest(
     fractions: list[float],
     sensors: tuple[str, ...],
     delta: float,
+    share: float = 1.0,
 ) -> BacktestResult:
-    """Build the result from per-sensor misses (n,), rebuilt windows (n,), all windows."""
+    """Build the result from per-sensor misses (n,), rebuilt windows (n,), all windows;
+    ``share``: of the scored windows, the disjoint ones the tests count
+    (``verdict.disjoint_share``)."""
     viol, rebuilt, total = counts
     per = {s: (int(v), int(r), total) for s, v, r in zip(sensors, viol, rebuilt, strict=True)}
     scored = int(rebuilt.sum())
@@ -212,11 +234,12 @@ def summarise_backtest(
         return BacktestResult(
             n_folds, history, step, scored, float(np.mean(fractions)) if fractions else nan,
             0.0 if total else nan, 0.0 if total else nan, 0.0 if total else nan, None,
-            0.0 if total else nan, per, note, 0.0 if total else nan, delta,
+            0.0 if total else nan, per, note, 0.0 if total else nan, delta, share=share,
         )  # fmt: skip
     cond = np.where(rebuilt > 0, viol / np.maximum(rebuilt, 1), -1.0)
     worst = int(np.argmax(cond))
-    m = int(np.count_nonzero(rebuilt))
+    bounds = sensor_bounds(viol.tolist(), rebuilt.tolist(), share)
+    loosest = int(np.nanargmax(bounds))
     return BacktestResult(
         n_folds=n_folds,
         history=history,
@@ -225,14 +248,14 @@ def summarise_backtest(
         backup_fraction_mean=float(np.mean(fractions)),
         violation_rate_mean=float(viol.sum() / scored),
         violation_rate_worst_sensor=float(cond[worst]),
-        # The worst sensor is picked after looking: the bound holds for all m at once.
-        violation_rate_worst_sensor_ucb95=rate_upper_bound(
-            int(viol[worst]), int(rebuilt[worst]), 1.0 - VERDICT_ALPHA / m
-        ),
+        # every rebuilt sensor's bound holds at once (Bonferroni): the largest of them
+        violation_rate_worst_sensor_ucb95=float(bounds[loosest]),
         worst_sensor=sensors[worst],
         violation_rate_worst_sensor_when_rebuilt=float(cond[worst]),
         per_sensor=per,
         note=note,
         violation_rate_worst_sensor_all_windows=float(viol[worst] / total),  # its own misses
         delta=delta,
+        bound_sensor=sensors[loosest],
+        share=share,
     )

@@ -368,10 +368,15 @@ def _forward_quantiles(
     # savings -1.6 points on the choose half). Under the crash contract every window
     # has w + m - 1 scores (one per failure position), all sharing its readings, so
     # the count is still that of disjoint windows.
-    windows = max(min(horizon, x.shape[0]) - spec.window + 1, 0)
-    disjoint = len(scores) * (windows // spec.window + 1)
+    disjoint = len(scores) * disjoint_windows(min(horizon, x.shape[0]), spec.window)
     q = np.maximum(q, prediction_bound(e, disjoint, level))
     return q, e.shape[0]
+
+
+def disjoint_windows(rows: int, window: int) -> int:
+    """How many disjoint windows of ``window`` rows fit in ``rows``: ``rows // window``
+    (the windows starting at every row hold no more independent ones)."""
+    return max(rows, 0) // window
 
 
 # ---------------------------------------------------------------- backtest

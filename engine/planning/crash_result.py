@@ -13,8 +13,10 @@ from engine.planning.verdict import (
     FIX,
     VERDICT_ALPHA,
     Verdict,
+    disjoint,
     first_settled,
     pct,
+    sensor_bounds,
     sensor_test_level,
     unrejected,
     window_p_value,
@@ -57,6 +59,10 @@ class CrashResult:
     violation_rate_worst_sensor_ucb95: float
     worst_sensor: str | None
     per_sensor: dict[str, tuple[int, int]]
+    # whose bound ``violation_rate_worst_sensor_ucb95`` is: the largest of every rebuilt
+    # sensor's (few windows can give a sensor with a lower rate the larger bound)
+    bound_sensor: str | None = None
+    share: float = 1.0  # of the scored windows the tests count (disjoint ones)
 
     @property
     def rebuilt_sensors(self) -> int:
@@ -69,8 +75,13 @@ class CrashResult:
         return [
             s
             for s, (v, r) in self.per_sensor.items()
-            if r > 0 and window_p_value(v / self.positions, r // self.positions, delta) < level
+            if r > 0 and window_p_value(*self._windows(v, r), delta) < level
         ]
+
+    def _windows(self, missed: float, triples: int) -> tuple[float, int]:
+        """(missed fraction summed over windows, windows) as the tests count them:
+        disjoint windows only (``verdict.disjoint``)."""
+        return disjoint(missed / self.positions, triples // self.positions, self.share)
 
     @property
     def worst_counts(self) -> tuple[float, int]:
@@ -111,37 +122,38 @@ class CrashResult:
                 f"{self.rebuilt_sensors}), e.g. {rejected[0]}; {pooled} ({where})",
                 FIX,
             )
-        missed, rebuilt = self.worst_counts  # a window counts its missed positions' fraction
-        worst = (
-            f"worst sensor {self.worst_sensor} missed {missed:.3g} of {rebuilt:,} rebuilt "
-            f"windows ({pct(self.violation_rate_worst_sensor)} of its (failure, window) pairs)"
+        v, r = self.per_sensor.get(self.bound_sensor or "", (0, 0))
+        missed, rebuilt = v / self.positions, r // self.positions
+        loosest = (  # a window counts its missed positions' fraction
+            f"{self.bound_sensor}, which missed {missed:.3g} of {rebuilt:,} rebuilt windows "
+            f"({pct(v / r if r else 0.0)} of its (failure, window) pairs)"
         )
         ucb = self.violation_rate_worst_sensor_ucb95
 
         def settle() -> tuple[str, int]:
             needed = self.windows_to_settle(delta)
             advice = (
-                f"What would settle it: {needed:,} rebuilt windows of {self.worst_sensor} at "
+                f"What would settle it: {needed:,} rebuilt windows of {self.bound_sensor} at "
                 f"its measured rate (it has {rebuilt:,}): backtest more folds over more history"
                 if needed
-                else f"What would settle it: nothing more of the same. {self.worst_sensor}'s "
+                else f"What would settle it: nothing more of the same. {self.bound_sensor}'s "
                 "measured rate is not below delta: loosen its eps or back it up"
             )
             return advice, needed
 
-        return unrejected(pooled, worst, ucb, delta, where, settle)
+        return unrejected(pooled, loosest, ucb, delta, where, settle)
 
     def windows_to_settle(self, delta: float) -> int:
-        """Rebuilt windows of the worst sensor that, at its measured rate, bring its 95 %
-        bound (Bonferroni, as the verdict) to ``delta`` or below; 0 when its rate is not
-        below ``delta``."""
-        rate = self.violation_rate_worst_sensor
-        if self.worst_sensor is None or not rate < delta:
+        """Rebuilt windows of the sensor with the largest bound (``bound_sensor``) that, at
+        its measured rate, bring its 95 % bound (Bonferroni and disjoint windows, as the
+        verdict) to ``delta`` or below; 0 when its rate is not below ``delta``."""
+        v, r = self.per_sensor.get(self.bound_sensor or "", (0, 0))
+        if self.bound_sensor is None or r == 0 or not v / r < delta:
             return 0
-        level = 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
+        rate, level = v / r, 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
         return first_settled(
-            lambda n: window_upper_bound(rate * n, n, level) <= delta,
-            max(self.worst_counts[1], 1),
+            lambda n: window_upper_bound(*disjoint(rate * n, n, self.share), level) <= delta,
+            max(r // self.positions, 1),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -153,6 +165,8 @@ class CrashResult:
             "violation_rate_worst_sensor": self.violation_rate_worst_sensor,
             "violation_rate_worst_sensor_ucb95": self.violation_rate_worst_sensor_ucb95,
             "worst_sensor": self.worst_sensor,
+            "bound_sensor": self.bound_sensor,
+            "windows_counted_share": self.share,
             "rates_over": "(failure position, window touched, rebuilt sensor) triples",
             "verdict_test": CRASH_TEST,
             "per_sensor": {
@@ -162,27 +176,34 @@ class CrashResult:
 
 
 def summarise_crash(
-    exposure: int, window: int, misses: np.ndarray, triples: np.ndarray, sensors: tuple[str, ...]
+    exposure: int,
+    window: int,
+    misses: np.ndarray,
+    triples: np.ndarray,
+    sensors: tuple[str, ...],
+    share: float = 1.0,
 ) -> CrashResult:
-    """Build the crash figures from per-sensor missed triples (n,) and triples (n,)."""
+    """Build the crash figures from per-sensor missed triples (n,) and triples (n,);
+    ``share``: of the scored windows, the disjoint ones the tests count."""
     positions = window + exposure - 1
     per = {s: (int(v), int(r)) for s, v, r in zip(sensors, misses, triples, strict=True)}
     scored = int(triples.sum())
     if scored == 0:
-        return CrashResult(exposure, positions, 0, 0.0, 0.0, 0.0, None, per)
+        return CrashResult(exposure, positions, 0, 0.0, 0.0, 0.0, None, per, share=share)
     rate = np.where(triples > 0, misses / np.maximum(triples, 1), -1.0)
     worst = int(np.argmax(rate))
-    m = int(np.count_nonzero(triples))
+    # each window counts its fraction of missed positions (``CrashResult._windows``)
+    bounds = sensor_bounds((misses / positions).tolist(), (triples // positions).tolist(), share)
+    loosest = int(np.nanargmax(bounds))
     return CrashResult(
         exposure=exposure,
         positions=positions,
         scored=scored,
         violation_rate_mean=float(misses.sum() / scored),
         violation_rate_worst_sensor=float(rate[worst]),
-        # over the worst sensor's windows, each counting its fraction of missed positions
-        violation_rate_worst_sensor_ucb95=window_upper_bound(
-            misses[worst] / positions, int(triples[worst]) // positions, 1.0 - VERDICT_ALPHA / m
-        ),
+        violation_rate_worst_sensor_ucb95=float(bounds[loosest]),
         worst_sensor=sensors[worst],
         per_sensor=per,
+        bound_sensor=sensors[loosest],
+        share=share,
     )

@@ -8,12 +8,20 @@ The verdict's test (``VERDICT_TEST``) has three outcomes (``Verdict.state``):
   sensor's rebuilt-window misses reject "rate <= delta" in a one-sided exact
   binomial test at level ``VERDICT_ALPHA / m`` (Bonferroni over the ``m`` sensors
   rebuilt at least once);
-* ``holds``: neither, and the worst sensor's Clopper-Pearson upper bound at the
-  same corrected level is itself at most ``delta``;
+* ``holds``: neither, and every rebuilt sensor's Clopper-Pearson upper bound at the
+  same corrected level is itself at most ``delta`` (the largest of them: the sensor
+  with the fewest windows can have it, not the one with the highest rate);
 * ``unsettled`` (not enough evidence): neither, but that bound is above ``delta``.
-  The verdict then says what would settle it: how many rebuilt windows of the
-  worst sensor at its measured rate bring the bound under ``delta``, or, when
-  that rate is not below ``delta``, that more windows would only confirm a miss.
+  The verdict then says what would settle it: how many rebuilt windows of that
+  sensor at its measured rate bring the bound under ``delta``, or, when that rate
+  is not below ``delta``, that more windows would only confirm a miss.
+
+The tests treat windows as independent trials. Sliding windows overlap, and
+overlapping windows share readings, so the tests count the disjoint ones only: a
+share ``1 / ceil(window / slide)`` of the scored windows, the misses scaled alike
+(``disjoint_share``); the rates shown count every window. Reading errors that are
+correlated across disjoint windows are not corrected for (an assumption the
+verdict's test states).
 
 A backtest without folds is ``not measured``.
 """
@@ -21,7 +29,7 @@ A backtest without folds is ``not measured``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scipy.special import betainc, betaincinv
@@ -32,7 +40,9 @@ VERDICT_ALPHA = 0.05
 VERDICT_TEST = (
     "pooled miss rate over rebuilt windows <= delta, and every rebuilt sensor consistent "
     "with delta: one-sided exact binomial test at 5 % / (sensors rebuilt), Bonferroni; "
-    "confirmed when the worst sensor's 95 % upper bound (same correction) <= delta"
+    "confirmed when every rebuilt sensor's 95 % upper bound (same correction) <= delta; "
+    "the tests count disjoint windows as independent trials (1 / ceil(window / slide) of "
+    "sliding windows)"
 )
 VERDICT_STATES = ("holds", "unsettled", "fails", "not measured")
 STATE_LABELS = {
@@ -79,29 +89,54 @@ class Verdict:
 
 def unrejected(
     pooled: str,
-    worst: str,
+    loosest: str,
     ucb: float,
     delta: float,
     where: str,
     settle: Callable[[], tuple[str, int]],
 ) -> Verdict:
-    """The verdict once no test rejects ``delta``: *holds* when the worst sensor's 95 %
-    bound over all sensors (``ucb``) is within it, else *not enough evidence*, with
-    ``settle()``'s (what would settle it, the windows it needs). Both contracts' results
-    read their figures into these sentences."""
+    """The verdict once no test rejects ``delta``: *holds* when every rebuilt sensor's
+    95 % bound is within it (``ucb``, the largest, is ``loosest``'s: a sensor and its
+    counts), else *not enough evidence*, with ``settle()``'s (what would settle it, the
+    windows it needs). Both contracts' results read their figures into these sentences."""
     if ucb <= delta:
         return Verdict(
             "holds",
-            f"holds: {pooled}; {worst}, 95 % bound over all sensors {pct(ucb)} <= delta "
-            f"{pct(delta)} ({where})",
+            f"holds: {pooled}; every rebuilt sensor's 95 % bound (Bonferroni) is at most "
+            f"{pct(ucb)} <= delta {pct(delta)}, the largest that of {loosest} ({where})",
         )
     text = (
         f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
-        f"significantly more often than delta, but the {worst}: its 95 % bound "
-        f"{pct(ucb)} is above delta ({where})"
+        f"significantly more often than delta, but the 95 % bound of {loosest}, is "
+        f"{pct(ucb)}, above delta ({where})"
     )
     advice, needed = settle()
     return Verdict("unsettled", text, advice, needed)
+
+
+def disjoint_share(window: int, slide: int) -> float:
+    """The share of windows scored every ``slide`` rows that are disjoint: every
+    ``ceil(window / slide)``-th; 1 for tumbling (or gapped) windows."""
+    return 1.0 / max(1, math.ceil(window / max(slide, 1)))
+
+
+def disjoint(misses: float, windows: int, share: float) -> tuple[float, int]:
+    """(misses, windows) as the tests count them: ``share`` of the windows (whole), the
+    misses scaled alike (a real count; ``window_p_value`` and ``window_upper_bound``
+    take one)."""
+    if share >= 1.0:
+        return float(misses), int(windows)
+    return float(misses) * share, int(windows * share)
+
+
+def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float) -> list[float]:
+    """Each sensor's one-sided 95 % Clopper-Pearson upper bound, Bonferroni over the
+    sensors with a window, on disjoint windows (``disjoint``); NaN for a sensor with none."""
+    level = 1.0 - VERDICT_ALPHA / max(sum(1 for n in windows if n > 0), 1)
+    return [
+        window_upper_bound(*disjoint(k, n, share), level) if n > 0 else float("nan")
+        for k, n in zip(misses, windows, strict=True)
+    ]
 
 
 def sensor_test_level(rebuilt_sensors: int) -> float:

@@ -161,3 +161,16 @@ def test_backtest_tallies_the_crash_contract_as_a_brute_force_does() -> None:
         (int(m), int(n)) for m, n in zip(misses, triples, strict=True)
     ]
     assert 0 < triples[0] < 4 * 12 * 10 and misses[0] > 0  # a rebuilt in some folds, missing
+
+
+def test_a_crash_verdict_holds_only_when_every_sensors_bound_is_within_delta() -> None:
+    """a missed a fraction 1/25 of one window's positions in 4,000 windows (bound 0.1 %);
+    b none in 12 windows (bound 26.5 %): not "holds", and b's bound is the one reported.
+    Counted on every fourth window (sliding by a quarter), the bound is wider still."""
+    result = _crash([1, 0], [4000, 12])
+    assert result.worst_sensor == "a" and result.bound_sensor == "b"
+    assert result.assess(0.05).state == "unsettled"
+    assert "the 95 % bound of b, which missed 0 of 12 rebuilt windows" in result.verdict(0.05)
+    triples = np.array([4000, 12]) * 25
+    quarter = summarise_crash(23, 3, np.array([1, 0]), triples, ("a", "b"), share=0.25)
+    assert quarter.violation_rate_worst_sensor_ucb95 > result.violation_rate_worst_sensor_ucb95

@@ -114,7 +114,7 @@ def test_later_passes_only_tighten_so_rebuilt_sensors_meet_eps() -> None:
     ]
     # pooled over the horizons, the most recent horizon on its own (the drift check), and
     # the prediction bound from the disjoint windows' count
-    disjoint = sum(r.shape[0] // 12 + 1 for r in residuals)
+    disjoint = len(residuals) * (240 // 12)
     q = np.maximum(
         np.maximum(
             conformal_quantile(np.vstack(residuals), 0.965),
@@ -212,3 +212,12 @@ def test_a_quantile_read_off_few_disjoint_windows_does_not_rebuild() -> None:
     assert bound > 1.5 * conformal  # thin evidence: the bound is much wider
     spec = replace(spec, eps=float(np.sqrt(conformal * bound)))
     assert plan_on(x, ("a", "b"), spec).selection.cost == 2
+
+
+def test_the_disjoint_windows_of_a_horizon_are_its_rows_over_the_window() -> None:
+    """Windows starting at every row of 23 rows hold one disjoint window of 12, not two:
+    the prediction bound's count must not double there."""
+    from engine.planning.calibration import disjoint_windows
+
+    assert [disjoint_windows(h, 12) for h in (11, 12, 23, 24, 240)] == [0, 1, 1, 2, 20]
+

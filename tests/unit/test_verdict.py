@@ -25,15 +25,20 @@ def test_binomial_p_value_is_scipy_binomtest() -> None:
     assert binomial_p_value(0, 0, 0.05) == 1.0
 
 
-def test_worst_sensor_bound_is_clopper_pearson_over_rebuilt_windows_bonferroni() -> None:
+def test_the_bound_is_every_sensors_clopper_pearson_bound_bonferroni_the_largest() -> None:
+    """b has the highest rate (10 of 200), but d, 1 of 50, the larger bound: "holds" must
+    cover d too, so the bound reported is d's (the largest of the five, each at
+    1 - 0.05 / 5)."""
     r = _result([2, 10, 0, 1, 3], [400, 200, 400, 50, 400])
     assert r.worst_sensor == "b" and r.violation_rate_worst_sensor == pytest.approx(0.05)
-    ref = beta.ppf(1 - 0.05 / 5, 11, 190)  # 5 sensors rebuilt
-    assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(ref)
+    refs = [beta.ppf(1 - 0.05 / 5, k + 1, n - k) for k, n in [(2, 400), (10, 200), (0, 400),
+                                                              (1, 50), (3, 400)]]  # fmt: skip
+    assert r.bound_sensor == "d" and max(refs) == refs[3]
+    assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(refs[3])
     # The same bound from scipy's exact (two-sided) interval at 1 - 2 * 0.05 / 5.
-    exact = binomtest(10, 200).proportion_ci(confidence_level=1 - 2 * 0.05 / 5, method="exact")
+    exact = binomtest(1, 50).proportion_ci(confidence_level=1 - 2 * 0.05 / 5, method="exact")
     assert r.violation_rate_worst_sensor_ucb95 == pytest.approx(exact.high, rel=1e-9)
-    assert r.violation_rate_worst_sensor_ucb95 == rate_upper_bound(10, 200, 0.99)
+    assert r.violation_rate_worst_sensor_ucb95 == rate_upper_bound(1, 50, 0.99)
     assert r.violation_rate_worst_sensor_all_windows == pytest.approx(10 / 400)
     assert r.violation_rate_mean == pytest.approx(16 / 1450)
     assert r.to_dict()["verdict_test"] == VERDICT_TEST
@@ -88,7 +93,7 @@ def test_a_green_verdict_needs_the_bound_under_delta() -> None:
     verdict = r.assess(0.1)
     assert verdict.state == "unsettled", verdict
     assert verdict.label == "not enough evidence"
-    assert "a missed 2 of 8 rebuilt windows (25.0 %)" in verdict.text
+    assert "the 95 % bound of a, which missed 2 of 8 rebuilt windows (25.0 %), is" in verdict.text
     assert "What would settle it" in verdict.settle
 
 
@@ -117,3 +122,36 @@ def test_labels_say_what_each_figure_counts() -> None:
     assert r.worst_counts == (2, 8)
     assert r.worst_label() == "a missed 2 of 8 rebuilt windows (25.0 %)"
     assert r.pooled_label() == "1.5 % of 808 (window, rebuilt sensor) pairs"
+
+
+def test_holds_needs_every_sensors_bound_not_only_the_highest_rates() -> None:
+    """a missed 2 of 2,000 windows (bound 0.4 %), b none of 12 (bound 26.5 %): b's few
+    windows cannot confirm the guarantee for b, so the verdict must not say "holds"."""
+    r = _result([2, 0], [2000, 12], total=2000)
+    assert r.worst_sensor == "a" and r.bound_sensor == "b"
+    verdict = r.assess(0.05)
+    assert verdict.state == "unsettled", verdict
+    assert "the 95 % bound of b, which missed 0 of 12 rebuilt windows" in verdict.text
+    assert "rebuilt windows of b" in verdict.settle
+
+
+def test_overlapping_windows_are_counted_disjoint_in_the_tests() -> None:
+    """Windows sliding by a quarter of their length: a quarter of them are disjoint, and
+    the tests count those (the misses scaled alike), so the bound is the one of 500
+    windows with 2.5 misses, not of 2,000 with 10."""
+    counts = (np.array([10, 0]), np.array([2000, 2000]), 2000)
+    every = summarise_backtest(10, 336, 96, counts, [0.2] * 10, ("a", "b"), 0.05)
+    quarter = summarise_backtest(10, 336, 96, counts, [0.2] * 10, ("a", "b"), 0.05, 0.25)
+    level = 1 - 0.05 / 2
+    assert every.violation_rate_worst_sensor_ucb95 == pytest.approx(beta.ppf(level, 11, 1990))
+    assert quarter.violation_rate_worst_sensor_ucb95 == pytest.approx(beta.ppf(level, 3.5, 497.5))
+    assert quarter.violation_rate_worst_sensor == every.violation_rate_worst_sensor  # rates: all
+    assert quarter.to_dict()["windows_counted_share"] == 0.25
+
+
+def test_the_share_counted_is_one_window_in_each_overlapping_run() -> None:
+    from engine.planning.verdict import disjoint_share
+
+    assert disjoint_share(24, 24) == 1.0 and disjoint_share(24, 48) == 1.0
+    assert disjoint_share(24, 6) == 0.25 and disjoint_share(24, 5) == 0.2  # ceil(24 / 5) = 5
+    assert disjoint_share(24, 1) == pytest.approx(1 / 24)
