@@ -344,4 +344,7 @@ class _Tally:
             "worst_misses": self.misses[worst] if worst is not None else 0,
             "worst_windows": self.windows[worst] if worst is not None else 0,
             "rebuilt_sensors": len(rates),
+            # every rebuilt sensor's (misses, windows): a test must look at each, not only
+            # the highest rate (a lower rate over many windows can be the significant one)
+            "per_sensor": {s: (self.misses[s], w) for s, w in self.windows.items() if w},
         }
