@@ -1,4 +1,5 @@
-"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder, run.
+"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder, run, status,
+compact.
 
 JSON on stdout. Bad input or parameters: one line on stderr and exit code 2,
 never a traceback. Progress of long work goes to stderr: on a terminal one
@@ -91,9 +92,9 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
         "--time-unit",
         default=None,
         choices=("ns", "us", "ms", "s", "min", "h"),
-        help="unit of a numeric time column since 1970-01-01: ns, us, ms, s, min or h (default "
-        "s; unless given, numbers that are certainly dates, YYYYMMDD or Excel serial days, "
-        "are refused)",
+        help="unit of a numeric time column since 1970-01-01: ns, us, ms, s, min or h (not "
+        "given: s, or h for a column named with 'hour'; and numbers that are certainly "
+        "dates, YYYYMMDD or Excel serial days, are refused)",
     )
 
 

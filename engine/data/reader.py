@@ -256,8 +256,8 @@ def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:
     unit, why = options.numeric_time_unit or "s", "numeric_time_unit"
     if options.numeric_time_unit is None:
         why = "the default numeric time unit"
-    if unit == "s" and "hour" in name.lower():
-        unit, why = "h", "its name contains 'hour'"
+        if "hour" in name.lower():  # a unit given always wins
+            unit, why = "h", "its name contains 'hour'"
     notes.append(
         f"numeric time column {name!r} read as {UNIT_WORDS[unit]} since 1970-01-01 ({why})"
     )

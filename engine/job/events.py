@@ -1,6 +1,6 @@
 """The job's notable events, kept beside the backup where a console can read them.
 
-Every event is a JSON line on stdout (``engine.job.run``). Those an operator
+Every event is a JSON line on stderr (``engine.job.run``). Those an operator
 must be able to find after the fact (an alert, a re-plan, an expired plan, a
 failed re-plan, a resumed monitor, input it could not use, a micro-batch over the
 plan's exposure) are also written to
@@ -22,7 +22,8 @@ from engine.backup.durable import DurableFiles
 NOTABLE = (
     "alert", "replan_started", "replan", "replan_abandoned", "plan_expired", "replan_failed",
     "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
-    "nanosecond_timestamps", "unread_landing_files", "over_exposure", "control_started",
+    "future_readings", "nanosecond_timestamps", "unread_landing_files", "over_exposure",
+    "control_started",
     "control_waiting", "control", "control_failed",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")

@@ -147,3 +147,15 @@ def test_load_sensors_reads_only_the_columns_named(tmp_path):
     long.to_csv(tmp_path / "l.csv", index=False)
     history, ignored = load_sensors(tmp_path / "l.csv", ("b",), LoadOptions(min_rows=2))
     assert history.sensors == ("b",) and ignored == ("a", "c")
+
+
+@pytest.mark.parametrize(("unit", "interval"), [(None, 3600.0), ("s", 1.0), ("min", 60.0)])
+def test_a_time_unit_given_wins_over_an_hour_column_name(tmp_path, unit, interval):  # type: ignore[no-untyped-def]
+    """A column named with 'hour' is read as hours only when no unit is given."""
+    path = tmp_path / "hours.csv"
+    start = 1_700_000_000 if unit != "min" else 28_000_000
+    start = start if unit is not None else 472_000
+    rows = [f"{start + i},{i * 0.5},{i * 0.25}" for i in range(12)]
+    path.write_text("hours_since_start,a,b\n" + "\n".join(rows) + "\n")
+    options = LoadOptions(numeric_time_unit=unit)
+    assert load_history(path, options).report.sampling_interval_s == interval

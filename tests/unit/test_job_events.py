@@ -36,3 +36,11 @@ def test_events_kept_before_their_time_was_recorded_read_by_name(tmp_path: Path)
     for name in ("000000000003-alert.json", "000000000003-replan.json", "000000000001-x.json"):
         (tmp_path / name).write_text(json.dumps({"event": name[13:-5]}))
     assert [e["event"] for e in _events(tmp_path)] == ["replan", "alert", "x"]
+
+
+def test_readings_stamped_in_the_future_are_kept_as_an_event(tmp_path: Path) -> None:
+    """They are backed up but left out of every window: ``status`` and the Production page
+    must be able to say so, not only the run's stderr."""
+    log = DurableLog(LocalWrites(), str(tmp_path), lambda _: None)  # type: ignore[arg-type]
+    log({"event": "future_readings", "batch_id": 4, "future_readings": 3})
+    assert [e["event"] for e in _events(tmp_path)] == ["future_readings"]
