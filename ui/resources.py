@@ -38,9 +38,28 @@ def work_dir() -> Path:
     return _work_dir(os.environ.get(HOME_ENV) or "")
 
 
+def home_fallback() -> str | None:
+    """What to tell the operator when ``LACUNA_HOME`` was not writable and the app
+    works in a temporary folder (everything there is lost when the server stops)."""
+    home = os.environ.get(HOME_ENV) or ""
+    wanted = _wanted(home)
+    used = _work_dir(home)
+    if used == wanted:
+        return None
+    return (
+        f"{HOME_ENV} {str(wanted)!r} is not writable: the app works in the temporary folder "
+        f"{str(used)!r}, so uploads, the saved session and the live pipeline's backup are "
+        f"lost when the server stops. Set {HOME_ENV} to a writable folder and restart."
+    )
+
+
+def _wanted(home: str) -> Path:
+    return Path(home or Path.home() / ".lacuna").expanduser()
+
+
 @st.cache_resource(show_spinner=False)
 def _work_dir(home: str) -> Path:
-    wanted = Path(home or Path.home() / ".lacuna").expanduser()
+    wanted = _wanted(home)
     try:
         wanted.mkdir(parents=True, exist_ok=True)
         probe = wanted / ".write-probe"

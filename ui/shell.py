@@ -17,7 +17,7 @@ from typing import NamedTuple
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from ui import access
+from ui import access, resources
 
 
 class PageSpec(NamedTuple):
@@ -78,3 +78,6 @@ def frame() -> None:
         st.markdown("**Lacuna**")
         for path, p in _links():
             st.page_link(path, label=p.title, icon=p.icon)
+        fallback = resources.home_fallback()
+        if fallback:
+            st.warning(fallback)
