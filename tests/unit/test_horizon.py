@@ -220,4 +220,3 @@ def test_the_disjoint_windows_of_a_horizon_are_its_rows_over_the_window() -> Non
     from engine.planning.calibration import disjoint_windows
 
     assert [disjoint_windows(h, 12) for h in (11, 12, 23, 24, 240)] == [0, 1, 1, 2, 20]
-
