@@ -137,7 +137,9 @@ def open_page(page, title: str) -> None:  # type: ignore[no-untyped-def]
 def metric(page, label: str):  # type: ignore[no-untyped-def]
     """The metric whose label reads exactly ``label``: not one whose value, caption or
     help text merely contains it (a caption "plan version 0" once matched "Plan
-    version"). Two metrics with that label fail Playwright's strict mode, as they should."""
+    version"). While a fragment reruns, Streamlit can show the stale element beside the
+    new one for a moment (one clean-clone run found two "Micro-batches"): readers of a
+    value take the first."""
     exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
     return page.get_by_test_id("stMetric").filter(
         has=page.get_by_test_id("stMetricLabel").filter(has_text=exact)
@@ -145,7 +147,7 @@ def metric(page, label: str):  # type: ignore[no-untyped-def]
 
 
 def metric_value(page, label: str) -> str:  # type: ignore[no-untyped-def]
-    return str(metric(page, label).get_by_test_id("stMetricValue").inner_text())
+    return str(metric(page, label).first.get_by_test_id("stMetricValue").inner_text())
 
 
 def wait_idle(page, timeout: float = 60_000) -> None:  # type: ignore[no-untyped-def]

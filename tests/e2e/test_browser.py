@@ -77,7 +77,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     rate.press("ArrowLeft")  # the default, 5 rows/s, to 2
     page.get_by_test_id("stSliderThumbValue").filter(has_text=re.compile(r"^2$")).wait_for()
     page.get_by_role("button", name="Start").click()
-    metric(page, "State").get_by_text("running").wait_for(timeout=SLOW)
+    metric(page, "State").get_by_text("running").first.wait_for(timeout=SLOW)
     deadline = time.monotonic() + 120
     while int(metric_value(page, "Micro-batches").replace(",", "")) < 2:
         assert time.monotonic() < deadline, "the pipeline processed no batch in 2 minutes"
@@ -92,7 +92,7 @@ def run_pipeline_and_fail(page) -> None:  # type: ignore[no-untyped-def]
     page.get_by_text(re.compile(r"^(OK|at risk|behind) — ")).first.wait_for()
     page.get_by_role("button", name="Simulate failure").click()
     # The metrics stay on screen while the recovery job runs (no spinner instead of them).
-    assert metric(page, "Micro-batches").count() == 1
+    assert metric(page, "Micro-batches").count() >= 1  # two for a moment during a rerun
     wait_or_explain(page, page.get_by_text("Recovery report (mode approx)"), SLOW)
     page.get_by_text("Windows lost").first.wait_for()
     deadline = time.monotonic() + 120
@@ -144,7 +144,7 @@ def plan_in_force(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
         )
         page.wait_for_timeout(1000)
     page.get_by_text("Re-plan on schedule").click()
-    metric(page, "Scheduled re-planning").get_by_text("off").wait_for(
+    metric(page, "Scheduled re-planning").get_by_text("off").first.wait_for(
         timeout=SLOW
     )  # the switch reruns the page: over a minute under heavy load
     page.wait_for_timeout(4000)  # a re-plan computed before the switch lands at a batch
@@ -419,4 +419,4 @@ def journey(page, app_url: str, shots_dir: Path, tmp_path: Path) -> None:  # typ
     export_and_recover(page, shots_dir, tmp_path, live)
     open_page(page, "Live pipeline")
     page.get_by_role("button", name="Stop").click()
-    metric(page, "State").get_by_text("stopped").wait_for()
+    metric(page, "State").get_by_text("stopped").first.wait_for()

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def state_is(page, state: str, timeout: float = SLOW) -> None:  # type: ignore[no-untyped-def]
-    metric(page, "State").get_by_text(state).wait_for(timeout=timeout)
+    metric(page, "State").get_by_text(state).first.wait_for(timeout=timeout)
 
 
 def batches(page) -> int:  # type: ignore[no-untyped-def]
