@@ -152,7 +152,8 @@ class ManagerViews:
                 "whole backup when recovery ran) and stay without a result"
             )  # fmt: skip
             contract = covering_contract(rec.failure, rec.lost.rows, spec.query.exposure)
-            note = f"{_failure_note(rec, contract, spec.query.exposure)}; {note}"
+            exact = rec.stored is not None and set(spec.sensors) <= set(rec.stored)
+            note = f"{_failure_note(rec, contract, spec.query.exposure, exact)}; {note}"
             served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
             last = self.rows_seen() - 1
             versions = tuple(v.to_dict(last) for v in self.versions())
@@ -194,8 +195,10 @@ class ManagerViews:
         return self._store
 
 
-def _failure_note(rec: _Recovery, contract: str, exposure: int | None) -> str:
-    """What failed, what was rebuilt, and which contract's miss rate covers it."""
+def _failure_note(rec: _Recovery, contract: str, exposure: int | None, exact: bool = False) -> str:
+    """What failed, what was rebuilt, and which contract's miss rate covers it; with
+    ``exact`` (every sensor backed up throughout the lost rows: a batch over the exposure,
+    or after a recovery) that nothing was rebuilt, whatever the contract."""
     rows = f"{rec.lost.rows} row{'' if rec.lost.rows == 1 else 's'}"
     if rec.failure == "crash":
         what = f"crash: window state kept, the micro-batch in flight ({rows}) rebuilt"
@@ -206,6 +209,11 @@ def _failure_note(rec: _Recovery, contract: str, exposure: int | None) -> str:
             )
     else:
         what = f"machine loss: window state lost, every open window rebuilt ({rows})"
+    if exact:
+        return (
+            f"{what.replace(' rebuilt', ' restored', 1)}; every sensor was backed up for "
+            "those rows, so they came back exactly: no contract's miss rate is needed"
+        )
     if contract == "crash":
         return f"{what}; the crash contract (exposure {exposure} rows) covers it"
     why = "" if exposure is None or rec.failure != "crash" else f", more than its {exposure}"

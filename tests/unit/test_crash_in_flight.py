@@ -140,3 +140,17 @@ def test_a_full_crashed_batch_does_not_make_the_rows_in_flight_before_it_exact(
                                  crashed_stored=SENSORS)  # fmt: skip
     assert (outcome.lost.first_row, outcome.lost.last_row) == (4, 7)
     assert outcome.stored == ("a",)
+
+
+def test_a_crash_of_a_batch_that_stored_every_sensor_is_said_exact_not_under_a_contract() -> None:
+    """A batch over the exposure backed up every sensor: its rows come back exactly. The
+    note said "the range contract covers it, more than its 2", as if rebuilt."""
+    from engine.live.recovery import LostRange
+    from engine.live.run_config import _Recovery
+    from engine.live.views import _failure_note
+
+    rec = _Recovery(LostRange(1, 4, 7), 0.1, 8, 2, stored=SENSORS, failure="crash")
+    exact = _failure_note(rec, "range", EXPOSURE, exact=True)
+    assert "came back exactly" in exact and "contract covers" not in exact
+    rebuilt = _failure_note(rec, "range", EXPOSURE, exact=False)
+    assert "the range contract covers it, more than its 2" in rebuilt
