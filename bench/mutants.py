@@ -62,7 +62,7 @@ class Mutant:
 MUTANTS = (
     Mutant("a: worst-sensor bound without the Bonferroni correction",
            "engine/planning/verdict.py",
-           "level = 1.0 - VERDICT_ALPHA / max(sum(1 for n in windows if n > 0), 1)",
+           "level = 1.0 - sensor_test_level(sum(1 for n in windows if n > 0))",
            "level = 1.0 - VERDICT_ALPHA",
            ("tests/unit/test_verdict.py",)),
     Mutant("a': sensor test without the Bonferroni correction",

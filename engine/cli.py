@@ -360,21 +360,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    _PENDING.clear()
+    _PENDING.clear()  # what a direct call of a command left
     try:
         args = build_parser().parse_args(argv)
         result = COMMANDS[args.command](args)
     except EngineError as err:
-        _PENDING.clear()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        _PENDING.clear()
         print("interrupted", file=sys.stderr)
         return 130
-    for line in _PENDING:
-        print(line, file=sys.stderr)
-    _PENDING.clear()
+    else:
+        for line in _PENDING:
+            print(line, file=sys.stderr)
+    finally:
+        _PENDING.clear()
     from engine.export import json_safe
 
     try:

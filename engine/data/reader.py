@@ -146,9 +146,8 @@ def decode(
     else:
         decoded = _keep_wanted(_decode_long(table, time_col, time, roles, notes), wanted)
     if unit is not None:
-        words = next(w for u, w in UNIT_WORDS.items() if UNIT_NS[u] == unit)
         stated = options.numeric_time_unit is not None
-        said = check_numeric_times(source, time_col, decoded.times, unit, words, stated)
+        said = check_numeric_times(source, time_col, decoded.times, unit, _unit_words(unit), stated)
         decoded.notes.extend([said] if said else [])
     return decoded
 
@@ -252,6 +251,11 @@ def _refuse_mixed_zones(table: _Table, name: str) -> int:
     )
 
 
+def _unit_words(unit_ns: int) -> str:
+    """``"seconds"`` for the unit of ``unit_ns`` nanoseconds (``UNIT_WORDS``)."""
+    return next(w for u, w in UNIT_WORDS.items() if UNIT_NS[u] == unit_ns)
+
+
 def _numeric_unit(name: str, options: LoadOptions, notes: list[str]) -> int:
     unit, why = options.numeric_time_unit or "s", "numeric_time_unit"
     if options.numeric_time_unit is None:
@@ -339,7 +343,7 @@ def _to_ns(table: _Table, name: str, raw: np.ndarray, unit: int | None) -> np.nd
     x = _as_float(raw)
     bad = np.flatnonzero(~np.isfinite(x) | (np.abs(x) * unit >= 9.2e18))
     if bad.size:
-        words = next(w for u, w in UNIT_WORDS.items() if UNIT_NS[u] == unit)
+        words = _unit_words(unit)
         raise DataError(
             f"{table.source}: column {name!r} row {bad[0] + 1}: time {float(x[bad[0]])!r} "
             f"is out of range as {words} since 1970-01-01 (another unit? the numeric time "

@@ -162,25 +162,12 @@ class BackupStore:
         committed. ``before_commit`` runs inside the transaction after every row
         is inserted; if it raises, the transaction rolls back (fault injection).
         """
-        with self._cursor() as cur:
-            cur.begin()
-            try:
-                if self._committed(cur, write.run, write.batch_id):
-                    cur.rollback()
-                    return False
-                self._insert_rows(cur, write)
-                if before_commit is not None:
-                    before_commit()
-                cur.commit()
-            except duckdb.Error as err:
-                cur.rollback()
-                raise StoreError(
-                    f"cannot write batch {write.batch_id} of run {write.run} to "
-                    f"{str(self.path)!r}: {err}"
-                ) from err
-            except BaseException:
-                cur.rollback()
-                raise
+        with self._transaction(f"batch {write.batch_id} of run {write.run}") as cur:
+            if self._committed(cur, write.run, write.batch_id):
+                return False  # the transaction commits nothing
+            self._insert_rows(cur, write)
+            if before_commit is not None:
+                before_commit()
         return True
 
     def _insert_rows(self, cur: duckdb.DuckDBPyConnection, w: BatchWrite) -> None:

@@ -132,7 +132,7 @@ def disjoint(misses: float, windows: int, share: float) -> tuple[float, int]:
 def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float) -> list[float]:
     """Each sensor's one-sided 95 % Clopper-Pearson upper bound, Bonferroni over the
     sensors with a window, on disjoint windows (``disjoint``); NaN for a sensor with none."""
-    level = 1.0 - VERDICT_ALPHA / max(sum(1 for n in windows if n > 0), 1)
+    level = 1.0 - sensor_test_level(sum(1 for n in windows if n > 0))
     return [
         window_upper_bound(*disjoint(k, n, share), level) if n > 0 else float("nan")
         for k, n in zip(misses, windows, strict=True)
