@@ -649,6 +649,11 @@ MUTANTS = (
            "fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)",
            "pass",
            ("tests/unit/test_job_compaction_crash.py",)),
+    Mutant("h16: planning in eps units divides by an eps that overflows the readings",
+           "engine/planning/plan.py",
+           "    check_eps_units(history.values, history.sensors, per)\n",
+           "",
+           ("tests/unit/test_eps_units.py",)),
 )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.data import SensorHistory
+from engine.data.range import check_eps_units
 from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
@@ -298,7 +299,7 @@ def _make_plan_in_eps_units(
     by their own tolerance, not by the size of their numbers.
     """
     e = params.eps_vector(history.sensors)
-    scaled = replace(history, values=np.ascontiguousarray(history.values / e))
+    scaled = replace(history, values=np.ascontiguousarray(_in_eps_units(history, e)))
     unit = params.with_query(eps=1.0, eps_by_sensor=())
     plan = make_plan(scaled, unit, **kwargs)
     dropped = unit.unit_warning(history.sensors)
@@ -325,7 +326,17 @@ def eps_units(history: SensorHistory, params: PlanParameters) -> tuple[np.ndarra
     if not params.eps_by_sensor:
         return history.values, params.spec()
     e = params.eps_vector(history.sensors)
-    return history.values / e, params.with_query(eps=1.0, eps_by_sensor=()).spec()
+    return _in_eps_units(history, e), params.with_query(eps=1.0, eps_by_sensor=()).spec()
+
+
+def _in_eps_units(history: SensorHistory, e: np.ndarray) -> np.ndarray:
+    """``history``'s readings divided by each sensor's eps ``e`` (n,), refused
+    (``ParameterError``, ``check_eps_units``) where that passes the readings' limit: their
+    squares, the model's moments, would overflow. Every way in (the CLI, the app, a
+    saved config, a re-plan) plans through here."""
+    per = dict(zip(history.sensors, e.tolist(), strict=True))
+    check_eps_units(history.values, history.sensors, per)
+    return history.values / e
 
 
 @dataclass(frozen=True)

@@ -225,3 +225,26 @@ def test_scheduled_replan_plans_in_eps_units(mixed) -> None:
     single = params.with_query(horizon=plan.horizon_rows, eps_by_sensor=())
     one_eps = make_plan(recent, single)
     assert fresh.backup_sensors != one_eps.backup_sensors
+
+
+@pytest.mark.parametrize("way", ["make_plan", "eps_units", "fresh_plan"])
+def test_an_eps_that_puts_readings_past_their_limit_is_refused_on_every_way_in(
+    mixed, way: str
+) -> None:
+    """Readings in eps units square into the model's moments: a tiny per-sensor eps (from a
+    saved config, the app or a re-plan, not only the CLI's ``--eps-by-unit``) overflowed
+    them into a plan made of infinities. Every way in now says which eps is too small."""
+    from engine.errors import ParameterError
+    from engine.planning.replan import fresh_plan
+
+    tiny = tuple((s, 1e-100 if s.endswith("_TEMP") else 20.0) for s in mixed.sensors)
+    params = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=tiny))
+    with pytest.raises(ParameterError, match=r"eps of 1e-100 for sensor '.*_TEMP'.*1e\+60"):
+        if way == "make_plan":
+            make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
+        elif way == "eps_units":
+            eps_units(mixed, params)
+        else:
+            ok = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 20.0)))
+            plan = make_plan(mixed.rows(0, 500), ok, run_backtest_now=False)
+            fresh_plan(replace(plan, parameters=params), mixed.rows(400, 720))
