@@ -61,7 +61,7 @@ def test_stop_is_quiet_and_prompt_and_start_resumes_the_counters(  # type: ignor
             page.get_by_text(re.compile(r"Latest restore")).first.wait_for()
             page.get_by_role("button", name="Stop").click()
             state_is(page, "stopped", timeout=60_000)
-            page.get_by_text(re.compile(r"readings replayed \(stopped\)")).wait_for()
+            page.get_by_text(re.compile(r"readings replayed \(stopped\)")).first.wait_for()
             wait_idle(page, 60_000)
             page.screenshot(path=str(shots_dir / "live_stopped.png"), full_page=True)
         finally:

@@ -61,7 +61,7 @@ def test_group_eps_on_all_sample_sensors(  # type: ignore[no-untyped-def]
         wait_idle(page, SLOW)
         page.screenshot(path=str(shots_dir / f"tune_units_{width}.png"))
         page.get_by_text("One eps per unit group").click()
-        page.get_by_text(re.compile("Mixed units: the sensors have 2 units")).wait_for()
+        page.get_by_text(re.compile("Mixed units: the sensors have 2 units")).first.wait_for()
         assert page.get_by_role(
             "spinbutton", name="eps: tolerance (unit of the aggregate)"
         ).is_enabled()
