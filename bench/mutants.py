@@ -654,6 +654,17 @@ MUTANTS = (
            "    check_eps_units(history.values, history.sensors, per)\n",
            "",
            ("tests/unit/test_eps_units.py",)),
+    Mutant("d1: the live status tally takes sliding windows as independent trials",
+           "engine/live/reporting.py",
+           "share = disjoint_share(held.query.window, held.slide)",
+           "share = 1.0",
+           ("tests/unit/test_stream_batch.py",)),
+    Mutant("d2: the live status line tests every sliding window, not the disjoint share",
+           "ui/dashboard.py",
+           'broken = rejected(counts, delta, float(mine.get("share", 1.0)))',
+           "broken = rejected(counts, delta, 1.0)",
+           ("tests/app/test_console_truth.py::"
+            "test_the_status_line_tests_sliding_windows_on_their_disjoint_share",)),
 )  # fmt: skip
 
 
@@ -671,10 +682,14 @@ def copy_tree(dest: Path) -> None:
 def run_tests(where: Path, tests: tuple[str, ...]) -> tuple[bool, list[str], float]:
     """Run ``tests`` in ``where``; returns (passed, failing test ids, seconds)."""
     start = time.perf_counter()
-    # -rf lists every failing test on one "FAILED id" line each.
-    cmd = [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", "-rf"]
+    # -rfE lists every failing or erroring test on one "FAILED id" or "ERROR id" line each.
+    cmd = [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", "-rfE"]
     done = subprocess.run(cmd, cwd=where, capture_output=True, text=True, check=False)
-    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    failed = [
+        line.split()[1]
+        for line in done.stdout.splitlines()
+        if line.startswith(("FAILED ", "ERROR "))
+    ]
     return done.returncode == 0, failed, round(time.perf_counter() - start, 1)
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.live import BatchPoint, PipelineEvent, PipelineStatus, Restore, summarise
-from engine.planning.verdict import window_p_value
+from engine.planning.verdict import rejected
 from ui import background, live, resources, timeline
 from ui.format import format_quantity, plural, shadow_counted, span
 
@@ -68,16 +68,13 @@ def events_frame(events: Sequence[PipelineEvent]) -> pd.DataFrame:
     return frame
 
 
-GUARANTEE_ALPHA = 0.05  # a sensor's live misses "break" delta at p < 5 % / rebuilt sensors
-
-
 def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
     """What the guarantee of the plan in force needs from the operator, if anything:
-    ``failing`` when some sensor's shadow misses reject "rate <= delta" (one-sided
-    binomial test, Bonferroni over the sensors rebuilt: every sensor tested, the most
-    significant named), ``at risk`` when the worst rate is above delta but no test
-    rejects yet, or when the plan has expired; None when the shadow check has nothing
-    against it."""
+    ``failing`` when some sensor's shadow misses reject "rate <= delta" (the backtest
+    verdict's test, ``verdict.rejected``: one-sided binomial on disjoint windows,
+    Bonferroni over the sensors rebuilt; every sensor tested, the most significant
+    named), ``at risk`` when the worst rate is above delta but no test rejects yet, or
+    when the plan has expired; None when the shadow check has nothing against it."""
     if s.plan_expired:
         return Level(
             "at risk",
@@ -95,22 +92,21 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
         f"({100 * rate:.1f} %) under plan version {s.plan_version}, against delta "
         f"{100 * delta:g} %"
     )
-    level = GUARANTEE_ALPHA / max(int(mine.get("rebuilt_sensors", 1)), 1)
     per = mine.get("per_sensor") or {sensor: (misses, windows)}
-    tested = {x: window_p_value(float(k), int(n), delta) for x, (k, n) in per.items()}
-    broken = min(tested, key=lambda x: tested[x])
-    if tested[broken] < level:
-        k, n = per[broken]
+    counts = {x: (float(k), int(n)) for x, (k, n) in per.items()}
+    broken = rejected(counts, delta, float(mine.get("share", 1.0)))
+    if broken:
+        k, n = counts[broken[0]]
         counted = (
-            f"{broken} missed eps in {shadow_counted(float(k), int(n), s.shadow_contract)} "
-            f"({100 * float(k) / max(int(n), 1):.1f} %) under plan version {s.plan_version}, "
+            f"{broken[0]} missed eps in {shadow_counted(k, n, s.shadow_contract)} "
+            f"({100 * k / max(n, 1):.1f} %) under plan version {s.plan_version}, "
             f"against delta {100 * delta:g} %"
         )
         return Level("failing", f"guarantee broken: {counted}; the live monitor re-plans")
     return Level(
         "at risk",
         f"guarantee at risk: {counted}; above delta, but not significantly yet (binomial "
-        "test, Bonferroni over the sensors rebuilt)",
+        "test on disjoint windows, Bonferroni over the sensors rebuilt)",
     )
 
 

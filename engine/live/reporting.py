@@ -21,6 +21,7 @@ from engine.live.status import StatusBoard
 from engine.live.versions import PlanVersion
 from engine.planning.feedback import window_misses
 from engine.planning.monitor import newly_alerting
+from engine.planning.verdict import disjoint_share
 
 
 class BatchReporting:
@@ -71,12 +72,13 @@ class BatchReporting:
         misses = crash_shadow_misses(advance.closed, spec, rows.rebuilt) if crash else None
         for vid in np.unique(rows.versions):  # each window on its oldest version's record
             own, held = rows.versions == vid, self._history.get(int(vid), version).spec
+            share = disjoint_share(held.query.window, held.slide)  # what the status line tests
             if misses is None:
                 self.board.record_shadow(errors[own], spec.sensors, held.linear_map.targets,
-                                         held.eps_vector, int(vid))  # fmt: skip
+                                         held.eps_vector, int(vid), share)  # fmt: skip
             else:
                 self.board.record_misses(misses[own], spec.sensors, held.linear_map.targets,
-                                         int(vid), "crash")  # fmt: skip
+                                         int(vid), "crash", share)  # fmt: skip
         own = rows.versions == version.id  # the monitor judges the version in force
         if self.monitor is not None and own.any():
             targets = spec.linear_map.targets

@@ -208,14 +208,16 @@ class StatusBoard:
         targets: Sequence[str],
         eps: float | np.ndarray,
         version: int = 0,
+        share: float = 1.0,
     ) -> None:
         """Count shadow-recovery misses of whole windows (the range contract): errors (W, n)
         in ``sensors`` order, found under plan ``version``, kept overall and per version (a
-        re-plan resets nothing); ``eps`` a number or one per sensor (n,)."""
+        re-plan resets nothing); ``eps`` a number or one per sensor (n,); ``share`` as
+        ``record_misses``."""
         e = np.asarray(errors, dtype=float)
         with np.errstate(invalid="ignore"):
             misses = np.where(np.isfinite(e), (e > eps).astype(float), np.nan)
-        self.record_misses(misses, sensors, targets, version, "range")
+        self.record_misses(misses, sensors, targets, version, "range", share)
 
     def record_misses(
         self,
@@ -224,10 +226,13 @@ class StatusBoard:
         targets: Sequence[str],
         version: int = 0,
         contract: str = "range",
+        share: float = 1.0,
     ) -> None:
         """Count shadow-recovery misses (W, n) in ``sensors`` order: whole-window
         indicators (range contract) or each window's fraction of the failure positions
-        that missed (crash contract); NaN where a window was not measured."""
+        that missed (crash contract); NaN where a window was not measured. ``share``: of
+        the windows, the disjoint ones (``verdict.disjoint_share``), which the status
+        line's test counts (kept with the version's tally)."""
         m = np.asarray(misses, dtype=float)
         mask = np.isin(np.asarray(sensors, dtype=object), np.asarray(list(targets), dtype=object))
         finite = np.isfinite(m) & mask
@@ -247,7 +252,7 @@ class StatusBoard:
                 key=lambda s: (counts[s] / self._per_sensor_windows[s], s),
                 default=None,
             )
-            tally = self._versions.setdefault(int(version), _Tally())
+            tally = self._versions.setdefault(int(version), _Tally(share))
             tally.add(misses, finite, sensors)
             by_version = {k: t.figures() for k, t in sorted(self._versions.items())}
             self._status = replace(
@@ -315,9 +320,12 @@ class StatusBoard:
 
 
 class _Tally:
-    """Shadow misses of one plan version: windows and misses per sensor."""
+    """Shadow misses of one plan version: windows and misses per sensor, and the share of
+    its windows that are disjoint (``verdict.disjoint_share``: the version's window and
+    slide)."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: float = 1.0) -> None:
+        self.share = float(share)
         self.windows: dict[str, int] = {}
         self.misses: dict[str, float] = {}
         self.closed = 0
@@ -347,4 +355,5 @@ class _Tally:
             # every rebuilt sensor's (misses, windows): a test must look at each, not only
             # the highest rate (a lower rate over many windows can be the significant one)
             "per_sensor": {s: (self.misses[s], w) for s, w in self.windows.items() if w},
+            "share": self.share,  # the test counts these windows' disjoint share
         }

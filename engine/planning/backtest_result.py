@@ -25,10 +25,9 @@ from engine.planning.verdict import (
     disjoint,
     first_settled,
     pct,
+    rejected,
     sensor_bounds,
-    sensor_test_level,
     unrejected,
-    window_p_value,
     window_upper_bound,
 )
 
@@ -73,12 +72,7 @@ class BacktestResult:
 
     def rejected_sensors(self, delta: float) -> list[str]:
         """Sensors whose rebuilt-window misses reject ``rate <= delta`` after Bonferroni."""
-        level = sensor_test_level(self.rebuilt_sensors)
-        return [
-            s
-            for s, (v, r, _) in self.per_sensor.items()
-            if r > 0 and window_p_value(*disjoint(v, r, self.share), delta) < level
-        ]
+        return rejected({s: (v, r) for s, (v, r, _) in self.per_sensor.items()}, delta, self.share)
 
     @property
     def worst_counts(self) -> tuple[int, int]:

@@ -16,10 +16,9 @@ from engine.planning.verdict import (
     disjoint,
     first_settled,
     pct,
+    rejected,
     sensor_bounds,
-    sensor_test_level,
     unrejected,
-    window_p_value,
     window_upper_bound,
 )
 
@@ -71,12 +70,10 @@ class CrashResult:
     def rejected_sensors(self, delta: float) -> list[str]:
         """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni
         (the same level as the range contract's test, ``BacktestResult.rejected_sensors``)."""
-        level = sensor_test_level(self.rebuilt_sensors)
-        return [
-            s
-            for s, (v, r) in self.per_sensor.items()
-            if r > 0 and window_p_value(*self._windows(v, r), delta) < level
-        ]
+        per = {
+            s: (v / self.positions, r // self.positions) for s, (v, r) in self.per_sensor.items()
+        }
+        return rejected(per, delta, self.share)
 
     def _windows(self, missed: float, triples: int) -> tuple[float, int]:
         """(missed fraction summed over windows, windows) as the tests count them:

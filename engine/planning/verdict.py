@@ -29,7 +29,7 @@ A backtest without folds is ``not measured``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.special import betainc, betaincinv
@@ -137,6 +137,19 @@ def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float)
         window_upper_bound(*disjoint(k, n, share), level) if n > 0 else float("nan")
         for k, n in zip(misses, windows, strict=True)
     ]
+
+
+def rejected(per: Mapping[str, tuple[float, int]], delta: float, share: float) -> list[str]:
+    """The sensors whose misses reject "rate <= delta", most significant first: the one
+    test of the backtest verdicts and the live status line. ``per``: each sensor's (misses,
+    windows), every scored window counted (misses real for the crash contract); each
+    sensor is tested on its disjoint windows (``disjoint``, ``share``) in a one-sided
+    binomial test at ``sensor_test_level`` of the sensors with a window (Bonferroni)."""
+    tested = {
+        s: window_p_value(*disjoint(k, n, share), delta) for s, (k, n) in per.items() if n > 0
+    }
+    level = sensor_test_level(len(tested))
+    return sorted((s for s, p in tested.items() if p < level), key=lambda s: (tested[s], s))
 
 
 def sensor_test_level(rebuilt_sensors: int) -> float:

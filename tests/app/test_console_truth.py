@@ -424,3 +424,22 @@ def test_a_crash_plans_tradeoff_and_cost_rows_show_its_own_contracts_figures(mon
     assert savings._outcome("range", whole) == savings.quality(whole)
     assert "measured: worst sensor" in savings.quality(whole)
     assert savings._outcome("crash", whole) == savings.STRATEGY_OUTCOME["crash"]
+
+
+def test_the_status_line_tests_sliding_windows_on_their_disjoint_share() -> None:
+    """12 misses in 100 windows sliding a quarter of a window (share 1/4): 3 in 25 disjoint
+    ones (p ~ 0.13), not 12 independent trials in 100 (p ~ 0.004). Overlapping windows
+    share readings: the line said "guarantee broken" where the backtest verdict, which
+    counts disjoint windows, would not."""
+    from ui.dashboard import status_level
+
+    def tally(share: float) -> dict:  # type: ignore[type-arg]
+        return {0: {"worst_rate": 0.12, "worst_sensor": "A", "worst_misses": 12,
+                    "worst_windows": 100, "rebuilt_sensors": 1, "windows": 100,
+                    "per_sensor": {"A": (12, 100)}, "share": share}}  # fmt: skip
+
+    tumbling = status_level(_status(shadow_by_version=tally(1.0)), [], 1.0, delta=0.05)
+    assert tumbling.name == "failing", tumbling
+    sliding = status_level(_status(shadow_by_version=tally(0.25)), [], 1.0, delta=0.05)
+    assert sliding.name == "at risk", sliding
+    assert "on disjoint windows" in sliding.reason

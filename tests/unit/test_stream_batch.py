@@ -541,3 +541,31 @@ def test_a_resumed_pipeline_scores_rows_under_the_versions_that_governed_them(
         by_version = pipeline.board.snapshot().shadow_by_version
     assert by_version[0]["windows"] == 2 and by_version[0]["worst_rate"] == 1.0
     assert by_version[1]["windows"] == 2 and by_version[1]["worst_rate"] == 0.0
+
+
+def test_the_status_tally_keeps_the_disjoint_share_of_its_sliding_windows(tmp_path: Path) -> None:
+    """A window of 6 readings sliding by 2: a third of the closed windows are disjoint,
+    the share the status line's test counts (``verdict.rejected``), kept per version."""
+    from datetime import UTC, datetime
+
+    from engine.live.pipeline import LivePipeline
+    from engine.live.store import BackupStore
+    from engine.live.versions import PlanVersion
+
+    h = make_history(24)
+    query = WindowQuery(5.0, 0.05, 6, slide=2, aggregate="avg")
+    spec = StreamSpec(SENSORS, ("a",), fit_map(h.values, SENSORS, ("a",)), query)
+    v0 = PlanVersion(0, "initial", "", spec, datetime(2026, 1, 1, tzinfo=UTC), 0)
+    with BackupStore(tmp_path / "s.duckdb") as store:
+        store.write_version(v0.record())
+        pipeline = LivePipeline(
+            None, v0.spec, "approx", PipelinePaths(tmp_path), store, version=v0,
+            backup_writer=lambda df, target, sensors, version: write_backup_batch(
+                target, select_backup_rows(df.frame, sensors), version
+            ),
+        )  # fmt: skip
+        pipeline.run = 0
+        pipeline._on_batch(FakeBatch(long_frame(h, slice(0, 24))), 0)
+        figures = pipeline.board.snapshot().shadow_by_version[0]
+    assert figures["windows"] > 3
+    assert figures["share"] == pytest.approx(1 / 3)

@@ -155,3 +155,32 @@ def test_the_share_counted_is_one_window_in_each_overlapping_run() -> None:
     assert disjoint_share(24, 24) == 1.0 and disjoint_share(24, 48) == 1.0
     assert disjoint_share(24, 6) == 0.25 and disjoint_share(24, 5) == 0.2  # ceil(24 / 5) = 5
     assert disjoint_share(24, 1) == pytest.approx(1 / 24)
+
+
+def test_the_shared_rejection_is_scipy_binomtest_on_disjoint_windows_bonferroni() -> None:
+    """``rejected`` (the verdicts' and the live status line's one test) against scipy's
+    exact binomial test, by brute force over random tallies, tumbling and sliding."""
+    from engine.planning.verdict import disjoint, rejected
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        m = int(rng.integers(1, 6))
+        share = float(rng.choice([1.0, 0.5, 0.25]))
+        per = {}
+        for i in range(m):
+            n = int(rng.integers(0, 400))
+            per[f"s{i}"] = (int(rng.binomial(n, rng.uniform(0.0, 0.2))) if n else 0, n)
+        delta = float(rng.choice([0.01, 0.05, 0.1]))
+        with_windows = [s for s, (_, n) in per.items() if n > 0]
+        want = []
+        for s in with_windows:
+            k, n = disjoint(*per[s], share)
+            k = min(k, n)  # a scaled count can pass the whole windows it is counted in
+            if share == 1.0:  # whole counts: scipy's test itself
+                p = binomtest(int(k), n, delta, alternative="greater").pvalue if k else 1.0
+            else:  # real counts: the binomial tail continued, I_delta(k, n - k + 1)
+                p = float(beta.cdf(delta, k, n - k + 1)) if k > 0 and n > 0 else 1.0
+            if p < 0.05 / len(with_windows):
+                want.append((p, s))
+        got = rejected(per, delta, share)
+        assert got == [s for _, s in sorted(want)], (per, delta, share)
