@@ -206,9 +206,19 @@ _PENDING: list[str] = []
 
 
 def _warn(warnings: Sequence[str]) -> None:
-    """One line on stderr, never a silent fallback; printed when the command succeeds."""
-    if warnings:
-        _PENDING.append("warning: " + "; ".join(warnings))
+    """One line on stderr, never a silent fallback; printed when the command succeeds
+    (or, for ``simulate``, before its run), once however often its input was checked."""
+    line = "warning: " + "; ".join(warnings)
+    if warnings and line not in _PENDING:
+        _PENDING.append(line)
+
+
+def _say_warnings() -> None:
+    """Say the warnings so far now: a command whose input has all been accepted and that
+    then runs for minutes (``simulate``) should not keep them to its end."""
+    for line in _PENDING:
+        print(line, file=sys.stderr, flush=True)
+    _PENDING.clear()
 
 
 def summarise_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +324,7 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     _params(args)  # the same: parameters before the data
     history = _history(args)
     params = _with_unit_eps(_params(args), history, args)
-    return simulate_from_cli(history, params, args)
+    return simulate_from_cli(history, params, args, before_run=_say_warnings)
 
 
 def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:
@@ -369,8 +379,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     else:
-        for line in _PENDING:
-            print(line, file=sys.stderr)
+        _say_warnings()
     finally:
         _PENDING.clear()
     from engine.export import json_safe

@@ -12,7 +12,7 @@ import argparse
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -28,7 +28,10 @@ SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to c
 
 
 def simulate_from_cli(
-    history: SensorHistory, params: PlanParameters, args: argparse.Namespace
+    history: SensorHistory,
+    params: PlanParameters,
+    args: argparse.Namespace,
+    before_run: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
     ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
@@ -38,7 +41,9 @@ def simulate_from_cli(
     readings arrive late by those delays (drawn with ``--seed``) and the disorder stage
     runs (provisional results, corrections, final ones). ``--failure``: a crash (the window
     state survives, the micro-batch in flight is lost) or a machine loss (every open
-    window rebuilt); by default a crash for a crash-contract plan (``--exposure``)."""
+    window rebuilt); by default a crash for a crash-contract plan (``--exposure``).
+    ``before_run`` is called once the input is planned, before the minutes of the run
+    (the CLI says its warnings there, not after the run)."""
     from engine.disorder import parse_delays
     from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
@@ -56,6 +61,7 @@ def simulate_from_cli(
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
     plan = make_plan(fit, params, backtest=settings)
     replay = split.replay(history)
+    before_run()
     managers: list[Any] = []  # the run's manager: its status outlives the run
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)

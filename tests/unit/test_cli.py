@@ -397,3 +397,29 @@ def test_status_answers_without_scipy_stats(tmp_path: Path) -> None:
     )
     line = done.stderr.strip().splitlines()[-1]
     assert line == "LOADED 2 False True", done.stderr  # refused: no plan book, after the imports
+
+
+def test_simulate_says_its_warnings_before_the_run_and_each_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run takes minutes: a warning about accepted input is said before it starts,
+    not kept to its end; the parameters are read twice (before and after the data), their
+    warning is said once."""
+    import engine.live.simulation as simulation
+    from engine.cli import _main
+    from engine.errors import DataError
+
+    seen: list[str] = []
+
+    def fake_run(*args: object, **kwargs: object) -> None:
+        seen.append(capsys.readouterr().err)
+        raise DataError("the run stopped here")
+
+    monkeypatch.setattr(simulation, "run_simulation", fake_run)
+    code = _main(["simulate", "--data", str(SMALL), "--eps", "1", "--delta", "0.1",
+                  "--window", "24", "--horizon", "12", "--rows", "96"])  # fmt: skip
+    assert code == 2
+    said = seen[0].strip().splitlines()
+    assert said == ["warning: --horizon 12 is shorter than a window: planned for one window "
+                    "(24 rows)"], said  # fmt: skip
+    assert capsys.readouterr().err.strip() == "error: the run stopped here"
