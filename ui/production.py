@@ -103,15 +103,15 @@ def headline(status: JobStatus) -> None:
     if above:
         st.error(
             f"{above} sensor(s) miss eps more often than delta under version "
-            f"{s['plan_version']} by the live monitor's test (each sensor's 95 % lower bound "
-            f"above delta over at least 10 windows, counting {what}; checked after every "
-            "batch and not corrected for many sensors, so with many of them a false alarm "
-            "is likely). The job re-plans on an alert unless it runs with --no-replan."
+            f"{s['plan_version']} by the live monitor's test (over at least 10 windows, "
+            f"counting {what}; checked after every batch, a version whose every sensor "
+            "keeps delta alerts falsely with at most a 5 % chance over the whole run). "
+            "The job re-plans on an alert unless it runs with --no-replan."
         )
     elif checked:
         st.success(
-            f"No alert under version {s['plan_version']}: no sensor's live miss rate is above "
-            f"delta with 95 % confidence ({checked:,} (window, rebuilt sensor) pairs' {what} "
+            f"No alert under version {s['plan_version']}: no sensor's live misses are above "
+            f"delta by the monitor's test ({checked:,} (window, rebuilt sensor) pairs' {what} "
             f"checked against the true aggregates; last window ends {s['last_window_end']})."
         )
     else:

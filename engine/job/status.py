@@ -14,8 +14,8 @@ The ``run`` job (``engine.job.run``) keeps beside its backup:
 ``read_job_status`` gathers them for the console and ``engine status``: a local
 or mounted path, as ``recover --backup`` reads. Live rates count rebuilt
 windows only (a backed-up sensor is recovered exactly), each sensor judged as
-the job's monitor judges a range plan: above ``delta`` when the one-sided 95 %
-Clopper-Pearson lower bound of its rate is, over at least ``MIN_WINDOWS``. Those
+the job's monitor judges a range plan: above ``delta`` by its test valid however often
+it is checked (``engine.planning.monitor.alerting``), over at least ``MIN_WINDOWS``. Those
 rates are whole windows rebuilt (the range contract, what ``recover`` over a range
 needs); a crash plan's monitor measures m-row losses instead, and the summary states
 which contract the shadow check measured and, for a crash plan, its windows and
@@ -38,9 +38,11 @@ from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
     CONFIDENCE,
     MIN_WINDOWS,
+    alerting,
     rate_lower_bounds,
     rate_upper_bound,
 )
+from engine.planning.verdict import disjoint_share
 
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
@@ -266,12 +268,17 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
         raise DataError(f"the job's results under {folder} are unreadable: {err}") from None
     finally:
         con.close()
-    delta = current.config.query.delta
+    query = current.config.query
     w, m = frame["windows"].astype(int), frame["misses"].astype(int)
     frame["rate"] = m / w
     frame["lower95"] = rate_lower_bounds(m.to_numpy(), w.to_numpy(), CONFIDENCE)
     frame["upper95"] = [rate_upper_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
-    frame["above_delta"] = (frame["lower95"] > delta) & (w >= MIN_WINDOWS)
+    # the job's monitor's test: each version's rebuilt sensors, its windows' disjoint share
+    share = disjoint_share(query.window, query.effective_slide)
+    watched = frame.groupby("plan_version")["sensor"].transform("size").to_numpy()
+    frame["above_delta"] = alerting(
+        m.to_numpy(), w.to_numpy(), query.delta, watched, CONFIDENCE, share, MIN_WINDOWS
+    )
     return frame[list(RATE_COLUMNS)]
 
 

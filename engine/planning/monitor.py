@@ -6,21 +6,28 @@ the backup *would* have produced and compare it with the real aggregate. This
 module keeps the per-sensor tally and decides when the observed violation rate
 is above ``delta`` with statistical confidence.
 
-The test is one-sided: a sensor alerts when the Clopper-Pearson lower bound of
-its violation rate (at ``confidence``) exceeds ``delta``. Under the null
-hypothesis "the true rate is at most delta" a single sensor alerts with
-probability at most ``1 - confidence`` at any one check. Checks repeat after
-every batch, so we also require ``min_windows`` observations before judging.
+The test is checked after every batch, so it must stay valid however often it is
+looked at: a sensor alerts when its mixture likelihood ratio against "rate <= delta"
+(``log_evidence``: the likelihood of its misses under a rate drawn uniformly from
+``(delta, 1]``, over their likelihood at ``delta``) reaches ``m / alpha``, ``alpha = 1 -
+confidence`` and ``m`` the sensors the plan version rebuilds. Under "every window
+misses with probability at most delta, whatever came before" that ratio is a
+nonnegative supermartingale, so by Ville's inequality a sensor ever reaches ``m /
+alpha`` with probability at most ``alpha / m``, and any sensor of the version at most
+``alpha``: over the whole run, not per check. (A per-check test, a 95 % lower bound
+above delta after every batch, alerted on every run of 20 sensors missing exactly
+delta, mostly within 15 windows.) Sliding windows overlap: the test counts their
+disjoint share (``verdict.disjoint_share``), as the backtest verdict does. A sensor also
+needs ``min_windows`` windows before it can alert.
 
 Under the crash contract (a failure loses ``m`` consecutive rows) a window's miss is
 not an indicator but the fraction of the ``w + m - 1`` failure positions touching it
 that put its aggregate more than eps off (``engine.planning.feedback.window_misses``).
 ``observe_misses`` tallies those fractions, a window counting its fraction, and the
-same bound is taken at the real-valued count: ``I_delta(k, W - k + 1)``, the binomial
-tail continued to real ``k`` (``engine.planning.verdict.window_p_value``), below
-``1 - confidence`` exactly when the lower bound is above ``delta``. A fraction's
-variance is at most a Bernoulli's of the same mean, so the test stays conservative,
-as the crash contract's backtest verdict's does.
+ratio is taken at the real-valued count. It stays a supermartingale: for a fraction
+``x`` in [0, 1] the ratio's factor ``(p / delta)^x ((1 - p) / (1 - delta))^(1 - x)`` is
+convex in ``x``, so its mean is at most the Bernoulli's of the same mean, which is at
+most 1 when that mean is at most delta.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betaincinv
+from scipy.special import betaincc, betaincinv, betaln
 
 from engine.errors import ParameterError
 from engine.planning.verdict import window_p_value, window_upper_bound
@@ -64,6 +71,44 @@ def rate_lower_bounds(violations: np.ndarray, windows: np.ndarray, confidence: f
     return out
 
 
+def log_evidence(misses: np.ndarray, windows: np.ndarray, delta: float) -> np.ndarray:
+    """Log of each sensor's mixture likelihood ratio against "rate <= delta", pair by pair:
+
+    ``log int_delta^1 (p / delta)^k ((1 - p) / (1 - delta))^(W - k) dp / (1 - delta)``,
+    the rate drawn uniformly from ``(delta, 1]``; in closed form ``B(k + 1, W - k + 1)
+    (1 - I_delta(k + 1, W - k + 1)) / (delta^k (1 - delta)^(W - k) (1 - delta))``. 0 with
+    no window; real ``k`` (a crash contract's fractions) taken as they are, at most ``W``.
+    """
+    w = np.asarray(windows, dtype=float)
+    k = np.minimum(np.asarray(misses, dtype=float), w)
+    a, b = k + 1.0, w - k + 1.0
+    with np.errstate(divide="ignore"):  # a tail that underflows: no evidence at all
+        tail = np.log(betaincc(a, b, delta))
+    return betaln(a, b) + tail - k * np.log(delta) - (w - k + 1.0) * np.log1p(-delta)
+
+
+def alerting(
+    misses: np.ndarray,
+    windows: np.ndarray,
+    delta: float,
+    watched: int | np.ndarray,
+    confidence: float = 0.95,
+    share: float = 1.0,
+    min_windows: int = 1,
+) -> np.ndarray:
+    """(n,) True where a sensor's misses of its ``windows`` (each counted whole, or sliding
+    with disjoint ``share``) are evidence enough that its rate is above ``delta``: the
+    always-valid test of ``ViolationMonitor`` (module docstring), ``watched`` the sensors
+    the version rebuilds (Bonferroni; one number, or one per sensor), at most a ``1 -
+    confidence`` chance of any alert while every rate is at most delta, however often it
+    is checked."""
+    w = np.asarray(windows, dtype=float)
+    scale = min(float(share), 1.0)  # as ``verdict.disjoint``: whole disjoint windows
+    k, n = np.asarray(misses, dtype=float) * scale, np.floor(w * scale)
+    level = np.log(np.maximum(np.asarray(watched, dtype=float), 1.0) / (1.0 - confidence))
+    return (w >= min_windows) & (log_evidence(k, n, delta) >= level)
+
+
 def rate_upper_bound(violations: int, windows: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound of a binomial rate (1.0 with no data)."""
     return window_upper_bound(violations, windows, confidence)
@@ -89,11 +134,14 @@ class ViolationMonitor:
     ----------
     sensors : all sensor names, in the column order of the errors passed in.
     eps, delta : the operator's tolerance; ``eps`` a number or one per sensor (n,).
-    confidence : of the one-sided test that the rate exceeds ``delta``.
+    confidence : ``1 - confidence`` bounds the chance of any alert under a plan version
+        whose every sensor misses at most ``delta`` (module docstring).
     min_windows : windows a sensor needs before it can alert.
     contract : ``"range"`` (``observe``: a window misses or not) or ``"crash"``
         (``observe_misses``: a window counts the fraction of its failure positions that
         missed); tallies of a crash monitor are real numbers.
+    share : the disjoint share of the windows (``verdict.disjoint_share(window, slide)``;
+        1 for tumbling ones), which the test counts as independent trials.
     """
 
     def __init__(
@@ -104,6 +152,7 @@ class ViolationMonitor:
         confidence: float = CONFIDENCE,
         min_windows: int = MIN_WINDOWS,
         contract: str = "range",
+        share: float = 1.0,
     ) -> None:
         if contract not in CONTRACTS:
             raise ParameterError(f"contract must be one of {CONTRACTS}, got {contract!r}")
@@ -115,6 +164,10 @@ class ViolationMonitor:
         self.eps, self.delta = check_eps(eps, len(self.sensors)), float(delta)
         self.confidence, self.min_windows = confidence, int(min_windows)
         self.contract = contract
+        if not 0.0 < share <= 1.0:
+            raise ParameterError(f"share must be in (0, 1], got {share!r}")
+        self.share = float(share)
+        self._watched: dict[int, int] = {}  # version -> sensors it rebuilds (Bonferroni)
         n = len(self.sensors)
         self._violations: np.ndarray = np.zeros(n, dtype=self._kind)  # overall, never reset
         self._windows = np.zeros(n, dtype=int)
@@ -135,7 +188,7 @@ class ViolationMonitor:
             windows of an earlier plan say nothing about the new one).
         """
         e = self._windows_of(errors, "errors", "range")
-        mask = self._mask(reconstructed)
+        mask = self._mask(reconstructed, version)
         finite = np.isfinite(e)
         windows = (finite & mask).sum(axis=0)
         violations = ((e > self.eps) & finite & mask).sum(axis=0)
@@ -159,7 +212,7 @@ class ViolationMonitor:
         finite = np.isfinite(f)
         if np.any((f[finite] < 0) | (f[finite] > 1)):
             raise ParameterError("a window's miss fraction must be in [0, 1]")
-        counted = finite & self._mask(reconstructed)
+        counted = finite & self._mask(reconstructed, version)
         self._add(version, np.where(counted, f, 0.0).sum(axis=0), counted.sum(axis=0))
         self.version = int(version)
         return self._alert()
@@ -180,8 +233,13 @@ class ViolationMonitor:
     def _kind(self) -> type:
         return float if self.contract == "crash" else int
 
-    def _mask(self, reconstructed: Sequence[str]) -> np.ndarray:
-        return np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
+    def _mask(self, reconstructed: Sequence[str], version: int) -> np.ndarray:
+        """The sensors ``reconstructed`` of this monitor's; their count is the version's
+        Bonferroni divisor (the largest seen, should a caller pass fewer)."""
+        mask = np.isin(np.asarray(self.sensors), np.asarray(list(reconstructed), dtype=object))
+        v = int(version)
+        self._watched[v] = max(self._watched.get(v, 0), int(mask.sum()))
+        return mask
 
     def resume(self, version: int, counts: Mapping[str, tuple[float, int]]) -> None:
         """Start plan ``version``'s tally from ``counts`` (sensor -> (violations, windows)),
@@ -198,6 +256,8 @@ class ViolationMonitor:
         w = np.array([int(counts.get(s, (0, 0))[1]) for s in self.sensors])
         if np.any(v < 0) or np.any(w < v):
             raise ParameterError("a tally needs 0 <= violations <= windows for every sensor")
+        v_, watched = int(version), int(np.count_nonzero(w))
+        self._watched[v_] = max(self._watched.get(v_, 0), watched)
         self._add(version, v, w)
 
     def _add(self, version: int, violations: np.ndarray, windows: np.ndarray) -> None:
@@ -226,8 +286,10 @@ class ViolationMonitor:
 
     def _alert(self) -> MonitorAlert | None:
         violations, windows_seen = self._by_version[self.version]
+        watched = max(self._watched.get(self.version, 0), int(np.count_nonzero(windows_seen)))
         lower = rate_lower_bounds(violations, windows_seen, self.confidence)
-        due = (windows_seen >= self.min_windows) & (lower > self.delta)
+        due = alerting(violations, windows_seen, self.delta, watched, self.confidence,
+                       self.share, self.min_windows)  # fmt: skip
         hits = {s: float(b) for s, b, d in zip(self.sensors, lower, due, strict=True) if d}
         rates = {
             s: float(v / w)
@@ -240,9 +302,11 @@ class ViolationMonitor:
         windows = int(windows_seen[self.sensors.index(worst)])
         what = "live violation rate" if self.contract == "range" else "live crash miss rate"
         reason = (
-            f"{what} of {worst} is {rates[worst]:.1%} over {windows} windows "
-            f"(lower {self.confidence:.0%} bound {hits[worst]:.1%} > delta {self.delta:.1%}); "
-            f"{len(hits)} sensor(s) alerting under plan version {self.version}"
+            f"{what} of {worst} is {rates[worst]:.1%} over {windows} windows, above delta "
+            f"{self.delta:.1%} by a test valid however often it is checked (at most a "
+            f"{1 - self.confidence:.0%} chance of any false alert under this version, over "
+            f"{watched} rebuilt sensors); {len(hits)} sensor(s) alerting under plan version "
+            f"{self.version}"
         )
         return MonitorAlert(tuple(hits), rates, hits, windows, reason)
 

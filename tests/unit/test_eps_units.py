@@ -248,3 +248,16 @@ def test_an_eps_that_puts_readings_past_their_limit_is_refused_on_every_way_in(
             ok = PlanParameters(WindowQuery(1.0, 0.05, 24, eps_by_sensor=_eps(mixed, 1.0, 20.0)))
             plan = make_plan(mixed.rows(0, 500), ok, run_backtest_now=False)
             fresh_plan(replace(plan, parameters=params), mixed.rows(400, 720))
+
+
+def test_the_live_monitor_of_a_sliding_plan_counts_its_disjoint_windows(mixed) -> None:
+    """A window of 24 readings sliding by 6: the monitor's test counts a quarter of its
+    windows as independent trials, as the backtest verdict does."""
+    from engine.planning import ReplanningMonitor
+
+    params = PlanParameters(
+        WindowQuery(1.0, 0.05, 24, slide=6, eps_by_sensor=_eps(mixed, 1.0, 20.0))
+    )
+    plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
+    live = ReplanningMonitor(plan, lambda: mixed.rows(400, 720), lambda p, k, r: None)
+    assert live.monitor.share == 0.25
