@@ -102,7 +102,12 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
             f"({100 * k / max(n, 1):.1f} %) under plan version {s.plan_version}, "
             f"against delta {100 * delta:g} %"
         )
-        return Level("failing", f"guarantee broken: {counted}; the live monitor re-plans")
+        return Level(
+            "failing",
+            f"guarantee broken: {counted} (binomial test on disjoint windows, Bonferroni "
+            "over the sensors rebuilt, at this look); the live monitor re-plans when its "
+            "own test, which holds over every look, alerts",
+        )
     return Level(
         "at risk",
         f"guarantee at risk: {counted}; above delta, but not significantly yet (binomial "

@@ -16,8 +16,9 @@ The plan in force is a version of the backup's plan book
 ``valid_until``, the job plans again on the landed readings and the new
 version governs the next batch on (``--no-replan``: keep it, say it expired).
 The live monitor (``engine.planning.monitor``) tallies each version's misses
-over its rebuilt windows; when a sensor's rate is above ``delta`` with 95 %
-confidence it logs an ``alert`` and the job re-plans at once (once per version).
+over its rebuilt windows; when a sensor's misses are above ``delta`` by its test
+(valid however often it is checked) it logs an ``alert`` and the job re-plans at once
+(once per version).
 
 One query, not one per output: each landing file is read by one Spark job
 for the backup and one for the partials, and a window closes in the batch

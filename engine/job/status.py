@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, local_path
@@ -123,10 +124,10 @@ class JobStatus:
         return found[-1] if found else None
 
     def _above_delta(self, current: pd.DataFrame) -> int:
-        """Sensors whose live miss rate is above delta with 95 % confidence under the
+        """Sensors whose live misses are above delta by the monitor's test under the
         version in force, under the contract its plan promises: whole windows (the rates'
         ``above_delta``) for a range plan; for a crash plan, the sensors its crash-contract
-        monitor alerted on (the same bound over m-row losses, ``engine.job.crash_check``)."""
+        monitor alerted on (the same test over m-row losses, ``engine.job.crash_check``)."""
         if self.in_force.config.query.exposure is None:
             return int(current["above_delta"].sum())
         v = self.in_force.version
@@ -221,7 +222,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         backup=str(backup),
         versions=versions,
         batches=_batches(lacuna / "metrics"),
-        rates=_rates(lacuna / "results", versions[-1]),
+        rates=_rates(lacuna / "results", versions),
         events=_events(lacuna / "events"),
         run=_run(lacuna / "run.json"),
     )
@@ -248,7 +249,10 @@ def _batches(folder: Path) -> pd.DataFrame:
     return out.sort_values("batch_id").reset_index(drop=True)
 
 
-def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
+def _rates(folder: Path, versions: tuple[JobPlan, ...]) -> pd.DataFrame:
+    """Per version and rebuilt sensor: its checked windows, misses, rate, bounds and the
+    monitor's verdict (``above_delta``)."""
+    current = versions[-1]
     files = _files(folder, RESULTS_SUFFIXES)
     if not files:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in RATE_COLUMNS})
@@ -275,7 +279,12 @@ def _rates(folder: Path, current: JobPlan) -> pd.DataFrame:
     frame["upper95"] = [rate_upper_bound(a, b, CONFIDENCE) for a, b in zip(m, w, strict=True)]
     # the job's monitor's test: each version's rebuilt sensors, its windows' disjoint share
     share = disjoint_share(query.window, query.effective_slide)
-    watched = frame.groupby("plan_version")["sensor"].transform("size").to_numpy()
+    # the monitor's divisor: the sensors each version rebuilds (a rebuilt sensor with no
+    # checked window yet counts), or more if the results name more
+    rebuilds = {v.version: len(v.config.sensors) - len(v.config.backup_sensors) for v in versions}
+    seen = frame.groupby("plan_version")["sensor"].transform("size").to_numpy()
+    named = frame["plan_version"].map(rebuilds).fillna(0).to_numpy()
+    watched = np.maximum(seen, named)
     frame["above_delta"] = alerting(
         m.to_numpy(), w.to_numpy(), query.delta, watched, CONFIDENCE, share, MIN_WINDOWS
     )

@@ -45,10 +45,11 @@ def simulate_from_cli(
     ``before_run`` is called once the input is planned, before the minutes of the run
     (the CLI says its warnings there, not after the run)."""
     from engine.disorder import parse_delays
+    from engine.live.failure import check_failure_kind
     from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
-    from engine.live.simulation import run_simulation
-    from engine.live.spec import PipelinePaths, StreamSpec
+    from engine.live.simulation import failure_row, run_simulation
+    from engine.live.spec import PipelinePaths, StreamSpec, check_mode
     from engine.stream.session import SparkSettings
 
     text = getattr(args, "disorder", None)
@@ -61,13 +62,17 @@ def simulate_from_cli(
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
     plan = make_plan(fit, params, backtest=settings)
     replay = split.replay(history)
+    spec = StreamSpec.from_plan(plan)
+    check_failure_kind(failure)  # the run's own refusals first: a refusal comes alone
+    check_mode(args.mode)
+    failure_row(len(replay.times), spec, args.fail_at)
     before_run()
     managers: list[Any] = []  # the run's manager: its status outlives the run
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
             replay,
-            StreamSpec.from_plan(plan),
+            spec,
             args.mode,
             args.fail_at,
             PipelinePaths(root, backup=getattr(args, "backup", None)),

@@ -16,9 +16,11 @@ nonnegative supermartingale, so by Ville's inequality a sensor ever reaches ``m 
 alpha`` with probability at most ``alpha / m``, and any sensor of the version at most
 ``alpha``: over the whole run, not per check. (A per-check test, a 95 % lower bound
 above delta after every batch, alerted on every run of 20 sensors missing exactly
-delta, mostly within 15 windows.) Sliding windows overlap: the test counts their
-disjoint share (``verdict.disjoint_share``), as the backtest verdict does. A sensor also
-needs ``min_windows`` windows before it can alert.
+delta, mostly within 15 windows.) Sliding windows overlap: the test scales their misses
+and windows by the disjoint share (``verdict.disjoint_share``), as the backtest verdict
+does; that treats the windows of one overlapping run as copies of one trial, an
+approximation the argument above does not cover (exact for tumbling windows). A sensor
+also needs ``min_windows`` windows before it can alert.
 
 Under the crash contract (a failure loses ``m`` consecutive rows) a window's miss is
 not an indicator but the fraction of the ``w + m - 1`` failure positions touching it
@@ -103,8 +105,8 @@ def alerting(
     confidence`` chance of any alert while every rate is at most delta, however often it
     is checked."""
     w = np.asarray(windows, dtype=float)
-    scale = min(float(share), 1.0)  # as ``verdict.disjoint``: whole disjoint windows
-    k, n = np.asarray(misses, dtype=float) * scale, np.floor(w * scale)
+    scale = min(float(share), 1.0)  # both counts scaled alike: a floor would add evidence
+    k, n = np.asarray(misses, dtype=float) * scale, w * scale
     level = np.log(np.maximum(np.asarray(watched, dtype=float), 1.0) / (1.0 - confidence))
     return (w >= min_windows) & (log_evidence(k, n, delta) >= level)
 
@@ -256,8 +258,6 @@ class ViolationMonitor:
         w = np.array([int(counts.get(s, (0, 0))[1]) for s in self.sensors])
         if np.any(v < 0) or np.any(w < v):
             raise ParameterError("a tally needs 0 <= violations <= windows for every sensor")
-        v_, watched = int(version), int(np.count_nonzero(w))
-        self._watched[v_] = max(self._watched.get(v_, 0), watched)
         self._add(version, v, w)
 
     def _add(self, version: int, violations: np.ndarray, windows: np.ndarray) -> None:

@@ -423,3 +423,22 @@ def test_simulate_says_its_warnings_before_the_run_and_each_once(
     assert said == ["warning: --horizon 12 is shorter than a window: planned for one window "
                     "(24 rows)"], said  # fmt: skip
     assert capsys.readouterr().err.strip() == "error: the run stopped here"
+
+
+def test_simulate_refuses_a_replay_too_short_to_fail_in_alone_without_its_warnings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay of 12 rows under a window of 24 leaves no open window to fail inside: one
+    line, the refusal, before the run starts and without the horizon's warning."""
+    import engine.live.simulation as simulation
+    from engine.cli import _main
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(simulation, "run_simulation", never)
+    code = _main(["simulate", "--data", str(SMALL), "--eps", "1", "--delta", "0.1",
+                  "--window", "24", "--horizon", "12", "--rows", "12"])  # fmt: skip
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "leaves no open window" in lines[0], lines
