@@ -70,15 +70,13 @@ class CrashResult:
     def rejected_sensors(self, delta: float) -> list[str]:
         """Sensors whose window miss fractions reject ``rate <= delta`` after Bonferroni
         (the same level as the range contract's test, ``BacktestResult.rejected_sensors``)."""
-        per = {
-            s: (v / self.positions, r // self.positions) for s, (v, r) in self.per_sensor.items()
-        }
+        per = {s: self._windows(v, r) for s, (v, r) in self.per_sensor.items()}
         return rejected(per, delta, self.share)
 
     def _windows(self, missed: float, triples: int) -> tuple[float, int]:
-        """(missed fraction summed over windows, windows) as the tests count them:
-        disjoint windows only (``verdict.disjoint``)."""
-        return disjoint(missed / self.positions, triples // self.positions, self.share)
+        """(missed fraction summed over windows, windows): each window counts its fraction
+        of missed failure positions; ``rejected`` then takes the disjoint ones."""
+        return missed / self.positions, triples // self.positions
 
     @property
     def worst_counts(self) -> tuple[float, int]:
