@@ -42,14 +42,13 @@ def simulate_from_cli(
     runs (provisional results, corrections, final ones). ``--failure``: a crash (the window
     state survives, the micro-batch in flight is lost) or a machine loss (every open
     window rebuilt); by default a crash for a crash-contract plan (``--exposure``).
-    ``before_run`` is called once the input is planned, before the minutes of the run
+    ``before_run`` is called once the run has accepted its input, before its minutes
     (the CLI says its warnings there, not after the run)."""
     from engine.disorder import parse_delays
-    from engine.live.failure import check_failure_kind
     from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
-    from engine.live.simulation import failure_row, run_simulation
-    from engine.live.spec import PipelinePaths, StreamSpec, check_mode
+    from engine.live.simulation import run_simulation
+    from engine.live.spec import PipelinePaths, StreamSpec
     from engine.stream.session import SparkSettings
 
     text = getattr(args, "disorder", None)
@@ -62,17 +61,12 @@ def simulate_from_cli(
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
     plan = make_plan(fit, params, backtest=settings)
     replay = split.replay(history)
-    spec = StreamSpec.from_plan(plan)
-    check_failure_kind(failure)  # the run's own refusals first: a refusal comes alone
-    check_mode(args.mode)
-    failure_row(len(replay.times), spec, args.fail_at)
-    before_run()
     managers: list[Any] = []  # the run's manager: its status outlives the run
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         report = run_simulation(
             replay,
-            spec,
+            StreamSpec.from_plan(plan),
             args.mode,
             args.fail_at,
             PipelinePaths(root, backup=getattr(args, "backup", None)),
@@ -86,6 +80,7 @@ def simulate_from_cli(
             ),
             disorder=disorder,
             failure=failure,
+            started=before_run,  # after the run's own refusals: a refusal comes alone
         )
     out = report.to_dict()
     # Top level: every plan version of the run; the report keeps rows_by_version.

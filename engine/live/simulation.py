@@ -39,6 +39,7 @@ def run_simulation(
     monitor_factory: Callable[[PipelineManager], Monitor] | None = None,
     disorder: Disorder | None = None,
     failure: str = "machine",
+    started: Callable[[], None] | None = None,
 ) -> RecoveryReport:
     """Feed, stream, fail at ``fail_at`` of the feed, recover, finish; return the report.
 
@@ -51,13 +52,16 @@ def run_simulation(
     ``disorder``: readings arrive late and the disorder stage runs (``start_live``).
     ``failure``: ``"machine"`` loses the window state (every open window rebuilt);
     ``"crash"`` keeps it and loses the first micro-batch after ``failure_row``, in flight
-    (its rows rebuilt from its backup; ``engine.live.failure``).
+    (its rows rebuilt from its backup; ``engine.live.failure``). ``started`` is called
+    once the arguments are accepted, before the run (the CLI says its warnings there).
     """
     check_failure_kind(failure)
     if not 0.0 < fail_at < 1.0:
         raise ParameterError(f"fail_at must be a fraction in (0, 1), got {fail_at!r}")
     check_mode(mode)
     fail_row = failure_row(int(np.asarray(history.values).shape[0]), spec, fail_at)
+    if started is not None:
+        started()
     base = options or PipelineOptions(trigger_seconds=0.0)
     opts = replace(base, fail_after_readings=None, available_now=False)
     manager = PipelineManager(settings)

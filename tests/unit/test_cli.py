@@ -411,11 +411,11 @@ def test_simulate_says_its_warnings_before_the_run_and_each_once(
 
     seen: list[str] = []
 
-    def fake_run(*args: object, **kwargs: object) -> None:
+    def fake_start(*args: object, **kwargs: object) -> None:  # the run's first step
         seen.append(capsys.readouterr().err)
         raise DataError("the run stopped here")
 
-    monkeypatch.setattr(simulation, "run_simulation", fake_run)
+    monkeypatch.setattr(simulation, "start_live", fake_start)
     code = _main(["simulate", "--data", str(SMALL), "--eps", "1", "--delta", "0.1",
                   "--window", "24", "--horizon", "12", "--rows", "96"])  # fmt: skip
     assert code == 2
@@ -436,7 +436,7 @@ def test_simulate_refuses_a_replay_too_short_to_fail_in_alone_without_its_warnin
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started")
 
-    monkeypatch.setattr(simulation, "run_simulation", never)
+    monkeypatch.setattr(simulation, "start_live", never)
     code = _main(["simulate", "--data", str(SMALL), "--eps", "1", "--delta", "0.1",
                   "--window", "24", "--horizon", "12", "--rows", "12"])  # fmt: skip
     assert code == 2
