@@ -39,7 +39,10 @@ SENSORS, BACKUP = 132, 20
 START = pd.Timestamp("2026-01-01T00:00:00")
 
 
-def write_backup(root: Path, batches: int) -> None:
+def write_backup(root: Path, batches: int, slide: int | None = None) -> None:
+    """A job's backup of ``batches`` one-minute micro-batches under ``root``, with its
+    plan book (windows of 8 readings sliding by ``slide``; None: tumbling) and shadow
+    results."""
     from engine.data import load_history
     from engine.export import BackupConfig, json_safe, plan_to_config
     from engine.export.plan_book import JobPlan, plan_file
@@ -47,7 +50,7 @@ def write_backup(root: Path, batches: int) -> None:
     from engine.query import WindowQuery
     from tests.helpers import SMALL_SAMPLE
 
-    params = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=48))
+    params = PlanParameters(WindowQuery(20.0, 0.05, 8, slide, aggregate="avg", horizon=48))
     config = BackupConfig.from_dict(
         json_safe(plan_to_config(make_plan(load_history(SMALL_SAMPLE).rows(0, 400), params)))
     )

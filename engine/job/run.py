@@ -197,7 +197,6 @@ def _run_query(
     from engine.job.sink import BatchWriter
     from engine.job.transforms import WindowSpec
     from engine.planning.monitor import ViolationMonitor
-    from engine.planning.verdict import disjoint_share
     from engine.stream.checkpoint import clear_interrupted_first_batch
 
     _check_local_paths(settings)  # before anything is written (the plan book's v1)
@@ -250,11 +249,8 @@ def _run_query(
         adopt=None if control is None else control.adopt,
     )
     partitions = partition_columns(interval)
-    contract = "range" if query.exposure is None else "crash"  # what the plan promises
-    share = disjoint_share(query.window, query.effective_slide)  # sliding: disjoint trials
-    monitor = ViolationMonitor(
-        sensors, config.eps_vector(), query.delta, contract=contract, share=share
-    )
+    # under the contract the plan promises, on its windows' disjoint share
+    monitor = ViolationMonitor.for_query(sensors, config.eps_vector(), query)
     writer = BatchWriter(
         spark, spec, paths, book, partitions, log, source, replanner, monitor, control, now=now
     )

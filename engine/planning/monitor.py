@@ -41,7 +41,8 @@ import numpy as np
 from scipy.special import betaincc, betaincinv, betaln
 
 from engine.errors import ParameterError
-from engine.planning.verdict import window_p_value, window_upper_bound
+from engine.planning.verdict import disjoint_share, window_p_value, window_upper_bound
+from engine.query import WindowQuery
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,23 @@ class ViolationMonitor:
         self._windows = np.zeros(n, dtype=int)
         self._by_version: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.version = 0  # the plan version of the last batch observed
+
+    @classmethod
+    def for_query(
+        cls,
+        sensors: Sequence[str],
+        eps: float | np.ndarray,
+        query: WindowQuery,
+        confidence: float = CONFIDENCE,
+        min_windows: int = MIN_WINDOWS,
+    ) -> ViolationMonitor:
+        """The monitor of a plan made for ``query``: watched under the contract the plan
+        promises (a crash plan, one with an exposure, under the crash contract; else whole
+        windows), its windows' disjoint share counted as trials (sliding windows overlap).
+        The job's monitor and the re-planning one are both built here."""
+        contract = "range" if query.exposure is None else "crash"
+        share = disjoint_share(query.window, query.effective_slide)
+        return cls(sensors, eps, query.delta, confidence, min_windows, contract, share)
 
     def observe(
         self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0

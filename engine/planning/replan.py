@@ -39,7 +39,6 @@ from engine.planning.eps_scale import fold_in_units
 from engine.planning.monitor import MonitorAlert, ViolationMonitor
 from engine.planning.parameters import PlanParameters, default_history
 from engine.planning.plan import BackupPlan, assemble_plan, eps_units, make_plan
-from engine.planning.verdict import disjoint_share
 from engine.selection import Selection
 
 Apply = Callable[[BackupPlan, str, str], None]  # (plan, kind, reason)
@@ -137,13 +136,9 @@ class ReplanningMonitor:
         self.rows_seen = rows_seen or (lambda: 0)
         self.run, self.on_failure = run, on_failure
         self.scheduled = every_rows is not None  # the operator's switch
-        p = plan.parameters
-        # A crash plan is watched under the crash contract (each window's fraction of m-row
-        # losses that miss), a range plan under whole windows: the contract it promises.
-        contract = "range" if plan.query.exposure is None else "crash"
-        share = disjoint_share(plan.query.window, plan.query.effective_slide)
-        self.monitor = ViolationMonitor(
-            plan.sensors, plan.eps_per_sensor, p.delta, confidence, min_windows, contract, share
+        # watched under the contract the plan promises, on its windows' disjoint share
+        self.monitor = ViolationMonitor.for_query(
+            plan.sensors, plan.eps_per_sensor, plan.query, confidence, min_windows
         )
         self.scale = np.ones(len(plan.sensors))
         self.changes: list[PlanChange] = []
