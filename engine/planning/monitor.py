@@ -41,7 +41,7 @@ import numpy as np
 from scipy.special import betaincc, betaincinv, betaln
 
 from engine.errors import ParameterError
-from engine.planning.verdict import disjoint_share, window_p_value, window_upper_bound
+from engine.planning.verdict import disjoint_share, window_upper_bound
 from engine.query import WindowQuery
 
 
@@ -337,12 +337,3 @@ def newly_alerting(said: dict[int, set[str]], version: int, sensors: Iterable[st
     new = sorted(set(sensors) - named)
     named.update(new)
     return new
-
-
-def binomial_p_value(violations: int, windows: int, delta: float) -> float:
-    """One-sided exact binomial p-value of ``violations`` misses in ``windows`` if the rate were
-    ``delta``: ``P(Binomial(windows, delta) >= violations)`` (``scipy.stats.binomtest``'s
-    "greater" p-value), ``verdict.window_p_value`` at whole counts; 1.0 with no windows or
-    no violation."""
-    k, n = int(violations), int(windows)
-    return 0.0 if 0 < n < k else window_p_value(k, n, delta)

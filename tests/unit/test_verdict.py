@@ -7,8 +7,8 @@ import pytest
 from scipy.stats import beta, binomtest
 
 from engine.planning.backtest_result import summarise_backtest
-from engine.planning.monitor import binomial_p_value, rate_upper_bound
-from engine.planning.verdict import VERDICT_TEST
+from engine.planning.monitor import rate_upper_bound
+from engine.planning.verdict import VERDICT_TEST, window_p_value
 
 SENSORS = ("a", "b", "c", "d", "e")
 
@@ -18,11 +18,11 @@ def _result(viol: list[int], rebuilt: list[int], total: int = 400, folds: int = 
     return summarise_backtest(folds, 336, 96, counts, [0.2] * folds, SENSORS[: len(viol)], 0.05)
 
 
-def test_binomial_p_value_is_scipy_binomtest() -> None:
+def test_window_p_value_is_scipy_binomtest_at_whole_counts() -> None:
     for k, n in [(0, 10), (3, 40), (12, 100), (30, 400)]:
         ref = binomtest(k, n, 0.05, alternative="greater").pvalue
-        assert binomial_p_value(k, n, 0.05) == pytest.approx(ref, rel=1e-12)
-    assert binomial_p_value(0, 0, 0.05) == 1.0
+        assert window_p_value(k, n, 0.05) == pytest.approx(ref, rel=1e-12)
+    assert window_p_value(0, 0, 0.05) == 1.0
 
 
 def test_the_bound_is_every_sensors_clopper_pearson_bound_bonferroni_the_largest() -> None:
@@ -68,11 +68,11 @@ def test_verdict_one_sensor_rejected_after_bonferroni() -> None:
     # pooled 34 / 2000 = 1.7 % is fine; sensor a's 30 / 400 has p ~ 0.0145 < 0.05 but
     # > 0.05 / 5: consistent once corrected for five sensors. At 34 / 400 it is rejected.
     consistent = _result([30, 1, 1, 1, 1], [400] * 5)
-    assert binomial_p_value(30, 400, 0.05) < 0.05
+    assert window_p_value(30, 400, 0.05) < 0.05
     # consistent is not confirmed: at 7.5 % its bound is above delta
     assert consistent.assess(0.05).state == "unsettled", consistent.verdict(0.05)
     rejected = _result([38, 1, 1, 1, 1], [400] * 5)
-    assert binomial_p_value(38, 400, 0.05) < 0.01
+    assert window_p_value(38, 400, 0.05) < 0.01
     assert rejected.verdict(0.05).startswith("DOES NOT HOLD: 1 sensor")
 
 
