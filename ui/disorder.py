@@ -130,12 +130,13 @@ SIMPLER = ("no_buffer", "fixed_watermark")
 def verdict(report: DisorderReport, delta: float) -> list[str]:
     """Plain sentences: ours against every baseline, and whether a simpler one is as good."""
     target, by = 1 - delta, report.methods
+    digits = _digits(delta)  # the target and the accuracies beside it alike
     ours, mp = by["ours"], by["mp_kslack"]
     ratio = ours.avg_latency_s / mp.avg_latency_s if mp.avg_latency_s else float("nan")
     lines = [
-        f"Ours: provisional accuracy {format_percent(ours.provisional_accuracy)} (target "
-        f"{format_percent(target, 0)}) at {_hours(ours.avg_latency_s)} average latency, "
-        f"{100 * ratio:.0f} % of MP-K-slack's; final results "
+        f"Ours: provisional accuracy {format_percent(ours.provisional_accuracy, digits)} "
+        f"(target {format_percent(target, digits)}) at {_hours(ours.avg_latency_s)} average "
+        f"latency, {100 * ratio:.0f} % of MP-K-slack's; final results "
         f"{format_percent(ours.final_accuracy, 0)} within eps after "
         f"{plural(ours.corrections, 'correction')}."
     ]
@@ -147,7 +148,7 @@ def verdict(report: DisorderReport, delta: float) -> list[str]:
         r = by[m]
         lines.append(
             f"A simpler buffer is as good here: {METHODS[m]} meets the target "
-            f"({format_percent(r.provisional_accuracy)}) at {_hours(r.avg_latency_s)} "
+            f"({format_percent(r.provisional_accuracy, digits)}) at {_hours(r.avg_latency_s)} "
             f"latency, no more than ours. For these delays and this tolerance, adaptive K "
             "buys nothing."
         )
@@ -156,11 +157,20 @@ def verdict(report: DisorderReport, delta: float) -> list[str]:
         lines.append(
             "Below the target: "
             + ", ".join(
-                f"{METHODS[m]} {format_percent(by[m].provisional_accuracy)}" for m in missed
+                f"{METHODS[m]} {format_percent(by[m].provisional_accuracy, digits)}" for m in missed
             )
             + "."
         )
     return lines
+
+
+def _digits(delta: float) -> int:
+    """Decimals of a percentage that show ``1 - delta`` exactly enough to compare with:
+    one, or as many as delta's own percentage needs (0.05 % -> 99.95 %), at most four."""
+    for digits in range(1, 4):
+        if abs(round(100 * delta, digits) - 100 * delta) < 1e-9:
+            return digits
+    return 4
 
 
 def _hours(seconds: float) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from engine.data.units import eps_summary
 from engine.planning import PlanParameters
+from engine.planning.verdict import pct  # also ui's short name for format_percent
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -42,13 +43,10 @@ def _sig(a: float, digits: int) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def format_percent(p: float | None, digits: int = 1, floor: float = 1e-4) -> str:
-    """A probability as a percentage: 0.0425 -> "4.3 %"; below ``floor`` "< 0.01 %"."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "n/a"
-    if 0 < p < floor:
-        return f"< {100 * floor:g} %"
-    return f"{100 * p:.{digits}f} %"
+def format_percent(p: float | None, digits: int = 1) -> str:
+    """A probability as a percentage, never rounded onto 0 % or 100 % when it is neither:
+    0.0425 -> "4.3 %", 0.0003 -> "< 0.1 %" (``engine.planning.verdict.pct``)."""
+    return pct(p, digits)
 
 
 def format_money(x: float) -> str:

@@ -37,8 +37,8 @@ from engine.live import (
 )
 from engine.planning import BackupPlan, PlanParameters
 from ui import access, background, plans, resources
-from ui.format import shadow_counted
-from ui.panels import QUIET, pct
+from ui.format import pct, shadow_counted
+from ui.panels import QUIET
 from ui.plans import PlanningData
 
 RATES = (1, 2, 5, 10, 20, 50, 100)  # history rows replayed per second

@@ -8,7 +8,6 @@ plainly.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 
 import streamlit as st
@@ -18,7 +17,7 @@ from engine.errors import EngineError
 from engine.planning import BackupPlan, PlanParameters, contract_assessment
 from engine.planning.verdict import VERDICT_TEST
 from ui import background, plans, resources, state
-from ui.format import eps_text, format_percent
+from ui.format import eps_text, format_percent, pct
 from ui.plans import PlanningData
 
 PREVIEW_LABEL = "preview, not yet backtested"
@@ -268,12 +267,6 @@ def plan_warnings(plan: BackupPlan) -> None:
     for warning in plan.warnings:
         label = "Mixed units" if "units" in warning and "one eps" in warning else "Warning"
         st.warning(f"{label}: {warning}.")
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{100 * x:.{digits}f} %"
 
 
 def _backtest_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator) -> None:

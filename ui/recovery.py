@@ -16,9 +16,9 @@ from engine.live import PipelineManager, RecoveryReport
 from engine.planning import BackupPlan
 from engine.windows import window_aggregates
 from ui import charts, resources
-from ui.format import plural, span
+from ui.format import pct, plural, span
 from ui.live import PENDING, plan_signature
-from ui.panels import QUIET, pct
+from ui.panels import QUIET
 
 MODES = ("approx", "full", "none")
 

@@ -300,12 +300,12 @@ def _break_even(inputs: CostInputs, contract: str) -> BreakEven:
         return full.total - _strategy(inputs, r, f, contract, lacuna=True).total
 
     s0, slope = saving(0.0), (saving(rate) - saving(0.0)) / rate
-    if s0 >= 0:
+    if slope > 0:  # pays above the crossing (at any size when it saves at none)
+        r_star = max(0.0, -s0 / slope)
+    elif s0 > 0 and slope == 0:  # the same saving at every size
         r_star = 0.0
-    elif slope <= 0:
+    else:  # a saving that never rises above 0 (Lacuna's fixed cost: s0 <= 0 at any price)
         r_star = math.inf
-    else:
-        r_star = -s0 / slope
     per_site = r_star / inputs.fleet.sites * inputs.fleet.interval_s
     return BreakEven(r_star, per_site)
 

@@ -190,5 +190,16 @@ def window_upper_bound(misses: float, windows: int, confidence: float) -> float:
     return float(betaincinv(misses + 1.0, windows - misses, confidence))
 
 
-def pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f} %"
+def pct(x: float | None, digits: int = 1) -> str:
+    """A rate as a percentage to ``digits`` decimals, never rounded onto 0 % or 100 % when
+    it is neither: 0.0425 -> "4.3 %", 0.0003 -> "< 0.1 %", 0.99996 -> "> 99.9 %"; "n/a"
+    for None or NaN. Every rate an operator reads (verdicts, the console) is said so."""
+    if x is None or math.isnan(x):
+        return "n/a"
+    value = 100.0 * float(x)
+    text = f"{value:.{digits}f}"
+    if value > 0.0 and float(text) == 0.0:
+        return f"< {10.0**-digits:.{digits}f} %"
+    if value < 100.0 and float(text) >= 100.0:
+        return f"> {100.0 - 10.0**-digits:.{digits}f} %"
+    return f"{text} %"

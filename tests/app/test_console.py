@@ -59,9 +59,13 @@ def test_format_quantity_never_uses_scientific_notation(x, unit, text):  # type:
 
 
 def test_percent_money_plural_and_span() -> None:
-    assert format_percent(8.03e-11) == "< 0.01 %"
+    assert format_percent(8.03e-11) == "< 0.1 %" and format_percent(8.03e-11, 2) == "< 0.01 %"
     assert format_percent(0.4167) == "41.7 %"
-    assert format_percent(0.0) == "0.0 %"
+    assert format_percent(0.0) == "0.0 %" and format_percent(1.0) == "100.0 %"
+    # a rate that is not 0 or 1 never reads as one: one miss in 3,600 windows, one hit
+    assert format_percent(1 / 3600) == "< 0.1 %" and format_percent(0.0004, 0) == "< 1 %"
+    assert format_percent(1 - 1 / 3600) == "> 99.9 %" and format_percent(0.996, 0) == "> 99 %"
+    assert format_percent(0.0005) == "0.1 %" and format_percent(0.9994) == "99.9 %"
     assert format_money(2.65e-6) == "< $0.01" and format_money(1234.5) == "$1,234.50"
     assert plural(1, "window") == "1 window" and plural(2, "window") == "2 windows"
     assert plural(3, "micro-batch", "micro-batches") == "3 micro-batches"
@@ -285,6 +289,13 @@ def test_verdict_names_every_simpler_buffer_that_is_as_good() -> None:
     assert any("no buffer meets the target" in line for line in lines)
     assert not any("fixed watermark meets" in line for line in lines)
     assert lines[-1] == "Below the target: fixed watermark 90.0 %."
+    # a target beyond one decimal is said with the accuracies' digits, never rounded up
+    # to 100 % beside an accuracy that meets it
+    methods["ours"] = method(0.9996, 3600.0)
+    report = DisorderReport(parameters={}, stream={}, lambda_thr=0.5, methods=methods)
+    tight = disorder.verdict(report, 0.0005)
+    assert tight[0].startswith("Ours: provisional accuracy 99.96 % (target 99.95 %)")
+    assert tight[-1] == "Below the target: no buffer 99.00 %, fixed watermark 90.00 %."
 
 
 def test_the_shown_recover_command_works_outside_the_repository(app, tmp_path):  # type: ignore[no-untyped-def]

@@ -161,6 +161,17 @@ def test_never_pays_when_lacunas_own_work_outweighs_each_saved_reading() -> None
     assert "never" in where_it_pays(report)[1]
 
 
+def test_a_contract_that_saves_nothing_per_reading_never_pays() -> None:
+    """Backing up every sensor with no re-plan cost: no fixed cost (the saving at no
+    readings is 0) and nothing saved per reading. It never pays; it does not pay at any
+    size."""
+    base = _inputs(range_fraction=1.0)
+    report = compare_costs(replace(base, rates=replace(base.rates, replan_core_s=0.0)))
+    assert report.saving("range") <= 0
+    assert math.isinf(report.break_even["range"].readings_per_second)
+    assert "never" in where_it_pays(report, "range")[1]
+
+
 def test_recovery_times_follow_the_measured_line() -> None:
     rates = RecoveryRates.through((100, 1.0, 2.0), (1100, 2.0, 12.0))
     assert rates.seconds(100, "lacuna") == pytest.approx(1.0)
