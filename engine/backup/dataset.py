@@ -357,7 +357,9 @@ def _query(
     ]
     if not files:
         return None
-    _check_columns(root, files[0])
+    # every file's footer, not only the first's: the dataset takes the first's schema and
+    # reads a column another file lacks as nulls, which recovery would drop as missing
+    _check_files(root, files)
     # no partition columns: the query needs none (the time range already chose the
     # files), and a compacted batch_id=A-B beside batch_id=N would not merge as one type
     where, args = _where(span)
@@ -368,35 +370,59 @@ def _query(
     sql = f"SELECT {TIME} AS event_time, sensor, value, plan_version FROM backup {where} {order}"
     try:
         con.register("backup", pads.dataset([str(f) for f in files], format="parquet"))
-        return getattr(con.execute(sql, args), fetch)()
+        rows = getattr(con.execute(sql, args), fetch)()
     except (duckdb.Error, pa.ArrowException, OSError) as err:
-        _name_unreadable(root, files)  # DuckDB says "magic bytes not found", not which file
+        _check_files(root, files)  # DuckDB says "magic bytes not found", not which file
         raise DataError(f"the backup at {str(uri)!r} cannot be read: {_first_line(err)}") from None
+    _check_keys(root, files, rows)
+    return rows
+
+
+KEY_COLUMNS = ("event_time", "sensor", "plan_version")  # a reading the job wrote has all three
+
+
+def _check_keys(root: Path, files: list[Path], rows: Any) -> None:
+    """A ``DataError`` naming the first file with a reading that lacks its time, sensor or
+    plan version (``rows``: the query's answer, Arrow or pandas): no row the job writes
+    does, and recovery could neither place nor rebuild it."""
+    for column in KEY_COLUMNS:
+        if isinstance(rows, pa.Table):
+            nulls = rows.column(column).null_count
+        else:
+            nulls = int(rows[column].isna().sum())
+        if not nulls:
+            continue
+        where = next((f for f in files if _nulls_in(f, column)), None)
+        named = f" (the first in {where.relative_to(root)})" if where is not None else ""
+        raise DataError(
+            f"the backup at {str(root)!r} holds {nulls:,} reading(s) without a {column}"
+            f"{named}: the job writes none; restore the batch from a copy, or move its files "
+            "out of the backup (recover --allow-incomplete then rebuilds around its batch)"
+        )
 
 
 BACKUP_COLUMNS = ("event_time", "sensor", "value", "plan_version")
 
 
-def _check_columns(root: Path, first: Path) -> None:
-    """A ``DataError`` when the dataset's files lack the backup's columns: a landing
-    directory (readings without ``plan_version``) is not a job backup."""
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(first).names
-    except (OSError, pa.ArrowException):
-        return  # the query names the unreadable file
+def _check_columns(root: Path, path: Path, names: list[str]) -> None:
+    """A ``DataError`` when a file of the dataset (its column ``names``) lacks the backup's
+    columns: a landing directory (readings without ``plan_version``) is not a job backup."""
     lacking = [c for c in BACKUP_COLUMNS if c not in names]
     if lacking:
         landing = "plan_version" in lacking and {"event_time", "sensor"} <= set(names)
         hint = " (it looks like a landing file)" if landing else ""
         raise DataError(
-            f"{str(root)!r} is not a job backup: its file {first.relative_to(root)} has no "
+            f"{str(root)!r} is not a job backup: its file {path.relative_to(root)} has no "
             f"{', '.join(lacking)} column{hint}; point --backup at the job's --backup"
         )
 
 
-def _name_unreadable(root: Path, files: list[Path]) -> None:
+def _nulls_in(path: Path, column: str) -> int:
+    """Nulls in ``column`` of the one file ``path`` (no partition columns read)."""
+    return int(pq.ParquetFile(path).read(columns=[column]).column(column).null_count)
+
+
+def _check_files(root: Path, files: list[Path]) -> None:
     """A ``DataError`` naming the first file that is not readable Parquet (garbage, empty,
     truncated) or lacks the backup's columns; nothing when every file is fine."""
     import pyarrow.parquet as pq
@@ -410,8 +436,7 @@ def _name_unreadable(root: Path, files: list[Path]) -> None:
                 "it from a copy, or move it out of the backup (recover --allow-incomplete then "
                 "rebuilds around its batch)"
             ) from None
-        if not set(BACKUP_COLUMNS) <= set(names):
-            _check_columns(root, f)
+        _check_columns(root, f, names)
 
 
 def _first_line(err: BaseException) -> str:

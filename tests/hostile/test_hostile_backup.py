@@ -139,3 +139,32 @@ def _drop_file_lists(backup: Path) -> None:
         line = json.loads(f.read_text())
         line.pop("backup_files", None)
         f.write_text(json.dumps(line) + "\n")
+
+
+def _rewrite(part: Path, change) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.ParquetFile(part).read()), part)
+    _drop_file_lists(part.parents[2])  # no recorded size: a writer other than the job's
+
+
+def test_a_later_file_without_a_column_is_named_not_read_as_missing(run_cli, backup: Path) -> None:
+    """The dataset takes its schema from the first file: a later one without ``value``
+    (not the job's: the job records its files' sizes) was read as nulls, and recovery
+    dropped its readings as missing with exit 0."""
+    part = _part(backup, 4)
+    _rewrite(part, lambda t: t.rename_columns(["reading" if c == "value" else c
+                                               for c in t.column_names]))  # fmt: skip
+    line = one_line_error(*_recover(run_cli, backup)[::2])
+    assert "is not a job backup" in line and "batch_id=4" in line and "value" in line
+
+
+def test_a_reading_without_a_plan_version_is_named(run_cli, backup: Path) -> None:
+    import pyarrow as pa
+
+    part = _part(backup, 2)
+    nulls = pa.nulls(1, pa.int32())
+    _rewrite(part, lambda t: t.set_column(t.schema.get_field_index("plan_version"), "plan_version",
+                                          pa.concat_arrays([nulls] * t.num_rows)))  # fmt: skip
+    line = one_line_error(*_recover(run_cli, backup)[::2])
+    assert "without a plan_version" in line and "batch_id=2" in line
