@@ -286,6 +286,8 @@ def recover_dataset(
     times, both = widen(long, union + outside + stored)
     wide, raw = both[:, : len(union)], both[:, len(union) : len(union) + len(outside)]
     odd = infinite_readings(wide, times, union)  # missing: its step is not rebuilt
+    as_read = both[:, len(union) :]  # outside and stored readings, written as read: never inf
+    odd_read = infinite_readings(as_read, times, outside + stored, backup=False)
     seen = ~np.isnan(wide).all(axis=0)
     missing = [s for s, found in zip(union, seen, strict=True) if not found]
     if missing:
@@ -321,7 +323,7 @@ def recover_dataset(
     used = versions[written]
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
-    warnings += [odd] if odd else []
+    warnings += [w for w in (odd, odd_read) if w]
     torn = int((written & ~kept).sum())
     if torn:
         warnings.append(

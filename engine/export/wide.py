@@ -109,17 +109,26 @@ def overlay(
     return out, int(found.sum())
 
 
-def infinite_readings(wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> str:
-    """Make ``wide``'s infinite backup readings missing, in place; a warning naming the
-    first, or "". A sensor cannot read inf: its time step is not rebuilt, like one with a
-    missing reading, instead of rebuilding every sensor there as inf."""
+def infinite_readings(
+    wide: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], backup: bool = True
+) -> str:
+    """Make ``wide``'s infinite readings missing, in place; a warning naming the first, or
+    "". A sensor cannot read inf. A backup sensor's (``backup``): its time step is not
+    rebuilt, like one with a missing reading, instead of rebuilding every sensor there as
+    inf; any other (a reading written as read): written empty, never as inf."""
     bad = np.isinf(wide)
     if not bad.any():
         return ""
     row, col = np.argwhere(bad)[0]
     wide[bad] = np.nan
+    first = f"(first {sensors[col]} at {pd.Timestamp(times[row]).isoformat()})"
+    if not backup:
+        return (
+            f"{int(bad.sum())} reading(s) written as read are infinite {first}: read as "
+            "missing (a sensor the plan rebuilds keeps its rebuilt value there, a sensor "
+            "outside the plan is written empty)"
+        )
     return (
-        f"{int(bad.sum())} backup reading(s) are infinite (first {sensors[col]} at "
-        f"{pd.Timestamp(times[row]).isoformat()}): their time steps are not rebuilt (the "
-        "sensors rebuilt there are left empty)"
+        f"{int(bad.sum())} backup reading(s) are infinite {first}: their time steps are not "
+        "rebuilt (the sensors rebuilt there are left empty)"
     )

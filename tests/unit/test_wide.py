@@ -212,6 +212,37 @@ def test_an_infinite_backup_reading_leaves_its_time_step_unrebuilt_with_a_warnin
     assert b.loc[at, [*lm.targets, odd_one]].isna().all(axis=None)
 
 
+def test_an_infinite_reading_written_as_read_is_written_empty_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """Readings the backup holds of a sensor the plan rebuilds (a micro-batch over the
+    exposure stored every sensor) and of a sensor outside the plan are written as read:
+    an infinite one is missing (a stored one leaves the rebuilt value, an outside one is
+    written empty), and said, never written as inf."""
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    long = long_readings(rows)  # every sensor: the rebuilt ones' readings are stored
+    extra = long[long["sensor"] == long["sensor"].iloc[0]].assign(sensor="outside_1")
+    long = pd.concat([long, extra], ignore_index=True)
+    target = config.linear_map().targets[0]
+    at = long.index[long["sensor"] == target][5]
+    out_at = long.index[long["sensor"] == "outside_1"][9]
+    long.loc[at, "value"], long.loc[out_at, "value"] = np.inf, -np.inf
+    write_dataset(long, tmp_path / "odd")
+    result = recover_dataset(tmp_path / "plan.json", tmp_path / "odd", tmp_path / "b.csv")
+    b = pd.read_csv(tmp_path / "b.csv")
+    assert np.isfinite(
+        b.drop(columns="time").to_numpy(dtype=float)[~b.drop(columns="time").isna().to_numpy()]
+    ).all()
+    stamp = pd.to_datetime(b["time"])
+    # the stored reading is missing there: the rebuilt value stands
+    assert np.isfinite(b.loc[stamp == pd.Timestamp(long.loc[at, "event_time"]), target]).all()
+    assert b.loc[stamp == pd.Timestamp(long.loc[out_at, "event_time"]), "outside_1"].isna().all()
+    said = [w for w in result.warnings if "written as read are infinite" in w]
+    assert len(said) == 1 and said[0].startswith("2 reading(s)") and "read as missing" in said[0]
+
+
 def test_recover_says_when_the_backup_holds_two_different_readings(tmp_path: Path) -> None:
     """The same reading written twice (a replayed batch) is said nowhere; a second, different
     one (another writer) is one warning: recovery used the last it read."""
