@@ -223,16 +223,28 @@ def _logged_files(root: Path, meta: Path) -> list[Path]:
     first = max(compacts, default=0)
     live: dict[str, Path] = {}
     for batch in sorted(b for b in entries if b >= first):
-        for line in entries[batch].read_text().splitlines()[1:]:
-            if not line.strip():
-                continue
-            item = json.loads(line)
+        for item in _log_entries(entries[batch]):
             path = _relocated(root, item["path"])
             if item.get("action", "add") == "delete":
                 live.pop(str(path), None)
             else:
                 live[str(path)] = path
     return sorted(live.values())
+
+
+def _log_entries(log: Path) -> list[dict[str, Any]]:
+    """The file entries of one batch of Spark's file-sink log (after its version line); a
+    ``DataError`` naming the log when it is not what Spark writes (truncated, garbage)."""
+    try:
+        items = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.strip()]
+        if not all(isinstance(i, dict) and isinstance(i.get("path"), str) for i in items):
+            raise ValueError("an entry without a file path")
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DataError(
+            f"Spark's file-sink log {log} is unreadable ({_first_line(err)}): restore it from "
+            "a copy (it lists the batch's committed files)"
+        ) from None
+    return items
 
 
 def _relocated(root: Path, uri: str) -> Path:

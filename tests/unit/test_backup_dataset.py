@@ -51,6 +51,19 @@ def test_only_files_in_sparks_log_are_read(tmp_path: Path) -> None:
     assert read_backup(root)["value"].tolist() == [1.0, 1.0]
 
 
+@pytest.mark.parametrize(
+    "text", ['v1\n{"path": "file:///x/y.parq', "v1\n[1, 2]\n", "v1\n{}\n", "v1\n\xff\n"]
+)
+def test_an_unreadable_spark_log_is_named(tmp_path: Path, text: str) -> None:
+    """A truncated or garbled batch of Spark's file-sink log is named, not a traceback."""
+    root = tmp_path / "backup"
+    kept = _part(root, "2020-01-01", "part-0.parquet", [0, 1], 1.0)
+    _log(root, "0", [kept])
+    (root / "_spark_metadata" / "1").write_bytes(text.encode("latin-1"))
+    with pytest.raises(DataError, match=r"Spark's file-sink log .*_spark_metadata/1 is unreadable"):
+        read_backup(root)
+
+
 def test_job_batches_count_only_once_committed(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     done = _part(root / "batch_id=0", "2020-01-01", "part-0.parquet", [0, 1], 1.0)
