@@ -288,13 +288,6 @@ def recover_dataset(
     odd = infinite_readings(wide, times, union)  # missing: its step is not rebuilt
     as_read = both[:, len(union) :]  # outside and stored readings, written as read: never inf
     odd_read = infinite_readings(as_read, times, outside + stored, backup=False)
-    seen = ~np.isnan(wide).all(axis=0)
-    missing = [s for s, found in zip(union, seen, strict=True) if not found]
-    if missing:
-        raise ConfigError(
-            f"the backup holds no readings of backup sensor(s) {', '.join(missing[:5])} "
-            "named in the config"
-        )
     versions = (
         _step_versions(long, times)
         if len(maps) > 1
@@ -302,6 +295,9 @@ def recover_dataset(
     )
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         kept, values = _rebuild_by_version(maps, union, wide, versions)
+    absent = _absent_backup_sensors(maps, union, wide, versions)
+    if absent and not kept.any():  # nothing rebuilt: the backup is not this plan's
+        raise ConfigError(f"the backup holds no readings of {absent}: nothing can be rebuilt")
     _check_finite(values[kept], lm.sensors)
     found = 0
     if stored:
@@ -324,6 +320,8 @@ def recover_dataset(
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [w for w in (odd, odd_read) if w]
+    if absent:
+        warnings.append(f"the range holds no readings of {absent}: none of its steps is rebuilt")
     torn = int((written & ~kept).sum())
     if torn:
         warnings.append(
@@ -402,6 +400,27 @@ def _rebuild_by_version(
     for rows, values in parts:
         out[rows] = values
     return keep, out
+
+
+def _absent_backup_sensors(
+    maps: dict[int, LinearMap], union: tuple[str, ...], wide: np.ndarray, versions: np.ndarray
+) -> str:
+    """The backup sensors of a plan version with no reading at any of its steps, each
+    with its version ("backup sensor(s) a, b of plan version 2; ..."), or ""."""
+    column = {s: j for j, s in enumerate(union)}
+    said = []
+    for v, lm in sorted(maps.items()):
+        steps = versions == v
+        if not steps.any():
+            continue
+        none = [b for b in lm.backup if np.isnan(wide[steps, column[b]]).all()]
+        if none:
+            more = f" and {len(none) - 5} more" if len(none) > 5 else ""
+            said.append(
+                f"backup sensor(s) {', '.join(none[:5])}{more} of plan version {v} "
+                f"({int(steps.sum())} step(s))"
+            )
+    return "; ".join(said)
 
 
 def _rebuilt_but_read(

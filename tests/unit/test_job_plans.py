@@ -233,6 +233,51 @@ def test_a_reading_a_batch_stored_is_recovered_as_read_though_another_version_ba
     np.testing.assert_allclose(got[24:], want, rtol=1e-9, atol=1e-9)
 
 
+def test_a_versions_absent_backup_sensor_leaves_its_steps_unrebuilt_not_the_range(  # type: ignore[no-untyped-def]
+    first, history, tmp_path
+) -> None:
+    """Version 2 backs up a sensor its batch lost entirely: version 1's rows are rebuilt,
+    version 2's written with what the backup holds, and the warning names the sensor and
+    its version. The whole range was refused, naming a sensor the config does not hold."""
+    lm1 = first.linear_map()
+    added = lm1.targets[0]
+    raw = plan_to_config(make_plan(history.rows(24, 424), PARAMS))
+    raw["backup_sensors"] = [*raw["backup_sensors"], added]
+    del raw["reconstruction"][added]
+    for target in raw["reconstruction"].values():
+        target["coefficients"][added] = 0.0
+    second = BackupConfig.from_dict(raw)
+    backup = tmp_path / "backup"
+    _write_backup(backup, history, [(1, first, slice(400, 424)), (2, second, slice(424, 448))])
+    part = backup / "batch_id=1" / "date=2013-03-01" / "part-0.parquet"
+    table = pq.read_table(part)
+    pq.write_table(table.filter(pa.compute.not_equal(table["sensor"], added)), part)
+    config = tmp_path / "plan.json"
+    config.write_text(json.dumps(first.to_dict()))
+    result = recover_dataset(config, backup, tmp_path / "all.parquet")
+    got = pd.read_parquet(tmp_path / "all.parquet")[list(history.sensors)]
+    want = lm1.apply(history.rows(400, 424).select(list(lm1.backup)).values)
+    np.testing.assert_allclose(got.to_numpy()[:24], want, rtol=1e-9, atol=1e-9)
+    assert result.incomplete_rows == 24 and got[list(second.linear_map().targets)][24:].isna().all(
+        axis=None
+    )
+    said = [w for w in result.warnings if "holds no readings of" in w]
+    assert said == [
+        f"the range holds no readings of backup sensor(s) {added} of plan version 2 "
+        "(24 step(s)): none of its steps is rebuilt"
+    ]
+    # nothing rebuilt at all (a backup of version 2 alone): refused, naming sensor and version
+    only = tmp_path / "only"
+    _write_backup(only, history, [(2, second, slice(424, 448))])
+    part = only / "batch_id=0" / "date=2013-03-01" / "part-0.parquet"
+    pq.write_table(table.filter(pa.compute.not_equal(table["sensor"], added)), part)
+    config.write_text(json.dumps(second.to_dict()))
+    with pytest.raises(
+        ConfigError, match=f"no readings of backup sensor.s. {added} of plan version 2"
+    ):
+        recover_dataset(config, only, tmp_path / "two.csv")
+
+
 def test_recovery_refuses_a_config_that_is_no_version_of_the_backup(  # type: ignore[no-untyped-def]
     first, history, tmp_path
 ) -> None:
