@@ -271,7 +271,7 @@ def recover_dataset(
         why = "" if config.backup_sensors else f" ({NO_BACKUP})"
         raise DataError(nothing_in(backup, span) + why)
     readings = long.num_rows
-    configs = _version_configs(config, backup, _plan_versions(long))
+    configs, unbooked = _version_configs(config, backup, _plan_versions(long))
     maps = {v: c.linear_map() for v, c in configs.items()}
     union = tuple(dict.fromkeys(b for m in maps.values() for b in m.backup))
     # sensors outside every plan version: the job backed them up in full, so they come
@@ -319,7 +319,7 @@ def recover_dataset(
     used = versions[written]
     warnings = [gap.warning() for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
-    warnings += [w for w in (odd, odd_read) if w]
+    warnings += [w for w in (unbooked, odd, odd_read) if w]
     if absent:
         warnings.append(f"the range holds no readings of {absent}: none of its steps is rebuilt")
     torn = int((written & ~kept).sum())
@@ -354,12 +354,21 @@ def recover_dataset(
 
 def _version_configs(
     config: BackupConfig, backup: str | Path, present: tuple[int, ...]
-) -> dict[int, BackupConfig]:
-    """The config of each plan version with rows in the range (``config`` alone when the
-    backup keeps no plan book: every row is rebuilt with it)."""
+) -> tuple[dict[int, BackupConfig], str]:
+    """The config of each plan version with rows in the range, and a warning ("" if none):
+    without a plan book every row is rebuilt with ``config``, which the warning says when
+    the range holds rows of several versions (a backup written by the exported snippet,
+    whose plan version is raised with each new plan)."""
     book = read_plan_book(backup)
     if not book:
-        return {v: config for v in present} or {1: config}
+        several = (
+            f"the range holds rows of plan versions {', '.join(map(str, present))} and the "
+            "backup keeps no plan book: every row was rebuilt with --config; rebuild each "
+            "version's rows with its own config (--from/--to)"
+            if len(present) > 1
+            else ""
+        )
+        return ({v: config for v in present} or {1: config}), several
     if not any(same_plan(c, config) for c in book.values()):
         raise ConfigError(
             f"--config is none of the backup's {len(book)} plan version(s): pass the "
@@ -368,7 +377,7 @@ def _version_configs(
     lost = [v for v in present if v not in book]
     if lost:
         raise ConfigError(f"the backup's plan book lacks version(s) {lost} that wrote its rows")
-    return {v: book[v] for v in present} or {max(book): book[max(book)]}
+    return ({v: book[v] for v in present} or {max(book): book[max(book)]}), ""
 
 
 def _step_versions(long: pa.Table, times: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ parameters a re-plan repeats, and a recovery that rebuilds each row with its ver
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,28 @@ def test_recovery_rebuilds_each_row_with_the_version_that_wrote_it(  # type: ign
     lm1 = first.linear_map()
     old = lm1.apply(history.rows(400, 448).select(list(lm1.backup)).values)
     assert not np.allclose(got, old, rtol=1e-6)
+
+
+def test_without_a_plan_book_rows_of_several_versions_are_said_to_use_the_config(  # type: ignore[no-untyped-def]
+    first, history, tmp_path
+) -> None:
+    """A backup whose writer raised its plan version but keeps no plan book (the exported
+    snippet): every row is rebuilt with --config, and the warning says so."""
+    second = BackupConfig.from_dict(plan_to_config(make_plan(history.rows(24, 424), PARAMS)))
+    backup = tmp_path / "backup"
+    _write_backup(backup, history, [(1, first, slice(400, 424)), (2, second, slice(424, 448))])
+    shutil.rmtree(backup / "_lacuna")
+    config = tmp_path / "plan.json"
+    config.write_text(json.dumps(first.to_dict()))
+    result = recover_dataset(config, backup, tmp_path / "all.csv")
+    said = [w for w in result.warnings if "keeps no plan book" in w]
+    assert len(said) == 1 and "plan versions 1, 2" in said[0] and "--config" in said[0]
+    assert result.plan_versions == (1, 2)
+    alone = tmp_path / "alone"  # one version: the config is the plan of every row
+    _write_backup(alone, history, [(1, first, slice(400, 424))])
+    shutil.rmtree(alone / "_lacuna")
+    one = recover_dataset(config, alone, tmp_path / "one.csv")
+    assert not any("plan book" in w for w in one.warnings)
 
 
 def test_a_reading_a_batch_stored_is_recovered_as_read_though_another_version_backs_it_up(  # type: ignore[no-untyped-def]
