@@ -34,6 +34,7 @@ from pathlib import Path
 from engine.backup.dataset import (
     BATCH_PREFIX,
     COMMIT_MARKER,
+    TimeRange,
     batch_files,
     batch_range,
     is_compacted,
@@ -61,7 +62,13 @@ class BatchGap:
         )
         return f"{self.batch} {self.problem} ({held})"
 
-    def warning(self) -> str:
+    def warning(self, span: TimeRange | None = None) -> str:
+        """What reading around the batch means for a rebuild of ``span``: its time steps
+        are missing, unless every partition it held lies outside ``span``."""
+        if span is not None and self.partitions and not any(
+            span.keeps(dict(kv.split("=", 1) for kv in p.split("/"))) for p in self.partitions
+        ):
+            return f"backup {self.describe()}: outside the range rebuilt, which misses nothing"
         return f"backup {self.describe()}: rebuilt around it, its time steps are missing"
 
 

@@ -317,7 +317,7 @@ def recover_dataset(
     rows = _write(values[written], times[written], lm.sensors + outside, out)
     stamps = np.asarray(times[written], dtype="datetime64[ns]")
     used = versions[written]
-    warnings = [gap.warning() for gap in gaps]
+    warnings = [gap.warning(span) for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [w for w in (unbooked, odd, odd_read) if w]
     if absent:

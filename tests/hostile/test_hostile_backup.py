@@ -168,3 +168,14 @@ def test_a_reading_without_a_plan_version_is_named(run_cli, backup: Path) -> Non
                                           pa.concat_arrays([nulls] * t.num_rows)))  # fmt: skip
     line = one_line_error(*_recover(run_cli, backup)[::2])
     assert "without a plan_version" in line and "batch_id=2" in line
+
+
+def test_a_gap_outside_the_range_is_said_to_miss_nothing(run_cli, backup: Path) -> None:
+    """Batch 2 (readings of 2016-09-02) lost its marker; a rebuild from 2016-09-03 reads
+    around it and says that nothing in its range is missing, not that its steps are."""
+    DAMAGE["marker"](backup)
+    code, _, err = _recover(run_cli, backup, "--from", "2016-09-03T00:00", "--allow-incomplete")
+    assert code == 0 and "batch_id=2 has no _SUCCESS" in err
+    assert "outside the range rebuilt" in err and "its time steps are missing" not in err
+    code, _, err = _recover(run_cli, backup, "--from", "2016-09-02T00:00", "--allow-incomplete")
+    assert code == 0 and "its time steps are missing" in err
