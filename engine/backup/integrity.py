@@ -65,8 +65,12 @@ class BatchGap:
     def warning(self, span: TimeRange | None = None) -> str:
         """What reading around the batch means for a rebuild of ``span``: its time steps
         are missing, unless every partition it held lies outside ``span``."""
-        if span is not None and self.partitions and not any(
-            span.keeps(dict(kv.split("=", 1) for kv in p.split("/"))) for p in self.partitions
+        if (
+            span is not None
+            and self.partitions
+            and not any(
+                span.keeps(dict(kv.split("=", 1) for kv in p.split("/"))) for p in self.partitions
+            )
         ):
             return f"backup {self.describe()}: outside the range rebuilt, which misses nothing"
         return f"backup {self.describe()}: rebuilt around it, its time steps are missing"

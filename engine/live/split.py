@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.data import SensorHistory
 from engine.errors import ParameterError
+from engine.planning.folds import MIN_HISTORY_ROWS
 
 DEFAULT_FIT_FRACTION = 0.5  # plan (and backtest) on the first half, replay the second
 
@@ -78,10 +79,11 @@ def split_for_replay(
     """Replay the last ``replay_rows`` rows (default: all after ``fit_fraction`` of the file)."""
     if not 0.0 < fit_fraction < 1.0:
         raise ParameterError(f"fit_fraction must be in (0, 1), got {fit_fraction!r}")
-    if replay_rows is not None and not 0 < replay_rows < total_rows:
+    most = total_rows - MIN_HISTORY_ROWS
+    if replay_rows is not None and not 0 < replay_rows <= most:
         raise ParameterError(
-            f"rows to replay must be in [1, {total_rows - 1}] (rows before them plan the "
-            f"stream), got {replay_rows!r}"
+            f"rows to replay must be in [1, {most}] (at least {MIN_HISTORY_ROWS} rows before "
+            f"them plan the stream), got {replay_rows!r}"
         )
     fit = total_rows - replay_rows if replay_rows else int(total_rows * fit_fraction)
     return ReplaySplit(total_rows, fit)

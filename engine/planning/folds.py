@@ -9,7 +9,9 @@ import numpy as np
 
 from engine.errors import ParameterError
 
-__all__ = ["DEFAULT_BACKTEST_FOLDS", "BacktestSettings", "fold_origins"]
+__all__ = ["DEFAULT_BACKTEST_FOLDS", "MIN_HISTORY_ROWS", "BacktestSettings", "fold_origins"]
+
+MIN_HISTORY_ROWS = 4  # the fewest rows a plan (or a backtest's fit) learns from
 
 # Backtest folds when the caller sets no cap (cost): 40 horizons of rebuilt windows, and
 # a default plan of 132 sensors x 35,000 rows in ~10 s of CPU (Beijing, bench protocol).
@@ -31,8 +33,10 @@ class BacktestSettings:
     max_history: int | None = None
 
     def __post_init__(self) -> None:
-        if self.history < 4:
-            raise ParameterError(f"history must be >= 4 rows, got {self.history!r}")
+        if self.history < MIN_HISTORY_ROWS:
+            raise ParameterError(
+                f"history must be >= {MIN_HISTORY_ROWS} rows, got {self.history!r}"
+            )
         if self.step is not None and self.step < 1:
             raise ParameterError(f"step must be >= 1 row, got {self.step!r}")
         if self.max_folds is not None and self.max_folds < 1:

@@ -18,6 +18,7 @@ import numpy as np
 from engine.data.units import check_unit_pairs, mixed_unit_warning
 from engine.errors import ParameterError
 from engine.planning.calibration import CALIBRATIONS, PlanningSpec
+from engine.planning.folds import MIN_HISTORY_ROWS
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from engine.planning.horizon import default_history as _default_history
 from engine.query import HoldsQuery, WindowQuery, check_window_fits, horizon_rows
@@ -53,8 +54,12 @@ class PlanParameters(HoldsQuery):
                 f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}"
             )
         h = self.history
-        if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 4):
-            raise ParameterError(f"history must be an integer >= 4 rows, got {h!r}")
+        if h is not None and (
+            isinstance(h, bool) or not isinstance(h, int) or h < MIN_HISTORY_ROWS
+        ):
+            raise ParameterError(
+                f"history must be an integer >= {MIN_HISTORY_ROWS} rows, got {h!r}"
+            )
         object.__setattr__(self, "units", check_unit_pairs(self.units))
 
     def check_fits(self, n_rows: int) -> None:

@@ -195,6 +195,8 @@ def test_recover_with_a_broken_config_is_one_line(tmp_path: Path) -> None:
         # the plan's --horizon serves simulate too: PlanParameters names the value
         (["--horizon", "0"], "horizon must be an integer >= 1 row, got 0"),
         (["--rows", "100000"], "rows to replay"),
+        # the limit said is the one that holds: a plan learns from at least 4 rows
+        (["--rows", "717"], "rows to replay must be in [1, 716] (at least 4 rows before"),
         (["--disorder", "gamma:3"], "unknown delay kind 'gamma'"),
     ],
 )
