@@ -2,7 +2,8 @@
 
 Every input keeps its value across page visits: Streamlit forgets a widget's
 value when a page without it runs, so each one is seeded from the value kept
-for it (``KEPT``), else its default. Prices and rates start at the published
+for it (``KEPT``), else its default, and from its default again when that changed
+(a new plan, data set or measurement: ``remembered``). Prices and rates start at the published
 or measured figures (``engine.costs``), each one's source in its help.
 """
 
@@ -31,15 +32,22 @@ from engine.costs import (
 from engine.planning import BackupPlan
 
 KEPT = "_kept_"  # session key prefix of a widget's last value
+SEEDED = "_seeded_"  # session key prefix of the default a widget was last seeded from
 NEAREST = "nearest to this fleet's micro-batch"
 JOB_TRIGGER_S = 1.0  # the production job's default --trigger
 JOB_PARTITIONS = 4  # the production job's default shuffle partitions
 
 
 def remembered(key: str, default: object) -> None:
-    """Seed widget ``key`` with the value kept for it, else ``default``."""
-    if key not in st.session_state:
+    """Seed widget ``key`` with the value kept for it, else ``default``; with ``default``
+    again whenever it changed since (the plan, the data or a measurement it comes from:
+    the sensors, the interval, the horizon, the bytes measured), so a figure priced on
+    the page is never the last plan's. An edit is kept while its default stands."""
+    if st.session_state.get(SEEDED + key, default) != default:
+        st.session_state[key] = st.session_state[KEPT + key] = default
+    elif key not in st.session_state:
         st.session_state[key] = st.session_state.get(KEPT + key, default)
+    st.session_state[SEEDED + key] = default
 
 
 def keep(keys: Iterable[str]) -> None:
@@ -167,11 +175,7 @@ def _rates(fleet: Fleet, job: JobShape) -> tuple[ComputeRates, ComputePrices]:
     measured = ComputeRates.from_point(point)
     values = (measured.write_core_us, measured.shadow_core_us, measured.job_core_us,
               measured.replan_core_s)  # fmt: skip
-    if st.session_state.get("_cost_point_shown") != point.describe():  # follow a new point
-        for key, value in zip(RATE_KEYS, values, strict=True):
-            st.session_state[key] = float(round(value, 4))
-        st.session_state["_cost_point_shown"] = point.describe()
-    for key, value in zip(RATE_KEYS, values, strict=True):
+    for key, value in zip(RATE_KEYS, values, strict=True):  # a new point's, when it changes
         remembered(key, float(round(value, 4)))
     c = st.columns(6)
     write = c[0].number_input("Write, core-us/reading", min_value=0.0, format="%.4f",
@@ -202,12 +206,7 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
     """
     crash_plan = plan.parameters.exposure is not None
     seeds = {"w_cost_crash": plan.backup_fraction, "w_cost_range": range_fraction}
-    signature = (plan.backup_fraction, range_fraction)
-    if st.session_state.get("_cost_plan_fraction") != signature:
-        for key, value in seeds.items():
-            st.session_state[key] = st.session_state[KEPT + key] = float(value)
-        st.session_state["_cost_plan_fraction"] = signature
-    for key, value in seeds.items():
+    for key, value in seeds.items():  # a new plan's, when it changes
         remembered(key, float(value))
     c = st.columns(2)
     crash = c[0].number_input(

@@ -131,6 +131,35 @@ def test_the_plan_page_prices_the_bytes_the_pipeline_wrote_and_holds(app, fake):
     assert app.number_input(key="w_bytes_at_rest").value == 8.5  # 3,400 B held
 
 
+class NothingRunManager(FakeManager):
+    """No pipeline has measured anything yet."""
+
+    def __init__(self) -> None:
+        super().__init__("idle")
+        self._status = PipelineStatus(state="idle", mode="approx")
+
+    def backup_size(self) -> StoreSize:
+        return StoreSize(backup_rows=0, backup_bytes=0, file_bytes=0)
+
+
+def test_the_priced_inputs_follow_a_new_plan_and_a_new_measurement(app, fake):  # type: ignore[no-untyped-def]
+    """Seeded once, they kept the first plan's re-plan period and the bytes of before any
+    run: the same plan priced two ways. An edit stands while its default does."""
+    fake(NothingRunManager())
+    settle(app.switch_page("pages/plan.py").run())
+    assert app.number_input(key="w_bytes_at_rest").value == 16.0
+    app.number_input(key="w_fleet_sites").set_value(3).run()
+    settle(app.switch_page("pages/tune.py").run())
+    app.number_input(key="w_horizon").set_value(48).run()
+    settle(app)
+    fake(FakeManager("idle"))  # a run has measured 8.5 B a reading at rest
+    settle(app.switch_page("pages/plan.py").run())
+    assert not app.exception
+    assert app.number_input(key="w_cost_replan_h").value == 48.0  # 48 hourly rows
+    assert app.number_input(key="w_bytes_at_rest").value == 8.5
+    assert app.number_input(key="w_fleet_sites").value == 3  # the operator's, kept
+
+
 class MovingManager(FakeManager):
     """A running pipeline whose every status read has taken in 100 more readings."""
 
