@@ -112,9 +112,12 @@ def _projected_row(mode: str, stored: int, m: int, current: RecoveryReport) -> d
 
 
 def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
-    """approx vs full vs none: measured where that mode was run on this plan, else projected."""
-    log, sig = resources.pipeline_log(), plan_signature(plan)
-    m = len(plan.backup_sensors)
+    """approx vs full vs none: measured where that mode was run on the plan this run
+    started with, else projected. The approx figures are the recovery's own backup set
+    (a re-plan or the online control may have changed ``plan``'s since)."""
+    log = resources.pipeline_log()
+    sig = log.started.get("signature") or plan_signature(plan)  # as ``live.remember`` keeps it
+    m = len(current.backup_sensors)
     stored = {"approx": m, "full": len(plan.sensors), "none": 0}
     rows = []
     for mode in MODES:

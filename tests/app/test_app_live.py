@@ -326,6 +326,31 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     assert table.loc["none", "windows recovered"] == 0
 
 
+def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force(monkeypatch):  # type: ignore[no-untyped-def]
+    """The run started on a plan backing up 1 sensor; a re-plan since backs up 3. The
+    approx row is the recovery's (1 sensor), full's projection scales its 48 rows by
+    6 / 1, and a full run of the starting plan stays measured."""
+    report, _ = make_report()
+
+    class Started:
+        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
+        data_fingerprint, parameters = "sha256:abc", "params"
+
+    class InForce(Started):
+        backup_sensors = tuple(TEMP[:3])
+
+    log = resources.PipelineLog()
+    log.started = {"signature": live.plan_signature(Started())}
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    table = recovery.mode_table(InForce(), report).set_index("mode")
+    assert table.loc["approx", "sensors stored"] == 1
+    assert table.loc["full", "backup rows"] == 48 * 6
+    full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
+    log.reports["full"] = {"signature": log.started["signature"], "report": full.to_dict()}
+    table = recovery.mode_table(InForce(), report).set_index("mode")
+    assert table.loc["full", "figures"] == "measured"
+
+
 def test_a_refresh_keeps_the_data_sensors_parameters_and_plan(page):  # type: ignore[no-untyped-def]
     """A new browser session (a refresh) restores the last state from LACUNA_HOME and
     plans exactly what the old session planned; without the saved state it would not."""
