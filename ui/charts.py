@@ -267,8 +267,9 @@ def recovery_chart(
     return _layout(fig, f"{sensor}: recovered vs true window aggregates", 400, y="aggregate")
 
 
-def error_histogram(errors: np.ndarray, eps: float) -> go.Figure:
-    """Absolute window errors of rebuilt sensors, against eps."""
+def error_histogram(errors: np.ndarray, eps: float, per_sensor: bool = False) -> go.Figure:
+    """Absolute window errors of rebuilt sensors, against eps; with ``per_sensor`` each
+    error is in its sensor's eps (divided by it) and the line is at 1, said so."""
     top = max(1.25 * eps, float(np.max(errors, initial=0.0)) * 1.05)
     fig = go.Figure(
         go.Histogram(
@@ -279,14 +280,13 @@ def error_histogram(errors: np.ndarray, eps: float) -> go.Figure:
         )
     )
     fig.update_xaxes(range=[0, top])
-    fig.add_vline(
-        x=eps, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=f"eps = {eps:g}"
-    )
+    said = "each sensor's eps" if per_sensor else f"eps = {eps:g}"
+    fig.add_vline(x=eps, line_dash="dash", line_color=BACKUP_COLOUR, annotation_text=said)
     return _layout(
         fig,
         "Error of recovered window aggregates (rebuilt sensors)",
         320,
-        x="|recovered - true|",
+        x="|recovered - true| / sensor's eps" if per_sensor else "|recovered - true|",
         y="windows",
     )
 

@@ -211,7 +211,7 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
         return
     left, right = st.columns(2)
     threshold = 1.0 if report.eps_by_sensor else report.eps  # per-sensor: in eps units
-    left.plotly_chart(charts.error_histogram(errors, threshold))
+    left.plotly_chart(charts.error_histogram(errors, threshold, bool(report.eps_by_sensor)))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
     windows = plural(report.windows_recovered, "recovered window")
     title = f"Violation rate per rebuilt sensor ({windows})"

@@ -443,3 +443,17 @@ def test_the_status_line_tests_sliding_windows_on_their_disjoint_share() -> None
     sliding = status_level(_status(shadow_by_version=tally(0.25)), [], 1.0, delta=0.05)
     assert sliding.name == "at risk", sliding
     assert "on disjoint windows" in sliding.reason
+
+
+def test_the_error_histogram_says_when_errors_are_in_each_sensors_eps() -> None:
+    """With eps per sensor the errors are divided by it: the axis and the line say so."""
+    import numpy as np
+
+    from ui.charts import error_histogram
+
+    plain = error_histogram(np.array([0.1, 0.6]), 0.5)
+    assert plain.layout.xaxis.title.text == "|recovered - true|"
+    assert plain.layout.shapes[0].x0 == 0.5
+    scaled = error_histogram(np.array([0.03, 1.2]), 1.0, per_sensor=True)
+    assert scaled.layout.xaxis.title.text == "|recovered - true| / sensor's eps"
+    assert scaled.layout.annotations[0].text == "each sensor's eps"
