@@ -1,13 +1,12 @@
-"""``python -m engine <command>``: plan, backtest, recover, simulate, disorder, run, status,
+"""python -m engine <command>: plan, backtest, recover, simulate, disorder, run, status,
 compact.
 
 JSON on stdout. Bad input or parameters: one line on stderr and exit code 2,
 never a traceback. Progress of long work goes to stderr: on a terminal one
 line rewritten in place, elsewhere (a log, a pipe) one line every 5 %.
 
-``plan`` and ``backtest`` run at most ``DEFAULT_MAX_FOLDS`` backtest folds (the
-planner's ``DEFAULT_BACKTEST_FOLDS``), evenly spaced and ending at the last,
-unless ``--max-folds N`` says otherwise (``--max-folds 0``: every fold). Each
+plan and backtest run at most {folds} backtest folds, evenly spaced and ending at
+the last, unless --max-folds N says otherwise (--max-folds 0: every fold). Each
 fold keeps its plan for a whole horizon and scores every window in it, so the
 default measures thousands of windows per sensor; a 2-million-row file would
 otherwise offer tens of thousands of folds.
@@ -60,7 +59,9 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agg", default="avg", help=_agg_help())
     p.add_argument("--method", default="greedy", help="greedy (default), paper or exact")
     p.add_argument(
-        "--calibration", default="backtest", help="backtest (default) or none (seed bound)"
+        "--calibration",
+        default="backtest",
+        help="backtest (default) or none (the published model-only bound, uncalibrated)",
     )
     p.add_argument(
         "--history", type=int, default=None, help="rows to learn from (default: all, up to a cap)"
@@ -102,7 +103,8 @@ FOLDS_HELP = f"cap the backtest folds, evenly spaced (default {DEFAULT_MAX_FOLDS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m engine", description=__doc__)
+    description = (__doc__ or "").format(folds=DEFAULT_MAX_FOLDS)
+    parser = _Parser(prog="python -m engine", description=description)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("plan", help="choose the backup set and write the backup config")
     _add_plan_flags(plan)
@@ -114,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--step", type=int, default=None, help="rows per test slice (default: window)")
     bt.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
     rec = sub.add_parser("recover", help="rebuild all sensors from a config and the backup")
-    rec.add_argument("--config", required=True)
+    rec.add_argument("--config", required=True, help="the exported backup config (.json/.yaml)")
     rec.add_argument(
         "--backup", required=True, help="file with the backup sensors' columns, or the job's backup"
     )
@@ -173,13 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
         "machine without",
     )
     dis = sub.add_parser("disorder", help="out-of-order replay: ours against the baselines")
-    dis.add_argument("--data", required=True)
+    dis.add_argument("--data", required=True, help="CSV or Parquet sensor history")
     dis.add_argument("--delays", required=True, help=DELAYS_HELP)
-    dis.add_argument("--eps-thr", type=float, required=True)
-    dis.add_argument("--delta", type=float, required=True)
-    dis.add_argument("--window", type=int, required=True)
+    dis.add_argument(
+        "--eps-thr",
+        type=float,
+        required=True,
+        help="tolerance of a window's provisional result, in the aggregate's unit",
+    )
+    dis.add_argument(
+        "--delta",
+        type=float,
+        required=True,
+        help="allowed share of provisional results past it, in (0, 1)",
+    )
+    dis.add_argument("--window", type=int, required=True, help="window length, in readings")
     dis.add_argument("--agg", default="avg", help=_agg_help())
-    dis.add_argument("--sensors", default=None)
+    dis.add_argument(
+        "--sensors", default=None, help="comma-separated names or globs, e.g. '*_PM2.5'"
+    )
     dis.add_argument(
         "--rows", type=int, default=None, help="replay only the first ROWS rows (at least 1)"
     )

@@ -17,7 +17,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint URI (durable)")
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--available-now", action="store_true", help="process what landed, then stop")
-    p.add_argument("--watermark", type=float, default=0.0, help="allowed lateness, seconds")
+    p.add_argument(
+        "--watermark", type=float, default=0.0, help="allowed lateness, seconds (default 0)"
+    )
     p.add_argument(
         "--no-replan",
         action="store_true",
@@ -35,5 +37,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         help="plan inside the micro-batch that finds the plan expired (the stream waits; "
         "default: in the background, except with --available-now)",
     )
-    p.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval, seconds")
-    p.add_argument("--max-files-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--trigger", type=float, default=1.0, help="micro-batch interval, seconds (default 1)"
+    )
+    p.add_argument(
+        "--max-files-per-trigger",
+        type=int,
+        default=None,
+        help="landing files one micro-batch takes at most (default: every file landed)",
+    )
