@@ -62,7 +62,10 @@ def with_stage_results(live: pd.DataFrame, staged: pd.DataFrame) -> pd.DataFrame
     for name in ("window_start", "window_end"):
         staged[name] = _naive_utc(staged[name])
         live[name] = _naive_utc(live[name])
-    return pd.concat([live, staged], ignore_index=True)
+    frames = [f for f in (live, staged) if not f.empty]  # an empty frame's dtypes: none
+    if len(frames) < 2:
+        return (frames or [live])[0].reset_index(drop=True)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _naive_utc(times: pd.Series) -> pd.Series:
