@@ -93,8 +93,9 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         raise ParameterError(
             f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
         )
-    for said in (history.report.early_times(), history.report.mostly_filled()):
-        _warn([said] if said else [])
+    filled = history.report.mostly_filled()
+    for said in [*history.report.warning_notes(), *([filled] if filled else [])]:
+        _warn([said])  # one line each
     return history
 
 

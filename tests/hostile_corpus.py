@@ -135,6 +135,7 @@ def cases() -> list[Case]:
             "has two readings",
         ),
         Case("hex.csv", _reading("0x10"), "cannot parse '0x10' as a number"),
+        Case("underscore.csv", _reading("41_25"), "cannot parse '41_25' as a number"),
         Case(
             "negative_time.csv",
             _csv("time,a,b", [f"{-9 + i},{i % 3},{i * i % 5}" for i in range(8)]),

@@ -107,6 +107,8 @@ def report_summary(dataset: state.Dataset) -> None:
             st.caption(f"• {note}")
     if r.constant_sensors:
         st.warning(f"Constant sensors (no information): {', '.join(r.constant_sensors)}")
+    for said in r.warning_notes():
+        st.warning(said[0].upper() + said[1:] + ".")
     if (filled := r.mostly_filled()) is not None:
         st.warning(f"Mostly filled in: {filled}.")
     if r.duplicate_sensors:

@@ -12,12 +12,16 @@ import csv
 import re
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from engine.data.options import LoadOptions
 from engine.data.reader import TIME_NAMES
 from engine.errors import DataError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "NULL_STRINGS",
@@ -70,25 +74,27 @@ def shorten_path(path: Path, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
-def check_names(source: str, names: list[str]) -> None:
+def check_names(source: str, names: list[str], what: str = "column") -> None:
     """Reject no columns, a duplicate column name or a NUL in a name, naming it and its
     position. Names that differ only in case are duplicates: DuckDB, which reads the
-    file, does not tell them apart (a Parquet file's ``X`` beside ``x`` became ``X_1``)."""
+    file, does not tell them apart (a Parquet file's ``X`` beside ``x`` became ``X_1``).
+    ``what`` is ``"sensor"`` for a long file's sensor ids: each becomes a column of the
+    backup and recovered files, which this reader reads back."""
     if not names:
         raise DataError(f"{source}: no columns")
     seen: dict[str, str] = {}
     for position, name in enumerate(names, start=1):
         if "\x00" in name:  # SQL text cannot hold it: DuckDB refuses the query itself
             raise DataError(
-                f"{source}: column {position} ({name.replace(chr(0), '<NUL>')!r}) has a NUL "
-                "character in its name; rename the column"
+                f"{source}: {what} {position} ({name.replace(chr(0), '<NUL>')!r}) has a NUL "
+                f"character in its name; rename the {what}"
             )
         first = seen.get(name.lower())
         if first == name:
-            raise DataError(f"{source}: duplicate column name {name!r} (column {position})")
+            raise DataError(f"{source}: duplicate {what} name {name!r} ({what} {position})")
         if first is not None:
             raise DataError(
-                f"{source}: column {position} ({name!r}) differs from column {first!r} only in "
+                f"{source}: {what} {position} ({name!r}) differs from {what} {first!r} only in "
                 "case, which the reader does not tell apart: rename one"
             )
         seen[name.lower()] = name
@@ -165,6 +171,9 @@ def check_header(source: str, names: list[str]) -> None:
         )
 
 
+_READ_CSV = "read_csv(?, header = true, auto_detect = false, delim = ?, columns = ?, nullstr = ?)"
+
+
 def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> list[str]:
     """Create the table ``raw`` from a CSV (sensors as DOUBLE, falling back to text);
     returns notes for the operator (a header cell without a name)."""
@@ -178,11 +187,12 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
         for i, (cell, n) in enumerate(zip(cells, names, strict=True), start=1)
         if not cell
     ]
-    query = (
-        "CREATE TABLE raw AS SELECT * FROM read_csv(?, header = true, auto_detect = false, "
-        "delim = ?, columns = ?, nullstr = ?)"
-    )
-    if len(names) != 3 and options.layout != "long":
+    query = f"CREATE TABLE raw AS SELECT * FROM {_READ_CSV}"
+    if delim == ";":
+        notes += _thousands_notes(con, path, names)
+    # DuckDB's DOUBLE reads digit separators ('41_25' as 4125): a file holding '_' past
+    # its header is read as text, where such a value is refused by name
+    if len(names) != 3 and options.layout != "long" and not _has_underscore(path):
         text = {names[0], options.time_column} | {n for n in names if n.lower() in TIME_NAMES}
         types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
         try:
@@ -197,19 +207,119 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
     return notes
 
 
-def read_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Create the table ``raw`` from a Parquet file."""
+def _has_underscore(path: Path, chunk: int = 1 << 20) -> bool:
+    """Whether a ``_`` follows the header line (the header's names may hold one)."""
+    with path.open("rb") as handle:
+        handle.readline()
+        while block := handle.read(chunk):
+            if b"_" in block:
+                return True
+    return False
+
+
+# every value holding a '.' has 1-3 digits before it and exactly 3 after: "1.401", as a
+# locale writing '.' between thousands (and ';' between fields) writes 1401
+_THOUSANDS = r"[-+]?\d{1,3}\.\d{3}"
+THOUSANDS_LIKE = "as a thousands separator writes them"  # the note's words (``warning_notes``)
+THOUSANDS_SAMPLE = 10_000  # rows looked at first; only the columns they suspect are read in full
+
+
+def _thousands_notes(con: duckdb.DuckDBPyConnection, path: Path, names: list[str]) -> list[str]:
+    """Notes naming the columns of a ';'-separated file whose decimals look like
+    thousands separators (the file read again as text: its first rows, then the columns
+    they suspect in full; errors are left to the read proper). A warning only: 1.401 bar
+    is a reading too."""
+    source = f"(SELECT * FROM {_READ_CSV} LIMIT {THOUSANDS_SAMPLE})"
+    suspects = _thousands_like(con, path, names, names, source)
+    if suspects:
+        suspects = _thousands_like(con, path, names, list(suspects), _READ_CSV)
+    return [
+        f"column {name!r}: every value with a '.' has three digits after it (e.g. "
+        f"{example!r}), {THOUSANDS_LIKE} in this ';'-separated file: "
+        f"read as a decimal point ({example}, not {example.replace('.', '')}); if they are "
+        "thousands, remove the separators"
+        for name, example in suspects.items()
+    ]
+
+
+def _thousands_like(
+    con: duckdb.DuckDBPyConnection, path: Path, names: list[str], columns: list[str], source: str
+) -> dict[str, str]:
+    """The ``columns`` of ``source`` holding a '.' only as in ``_THOUSANDS``, with an
+    example each."""
+    parts = [
+        f"count({c}) FILTER (WHERE contains({c}, '.')), "
+        f"count({c}) FILTER (WHERE contains({c}, '.') AND NOT "
+        f"regexp_full_match(trim({c}), '{_THOUSANDS}')), "
+        f"first(trim({c})) FILTER (WHERE contains({c}, '.'))"
+        for c in map(_quote, columns)
+    ]
+    try:
+        row = con.execute(
+            f"SELECT {', '.join(parts)} FROM {source}",
+            [exact_path(path), ";", dict.fromkeys(names, "VARCHAR"), NULL_STRINGS],
+        ).fetchone()
+    except duckdb.Error:
+        return {}
+    found = {}
+    for i, name in enumerate(columns):
+        dotted, other, example = row[3 * i : 3 * i + 3] if row else (0, 1, None)
+        if dotted and not other:
+            found[name] = str(example)
+    return found
+
+
+def read_parquet(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -> list[str]:
+    """Create the table ``raw`` from a Parquet file, without the pandas index pandas
+    stored as columns; returns notes for the operator (what became of that index)."""
     import pyarrow.parquet as pq
 
     try:
-        names = pq.read_schema(path).names
+        schema = pq.read_schema(path)
     except (OSError, ValueError) as err:
         raise DataError(f"{path.name}: not a readable Parquet file ({err})") from err
-    check_names(path.name, names)
+    check_names(path.name, schema.names)
+    star, notes = _without_pandas_index(schema, options)
     try:
-        con.execute("CREATE TABLE raw AS SELECT * FROM read_parquet(?)", [exact_path(path)])
+        con.execute(f"CREATE TABLE raw AS SELECT {star} FROM read_parquet(?)", [exact_path(path)])
     except duckdb.Error as err:
         raise DataError(f"{path.name}: cannot read Parquet: {_duckdb_message(err)}") from err
+    return notes
+
+
+def _without_pandas_index(schema: pa.Schema, options: LoadOptions) -> tuple[str, list[str]]:
+    """The select list leaving out the index columns pandas wrote (``DataFrame.to_parquet``
+    stores a non-default index as a column, ``__index_level_0__`` when unnamed, which was
+    read as a sensor), and notes saying so. An index of datetimes is the time column when
+    no other column is named as one: put first, and named ``time`` if pandas left it
+    unnamed."""
+    import pyarrow as pa
+
+    meta = schema.pandas_metadata or {}
+    stored = [c for c in meta.get("index_columns", []) if isinstance(c, str) and c in schema.names]
+    timed = any(n.lower() in TIME_NAMES for n in schema.names if n not in stored)
+    first, drop, notes = "", [], []
+    for name in stored:
+        if name == options.time_column or name.lower() in TIME_NAMES:
+            continue  # the time column, by name: read as any other
+        kind = schema.field(name).type
+        if (pa.types.is_timestamp(kind) or pa.types.is_date(kind)) and not (timed or first):
+            unnamed = name.startswith("__index_level_") and "time" not in schema.names
+            new = "time" if unnamed else name
+            first = f"{_quote(name)} AS {_quote(new)}, "
+            notes.append(f"the pandas index (datetimes, column {name!r}) is the time column")
+        else:
+            notes.append(
+                f"column {name!r} is the pandas index saved with the data (the file's pandas "
+                "metadata says so), not a sensor: left out"
+            )
+        drop.append(name)
+    exclude = f" EXCLUDE ({', '.join(map(_quote, drop))})" if drop else ""
+    return f"{first}*{exclude}", notes
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 _RAGGED = re.compile(

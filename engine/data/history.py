@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.data.files import check_file, check_names, connect, read_csv, read_parquet
+from engine.data.files import (
+    THOUSANDS_LIKE,
+    check_file,
+    check_names,
+    connect,
+    read_csv,
+    read_parquet,
+)
 from engine.data.names import resolve_sensors
 from engine.data.numeric_times import EARLY_TIMES
 from engine.data.options import DEFAULT_OPTIONS, LoadOptions
@@ -32,6 +39,9 @@ GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
 # A sensor missing more than this share of its readings is mostly interpolation: said as a
 # warning, since its model and the backtest's truth then rest on filled-in values.
 MOSTLY_FILLED = 0.5
+# Steps this share of the file shorter than the median step / GAP_FACTOR: another rate
+SHORT_STEPS = 0.1
+UNSTEADY = "the sampling interval is not steady"  # the note's words (``warning_notes``)
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,14 @@ class DataReport:
         """The note on numeric times read as dates before 1980 (they may be Excel serial
         days, YYYYMMDD dates or a relative clock; ``engine.data.numeric_times``), else None."""
         return next((n for n in self.notes if EARLY_TIMES in n), None)
+
+    def warning_notes(self) -> list[str]:
+        """The loader's notes an operator must not miss, said as warnings by the CLI and
+        the Data page: numeric times read as early dates, a sampling interval that is
+        not steady (a horizon in rows spans another time), decimals that look like
+        thousands separators."""
+        words = (EARLY_TIMES, UNSTEADY, THOUSANDS_LIKE)
+        return [n for n in self.notes if any(w in n for w in words)]
 
     def mostly_filled(self) -> str | None:
         """One sentence when some sensors missed more than ``MOSTLY_FILLED`` of their
@@ -216,9 +234,9 @@ def load_sensors(
 def _read(path: Path, options: LoadOptions, wanted: frozenset[str] | None) -> Decoded:
     kind = check_file(path)
     with connect() as con:
-        found: list[str] = []  # the file's own notes (a CSV header cell without a name)
+        found: list[str] = []  # the file's own notes (a header cell without a name)
         if kind == "parquet":
-            read_parquet(con, path)
+            found = read_parquet(con, path, options)
         else:
             found = read_csv(con, path, options)
         decoded = decode(con, path.name, options, wanted)
@@ -253,6 +271,8 @@ def history_from_frame(
 
 
 def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
+    if decoded.layout == "long":  # each sensor a column of the backup and recovered files
+        check_names(decoded.source, list(decoded.sensors), "sensor")
     if options.sensors is not None:
         _keep_sensors(decoded, options.sensors)
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
@@ -262,13 +282,14 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
     check_range(source, times, values, sensors)
-    times, values, filled, dropped = _handle_missing(times, values, options.missing, notes)
+    times, values, filled, unfilled = _handle_missing(times, values, options.missing, notes)
+    dropped = n_rows_raw - times.size
     need = len(sensors) + 2 if options.min_rows is None else options.min_rows
     if times.size < need:
         raise DataError(
             f"{source}: {times.size} rows left after missing-value handling ({options.missing}, "
             f"{dropped} of {n_rows_raw} dropped) for {len(sensors)} sensors; "
-            f"need at least {need} rows"
+            f"need at least {need} rows{_blame(unfilled, sensors)}"
         )
     interval, gaps, constant, duplicates = _describe(times, values, sensors, notes)
     report = DataReport(
@@ -314,9 +335,26 @@ def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:
         i = same[0]
         raise DataError(
             f"{decoded.source}: column {decoded.time_column!r}: duplicate timestamp "
-            f"{format_ns(times[i])} (rows {rows[i]} and {rows[i + 1]})"
+            f"{format_ns(times[i])} (rows {rows[i]} and {rows[i + 1]}){_long_hint(decoded)}"
         )
     return times, values
+
+
+def _long_hint(decoded: Decoded) -> str:
+    """A hint to read a (time, x, y) file as long when ``x`` holds a few whole numbers
+    (station ids 101, 102, 103: the file was read wide, so its times repeat), else ""."""
+    if decoded.layout != "wide" or len(decoded.sensors) != 2:
+        return ""
+    for j, name in enumerate(decoded.sensors):
+        ids = decoded.values[:, j]
+        distinct = np.unique(ids[~np.isnan(ids)])
+        if 1 < distinct.size <= ids.size // 2 and np.all(distinct == np.round(distinct)):
+            return (
+                f"; if column {name!r} names the sensors, this is a long file (time, sensor, "
+                "value): choose the long layout (--layout long on the command line, Layout "
+                "on the Data page)"
+            )
+    return ""
 
 
 def _mark_missing(decoded: Decoded, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -337,8 +375,9 @@ def _mark_missing(decoded: Decoded, values: np.ndarray) -> tuple[np.ndarray, np.
 
 def _handle_missing(
     times: np.ndarray, values: np.ndarray, policy: str, notes: list[str]
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Apply the missing-value policy; returns times, values, values filled, rows dropped."""
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Apply the missing-value policy; returns times, values, values filled and, per
+    sensor, the rows dropped for a value of it still missing: (n,) int."""
     filled = 0
     if policy == "interpolate":
         values, filled = _interpolate(times, values)
@@ -347,12 +386,26 @@ def _handle_missing(
                 f"filled {filled} missing values by linear interpolation in time "
                 f"(edge runs up to {EDGE_FILL_FRACTION:.0%} of rows by the nearest value)"
             )
-    keep = ~np.isnan(values).any(axis=1)
+    missing = np.isnan(values)
+    keep = ~missing.any(axis=1)
     dropped = int(keep.size - keep.sum())
     if not dropped:
-        return times, values, filled, 0
+        return times, values, filled, np.zeros(values.shape[1], dtype=np.int64)
     notes.append(f"dropped {dropped} rows that still had missing values")
-    return times[keep], values[keep], filled, dropped
+    return times[keep], values[keep], filled, missing.sum(axis=0)
+
+
+def _blame(unfilled: np.ndarray, sensors: tuple[str, ...]) -> str:
+    """``"; the rows dropped lack readings of ..."``, naming the (up to 3) sensors whose
+    missing values dropped the most rows (``unfilled`` (n,) rows per sensor), or ""."""
+    order = [j for j in np.argsort(-unfilled, kind="stable")[:3] if unfilled[j]]
+    if not order:
+        return ""
+    named = ", ".join(f"{sensors[j]!r} ({int(unfilled[j])} rows)" for j in order)
+    return (
+        f"; the rows dropped lack readings of {named}: leave such a sensor out (--sensors "
+        "on the command line) or fill its gaps"
+    )
 
 
 def _interpolate(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -382,6 +435,13 @@ def _describe(
     constant, duplicates = _describe_sensors(values, sensors)
     if gaps:
         notes.append(f"{gaps} gaps longer than {GAP_FACTOR} x the median step of {interval:g} s")
+    unsteady = _unsteady_steps(times, interval)
+    if unsteady:
+        notes.append(
+            f"{UNSTEADY} ({unsteady}): the interval used is the "
+            f"median step, {interval:g} s, so a horizon or window counted in rows spans "
+            "another time where the steps differ; resample the file onto one interval"
+        )
     if constant:
         notes.append(
             f"constant sensors {shorten(constant)} are reconstructed exactly by their mean"
@@ -401,6 +461,25 @@ def _describe_steps(times: np.ndarray) -> tuple[float, int]:
     median = float(np.median(steps))
     n_gaps = np.count_nonzero(steps.astype(np.float64) > GAP_FACTOR * median)
     return median / 1e9, int(n_gaps)
+
+
+def _unsteady_steps(times: np.ndarray, interval: float) -> str:
+    """How the steps of ``times`` (T,) int64 ns change, or "" when steady: the median
+    step of the first and last quarter differ by more than ``GAP_FACTOR`` x (the rate
+    changed), or more than ``SHORT_STEPS`` of the steps are under the median step of
+    ``interval`` s divided by ``GAP_FACTOR`` (a faster rate in the middle)."""
+    steps = np.diff(times.astype(np.int64)).astype(np.float64) / 1e9
+    if steps.size < 8:
+        return ""
+    part = steps.size // 4
+    first, last = float(np.median(steps[:part])), float(np.median(steps[-part:]))
+    if max(first, last) > GAP_FACTOR * min(first, last):
+        where = f"{first:g} s over the first quarter of the rows, {last:g} s over the last"
+        return f"a median step of {where}"
+    short = float(np.mean(steps < interval / GAP_FACTOR))
+    if short > SHORT_STEPS:
+        return f"{100 * short:.0f} % of the steps are shorter than {interval / GAP_FACTOR:g} s"
+    return ""
 
 
 def _describe_sensors(

@@ -21,6 +21,7 @@ import pandas as pd
 
 from engine.data.numeric_times import check_numeric_times
 from engine.data.options import UNIT_NS, UNIT_WORDS, LoadOptions
+from engine.data.zones import offsets_read, refuse_ambiguous_zones
 from engine.errors import DataError
 
 TIME_NAMES = frozenset(
@@ -138,6 +139,8 @@ def decode(
     others = [n for n in schema if n != time_col]
     named = wanted is not None and options.layout == "auto" and not wanted.isdisjoint(others)
     roles = None if named else _long_roles(table, time_col, others, options.layout)
+    if roles is not None:
+        _refuse_time_of_day_ids(table, time_col, roles[0])
     time = (time_expr, unit)
     if roles is None:
         chosen = others if wanted is None else [n for n in others if n in wanted]
@@ -202,11 +205,14 @@ def _time_expression(
         return f"TRY_CAST({col} AS DOUBLE)", _numeric_unit(name, options, notes)
     if kind == "text":
         parsed = f"TRY_CAST({col} AS TIMESTAMPTZ)"
+        refuse_ambiguous_zones(table.con, table.source, name)
         table.require_none(f"{parsed} IS NULL", name, "cannot parse {value!r} as a time")
         table.require_none(f"NOT ({parsed} {_NS_SPAN})", name, _NS_PROBLEM)
         zoned = _refuse_mixed_zones(table, name)
         if zoned or table.count(f"TRY_CAST({col} AS TIMESTAMP) <> CAST({parsed} AS TIMESTAMP)"):
-            notes.append("times with a UTC offset were converted to UTC")
+            offsets = offsets_read(table.con, name, parsed)
+            said = f" (UTC offset read: {offsets})" if offsets else ""
+            notes.append(f"times with a UTC offset were converted to UTC{said}")
         return f"epoch_ns({parsed})", None
     if kind == "time":
         if "TIME ZONE" in table.schema[name].upper():
@@ -300,6 +306,25 @@ def _long_roles(
     return (a, b) if layout == "long" else None
 
 
+_TIME_OF_DAY = r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?(\s*[AaPp][Mm])?"
+
+
+def _refuse_time_of_day_ids(table: _Table, time_col: str, sensor: str) -> None:
+    """``DataError`` when a long file's sensor-id column is a time of day: named as a time,
+    or every value ``HH:MM[:SS]``. A date beside a time-of-day column was pivoted into a
+    sensor per clock time ('00:00:00', '01:00:00', ...) read once a day."""
+    col = _q(sensor)
+    match = f"regexp_full_match(trim(CAST({col} AS VARCHAR)), '{_TIME_OF_DAY}')"
+    row = table.con.execute(f"SELECT count({col}), count(*) FILTER ({match}) FROM raw").fetchone()
+    timed = sensor.lower() in TIME_NAMES or (row is not None and 0 < row[0] == row[1])
+    if timed:
+        raise DataError(
+            f"{table.source}: column {sensor!r} holds times of day, not sensor ids, beside "
+            f"the dates of column {time_col!r}: combine the date and time columns into one "
+            "timestamp column (e.g. '2024-03-01 00:00:00') and read the file again"
+        )
+
+
 def _times_unique(table: _Table, time_col: str) -> bool:
     """No time value appears twice (NULL times aside)."""
     col = _q(time_col)
@@ -320,7 +345,11 @@ def _number_expressions(table: _Table, names: list[str]) -> list[str]:
                 f"{table.source}: column {name!r} has type {table.schema[name]}, not numbers"
             )
     text = [n for n in names if table.kind(n) == "text"]
-    preds = [f"{_q(n)} IS NOT NULL AND TRY_CAST({_q(n)} AS DOUBLE) IS NULL" for n in text]
+    # DuckDB reads digit separators ('41_25' as 4125): a value with '_' is no number here
+    preds = [
+        f"{_q(n)} IS NOT NULL AND (TRY_CAST({_q(n)} AS DOUBLE) IS NULL OR contains({_q(n)}, '_'))"
+        for n in text
+    ]
     if preds:
         counts = table.con.execute(
             "SELECT " + ", ".join(f"count(*) FILTER (WHERE {p})" for p in preds) + " FROM raw"
@@ -383,7 +412,12 @@ def _decode_long(
     notes: list[str],
 ) -> Decoded:
     sensor, value = roles
-    table.require_none(f"{_q(sensor)} IS NULL", sensor, "missing sensor id")
+    table.require_none(
+        f"{_q(sensor)} IS NULL",
+        sensor,
+        "missing sensor id (an empty cell, or a missing-value marker such as 'NA', 'N/A', "
+        "'NaN', 'NULL' or 'None', which are read as missing: rename a sensor so named)",
+    )
     (expr,) = _number_expressions(table, [value])
     got = table.con.execute(
         f"SELECT {time[0]} AS t, CAST({_q(sensor)} AS VARCHAR) AS k, {expr} AS v FROM raw"

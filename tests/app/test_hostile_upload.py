@@ -83,3 +83,16 @@ def test_epoch_milliseconds_load_once_the_unit_is_chosen(app):  # type: ignore[n
     history = app.session_state["dataset"].history
     assert str(history.times[0]) == "2024-03-01T00:00:00.000000000"
     assert history.report.sampling_interval_s == 3600.0
+
+
+def test_an_unsteady_interval_is_a_warning_on_the_data_page(app):  # type: ignore[no-untyped-def]
+    """The note was only in the loader's list: a horizon in rows spans another time."""
+    import pandas as pd
+
+    times = [*pd.date_range("2024-03-01", periods=300, freq="10min")]
+    times += [*pd.date_range(times[-1] + pd.Timedelta("1min"), periods=150, freq="1min")]
+    rows = [f"{t},{i % 7},{(i * 3) % 11}" for i, t in enumerate(times)]
+    _upload(app, "rates.csv", ("time,a,b\n" + "\n".join(rows) + "\n").encode())
+    assert not app.exception and not app.error
+    said = [w.value for w in app.warning if "not steady" in w.value]
+    assert len(said) == 1 and said[0].startswith("The sampling interval is not steady")

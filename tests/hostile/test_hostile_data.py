@@ -7,6 +7,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -105,3 +106,24 @@ def test_numeric_times_read_as_1970_are_said_or_refused(run_cli, tmp_path) -> No
     dates = pd.date_range("2023-01-01", periods=300, freq="D").strftime("%Y%m%d").astype(int)
     code, _, err = run_cli(*plan, "--data", _numeric_times(tmp_path, list(dates)))
     assert "YYYYMMDD dates" in one_line_error(code, err)
+
+
+def test_an_unsteady_interval_and_thousands_separators_are_warnings(run_cli, tmp_path) -> None:
+    """Both notes changed what a plan means (a horizon in rows spans another time; a
+    reading 1,000 times too small) and were only in the JSON's data notes: the CLI says
+    them as warnings, one line each."""
+    plan = ("plan", "--eps", "1", "--delta", "0.05", "--window", "4", "--no-backtest")
+    times = [*pd.date_range("2024-03-01", periods=300, freq="10min")]
+    times += [*pd.date_range(times[-1] + pd.Timedelta("1min"), periods=150, freq="1min")]
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"time": times, "a": rng.normal(size=450), "b": rng.normal(size=450)})
+    frame.to_csv(tmp_path / "rates.csv", index=False)
+    code, _, err = run_cli(*plan, "--data", tmp_path / "rates.csv")
+    said = [line for line in err.splitlines() if "not steady" in line]
+    assert code == 0 and len(said) == 1 and said[0].startswith("warning: the sampling interval")
+    watts = ["686", "837", "1.401", "912", "1.022", "777"] * 20
+    semi = pd.DataFrame({"time": times[:120], "power_W": watts, "temp_C": rng.normal(size=120)})
+    semi.to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    code, _, err = run_cli(*plan, "--data", tmp_path / "semi.csv")
+    said = [line for line in err.splitlines() if "thousands separator" in line]
+    assert code == 0 and len(said) == 1 and "'power_W'" in said[0] and "'1.401'" in said[0]

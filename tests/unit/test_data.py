@@ -102,7 +102,8 @@ def test_times_with_and_without_a_utc_offset_in_one_column_are_refused(tmp_path)
                   "a": [1.0, 2, 3, 4], "b": [2.0, 1, 0, 3]}).to_csv(path, index=False)  # fmt: skip
     history = load_history(path)  # every time has one: converted to UTC
     assert str(history.times[0]) == "2024-02-29T22:00:00.000000000"
-    assert "times with a UTC offset were converted to UTC" in history.report.notes
+    said = "times with a UTC offset were converted to UTC (UTC offset read: -01:00, +00:00, +02:00)"
+    assert said in history.report.notes
 
 
 def test_times_with_a_named_zone_beside_naive_ones_are_refused(tmp_path):
@@ -119,7 +120,8 @@ def test_times_with_a_named_zone_beside_naive_ones_are_refused(tmp_path):
     frame.assign(time=every).to_csv(path, index=False)
     history = load_history(path)
     assert str(history.times[0]) == "2024-06-01T04:00:00.000000000"  # EDT is UTC-4
-    assert "times with a UTC offset were converted to UTC" in history.report.notes
+    said = "times with a UTC offset were converted to UTC (UTC offset read: -04:00)"
+    assert said in history.report.notes
 
 
 def test_parquet_wide_and_long(tmp_path):
