@@ -59,7 +59,8 @@ def unread_event(source: Path, files: list[Path]) -> dict[str, object]:
         "why": (
             f"{len(files)} Parquet file(s) in subdirectories of --source (e.g. {shown[0]}) "
             "will never be read: the job reads the files of the source directory itself "
-            "(and key=value partition directories); move them into it"
+            "(and key=value partition directories); move them into it (any file there is "
+            "read, however old its modification time)"
         ),
     }
 

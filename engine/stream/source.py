@@ -23,6 +23,11 @@ from urllib.parse import unquote, urlparse
 from engine.backup.dataset import local_path
 from engine.errors import DataError, PipelineError
 
+# Spark's file source remembers each file read for this long (a file older than the newest
+# read by more is skipped): a century, so no landed file is skipped for its age. The
+# memory it costs is one entry per landed file, as the source's log in the checkpoint.
+MAX_FILE_AGE = "36500d"
+
 # the live feed's columns (``engine.live.batch.FEED_COLUMNS``), as Spark reads them
 FEED_SCHEMA = "seq long, event_time timestamp, arrival_time timestamp, sensor string, value double"
 
@@ -67,7 +72,10 @@ class LandingDirSource:
     schema: str = FEED_SCHEMA
 
     def read_stream(self, spark: Any) -> Any:
-        reader = spark.readStream.schema(self.schema)
+        # Spark's file source skips, for good, a file older than ``maxFileAge`` (default 7
+        # days) before the newest it has read: a file landed late, or moved in keeping its
+        # modification time, was never read and nothing said so. Every landed file counts.
+        reader = spark.readStream.schema(self.schema).option("maxFileAge", MAX_FILE_AGE)
         if self.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
         return reader.parquet(str(self.directory))

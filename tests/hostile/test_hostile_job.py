@@ -240,3 +240,23 @@ def test_two_runs_on_one_checkpoint_say_the_same_one_line(tmp_path: Path) -> Non
     assert lines[-1].startswith("error: ") and CONCURRENT_RUNS in lines[-1], err[-3000:]
     assert "Traceback" not in err and not [x for x in lines if x.lstrip().startswith("at ")]
     assert winner.returncode == 0
+
+
+def test_a_file_landed_with_an_old_modification_time_is_read(spark: Any, tmp_path: Path) -> None:
+    """Spark's file source skipped, for good and without a word, a file whose modification
+    time was 7 days older than the newest it had read (a late upload, or a file moved in
+    as the job advises for a subdirectory: ``mv`` keeps the time)."""
+    rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)
+    landing = tmp_path / "landing"
+    read = set(landing.glob("*.parquet"))
+    _run(spark, tmp_path)
+    feed(rows, landing, rows_per_file=12, start=24)
+    late = set(landing.glob("*.parquet")) - read
+    ten_days_ago = time.time() - 10 * 86400
+    for f in late:
+        os.utime(f, (ten_days_ago, ten_days_ago))
+    assert len(late) == 2
+    _run(spark, tmp_path)
+    backup = read_backup(tmp_path / "backup")
+    want = long_readings(rows)
+    assert len(backup) == int(want["sensor"].isin(BACKUP).sum())  # all 48 rows backed up
