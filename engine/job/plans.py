@@ -94,6 +94,19 @@ class PlanBook:
         self.files.write(f"{self.root}/{plan_file(plan.version)}", plan.to_bytes())
         self.versions = [p for p in self.versions if p.version < plan.version] + [plan]
 
+    def withdraw_after(self, batch_id: int) -> list[int]:
+        """Delete the versions whose first batch is after ``batch_id``, as micro-batch
+        ``batch_id`` starts; returns their numbers. Only that batch makes such versions:
+        a run killed after writing one and before Spark committed the batch left it, and
+        Spark now runs the batch again, which decides afresh. Kept, it would take the
+        next number (a version that governed nothing) or govern the next batch although
+        this run of the batch chose otherwise."""
+        gone = [p for p in self.versions if p.first_batch > batch_id]
+        for plan in gone:
+            self.files.delete(f"{self.root}/{plan_file(plan.version)}")
+        self.versions = [p for p in self.versions if p.first_batch <= batch_id]
+        return [p.version for p in gone]
+
     def next_version(self) -> int:
         """The number the next version takes (the online controller adds versions too)."""
         return max(p.version for p in self.versions) + 1

@@ -130,6 +130,13 @@ class BatchWriter:
         clock = Phases(self.now)
         group = f"lacuna-{id(self)}-{batch_id}"  # this writer's jobs only (ids repeat per run)
         self.spark.sparkContext.setJobGroup(group, f"lacuna micro-batch {batch_id}")
+        if withdrawn := self.plans.withdraw_after(int(batch_id)):  # an uncommitted run's
+            self.log(
+                {"event": "plan_versions_withdrawn", "versions": withdrawn,
+                 "batch_id": int(batch_id), "why": "written by a run of this micro-batch "
+                 "that stopped before Spark committed it; the batch runs again and decides "
+                 "afresh"}
+            )  # fmt: skip
         self.version = self.plans.in_force(int(batch_id))
         state = self.states.before(int(batch_id))
         if not self._resumed:

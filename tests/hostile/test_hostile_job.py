@@ -260,3 +260,25 @@ def test_a_file_landed_with_an_old_modification_time_is_read(spark: Any, tmp_pat
     backup = read_backup(tmp_path / "backup")
     want = long_readings(rows)
     assert len(backup) == int(want["sensor"].isin(BACKUP).sum())  # all 48 rows backed up
+
+
+def test_a_version_left_by_a_run_killed_before_its_commit_is_withdrawn(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A run that wrote a plan version in micro-batch b and was killed before Spark
+    committed b left that version (first batch b + 1) in the plan book; Spark runs b
+    again, which decides afresh. The version is withdrawn as b starts, and said."""
+    from engine.export import load_config
+    from engine.export.plan_book import JobPlan, plan_file, read_plan_book
+
+    rows = landed_sample(tmp_path, 48, rows_per_file=12, stop=24)
+    first = _run(spark, tmp_path, max_files_per_trigger=1)
+    done = max(r["batch_id"] for r in first if "batch_id" in r)
+    phantom = JobPlan(2, done + 2, "alert", "a killed run's", load_config(tmp_path / "plan.json"))
+    plans = tmp_path / "backup" / "_lacuna" / "plans"
+    (plans / plan_file(2)).write_bytes(phantom.to_bytes())
+    feed(rows, tmp_path / "landing", rows_per_file=12, start=24)
+    logged = _run(spark, tmp_path, max_files_per_trigger=1)
+    said = [r for r in logged if r["event"] == "plan_versions_withdrawn"]
+    assert len(said) == 1 and said[0]["versions"] == [2] and said[0]["batch_id"] == done + 1
+    assert sorted(read_plan_book(tmp_path / "backup")) == [1]

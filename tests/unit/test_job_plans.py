@@ -43,6 +43,9 @@ class MemoryFiles:
         prefix = uri.rstrip("/") + "/"
         return sorted(k[len(prefix) :] for k in self.data if k.startswith(prefix))
 
+    def delete(self, uri: str) -> None:
+        self.data.pop(uri, None)
+
 
 PARAMS = PlanParameters(WindowQuery(20.0, 0.05, 8, aggregate="avg", horizon=24))
 
@@ -137,6 +140,24 @@ def test_a_failed_re_plan_keeps_the_plan_says_so_and_retries_a_horizon_later(fir
     replanner.after_batch(6, until + int(horizon))
     assert [r["event"] for r in logged] == ["replan_started", "plan_expired"] * 2
     assert book.in_force(99).version == 1
+
+
+def test_a_batch_run_again_withdraws_the_versions_its_uncommitted_run_wrote(first) -> None:  # type: ignore[no-untyped-def]
+    """Batch 3 re-planned (version 2 from batch 4) and the run was killed before Spark
+    committed it. Its rerun took version 3, then 4: versions that governed nothing, and
+    version 2, written by a run whose decision the rerun did not repeat, governed from
+    batch 4 once the job restarted."""
+    files = MemoryFiles()
+    book = PlanBook(files, "b")  # type: ignore[arg-type]
+    book.start(first)
+    book.add(JobPlan(book.next_version(), 3, "control", "batch 2's, committed", first))
+    book.add(JobPlan(book.next_version(), 4, "alert", "", first))
+    restarted = PlanBook(files, "b")  # type: ignore[arg-type]
+    assert [p.version for p in restarted.versions] == [1, 2, 3]
+    assert restarted.withdraw_after(3) == [3]  # batch 3 starts again
+    assert restarted.next_version() == 3 and restarted.in_force(4).version == 2
+    assert [p.version for p in PlanBook(files, "b").versions] == [1, 2]  # its file is gone
+    assert restarted.withdraw_after(3) == []  # the versions of committed batches stay
 
 
 def test_no_replan_says_once_that_the_plan_expired(first) -> None:  # type: ignore[no-untyped-def]
