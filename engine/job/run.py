@@ -61,6 +61,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.stream.source import LandingDirSource
 
 
+MAX_SECONDS = 10 * 365 * 86400  # the longest --trigger or --watermark (ten years)
+
+
 @dataclass(frozen=True)
 class JobSettings:
     """What one run of the job needs besides the plan."""
@@ -84,10 +87,16 @@ class JobSettings:
         for name in ("source", "backup", "checkpoint"):
             if not str(getattr(self, name)).strip():
                 raise ParameterError(f"--{name} must not be empty, got {getattr(self, name)!r}")
-        if not self.watermark_s >= 0:
-            raise ParameterError(f"--watermark must be >= 0 seconds, got {self.watermark_s!r}")
-        if not self.trigger_s > 0:
-            raise ParameterError(f"--trigger must be > 0 seconds, got {self.trigger_s!r}")
+        if not 0 <= self.watermark_s <= MAX_SECONDS:  # NaN and inf too: Spark cannot take them
+            raise ParameterError(
+                f"--watermark must be 0 to {MAX_SECONDS:,} seconds (ten years), got "
+                f"{self.watermark_s!r}"
+            )
+        if not 0 < self.trigger_s <= MAX_SECONDS:
+            raise ParameterError(
+                f"--trigger must be above 0 and at most {MAX_SECONDS:,} seconds (ten years), "
+                f"got {self.trigger_s!r}"
+            )
         if self.max_files_per_trigger is not None and self.max_files_per_trigger < 1:
             raise ParameterError(
                 f"--max-files-per-trigger must be >= 1, got {self.max_files_per_trigger!r}"

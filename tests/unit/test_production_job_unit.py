@@ -87,6 +87,10 @@ def test_results_live_next_to_the_backup_under_an_ignored_name() -> None:
         ({"trigger_s": 0.0}, "got 0.0"),
         ({"source": " "}, "--source"),
         ({"max_files_per_trigger": 0}, "got 0"),
+        # inf was a traceback (trigger) or Spark's empty error line (watermark)
+        ({"trigger_s": float("inf")}, "--trigger must be above 0 and at most .* got inf"),
+        ({"watermark_s": float("inf")}, "--watermark must be 0 to .* got inf"),
+        ({"watermark_s": float("nan")}, "got nan"),
     ],
 )
 def test_job_settings_name_the_bad_value(kwargs: dict, message: str) -> None:
