@@ -89,7 +89,7 @@ def headline(status: JobStatus) -> None:
             "sensor) pairs (crash contract)"
         )
     else:
-        checked = int(s["rebuilt_windows"])  # type: ignore[call-overload]
+        checked = int(s["rebuilt_pairs"])  # type: ignore[call-overload]
         counted = f"{s['misses']:,} of {checked:,} (window, rebuilt sensor) pairs"
     c[2].metric(
         "Live miss rate (this version)",

@@ -85,7 +85,8 @@ class JobStatus:
     def summary(self) -> dict[str, object]:
         """The headline: how much ran, under which plan, and is it holding."""
         b, current = self.batches, self.version_rates()
-        windows, misses = int(current["windows"].sum()), int(current["misses"].sum())
+        pairs, misses = int(current["windows"].sum()), int(current["misses"].sum())
+        every_pair, every_miss = int(self.rates["windows"].sum()), int(self.rates["misses"].sum())
         validity = self.in_force.config.validity or {}
         exposure = self.in_force.config.query.exposure
         return {
@@ -100,9 +101,17 @@ class JobStatus:
             "valid_until": validity.get("valid_until"),
             "backup_sensors": len(self.in_force.config.backup_sensors),
             "sensors": len(self.in_force.config.sensors),
-            "rebuilt_windows": windows,
+            # the monitor's figures under the version in force: (window, rebuilt sensor)
+            # pairs checked, those that missed; every version's beside them
+            "rates_version": self.in_force.version,
+            "rebuilt_pairs": pairs,
             "misses": misses,
-            "miss_rate": misses / windows if windows else None,
+            "miss_rate": misses / pairs if pairs else None,
+            "all_versions": {
+                "rebuilt_pairs": every_pair,
+                "misses": every_miss,
+                "miss_rate": every_miss / every_pair if every_pair else None,
+            },
             "delta": self.delta,
             "sensors_above_delta": self._above_delta(current),
             "alerts": sum(1 for e in self.events if e.get("event") == "alert"),

@@ -55,7 +55,7 @@ def _production_headline(contract: str, over: int = 0) -> str:
                 base = {"batches": 40, "readings": 960, "plan_version": 1, "versions": 1,
                         "backup_sensors": 0, "sensors": 2, "alerts": 0, "valid_until": None,
                         "delta": 0.05, "last_window_end": "2026-01-03T00:00:00",
-                        "misses": 12, "rebuilt_windows": 12, "miss_rate": 1.0,
+                        "misses": 12, "rebuilt_pairs": 12, "miss_rate": 1.0,
                         "exposure_rows": 4, "shadow_contract": contract,
                         "batches_over_exposure": over}  # fmt: skip
                 if contract == "crash":  # whole windows all miss; m-row losses never do

@@ -74,3 +74,27 @@ def test_sliding_windows_count_as_their_disjoint_share(tmp_path: Path) -> None:
         assert (rates.loc[a, "misses"], rates.loc[a, "windows"]) == (14, 40)
     assert tumbling.loc[a, "above_delta"]
     assert not sliding.loc[a, "above_delta"]
+
+
+def test_the_headline_counts_pairs_under_the_version_in_force_and_all_versions(
+    tmp_path: Path,
+) -> None:
+    """After an alert re-plan the headline read 0 windows and no misses beside the alert:
+    its figures are the version in force's (window, rebuilt sensor) pairs, said so, with
+    every version's beside them."""
+    from engine.export.plan_book import JobPlan, plan_file, read_plan_book
+
+    root = tmp_path / "backup"
+    _, sensors, _ = _status(root, WINDOWS, {0: set(range(15))})
+    first = read_plan_book(root)[1]
+    alerted = JobPlan(2, WINDOWS, "alert", "", first)
+    (root / "_lacuna" / "plans" / plan_file(2)).write_bytes(alerted.to_bytes())
+    summary = read_job_status(root).summary()
+    rebuilt = len(sensors)  # the results' rebuilt sensors
+    assert summary["rates_version"] == 2 and summary["rebuilt_pairs"] == 0
+    assert summary["misses"] == 0 and summary["miss_rate"] is None
+    assert summary["all_versions"] == {
+        "rebuilt_pairs": WINDOWS * rebuilt,
+        "misses": 15,
+        "miss_rate": 15 / (WINDOWS * rebuilt),
+    }
