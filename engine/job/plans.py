@@ -328,19 +328,24 @@ class Replanner:
         return self._collect(batch_id)
 
     def close(self) -> None:
-        """The job stops: a re-plan still being computed is given up (said once); the
-        next run plans again, as the version in force is still expired or alerting."""
+        """The job stops: a re-plan not yet applied is given up (said once), whether still
+        being computed or finished with no batch after it to take it; the next run plans
+        again, as the version in force is still expired or alerting."""
         pending, self._pending = self._pending, None
-        if pending is not None and not pending.future.done():
-            pending.future.cancel()
-            self.log(
-                {
-                    "event": "replan_abandoned",
-                    "plan_version": pending.current.version,
-                    "batch_id": pending.batch_id,
-                    "reason": "the job stopped before the re-plan finished",
-                }
-            )
+        if pending is None:
+            return
+        finished = pending.future.done()
+        pending.future.cancel()
+        self.log(
+            {
+                "event": "replan_abandoned",
+                "plan_version": pending.current.version,
+                "batch_id": pending.batch_id,
+                "reason": "the job stopped before a micro-batch took the finished re-plan"
+                if finished
+                else "the job stopped before the re-plan finished",
+            }
+        )
 
     def _start(
         self, current: JobPlan, batch_id: int, watermark_us: int, why: str, alert: Alert = None

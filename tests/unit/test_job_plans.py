@@ -441,6 +441,14 @@ def test_a_re_plan_computes_in_the_background_while_batches_go_on(first, history
     replanner.close()  # the job stops before it is done
     assert logged[-1]["event"] == "replan_abandoned" and not replanner.busy
     assert works[1][0].cancelled() and len(book.versions) == 2
+    assert "before the re-plan finished" in logged[-1]["reason"]
+
+    # finished, but the job stops before a micro-batch takes it: said too, not silent
+    assert replanner.after_batch(8, until_us(new.config)) is None and replanner.busy
+    works[2][0].set_result(works[2][1]())
+    replanner.close()
+    assert logged[-1]["event"] == "replan_abandoned" and len(book.versions) == 2
+    assert "before a micro-batch took the finished re-plan" in logged[-1]["reason"]
 
 
 def test_the_background_runner_hands_back_results_and_errors() -> None:
