@@ -106,51 +106,62 @@ class FailureAndRecovery(ManagerViews):
     def recover(self) -> RecoveryReport:
         """Rebuild the lost windows from the backup, then restart the live query."""
         with self._lock:
-            if self._failed_run is None:
-                raise PipelineError("nothing to recover: simulate a failure first")
-            store, cfg = self._require_store(), self._require_config()
             failed = self._failed_run
+            if failed is None:
+                raise PipelineError("nothing to recover: simulate a failure first")
             self.board.update(state="recovering")
-            t0 = self._clock()
-            versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
-            current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
-            if self._crash is not None:
-                # the batch took its readings in before it died: taken in, not waiting
-                self.board.add(input_rows=self._crash.readings)
-                ran = self._crash.version or current  # the version the crashed batch ran under
-                crash = recover_crash(store, ran.spec, cfg.mode, self._crash)
-                lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
-                by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
-            else:
-                lost = find_lost_range(store, cfg.spec.slide)
-                outcome = recover_lost_range(
-                    self._spark, store, current.spec, cfg.mode, lost, failed, versions
+            try:
+                return self._recover(failed)
+            except Exception as err:  # failed, not stuck "recovering": Recover is offered again
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                self.board.update(
+                    state="failed", last_error=f"recovery failed: {first}; recover again or stop"
                 )
-                seed, rows_read, by_version = (
-                    outcome.seed,
-                    outcome.rows_read,
-                    outcome.rows_by_version,
-                )
-                stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
-            seconds = self._clock() - t0
-            self._recovery = _Recovery(
-                lost, seconds, rows_read, seed.next_window, by_version, stored,
-                failure="machine" if self._crash is None else "crash", kept=kept,
-            )  # fmt: skip
-            rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
-            # The restarted run must not fail again on its own.
-            options = replace(cfg.options, fail_after_readings=None)
-            self._config = replace(cfg, options=options)
-            self._pipeline = self._new_pipeline(
-                current, seed=seed, resume_row=lost.last_row + 1
-            ).start()
-            if self._carry is not None:
-                self._pipeline.queue(self._carry)
-            self._failed_run, self._carry, self._crash = None, None, None
-            self.board.restored(
-                "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,
-                lost_first_row=lost.first_row, lost_last_row=lost.last_row,
-                windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=rows_read,
-                seconds=seconds,
-            )  # fmt: skip
-            return self.report()
+                raise
+
+    def _recover(self, failed: int) -> RecoveryReport:
+        """``recover``'s work, under its lock: the failure of run ``failed``."""
+        store, cfg = self._require_store(), self._require_config()
+        t0 = self._clock()
+        versions = read_versions(store, cfg.spec)  # not memory: a new process has them too
+        current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
+        if self._crash is not None:
+            ran = self._crash.version or current  # the version the crashed batch ran under
+            crash = recover_crash(store, ran.spec, cfg.mode, self._crash)
+            # the batch took its readings in before it died: taken in, not waiting
+            self.board.add(input_rows=self._crash.readings)
+            lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
+            by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
+        else:
+            lost = find_lost_range(store, cfg.spec.slide)
+            outcome = recover_lost_range(
+                self._spark, store, current.spec, cfg.mode, lost, failed, versions
+            )
+            seed, rows_read, by_version = (
+                outcome.seed,
+                outcome.rows_read,
+                outcome.rows_by_version,
+            )
+            stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
+        seconds = self._clock() - t0
+        self._recovery = _Recovery(
+            lost, seconds, rows_read, seed.next_window, by_version, stored,
+            failure="machine" if self._crash is None else "crash", kept=kept,
+        )  # fmt: skip
+        rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
+        # The restarted run must not fail again on its own.
+        options = replace(cfg.options, fail_after_readings=None)
+        self._config = replace(cfg, options=options)
+        self._pipeline = self._new_pipeline(
+            current, seed=seed, resume_row=lost.last_row + 1
+        ).start()
+        if self._carry is not None:
+            self._pipeline.queue(self._carry)
+        self._failed_run, self._carry, self._crash = None, None, None
+        self.board.restored(
+            "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,
+            lost_first_row=lost.first_row, lost_last_row=lost.last_row,
+            windows=int(lost.lost_windows(cfg.spec.slide).size), rows_read=rows_read,
+            seconds=seconds,
+        )  # fmt: skip
+        return self.report()

@@ -1,0 +1,47 @@
+"""A recovery that fails leaves the live pipeline failed, said, with Recover offered again:
+it was left "recovering", with no error shown and Recover disabled. No Spark: the crash
+recovery fails on the store before any query would start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.data import load_history
+from engine.errors import EngineError
+from engine.live.failure import CrashedBatch
+from engine.live.manager import PipelineManager
+from engine.live.run_config import RunConfig
+from engine.live.spec import PipelinePaths, StreamSpec
+from engine.live.store import BackupStore
+from engine.query import WindowQuery
+from tests.helpers import SMALL_SAMPLE, SMALL_SENSORS, fit_map
+
+BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
+
+
+def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> None:
+    values = load_history(SMALL_SAMPLE).select(SMALL_SENSORS).values[:56]
+    query = WindowQuery(1.0, 0.05, 8, slide=4, exposure=3)
+    spec = StreamSpec(SMALL_SENSORS, BACKUP, fit_map(values, SMALL_SENSORS, BACKUP), query)
+    paths = PipelinePaths(tmp_path)
+    paths.ensure()
+    manager = PipelineManager()
+    manager._store = BackupStore(paths.store_file, None, paths.backup_uri)
+    manager._config = RunConfig(spec, "approx", paths)
+    # as a crash left it, with the crashed batch's backup gone before Recover was pressed
+    manager._failed_run, manager._crash = 0, CrashedBatch(0, 7, 30, 32, 6)
+    manager.board.update(state="failed")
+    try:
+        with pytest.raises(EngineError):
+            manager.recover()
+        status = manager.status()
+        assert status.state == "failed"  # the Live page offers Recover in this state
+        assert status.last_error is not None and status.last_error.startswith("recovery failed:")
+        assert status.input_rows == 0  # the crashed batch's rows are counted once, on success
+        with pytest.raises(EngineError):  # still there to recover, not "nothing to recover"
+            manager.recover()
+        assert manager.status().state == "failed"
+    finally:
+        manager.close()
