@@ -59,6 +59,7 @@ from engine.planning.horizon import (
     forward_models,
     horizon_origins,
     prediction_bound,
+    scored_horizons,
 )
 from engine.planning.scores import calibration_scores, dropped_variance, kept_scores
 from engine.query import WindowQuery, check_exposure, check_horizon, horizon_rows
@@ -155,6 +156,7 @@ class CalibrationInfo:
     ratio: dict[str, float] = field(default_factory=dict)  # c_i per sensor
     flat: tuple[str, ...] = ()  # sensors with no measured error, held to the variance measured
     kept: tuple[str, ...] = ()  # sensors whose lost readings a crash leaves out (max/min)
+    unmeasured: tuple[str, ...] = ()  # backed up: too few windows to measure their miss rate
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -166,6 +168,7 @@ class CalibrationInfo:
             "quantile_level": self.level,
             "flat_sensors": list(self.flat),
             "kept_readings": list(self.kept),
+            "unmeasured_sensors": list(self.unmeasured),
         }
 
 
@@ -214,10 +217,12 @@ def plan_on(
     if spec.calibration == "none":
         info = CalibrationInfo("none", "model-only targets (the seed's bound), as requested")
         return FoldPlan(model, select_backups(model.cov_, base, spec.method), base, info)
-    horizon = spec.horizon_rows
+    horizon, level = spec.horizon_rows, spec.level
     first = first_fit_rows(x.shape[1], spec.window, horizon)
-    origins = horizon_origins(x.shape[0], first, horizon)[-MAX_SCORED_HORIZONS:]
-    level = spec.level
+    # the most recent horizons, as many as the quantile needs when that is over the cap
+    # (scoring only the cap's made every quantile infinite: every sensor backed up)
+    scored = max(MAX_SCORED_HORIZONS, scored_horizons(spec.window, horizon, level))
+    origins = horizon_origins(x.shape[0], first, horizon)[-scored:]
     need = calibration_rows(x.shape[1], spec.window, horizon, level)
     if x.shape[0] < need:
         reason = (
@@ -281,6 +286,11 @@ def _calibrate(
         else f"window error when a failure loses {spec.exposure} consecutive rows"
     )
     held = [s for s, f, k in zip(sensors, flat, kept, strict=True) if f and not k]
+    # an infinite quantile (too few scored windows for its rank, or for the prediction
+    # bound): the sensor's target is 0, so it is backed up, and that is said
+    blind = [
+        s for s, r, k in zip(sensors, ratio, kept, strict=True) if not np.isfinite(r) and not k
+    ]
     keeping = tuple(i for i in np.flatnonzero(kept) if i not in selection.backup)
     names = [sensors[i] for i in keeping]
     info = CalibrationInfo(
@@ -296,6 +306,12 @@ def _calibrate(
                 else ""
             )
             + (
+                f"; {len(blind)} sensor(s) backed up, their miss rate not measurable on the "
+                f"{n_windows} windows scored ({', '.join(blind[:5])})"
+                if blind
+                else ""
+            )
+            + (
                 f"; {len(names)} sensor(s) keep their readings under a crash (each window "
                 f"takes the {spec.aggregate} of the readings the failure did not lose, "
                 f"within eps at that quantile without a rebuild: {', '.join(names[:5])})"
@@ -305,6 +321,7 @@ def _calibrate(
         ),
         flat=tuple(held),
         kept=tuple(names),
+        unmeasured=tuple(blind),
         blocks=len(forward[0]),
         iterations=iterations,
         windows_per_sensor=n_windows,

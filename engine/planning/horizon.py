@@ -52,16 +52,20 @@ def first_fit_rows(n_sensors: int, window: int, horizon: int) -> int:
     return max(horizon, n_sensors + 2, 2 * window)
 
 
-def calibration_rows(n_sensors: int, window: int, horizon: int, level: float = 0.965) -> int:
-    """Fewest history rows forward-horizon calibration needs.
-
-    A first fit (``first_fit_rows``) and enough scored horizons that the
-    split-conformal ``level`` quantile is finite: ``N >= level / (1 - level)``
-    windows sliding by one reading (``horizon - window + 1`` per horizon).
-    """
+def scored_horizons(window: int, horizon: int, level: float = 0.965) -> int:
+    """Fewest horizons calibration scores for a finite split-conformal ``level`` quantile:
+    ``N >= level / (1 - level)`` windows sliding by one reading, ``horizon - window + 1``
+    a horizon. Calibration scores at least this many, ``MAX_SCORED_HORIZONS`` when more
+    (a small delta, or a horizon of about one window, needs more)."""
     windows = math.ceil(level / (1.0 - level) - 1e-9)
     per_horizon = max(horizon - window + 1, 1)
-    horizons = max(1, math.ceil(windows / per_horizon))
+    return max(1, math.ceil(windows / per_horizon))
+
+
+def calibration_rows(n_sensors: int, window: int, horizon: int, level: float = 0.965) -> int:
+    """Fewest history rows forward-horizon calibration needs: a first fit
+    (``first_fit_rows``) and ``scored_horizons`` horizons."""
+    horizons = scored_horizons(window, horizon, level)
     return first_fit_rows(n_sensors, window, horizon) + horizons * horizon
 
 

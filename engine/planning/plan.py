@@ -243,6 +243,13 @@ def plan_warnings(
     out = []
     if fold.calibration.method == "unmeasured":
         out.append(f"plan unmeasured, {fold.calibration.reason}")
+    if blind := fold.calibration.unmeasured:
+        more = f" and {len(blind) - 5} more" if len(blind) > 5 else ""
+        out.append(
+            f"{len(blind)} sensor(s) backed up because the history cannot measure their miss "
+            f"rate (too few windows scored to bound the {fold.calibration.level:.4g} quantile): "
+            f"{', '.join(blind[:5])}{more}; a longer history or a longer horizon measures them"
+        )
     if result is not None and result.n_folds == 0:
         out.append(f"backtest not run: {result.note}")
     elif result is not None and contract_assessment(result, spec.delta).state == "fails":

@@ -17,6 +17,7 @@ from engine.planning.backtest import track_quantile
 from engine.planning.calibration import PlanningSpec, plan_on
 from engine.planning.horizon import (
     HISTORY_READINGS_CAP,
+    MAX_SCORED_HORIZONS,
     calibration_rows,
     conformal_quantile,
     default_history,
@@ -25,6 +26,7 @@ from engine.planning.horizon import (
     forward_models,
     horizon_origins,
     prediction_bound,
+    scored_horizons,
 )
 from engine.planning.scores import window_residuals
 
@@ -220,3 +222,39 @@ def test_the_disjoint_windows_of_a_horizon_are_its_rows_over_the_window() -> Non
     from engine.planning.calibration import disjoint_windows
 
     assert [disjoint_windows(h, 12) for h in (11, 12, 23, 24, 240)] == [0, 1, 1, 2, 20]
+
+
+def test_calibration_scores_the_horizons_its_quantile_needs_past_the_cap() -> None:
+    """Window 24 and horizons of 24 rows hold one window each: the 0.965 quantile needs
+    28 of them. Only the 16 most recent were scored, so every quantile was infinite and
+    both sensors backed up, with a calibration said to hold. A history of 40 horizons now
+    scores 28 and rebuilds one of the pair."""
+    spec = PlanningSpec(eps=3.0, delta=0.05, window=24, slide=24, aggregate="avg", horizon=24)
+    assert scored_horizons(24, 24, spec.level) == 28 > MAX_SCORED_HORIZONS
+    x = _pair(first_fit_rows(2, 24, 24) + 40 * 24, seed=4)
+    fold = plan_on(x, ("a", "b"), spec)
+    assert fold.calibration.blocks == 28 and fold.calibration.unmeasured == ()
+    assert fold.selection.cost == 1
+
+
+def test_a_sensor_whose_miss_rate_cannot_be_measured_is_backed_up_and_said() -> None:
+    """One scored horizon of 58 rows holds 29 windows of 30, enough for the quantile's
+    rank, but one disjoint window: no prediction bound, so each sensor's quantile is
+    infinite. Both are backed up, and the plan's warning names them."""
+    import pandas as pd
+
+    from engine.data import history_from_frame
+    from engine.planning import PlanParameters, make_plan
+    from engine.query import WindowQuery
+
+    rows = calibration_rows(2, 30, 58)
+    x = _pair(rows, seed=5)
+    fold = plan_on(x, ("a", "b"), PlanningSpec(1e3, 0.05, 30, 30, "avg", horizon=58))
+    assert fold.calibration.blocks == 1 and fold.calibration.unmeasured == ("a", "b")
+    assert fold.selection.cost == 2
+    times = pd.date_range("2024-01-01", periods=rows, freq="h")
+    history = history_from_frame(pd.DataFrame({"time": times, "a": x[:, 0], "b": x[:, 1]}))
+    params = PlanParameters(WindowQuery(1e3, 0.05, 30, horizon=58))
+    plan = make_plan(history, params, run_backtest_now=False)
+    said = [w for w in plan.warnings if "cannot measure their miss rate" in w]
+    assert len(said) == 1 and said[0].startswith("2 sensor(s) backed up") and "a, b" in said[0]
