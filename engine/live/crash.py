@@ -41,7 +41,7 @@ from engine.backup import runs as backup_parquet
 from engine.live.batch import WindowState, advance_windows, results_frame
 from engine.live.failure import CrashedBatch
 from engine.live.operator_state import unpack_state
-from engine.live.records import BACKUP_COLUMNS, BatchWrite
+from engine.live.records import BACKUP_COLUMNS, BatchWrite, VersionRecord
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec, check_mode
 from engine.live.store import BackupStore
@@ -86,12 +86,18 @@ def in_flight_from(state: WindowState, before: int) -> int | None:
 
 
 def recover_crash(
-    store: BackupStore, spec: StreamSpec, mode: str, crashed: CrashedBatch
+    store: BackupStore,
+    spec: StreamSpec,
+    mode: str,
+    crashed: CrashedBatch,
+    version: VersionRecord | None = None,
 ) -> CrashRecovery:
     """Rebuild ``crashed``'s rows from its backup onto the surviving window state.
 
     ``spec`` is the plan version that governed the batch. Commits the batch (its
-    backup rows, the windows it closes) under ``(crashed.run, crashed.batch_id)``.
+    backup rows, the windows it closes) under ``(crashed.run, crashed.batch_id)``, and
+    ``version``, the plan version the batch started (a queued re-plan took effect
+    there), with it, as the batch's commit would have.
     Rows the committed state holds incomplete before the batch (readings in flight in
     the out-of-order stage) are lost with it and rebuilt from the earlier batches'
     backup. A row without a whole backup (mode ``none``, or no backed-up sensor) cannot
@@ -130,6 +136,7 @@ def recover_crash(
             backup_bytes=crashed.backup_bytes,
             results=results_frame(closed, spec.sensors),
             max_seq=lost.last_row,
+            version=version,
         )
     )
     stored = tuple(s for s in spec.sensors if s in present)

@@ -67,6 +67,7 @@ class CrashedBatch:
     backup_bytes: int = 0
     version: Any = None  # the plan version (``PlanVersion``) the batch ran under
     readings: int = 0  # the readings the batch took in (lost with it, never reported)
+    closes_at: Any = None  # the last reading's time before the batch (a new version's start)
 
 
 class FailureTrigger:

@@ -297,6 +297,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
                 backup.bytes,
                 version,
                 len(pdf),
+                self._last_time,
             )
             raise SimulatedFailure(f"{FAILURE_MARK}: crash in batch {batch_id} of run {self.run}")
         write = BatchWrite(

@@ -127,9 +127,22 @@ class FailureAndRecovery(ManagerViews):
         current = versions[-1] if versions else PlanVersion.initial(cfg.spec, self._now())
         if self._crash is not None:
             ran = self._crash.version or current  # the version the crashed batch ran under
-            crash = recover_crash(store, ran.spec, cfg.mode, self._crash)
-            # the batch took its readings in before it died: taken in, not waiting
-            self.board.add(input_rows=self._crash.readings)
+            # a queued re-plan took effect in the crashed batch: its version starts there,
+            # stored with the batch's commit, and the restarted query runs under it
+            started = ran.record(self._crash.closes_at) if ran.id > current.id else None
+            crash = recover_crash(store, ran.spec, cfg.mode, self._crash, started)
+            if started is not None and crash.lost.rows:  # committed with the batch
+                current = ran
+                if self._carry is not None and self._carry.spec is ran.spec:
+                    self._carry = None  # that re-plan is the version now in force
+            # the batch took its readings in before it died: taken in, not waiting; and
+            # unless it lost nothing, the recovery committed it with its backup, which
+            # the counters take as the store's totals do (its windows are recovered ones)
+            committed = {
+                "batches": 1, "backup_rows": self._crash.backup_rows,
+                "backup_bytes": self._crash.backup_bytes,
+            } if crash.lost.rows else {}  # fmt: skip
+            self.board.add(input_rows=self._crash.readings, **committed)
             lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
             by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
         else:

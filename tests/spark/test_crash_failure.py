@@ -98,7 +98,7 @@ def rebuilt_truth(history: Any, spec: StreamSpec, first: int, last: int) -> np.n
 def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_reference(
     history: Any, crashed: Any
 ) -> None:
-    report, crash, _, status = crashed
+    report, crash, paths, status = crashed
     first, last = report.lost_rows
     assert report.failure == "crash" and report.contract == "crash"
     assert 1 <= last - first + 1 <= 3  # the feed was cut to the exposure: one batch, <= m rows
@@ -127,6 +127,15 @@ def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_ref
     assert "crash contract" in report.note
     # the crashed batch took its readings in: none is left waiting once the feed is done
     assert status.input_rows == np.asarray(history.values).size
+    # the recovery committed the crashed batch: the counters are the store's totals (a
+    # Resume in a new process starts from these), that batch's backup rows included
+    from engine.live.store import BackupStore
+
+    with BackupStore(paths.store_file) as store:
+        totals = store.totals()
+    assert (status.batches, status.backup_rows, status.backup_bytes) == (
+        totals["batches"], totals["backup_rows"], totals["backup_bytes"]
+    )  # fmt: skip
 
 
 def test_batches_over_the_exposure_and_after_a_recovery_back_up_every_sensor(
