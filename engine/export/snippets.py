@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import textwrap
 from dataclasses import dataclass
@@ -90,11 +91,13 @@ def run_command(paths: ProductionPaths) -> str:
     )
 
 
-SCRIPT = '''"""Lacuna backup job: persist only the readings the plan cannot rebuild.
+SCRIPT = '''r"""Lacuna backup job: persist only the readings the plan cannot rebuild.
 
 Runs unchanged:  python lacuna_backup.py [--available-now]
             or:  spark-submit --master spark://HOST:7077 lacuna_backup.py
-Reads Parquet files with event_time, sensor, value landing in SOURCE and writes
+Reads Parquet files with event_time, sensor, value (timestamps in micro- or
+milliseconds: pandas writes nanoseconds unless told otherwise) landing in SOURCE
+(however old a file's modification time) and writes
 the backup sensors' readings to BACKUP as a Parquet dataset partitioned by
 {partition_doc}, through Spark's file sink (exactly once via its _spark_metadata
 log); resumes from CHECKPOINT. SIGTERM stops it cleanly.
@@ -129,7 +132,12 @@ def main(argv):
     spark = SparkSession.builder.appName("lacuna-backup").getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # date partitions in UTC
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    readings = spark.readStream.schema("event_time timestamp, sensor string, value double")
+    readings = (
+        spark.readStream.schema("event_time timestamp, sensor string, value double")
+        # Spark skips, for good, a file older than maxFileAge (default 7 days) before the
+        # newest it has read: a late file would never be backed up
+        .option("maxFileAge", "36500d")
+    )
     backup = (
         readings.parquet(SOURCE)
         .filter(F.col("sensor").isin(BACKUP_SENSORS))
@@ -165,6 +173,12 @@ if __name__ == "__main__":
 '''
 
 
+def _in_doc(text: str) -> str:
+    """``text`` inside the script's raw docstring: a double quote escaped, so no path can
+    end it (a backslash, as in a Windows path, is kept as it is)."""
+    return text.replace('"', '\\"')
+
+
 def spark_script(
     backup_sensors: tuple[str, ...],
     paths: ProductionPaths,
@@ -177,8 +191,8 @@ def spark_script(
     return SCRIPT.format(
         partition_doc=" and ".join(partitions),
         contract=textwrap.fill(contract, 84),
-        config=shlex.quote(paths.config),
-        run=run_command(paths),
+        config=_in_doc(shlex.quote(paths.config)),
+        run=_in_doc(run_command(paths)),
         source=paths.source,
         backup=paths.backup,
         checkpoint=paths.checkpoint.rstrip("/") + "/backup",
@@ -207,7 +221,7 @@ def flink_config(
         "restart-strategy.fixed-delay.attempts": 3,
         "restart-strategy.fixed-delay.delay": "30 s",
     }
-    names = ", ".join(f'"{s}"' for s in backup_sensors)
+    names = ", ".join(json.dumps(s) for s in backup_sensors)  # escaped: no quote, no newline
     header = (
         "# Flink config.yaml checkpoint keys for a Lacuna backup job (Flink 2.x).\n"
         "# The backup sensors are not a Flink option: filter in the job itself, e.g.\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import shlex
 
 import pytest
@@ -167,3 +168,29 @@ def test_an_exported_crash_plan_carries_its_exposure_into_the_snippets() -> None
     assert "loses at most 6 rows (21600 s of readings)" in " ".join(
         production["spark_filter"].split()
     )
+
+
+def test_names_and_paths_cannot_break_the_snippets_out_of_their_quotes() -> None:
+    """A sensor named with a quote gave Java that did not compile, one with a newline an
+    uncommented line in Flink's config.yaml; a Windows path (``\\u``) or a path holding
+    three quotes made the exported script a SyntaxError."""
+    odd = ('a"b', "s2\nstate.backend.type: hashmap", "it's")
+    snippets = production_snippets(odd, 3600.0)
+    text = snippets["flink_config_yaml"]
+    assert yaml.safe_load(text) == snippets["flink_config"]
+    assert all(line.startswith("#") or line.split(":")[0] in FLINK_2_OPTIONS
+               for line in text.splitlines() if line.strip())  # fmt: skip
+    java = next(line for line in text.splitlines() if "Set.of(" in line)
+    listed = java.split("Set.of(", 1)[1].rsplit(");", 1)[0]
+    assert json.loads(f"[{listed}]") == list(odd)  # a JSON string is a Java string literal
+    for config in (r"C:\users\plan.json", 'plan """ x.json'):
+        paths = ProductionPaths(config=config)
+        script = production_snippets(SENSORS, 3600.0, paths=paths)["spark_filter"]
+        assert ast.get_docstring(ast.parse(script)) is not None
+
+
+def test_the_exported_script_reads_every_landed_file_however_old() -> None:
+    """Spark's file source skips a file more than maxFileAge (7 days) older than the
+    newest it has read; the production job sets it to a century, and so does the script."""
+    script = production_snippets(SENSORS, 3600.0)["spark_filter"]
+    assert '.option("maxFileAge", "36500d")' in script
