@@ -158,6 +158,9 @@ def validate_config(data: Any) -> None:
         )
     _check_schema(data, int(version))
     sensors, backup = data["sensors"], data["backup_sensors"]
+    if "time" in sensors:  # recovered files' time column: the loader refuses it as a sensor
+        raise ConfigError("sensors must not include 'time', the name of the time column")
+    _check_guarantee(data["guarantee"])
     known, kept = set(sensors), set(backup)  # sets: a 1,000-sensor plan has 150,000 coefficients
     unknown = [s for s in backup if s not in known]
     if unknown:
@@ -195,6 +198,27 @@ def validate_config(data: Any) -> None:
     if version >= 2:
         _validate_v2(data)
     from_config(data)  # the query's own rules (a slide longer than the window, ...)
+
+
+def _check_guarantee(guarantee: Any) -> None:
+    """What the readers of ``guarantee`` rely on: ``history_rows`` (the rows a re-plan
+    learns from) a whole number >= 1, ``verdicts`` an object of sentences (or null)."""
+    if not isinstance(guarantee, dict):
+        raise ConfigError(f"guarantee must be an object, got {type(guarantee).__name__}")
+    rows = guarantee.get("history_rows")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ConfigError(
+            f"guarantee/history_rows must be a whole number of rows >= 1 (a re-plan learns "
+            f"from as many), got {rows!r}"
+        )
+    verdicts = guarantee.get("verdicts")
+    if verdicts is not None and not (
+        isinstance(verdicts, dict)
+        and all(isinstance(v, str | None) for v in verdicts.values())
+    ):
+        raise ConfigError(
+            f"guarantee/verdicts must be an object of sentences, got {type(verdicts).__name__}"
+        )
 
 
 def _check_schema(data: dict[str, Any], version: int) -> None:
@@ -236,6 +260,17 @@ def _validate_v2(data: dict[str, Any]) -> None:
         raise ConfigError(
             f"validity must have fit_start <= fit_end <= valid_until, got "
             f"{v['fit_start']}, {v['fit_end']}, {v['valid_until']}"
+        )
+    # valid_until = fit_end + horizon_rows x sampling interval, as exported: an edited one
+    # would stretch the plan's validity (and the job re-plans when it passes)
+    seconds = float(v["horizon_rows"]) * float(data["parameters"]["sampling_interval_s"])
+    said = float(v["horizon_seconds"])
+    gap_us = abs(float((until - end) / np.timedelta64(1, "us")) - seconds * 1e6)
+    if abs(said - seconds) > 1e-9 * max(seconds, 1.0) or gap_us > 1.0:
+        raise ConfigError(
+            f"validity must have valid_until = fit_end + horizon_rows x sampling_interval_s "
+            f"({v['horizon_rows']} rows, {seconds:g} s) and horizon_seconds the same, got "
+            f"valid_until {v['valid_until']} and horizon_seconds {said:g}"
         )
 
 

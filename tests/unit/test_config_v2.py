@@ -99,6 +99,15 @@ def test_v1_still_loads_and_says_it_has_no_validity(plan) -> None:
         (lambda c: c["validity"].update(fit_end="yesterday"), "fit_end"),
         (lambda c: c.update(schema_version=4), "schema_version"),
         (lambda c: c.update(schema_version=1), "Additional"),  # v2 keys under v1
+        # a stretched validity went unsaid (and the job would never re-plan)
+        (lambda c: c["validity"].update(valid_until="2200-01-01T00:00:00Z"), "fit_end \\+"),
+        (lambda c: c["validity"].update(horizon_seconds=1.0), "horizon_seconds"),
+        # what a re-plan and recover read: refused at load, not at the first re-plan
+        (lambda c: c["guarantee"].pop("history_rows"), "history_rows"),
+        (lambda c: c["guarantee"].update(history_rows="abc"), "history_rows"),
+        (lambda c: c["guarantee"].update(history_rows=-5), "history_rows"),
+        (lambda c: c["guarantee"].update(verdicts=["holds"]), "verdicts"),
+        (lambda c: c.update(sensors=["time", *c["sensors"][1:]]), "'time'"),
     ],
 )
 def test_v2_loader_rejects_bad_configs(plan, mutate, word: str) -> None:
