@@ -161,6 +161,7 @@ def validate_config(data: Any) -> None:
     if "time" in sensors:  # recovered files' time column: the loader refuses it as a sensor
         raise ConfigError("sensors must not include 'time', the name of the time column")
     _check_guarantee(data["guarantee"])
+    _check_time_scale(data["parameters"])
     known, kept = set(sensors), set(backup)  # sets: a 1,000-sensor plan has 150,000 coefficients
     unknown = [s for s in backup if s not in known]
     if unknown:
@@ -200,6 +201,25 @@ def validate_config(data: Any) -> None:
     from_config(data)  # the query's own rules (a slide longer than the window, ...)
 
 
+MAX_ROWS = 2**31  # the most readings a window, slide, exposure or horizon may span
+
+
+def _check_time_scale(parameters: dict[str, Any]) -> None:
+    """Rows and the sampling interval a streaming job can hold: each count at most
+    ``MAX_ROWS``, a slide of at least a microsecond (the job counts time in them)."""
+    for key in ("window", "slide", "exposure", "horizon"):
+        value = parameters.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_ROWS:
+            raise ConfigError(f"parameters/{key} must be at most {MAX_ROWS:,} rows, got {value!r}")
+    interval = float(parameters["sampling_interval_s"])
+    slide = parameters.get("slide") or parameters["window"]
+    if interval * float(slide) < 1e-6:
+        raise ConfigError(
+            f"parameters/sampling_interval_s x slide must be at least a microsecond, got "
+            f"{interval:g} s x {slide}"
+        )
+
+
 def _check_guarantee(guarantee: Any) -> None:
     """What the readers of ``guarantee`` rely on: ``history_rows`` (the rows a re-plan
     learns from) a whole number >= 1, ``verdicts`` an object of sentences (or null)."""
@@ -213,8 +233,7 @@ def _check_guarantee(guarantee: Any) -> None:
         )
     verdicts = guarantee.get("verdicts")
     if verdicts is not None and not (
-        isinstance(verdicts, dict)
-        and all(isinstance(v, str | None) for v in verdicts.values())
+        isinstance(verdicts, dict) and all(isinstance(v, str | None) for v in verdicts.values())
     ):
         raise ConfigError(
             f"guarantee/verdicts must be an object of sentences, got {type(verdicts).__name__}"
