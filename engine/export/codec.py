@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import ConfigError, EngineError
-from engine.planning.calibration import CALIBRATIONS
 from engine.planning.parameters import PlanParameters
 from engine.query import WindowQuery
 
@@ -83,7 +82,7 @@ def plan_parameters(config: Mapping[str, Any]) -> PlanParameters:
     return PlanParameters(
         from_config(config),
         method=guarantee.get("method", "greedy"),
-        calibration=calibration if calibration in CALIBRATIONS else "backtest",
+        calibration="backtest" if calibration == "unmeasured" else calibration,  # loader-checked
     )
 
 

@@ -26,6 +26,7 @@ from engine.export.codec import from_config, parse_utc, plan_parameters
 from engine.export.guard import check_plain_values, parse_config_text, read_config_text
 from engine.export.reconstruction import coefficient_matrix, schema_problem
 from engine.model.linear import LinearMap
+from engine.planning.calibration import CALIBRATIONS
 from engine.planning.parameters import PlanParameters
 from engine.query import WindowQuery
 
@@ -230,6 +231,13 @@ def _check_guarantee(guarantee: Any) -> None:
         raise ConfigError(
             f"guarantee/history_rows must be a whole number of rows >= 1 (a re-plan learns "
             f"from as many), got {rows!r}"
+        )
+    calibration = guarantee.get("calibration")
+    method = calibration.get("method") if isinstance(calibration, dict) else None
+    if method not in (*CALIBRATIONS, "unmeasured"):
+        raise ConfigError(
+            f"guarantee/calibration/method must be one of {', '.join(CALIBRATIONS)} or "
+            f"unmeasured, got {method!r}"
         )
     verdicts = guarantee.get("verdicts")
     if verdicts is not None and not (

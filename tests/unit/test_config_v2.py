@@ -107,6 +107,7 @@ def test_v1_still_loads_and_says_it_has_no_validity(plan) -> None:
         (lambda c: c["guarantee"].update(history_rows="abc"), "history_rows"),
         (lambda c: c["guarantee"].update(history_rows=-5), "history_rows"),
         (lambda c: c["guarantee"].update(verdicts=["holds"]), "verdicts"),
+        (lambda c: c["guarantee"]["calibration"].update(method="bogus"), "calibration/method"),
         (lambda c: c.update(sensors=["time", *c["sensors"][1:]]), "'time'"),
         # the job's time arithmetic: an empty error line from Spark, or none at all
         (lambda c: c["parameters"].update(sampling_interval_s=1e-300), "microsecond"),
