@@ -271,10 +271,10 @@ def history_from_frame(
 
 
 def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
-    if decoded.layout == "long":  # each sensor a column of the backup and recovered files
-        check_names(decoded.source, list(decoded.sensors), "sensor")
     if options.sensors is not None:
         _keep_sensors(decoded, options.sensors)
+    if decoded.layout == "long":  # each sensor kept a column of the backup and recovered files
+        check_names(decoded.source, list(decoded.sensors), "sensor")
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")

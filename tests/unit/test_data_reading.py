@@ -171,7 +171,8 @@ def _rows(n: int, freq: str = "h") -> list[str]:
 
 def test_a_stored_pandas_index_is_not_a_sensor(tmp_path):
     """``to_parquet`` of a filtered frame stored its index as ``__index_level_0__``, read
-    as a sensor counting rows; a named index (``station``) likewise."""
+    as a sensor counting rows. A named index is a column, as ``reset_index`` gives it,
+    and said (a long file's ``sensor`` index is its ids)."""
     frame = _wide(["a", "b"], rows=40)
     frame["time"] = pd.to_datetime(frame["time"])
     frame[frame["a"] > 10].to_parquet(tmp_path / "filtered.parquet")
@@ -180,8 +181,8 @@ def test_a_stored_pandas_index_is_not_a_sensor(tmp_path):
     assert any("'__index_level_0__' is the pandas index" in n for n in history.report.notes)
     frame.set_index(pd.Index(np.arange(40) % 7, name="station")).to_parquet(tmp_path / "n.pq")
     history = load_history(tmp_path / "n.pq")
-    assert history.sensors == ("a", "b")
-    assert any("'station' is the pandas index" in n for n in history.report.notes)
+    assert history.sensors == ("a", "b", "station")
+    assert any("'station' is the pandas index saved" in n for n in history.report.notes)
 
 
 @pytest.mark.parametrize("name", [None, "when", "time"])
@@ -233,6 +234,8 @@ def test_long_sensor_names_that_differ_only_in_case_are_refused(tmp_path):
     path.write_text("time,sensor,value\n" + "\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"sensor 2 \('t1'\) differs from sensor 'T1' only in"):
         load_history(path)
+    # sensors left out (--sensors) are no column of any file: no clash
+    assert load_history(path, LoadOptions(sensors=("p", "t1"))).sensors == ("p", "t1")
 
 
 @pytest.mark.parametrize(
@@ -304,3 +307,17 @@ def test_repeated_times_beside_numeric_station_ids_suggest_the_long_layout(tmp_p
     with pytest.raises(DataError, match=r"duplicate timestamp .*column 'station'.*--layout long"):
         load_history(path)
     assert load_history(path, LoadOptions(layout="long")).sensors == ("101", "102", "103")
+
+
+@pytest.mark.parametrize("index", [["time", "sensor"], ["sensor"]])
+def test_a_long_frame_saved_with_a_named_index_loads(tmp_path, index):
+    """``set_index(["time", "sensor"]).to_parquet()`` is a long file: a named index is a
+    column like any other (only an unnamed index, a frame's row numbers, is left out)."""
+    times = pd.date_range("2024-01-01", periods=50, freq="h")
+    rng = np.random.default_rng(3)
+    long = pd.DataFrame(
+        {"time": np.repeat(times, 3), "sensor": ["a", "b", "c"] * 50, "value": rng.normal(size=150)}
+    )
+    long.set_index(index).to_parquet(tmp_path / "long.parquet")
+    history = load_history(tmp_path / "long.parquet")
+    assert history.sensors == ("a", "b", "c") and len(history.times) == 50
