@@ -137,12 +137,14 @@ class FailureAndRecovery(ManagerViews):
                     self._carry = None  # that re-plan is the version now in force
             # the batch took its readings in before it died: taken in, not waiting; and
             # unless it lost nothing, the recovery committed it with its backup, which
-            # the counters take as the store's totals do (its windows are recovered ones)
-            committed = {
-                "batches": 1, "backup_rows": self._crash.backup_rows,
-                "backup_bytes": self._crash.backup_bytes,
-            } if crash.lost.rows else {}  # fmt: skip
-            self.board.add(input_rows=self._crash.readings, **committed)
+            # the counters take as the store's totals do (its windows are recovered ones);
+            # added once the restart is up, so a retried recovery counts them once
+            counted = {
+                "input_rows": self._crash.readings,
+                "batches": 1 if crash.lost.rows else 0,
+                "backup_rows": self._crash.backup_rows if crash.lost.rows else 0,
+                "backup_bytes": self._crash.backup_bytes if crash.lost.rows else 0,
+            }
             lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
             by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
         else:
@@ -156,6 +158,7 @@ class FailureAndRecovery(ManagerViews):
                 outcome.rows_by_version,
             )
             stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
+            counted = {}
         seconds = self._clock() - t0
         self._recovery = _Recovery(
             lost, seconds, rows_read, seed.next_window, by_version, stored,
@@ -170,6 +173,7 @@ class FailureAndRecovery(ManagerViews):
         ).start()
         if self._carry is not None:
             self._pipeline.queue(self._carry)
+        self.board.add(**counted)
         self._failed_run, self._carry, self._crash = None, None, None
         self.board.restored(
             "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,

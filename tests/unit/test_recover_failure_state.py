@@ -45,3 +45,31 @@ def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> Non
         assert manager.status().state == "failed"
     finally:
         manager.close()
+
+
+def test_a_retried_recovery_counts_the_crashed_batch_once(tmp_path: Path) -> None:
+    """The crash recovery committed the batch and counted it, then the restart failed;
+    Recover again counted it twice (its rows and its micro-batch)."""
+    values = load_history(SMALL_SAMPLE).select(SMALL_SENSORS).values[:56]
+    query = WindowQuery(1.0, 0.05, 8, slide=4, exposure=3)
+    spec = StreamSpec(SMALL_SENSORS, BACKUP, fit_map(values, SMALL_SENSORS, BACKUP), query)
+    paths = PipelinePaths(tmp_path)
+    paths.ensure()
+    manager = PipelineManager()
+    manager._store = BackupStore(paths.store_file, None, paths.backup_uri)
+    manager._config = RunConfig(spec, "approx", paths)
+    manager._failed_run, manager._crash = 0, CrashedBatch(0, 7, 30, 32, 0, readings=3)
+    manager.board.update(state="failed")
+
+    def no_restart(*_: object, **__: object) -> None:
+        raise EngineError("the restarted query could not start")
+
+    manager._new_pipeline = no_restart  # type: ignore[method-assign]
+    try:
+        for _ in range(2):
+            with pytest.raises(EngineError, match="could not start"):
+                manager.recover()
+            status = manager.status()
+            assert status.state == "failed" and (status.input_rows, status.batches) == (0, 0)
+    finally:
+        manager.close()
