@@ -68,12 +68,16 @@ class BatchGap:
         if (
             span is not None
             and self.partitions
-            and not any(
-                span.keeps(dict(kv.split("=", 1) for kv in p.split("/"))) for p in self.partitions
-            )
+            and not any(span.keeps(_keys(p)) for p in self.partitions)
         ):
             return f"backup {self.describe()}: outside the range rebuilt, which misses nothing"
         return f"backup {self.describe()}: rebuilt around it, its time steps are missing"
+
+
+def _keys(partition: str) -> dict[str, str]:
+    """``date=2016-09-02/hour=03`` as ``{"date": ..., "hour": ...}`` (parts without ``=``
+    skipped: a stray directory keeps the batch in range, as ``TimeRange.keeps`` does)."""
+    return dict(kv.split("=", 1) for kv in partition.split("/") if "=" in kv)
 
 
 def find_gaps(root: Path) -> list[BatchGap]:
