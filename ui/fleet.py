@@ -2,9 +2,10 @@
 
 Every input keeps its value across page visits: Streamlit forgets a widget's
 value when a page without it runs, so each one is seeded from the value kept
-for it (``KEPT``), else its default, and from its default again when that changed
-(a new plan, data set or measurement: ``remembered``). Prices and rates start at the published
-or measured figures (``engine.costs``), each one's source in its help.
+for it (``KEPT``), else its default; one the operator has not edited follows its
+default when that changes (a new plan, data set or measurement: ``remembered``).
+Prices and rates start at the published or measured figures (``engine.costs``), each
+one's source in its help.
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ JOB_PARTITIONS = 4  # the production job's default shuffle partitions
 
 
 def remembered(key: str, default: object) -> None:
-    """Seed widget ``key`` with the value kept for it, else ``default``; with ``default``
-    again whenever it changed since (the plan, the data or a measurement it comes from:
-    the sensors, the interval, the horizon, the bytes measured), so a figure priced on
-    the page is never the last plan's. An edit is kept while its default stands."""
-    if st.session_state.get(SEEDED + key, default) != default:
+    """Seed widget ``key`` with the value kept for it, else ``default``; an input the
+    operator has not edited follows ``default`` when it changes (the plan, the data or a
+    measurement it comes from: the sensors, the interval, the horizon, the bytes
+    measured), so a figure priced on the page is never the last plan's. An edit stands."""
+    seeded = st.session_state.get(SEEDED + key, default)
+    shown = st.session_state.get(key, st.session_state.get(KEPT + key, seeded))
+    if seeded != default and shown == seeded:  # not edited: it follows its source
         st.session_state[key] = st.session_state[KEPT + key] = default
     elif key not in st.session_state:
-        st.session_state[key] = st.session_state.get(KEPT + key, default)
+        st.session_state[key] = shown
     st.session_state[SEEDED + key] = default
 
 
