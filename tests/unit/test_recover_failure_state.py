@@ -21,7 +21,8 @@ from tests.helpers import SMALL_SAMPLE, SMALL_SENSORS, fit_map
 BACKUP = ("Dongsi_TEMP", "Aotizhongxin_PM2.5")
 
 
-def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> None:
+def _crashed(tmp_path: Path, crash: CrashedBatch) -> PipelineManager:
+    """A manager in the state a crash of ``crash`` left it (no Spark: the store only)."""
     values = load_history(SMALL_SAMPLE).select(SMALL_SENSORS).values[:56]
     query = WindowQuery(1.0, 0.05, 8, slide=4, exposure=3)
     spec = StreamSpec(SMALL_SENSORS, BACKUP, fit_map(values, SMALL_SENSORS, BACKUP), query)
@@ -30,9 +31,14 @@ def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> Non
     manager = PipelineManager()
     manager._store = BackupStore(paths.store_file, None, paths.backup_uri)
     manager._config = RunConfig(spec, "approx", paths)
-    # as a crash left it, with the crashed batch's backup gone before Recover was pressed
-    manager._failed_run, manager._crash = 0, CrashedBatch(0, 7, 30, 32, 6)
+    manager._failed_run, manager._crash = 0, crash
     manager.board.update(state="failed")
+    return manager
+
+
+def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> None:
+    # as a crash left it, with the crashed batch's backup gone before Recover was pressed
+    manager = _crashed(tmp_path, CrashedBatch(0, 7, 30, 32, 6))
     try:
         with pytest.raises(EngineError):
             manager.recover()
@@ -50,16 +56,7 @@ def test_a_failed_recovery_is_said_and_can_be_tried_again(tmp_path: Path) -> Non
 def test_a_retried_recovery_counts_the_crashed_batch_once(tmp_path: Path) -> None:
     """The crash recovery committed the batch and counted it, then the restart failed;
     Recover again counted it twice (its rows and its micro-batch)."""
-    values = load_history(SMALL_SAMPLE).select(SMALL_SENSORS).values[:56]
-    query = WindowQuery(1.0, 0.05, 8, slide=4, exposure=3)
-    spec = StreamSpec(SMALL_SENSORS, BACKUP, fit_map(values, SMALL_SENSORS, BACKUP), query)
-    paths = PipelinePaths(tmp_path)
-    paths.ensure()
-    manager = PipelineManager()
-    manager._store = BackupStore(paths.store_file, None, paths.backup_uri)
-    manager._config = RunConfig(spec, "approx", paths)
-    manager._failed_run, manager._crash = 0, CrashedBatch(0, 7, 30, 32, 0, readings=3)
-    manager.board.update(state="failed")
+    manager = _crashed(tmp_path, CrashedBatch(0, 7, 30, 32, 0, readings=3))
 
     def no_restart(*_: object, **__: object) -> None:
         raise EngineError("the restarted query could not start")
