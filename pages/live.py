@@ -26,16 +26,17 @@ with panels.page_guard():
         help="Readings arrive with random delays; results are provisional, then corrected.",
     )
     now = manager.status()
-    if running and now.replan_every_rows:
-        live.follow_replanning_switch(now.run, now.scheduled_replanning)
     st.session_state.setdefault("w_replan", True)
-    scheduled = st.toggle(
-        "Re-plan on schedule (off: the plan expires at its horizon)",
-        key="w_replan",
-        on_change=live.toggle_replanning,
-        help="Every horizon rows a fresh plan is fitted on the stream's recent rows; "
-        "alerts of the live monitor re-plan too.",
-    )
+    if running and now.replan_every_rows:
+        live.replanning_switch(now.scheduled_replanning)
+        scheduled = bool(st.session_state["w_replan"])  # the next start's choice
+    else:
+        scheduled = st.toggle(
+            "Re-plan on schedule (off: the plan expires at its horizon)",
+            key="w_replan",
+            help="Every horizon rows a fresh plan is fitted on the stream's recent rows; "
+            "alerts of the live monitor re-plan too.",
+        )
     if running and now.plan_version is not None and st.button("Re-plan now", key="replan_now"):
         live.replan_now()
     live.start_button(c3, data, plan.parameters, mode, rate, disorder, running, scheduled)

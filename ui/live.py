@@ -433,27 +433,32 @@ def split_note(data: PlanningData) -> None:
     )
 
 
-def follow_replanning_switch(run: int | None, pipeline: bool) -> None:
-    """Show a running pipeline's own re-planning switch in ``w_replan`` when this
-    session's widget has not seen it: a fresh page (Streamlit drops a widget's state
-    when the page is left), another run, or a change made elsewhere (another session).
+def replanning_switch(on: bool) -> None:
+    """A running pipeline's scheduled re-planning, switched by a button that asks for the
+    opposite of what the operator sees (``on``, the pipeline's own switch).
 
-    Writing it at every run would undo an operator's click: a run that read the
-    pipeline's switch before the click's callback set it sends the stale value to the
-    browser, which adopts it and sends it back, switching re-planning on again.
+    A button, not a toggle: a click is an event the page handles once, and it names the
+    state it asks for. A toggle's value is widget state the browser sends back with every
+    run, a fragment's included; one run that drew the switch stale could send it back
+    and switch re-planning off (or on) with nobody clicking.
     """
-    seen = (run, pipeline)
-    if "w_replan" not in st.session_state or st.session_state.get("_replan_seen") != seen:
-        st.session_state["w_replan"] = pipeline
-        st.session_state["_replan_seen"] = seen
+    st.button(
+        "Pause scheduled re-planning" if on else "Resume scheduled re-planning",
+        key="replan_switch",
+        on_click=set_replanning,
+        args=(not on,),
+        help="Paused, the plan in force is kept and expires at its horizon; alerts of "
+        "the live monitor still re-plan.",
+    )
 
 
-def toggle_replanning() -> None:
-    """The operator's switch (``w_replan``) for scheduled re-planning of a running pipeline."""
+def set_replanning(enabled: bool) -> None:
+    """The switch's callback: scheduled re-planning of the running pipeline on or off
+    (nothing when the pipeline stopped, or runs without a schedule, since the page ran)."""
     manager = resources.pipeline_manager()
     status = manager.status()
     if status.state in ACTIVE and status.replan_every_rows:
-        manager.set_replanning(bool(st.session_state["w_replan"]))
+        manager.set_replanning(enabled)
 
 
 def replan_now() -> None:

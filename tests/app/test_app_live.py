@@ -460,40 +460,44 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     table = app.dataframe[-1].value
     assert table["id"].tolist() == [1, 0] and table["added"].tolist()[0] == ["Changping_TEMP"]
     assert table["miss rate (worst)"].tolist() == ["0.0 %", "75.0 %"]
-    assert app.toggle(key="w_replan").value is False  # shows the pipeline's switch
+    # the switch shows the pipeline's own state (off) and asks for the opposite
+    switch = app.button(key="replan_switch")
+    assert switch.label == "Resume scheduled re-planning"
     switched: list[bool] = []
     manager.set_replanning = switched.append  # type: ignore[attr-defined]
-    app.toggle(key="w_replan").set_value(True).run()
+    switch.click().run()
     assert switched == [True]
 
 
-def test_the_replanning_switch_keeps_a_click_that_a_stale_status_has_not_seen(app, fake):  # type: ignore[no-untyped-def]
+def test_the_replanning_switch_acts_only_when_clicked(app, fake):  # type: ignore[no-untyped-def]
+    """A running pipeline's schedule changes on a click of its button and on nothing
+    else: page runs (a fragment's, a stale status's, a page left and come back to) send
+    no switch, and a click asks for the state its label names."""
     manager = fake(FakeManager("running"))
     manager._status = replace(manager._status, replan_every_rows=24, scheduled_replanning=True)
     switched: list[bool] = []
     manager.set_replanning = switched.append  # type: ignore[attr-defined]
     app.switch_page("pages/live.py").run()
-    assert app.toggle(key="w_replan").value is True  # the pipeline's switch
-    # The click's callback ran, but these runs read the switch as it was (as a run that
-    # read the status before the callback does): the page must not write it over the click.
-    app.toggle(key="w_replan").set_value(False).run()
-    app.run()
-    assert switched == [False] and app.toggle(key="w_replan").value is False
-    # Once the pipeline's switch changes outside this session's widget, the page follows.
-    manager._status = replace(manager._status, scheduled_replanning=False)
-    app.run()
-    manager._status = replace(manager._status, scheduled_replanning=True)
-    app.run()
-    assert app.toggle(key="w_replan").value is True and switched == [False]
-    # Streamlit drops a widget's state when the page is left: back on Live, the toggle
-    # shows the pipeline's switch again, not the toggle's default.
-    manager._status = replace(manager._status, scheduled_replanning=False)
-    app.run()
+    assert app.button(key="replan_switch").label == "Pause scheduled re-planning"
+    assert not [t for t in app.toggle if t.key == "w_replan"]  # no toggle while running
+    for _ in range(3):
+        app.run()
     app.switch_page("pages/plan.py").run()
     app.switch_page("pages/live.py").run()
-    assert app.toggle(key="w_replan").value is False
-    # A new run with the switch this session last saw still shows it.
-    app.toggle(key="w_replan").set_value(True).run()
-    manager._status = replace(manager._status, run=2)
+    assert switched == []
+    app.button(key="replan_switch").click().run()
+    assert switched == [False]
+    # Drawn from a status that has not seen the click yet, the button still says pause:
+    # a second click asks for off again, never for the opposite of the first.
+    app.button(key="replan_switch").click().run()
+    assert switched == [False, False]
+    manager._status = replace(manager._status, scheduled_replanning=False)
     app.run()
-    assert app.toggle(key="w_replan").value is False and switched == [False, True]
+    assert app.button(key="replan_switch").label == "Resume scheduled re-planning"
+    app.button(key="replan_switch").click().run()
+    assert switched == [False, False, True]
+    # Stopped, the toggle is back: it chooses the next start's schedule and calls nothing.
+    manager._status = replace(manager._status, state="stopped")
+    app.run()
+    app.toggle(key="w_replan").set_value(False).run()
+    assert switched == [False, False, True]

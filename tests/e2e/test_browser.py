@@ -155,7 +155,7 @@ def plan_in_force(page) -> tuple[int, int]:  # type: ignore[no-untyped-def]
             f"no scheduled re-plan in 2 minutes: {recovery_facts(page)}"
         )
         page.wait_for_timeout(1000)
-    page.get_by_text("Re-plan on schedule").click()
+    page.get_by_role("button", name="Pause scheduled re-planning").click()
     metric(page, "Scheduled re-planning").get_by_text("off").first.wait_for(
         timeout=SLOW
     )  # the switch reruns the page: over a minute under heavy load
