@@ -48,6 +48,9 @@ EVENT_LABELS = {
     "control_waiting": "Online control waiting",
     "control": "Online control changed the set",
     "control_failed": "Online control failed",
+    "nanosecond_timestamps": "Nanosecond times truncated",
+    "unread_landing_files": "Landing files never read",
+    "plan_versions_withdrawn": "Plan versions withdrawn",
 }
 
 
@@ -274,8 +277,14 @@ def _what(event: dict) -> str:
             "the controller steers the set from every closed window's shadow check; "
             f"it starts from the plan's {n} backed-up sensor{'' if n == 1 else 's'}"
         )
+    if kind == "plan_versions_withdrawn":
+        versions = ", ".join(str(v) for v in event.get("versions", []))
+        return f"version(s) {versions} withdrawn: {event.get('why', '')}"
     # the event's own sentence, whichever key it keeps it under
-    return str(event.get("reason") or event.get("detail") or event.get("what") or "")
+    for key in ("reason", "detail", "what", "why"):
+        if event.get(key):
+            return str(event[key])
+    return ""
 
 
 def recover_range(status: JobStatus) -> None:

@@ -3,7 +3,7 @@
 Every event is a JSON line on stderr (``engine.job.run``). Those an operator
 must be able to find after the fact (an alert, a re-plan, an expired plan, a
 failed re-plan, a resumed monitor, input it could not use, a micro-batch over the
-plan's exposure) are also written to
+plan's exposure, plan versions an interrupted run wrote and its rerun withdrew) are also written to
 ``<backup>/_lacuna/events/<batch:012d>-<event>.json``, through Hadoop's
 FileSystem like the job's other small files. Named by the micro-batch that
 raised them, a replayed batch rewrites its own events rather than adding more; each
@@ -24,7 +24,7 @@ NOTABLE = (
     "monitor_resumed", "input_anomaly", "overfull_windows", "late_readings",
     "future_readings", "nanosecond_timestamps", "unread_landing_files", "over_exposure",
     "control_started",
-    "control_waiting", "control", "control_failed",
+    "control_waiting", "control", "control_failed", "plan_versions_withdrawn",
 )  # fmt: skip
 EVENTS_DIR = ("_lacuna", "events")
 

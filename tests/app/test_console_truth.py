@@ -364,6 +364,15 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     assert _what(over) == over["what"]
     assert "starts from the plan's 1 backed-up sensor" in _what(started)
     assert _what(waiting) == waiting["reason"]
+    # every kept event has a label, and none is shown without its sentence
+    from engine.job.events import NOTABLE
+    from ui.production import EVENT_LABELS
+
+    assert set(NOTABLE) <= set(EVENT_LABELS)
+    nanos = {"event": "nanosecond_timestamps", "files": 2, "why": "read truncated"}
+    assert _what(nanos) == "read truncated"
+    withdrawn = {"event": "plan_versions_withdrawn", "versions": [3, 4], "why": "rerun"}
+    assert _what(withdrawn) == "version(s) 3, 4 withdrawn: rerun"
     inside = {"event": "replan_started", "reason": "scheduled", "plan_version": 1}
     assert "in the background" in _what(inside)  # a job's events before the flag
     assert "within this batch" in _what({**inside, "background": False})
