@@ -152,10 +152,10 @@ class BacktestResult:
             return 0
         rate, level = v / r, 1.0 - VERDICT_ALPHA / max(self.rebuilt_sensors, 1)
 
-        def settled(n: int) -> bool:
-            return window_upper_bound(*disjoint(round(rate * n), n, self.share), level) <= delta
+        def settled(n: int) -> bool:  # the misses at the measured rate, a real count
+            return window_upper_bound(*disjoint(rate * n, n, self.share), level) <= delta
 
-        return first_settled(settled, max(r, 1))
+        return first_settled(settled, max(r, 1), round(1 / self.share))
 
     def _settle_text(self, needed: int) -> str:
         rebuilt = self.per_sensor.get(self.bound_sensor or "", (0, 0, 0))[1]

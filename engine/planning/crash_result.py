@@ -149,6 +149,7 @@ class CrashResult:
         return first_settled(
             lambda n: window_upper_bound(*disjoint(rate * n, n, self.share), level) <= delta,
             max(r // self.positions, 1),
+            round(1 / self.share),
         )
 
     def to_dict(self) -> dict[str, object]:

@@ -126,7 +126,9 @@ def disjoint(misses: float, windows: int, share: float) -> tuple[float, int]:
     take one)."""
     if share >= 1.0:
         return float(misses), int(windows)
-    return float(misses) * share, int(windows * share)
+    # every g-th window, g = 1 / share a whole number: ``int(windows * share)`` floored
+    # 49 * (1 / 49) to 0
+    return float(misses) * share, int(windows) // round(1.0 / share)
 
 
 def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float) -> list[float]:
@@ -157,18 +159,29 @@ def sensor_test_level(rebuilt_sensors: int) -> float:
     return VERDICT_ALPHA / max(rebuilt_sensors, 1)
 
 
-def first_settled(settled: Callable[[int], bool], start: int) -> int:
-    """The first window count ``n >= start`` with ``settled(n)`` (the bound falls with n at a
-    fixed rate: double, then bisect); ``MAX_SETTLE_WINDOWS`` when none is below it."""
-    lo = hi = start
-    while not settled(hi):
-        if hi >= MAX_SETTLE_WINDOWS:
+def first_settled(settled: Callable[[int], bool], start: int, step: int = 1) -> int:
+    """The first window count ``n >= start`` with ``settled(n)``, among the multiples of
+    ``step`` (``MAX_SETTLE_WINDOWS`` when none is below it): double, then bisect.
+
+    The verdicts test every ``step``-th window (``disjoint``): between two multiples the
+    tested count stays while the misses at a fixed rate grow, so ``settled`` is monotone
+    on the multiples only, and the first settled count is always one of them.
+    """
+    step = max(1, step)
+
+    def at(d: int) -> bool:
+        return settled(d * step)
+
+    top = -(-MAX_SETTLE_WINDOWS // step)
+    lo = hi = max(1, -(-start // step))
+    while not at(hi):
+        if hi >= top:
             return MAX_SETTLE_WINDOWS
-        lo, hi = hi, min(2 * hi, MAX_SETTLE_WINDOWS)
+        lo, hi = hi, min(2 * hi, top)
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if not settled(mid) else (lo, mid)
-    return hi
+        lo, hi = (mid + 1, hi) if not at(mid) else (lo, mid)
+    return hi * step
 
 
 def window_p_value(misses: float, windows: int, delta: float) -> float:

@@ -103,8 +103,9 @@ def test_what_would_settle_it_is_the_first_sample_size_whose_bound_reaches_delta
     assert verdict.state == "unsettled"
     n = verdict.windows_needed
     level = 1 - 0.05 / 2  # two sensors rebuilt: Bonferroni
-    assert rate_upper_bound(round(0.025 * n), n, level) <= 0.05
-    assert rate_upper_bound(round(0.025 * (n - 1)), n - 1, level) > 0.05
+    # the misses at the measured rate, a real count (a rounded one is not monotone in n)
+    assert rate_upper_bound(0.025 * n, n, level) <= 0.05
+    assert rate_upper_bound(0.025 * (n - 1), n - 1, level) > 0.05
     assert f"{n:,} rebuilt windows of a" in verdict.settle
     folds = -(-n // 4)  # 40 rebuilt windows over 10 folds: 4 per fold
     assert f"about {folds:,} folds" in verdict.settle
@@ -184,3 +185,29 @@ def test_the_shared_rejection_is_scipy_binomtest_on_disjoint_windows_bonferroni(
                 want.append((p, s))
         got = rejected(per, delta, share)
         assert got == [s for _, s in sorted(want)], (per, delta, share)
+
+
+@pytest.mark.parametrize("every", [1, 3, 49])
+def test_windows_to_settle_is_the_first_count_whose_bound_is_below_delta(every: int) -> None:
+    """``first_settled`` against a brute-force scan of every window count: the bound at a
+    fixed rate rises between two multiples of the tested stride (the tested count stays
+    while the misses grow), so bisecting every count could answer a later one."""
+    from engine.planning.verdict import disjoint, first_settled, window_upper_bound
+
+    share = 1.0 / every
+    for rate in (0.003, 0.01, 0.02):
+
+        def settled(n: int, rate: float = rate) -> bool:
+            return window_upper_bound(*disjoint(rate * n, n, share), 0.99) <= 0.05
+
+        brute = next(n for n in range(1, 200_000) if settled(n))
+        assert first_settled(settled, 1, every) == brute
+        assert first_settled(settled, brute + 1, every) > brute  # never below its start
+
+
+def test_disjoint_counts_every_gth_window_exactly() -> None:
+    from engine.planning.verdict import disjoint, disjoint_share
+
+    for g in (1, 2, 3, 7, 49, 97):
+        share = disjoint_share(g * 5, 5)
+        assert [disjoint(0, d * g, share)[1] for d in range(1, 50)] == list(range(1, 50))
