@@ -174,9 +174,11 @@ if __name__ == "__main__":
 
 
 def _in_doc(text: str) -> str:
-    """``text`` inside the script's raw docstring: a double quote escaped, so no path can
-    end it (a backslash, as in a Windows path, is kept as it is)."""
-    return text.replace('"', '\\"')
+    """``text`` inside the script's raw docstring, as it is unless it holds three double
+    quotes in a row: then every double quote is escaped, so no path can end the docstring
+    (a raw string shows the escapes, so only then; a backslash, as in a Windows path, is
+    kept as it is)."""
+    return text.replace('"', '\\"') if '"""' in text else text
 
 
 def spark_script(

@@ -183,10 +183,16 @@ def test_names_and_paths_cannot_break_the_snippets_out_of_their_quotes() -> None
     java = next(line for line in text.splitlines() if "Set.of(" in line)
     listed = java.split("Set.of(", 1)[1].rsplit(");", 1)[0]
     assert json.loads(f"[{listed}]") == list(odd)  # a JSON string is a Java string literal
-    for config in (r"C:\users\plan.json", 'plan """ x.json'):
+    for config in (r"C:\users\plan.json", 'plan """ x.json', 'a\\""" b.json'):
         paths = ProductionPaths(config=config)
         script = production_snippets(SENSORS, 3600.0, paths=paths)["spark_filter"]
         assert ast.get_docstring(ast.parse(script)) is not None
+    # a path with a quote reads in the docstring as a shell takes it, with no escape shown
+    paths = ProductionPaths(config="it's plan.json")
+    doc = ast.get_docstring(
+        ast.parse(production_snippets(SENSORS, 3600.0, paths=paths)["spark_filter"])
+    )
+    assert doc is not None and "--config 'it'\"'\"'s plan.json'" in doc
 
 
 def test_the_exported_script_reads_every_landed_file_however_old() -> None:
