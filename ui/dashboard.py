@@ -22,7 +22,7 @@ from ui.format import format_quantity, plural, shadow_counted, span
 
 POLL_SECONDS = 1.5  # the Live page redraws its status this often
 FIGURES = "_dashboard_figures"  # session state: the history the figures were drawn from
-RECOVERY_JOB = "live-recovery"
+RECOVERY_JOB = live.RECOVERY_JOB
 BEHIND_BATCHES = 3.0  # backlog of more than this many batches' input: behind
 SLOW_TRIGGERS = 2.0  # median batch duration over this many trigger intervals: behind
 
@@ -274,6 +274,11 @@ def _recovery_job() -> None:
     view = job.snapshot() if job is not None else None
     if view is not None and view.state == "running":
         st.progress(view.fraction, text=f"{view.message} ({view.seconds:.0f} s)")
+    elif view is not None and view.state != "done" and view.cancel_requested:
+        st.info(
+            "Recovery stopped: Stop was pressed while it ran. Start the pipeline again for "
+            f"a new run. (It ended with: {view.error})"
+        )
     elif view is not None and view.state == "failed":
         st.error(f"Recovery failed: {view.error}")
 

@@ -251,8 +251,15 @@ def audit_log() -> AuditLog:
     return AuditLog(resources.work_dir())
 
 
+RECOVERY_JOB = "live-recovery"  # the background job of Simulate failure / Recover
+
+
 def stop() -> None:
-    """Stop the pipeline: recorded first (who, when), and marked on the run's time axis."""
+    """Stop the pipeline: recorded first (who, when), and marked on the run's time axis.
+    A recovery running in the background is cancelled first, so that the error its
+    stopped pipeline raises reads as the Stop it was, not as a failed recovery."""
+    if (job := background.runner().get(RECOVERY_JOB)) is not None and job.state == "running":
+        job.cancel()
     manager = resources.pipeline_manager()
     who = access.current_user()
     run = manager.status().run

@@ -8,6 +8,7 @@ recovery report renders its charts from the stored results.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -501,3 +502,43 @@ def test_the_replanning_switch_acts_only_when_clicked(app, fake):  # type: ignor
     app.run()
     app.toggle(key="w_replan").set_value(False).run()
     assert switched == [False, False, True]
+
+
+class StoppableManager(FakeManager):
+    """A recovery that runs until the pipeline is stopped, then raises as a stopped
+    pipeline's recovery does."""
+
+    def __init__(self) -> None:
+        super().__init__("running")
+        self.stopped = threading.Event()
+
+    def simulate_failure(
+        self, grace_seconds: float = 15.0, kind: str = "machine"
+    ) -> PipelineStatus:
+        self.calls.append(f"simulate_failure {kind}")
+        return self._status
+
+    def recover(self) -> RecoveryReport:
+        self.stopped.wait(30)
+        raise PipelineError("no failed pipeline to recover (state: stopped)")
+
+    def stop(self) -> PipelineStatus:
+        self._status = replace(self._status, state="stopped")
+        self.stopped.set()
+        return self._status
+
+
+def test_a_stop_during_a_recovery_reads_as_the_stop_not_a_failed_recovery(app, fake):  # type: ignore[no-untyped-def]
+    manager = fake(StoppableManager())
+    app.switch_page("pages/live.py").run()
+    try:
+        app.button(key="simulate_failure").click().run()
+        app.button(key="stop_pipeline").click().run()
+        job = get_runner().get(dashboard.RECOVERY_JOB)
+        assert job is not None and job.join(10)
+        app.run()
+        assert not app.exception and not app.error
+        assert any("Recovery stopped: Stop was pressed" in i.value for i in app.info)
+        assert manager.stopped.is_set()
+    finally:
+        get_runner().forget(dashboard.RECOVERY_JOB)
