@@ -113,8 +113,9 @@ def _projected_row(mode: str, stored: int, m: int, current: RecoveryReport) -> d
 
 def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
     """approx vs full vs none: measured where that mode was run on the plan this run
-    started with, else projected. The approx figures are the recovery's own backup set
-    (a re-plan or the online control may have changed ``plan``'s since)."""
+    started with and recovered the same kind of failure (a crash, a machine loss), else
+    projected for this one. The approx figures are the recovery's own backup set (a
+    re-plan or the online control may have changed ``plan``'s since)."""
     log = resources.pipeline_log()
     sig = log.started.get("signature") or plan_signature(plan)  # as ``live.remember`` keeps it
     m = len(current.backup_sensors)
@@ -124,7 +125,11 @@ def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
         entry = log.reports.get(mode)
         if mode == current.mode:
             rows.append(_measured_row(mode, stored[mode], current.to_dict()))
-        elif entry and entry["signature"] == sig:
+        elif (
+            entry
+            and entry["signature"] == sig
+            and entry["report"].get("failure", "machine") == current.failure
+        ):
             rows.append(_measured_row(mode, stored[mode], entry["report"]))
         else:
             rows.append(_projected_row(mode, stored[mode], m, current))
@@ -260,11 +265,12 @@ def recovery_section(
             "query died (the failure came between two committed batches, or after the "
             "replay had ended). Nothing needed rebuilding."
         )
-    st.subheader("approx vs full vs none")
+    kind = "crash" if report.failure == "crash" else "machine loss"
+    st.subheader(f"approx vs full vs none, for this {kind}")
     table = mode_table(plan, report)
     st.dataframe(display_modes(table), hide_index=True)
     st.plotly_chart(charts.mode_bars(table))
     st.caption(
-        "Measured rows come from runs of this plan in that mode; run the pipeline in "
-        "another mode and fail it to measure the others."
+        f"Measured rows come from runs of this plan in that mode that recovered a {kind}; "
+        "run the pipeline in another mode and fail it the same way to measure the others."
     )

@@ -325,6 +325,12 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
     assert table.loc["none", "windows recovered"] == 0
+    # a full run that recovered another kind of failure measured another loss
+    crash = replace(full, failure="crash", windows_lost=1)
+    log.reports["full"] = {"signature": signature, "report": crash.to_dict()}
+    table = recovery.mode_table(Plan(), report).set_index("mode")
+    assert table.loc["full", "figures"] == "projected (not run)"
+    assert table.loc["full", "windows lost"] == report.windows_lost
 
 
 def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force(monkeypatch):  # type: ignore[no-untyped-def]
