@@ -28,6 +28,7 @@ def reconstruct_frame(
     inputs: Mapping[str, str],
     outputs: Sequence[str],
     ranges: Sequence[tuple[int, int | None]] | None = None,
+    readings: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """Rebuild all sensors for the recovery job's ``mapInPandas``.
 
@@ -41,7 +42,10 @@ def reconstruct_frame(
     backup sensors it all holds. The result has ``seq``, ``event_time``, one
     column per ``maps[0].sensors`` named by ``outputs``, ``complete`` (False
     where no map's backup is whole; values NaN) and ``map``, the index of the
-    map used (-1 if none).
+    map used (-1 if none). ``readings`` names the column of any sensor whose own
+    reading the backup may hold beyond its plan's set (a micro-batch over the
+    exposure, or after a recovery, backs up every sensor): in a row a map rebuilt,
+    such a reading replaces the rebuilt value, exactly as it was read.
     """
     first = maps[0]
     if len(outputs) != len(first.sensors):
@@ -69,6 +73,12 @@ def reconstruct_frame(
                 order = [lm.sensors.index(s) for s in first.sensors]
                 rebuilt[ok] = lm.apply(backup[ok])[:, order]
                 used[ok] = i
+    for j, sensor in enumerate(first.sensors):
+        column = (readings or {}).get(sensor)
+        if column is not None:
+            read = pdf[column].to_numpy(dtype=float)
+            exact = (used >= 0) & ~np.isnan(read)
+            rebuilt[exact, j] = read[exact]
     out = pd.DataFrame(rebuilt, columns=list(outputs), index=pdf.index)
     out.insert(0, "event_time", pdf["event_time"])
     out.insert(0, "seq", pdf["seq"].astype(np.int64))

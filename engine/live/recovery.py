@@ -97,7 +97,9 @@ def recover_lost_range(
     ordered = sorted(versions, key=lambda v: -v.id) if mode == "approx" else []
     maps = [v.spec.linear_map for v in ordered] or [spec.recovery_map(mode)]
     ranges = [(v.first_seq, v.last_seq) for v in ordered] or None
-    stored = tuple(dict.fromkeys(s for lm in maps for s in lm.backup))
+    # every sensor's readings: a batch over the exposure, or after a recovery, backed up
+    # sensors beyond its plan's set, and those are exact, not rebuilt
+    stored = tuple(dict.fromkeys([*(s for lm in maps for s in lm.backup), *spec.sensors]))
     table = store.read_backup(lost.first_row, lost.last_row, stored)
     if table.num_rows == 0:
         return recover_lost_range(spark, store, spec, "none", lost, run)
@@ -160,7 +162,7 @@ def _rebuild_rows(
 
     def rebuild(frames: Any) -> Any:
         for pdf in frames:
-            yield reconstruct_frame(pdf, maps, inputs, outputs, ranges)[order]
+            yield reconstruct_frame(pdf, maps, inputs, outputs, ranges, inputs)[order]
 
     return wide.mapInPandas(rebuild, T.StructType(fields))
 

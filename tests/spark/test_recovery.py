@@ -124,6 +124,32 @@ def test_recovery_job_equals_the_reference(
         np.testing.assert_allclose(seed.values, rebuilt[seed.start : 62], rtol=1e-12)
 
 
+def test_a_machine_loss_keeps_the_readings_a_full_batch_backed_up(
+    spark: Any, history: Any, spec_factory: Any, tmp_path: Path
+) -> None:
+    """Rows 0-47 backed up the plan's set, rows 48-95 every sensor (a batch over the
+    exposure, or after a recovery): the windows of the full batch are the truth itself,
+    not rebuilt from the set."""
+    spec = spec_factory(window=8, slide=4)
+    rebuilt = spec.linear_map.apply(
+        history.values[:, [spec.sensors.index(s) for s in spec.linear_map.backup]]
+    )
+    with BackupStore(tmp_path / "store.duckdb") as store:
+        commit_backup(store, history, spec.backup_sensors, rows=slice(0, 48))
+        commit_backup(store, history, spec.sensors, rows=slice(48, 96), batch_id=1)
+        lost = LostRange(first_window=0, first_row=0, last_row=95)
+        recover_lost_range(spark, store, spec, "approx", lost, run=0)
+        got = results_by_window(store, spec, "recovered")
+        early, late = got.index[got.index * 4 + 8 <= 48], got.index[got.index * 4 >= 48]
+        assert len(early) >= 8 and len(late) >= 8
+        np.testing.assert_allclose(
+            got.loc[early].to_numpy(), per_window(rebuilt, early.to_numpy(), spec), rtol=1e-12
+        )
+        truth = per_window(history.values, late.to_numpy(), spec)
+        np.testing.assert_allclose(got.loc[late].to_numpy(), truth, rtol=1e-12, atol=1e-12)
+        assert not np.allclose(per_window(rebuilt, late.to_numpy(), spec), truth)
+
+
 def test_recovery_across_a_live_replan_uses_each_rows_own_plan(
     spark: Any, history: Any, spec_factory: Any, tmp_path: Path
 ) -> None:

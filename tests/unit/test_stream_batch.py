@@ -210,6 +210,27 @@ def test_rows_written_before_a_replan_are_rebuilt_with_their_own_plan() -> None:
     ].any()
 
 
+def test_readings_a_batch_backed_up_beyond_its_set_are_kept_exact() -> None:
+    """Rows 10-19 came in a batch that backed up every sensor (over the exposure, or after
+    a recovery): a machine loss rebuilds rows 0-9 from (a) and keeps rows 10-19 as read."""
+    h = make_history(20)
+    lm = fit_map(h.values, SENSORS, ("a",))
+    wide = pd.DataFrame({"seq": np.arange(20), "event_time": h.times})
+    for i in range(len(SENSORS)):
+        wide[f"b{i}"] = h.values[:, i]
+    wide.loc[:9, ["b1", "b2", "b3"]] = np.nan  # rows 0-9: only the plan's set
+    wide.loc[14, "b2"] = np.nan  # a reading the full batch did not get: rebuilt
+    columns = {s: f"b{i}" for i, s in enumerate(SENSORS)}
+    outputs = [f"s{SENSORS.index(s)}" for s in lm.sensors]
+    out = reconstruct_frame(wide, [lm], columns, outputs, readings=columns)
+    got = out[[f"s{i}" for i in range(len(SENSORS))]].to_numpy()
+    rebuilt = lm.apply(h.values[:, [0]])[:, [lm.sensors.index(s) for s in SENSORS]]
+    expected = np.vstack([rebuilt[:10], h.values[10:]])
+    expected[14, 2] = rebuilt[14, 2]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert out["complete"].all()
+
+
 def test_recovery_frames_match_the_reference() -> None:
     h = make_history(20)
     lm = fit_map(h.values, SENSORS, ("d", "a"))  # input order differs from sensor order
