@@ -407,8 +407,9 @@ def _check_keys(root: Path, files: list[Path], rows: Any) -> None:
         where = next((f for f in files if _nulls_in(f, column)), None)
         named = f" (the first in {where.relative_to(root)})" if where is not None else ""
         raise DataError(
-            f"the backup at {str(root)!r} holds {nulls:,} reading(s) without a {column}"
-            f"{named}: the job writes none; restore the batch from a copy, or move its files "
+            f"the backup at {str(root)!r} holds {nulls:,} reading(s) without "
+            f"{'an' if column[0] in 'aeiou' else 'a'} {column}{named}: neither the job nor "
+            "its exported script writes one; restore the batch from a copy, or move its files "
             "out of the backup (recover --allow-incomplete then rebuilds around its batch)"
         )
 

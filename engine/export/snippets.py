@@ -140,7 +140,9 @@ def main(argv):
     )
     backup = (
         readings.parquet(SOURCE)
-        .filter(F.col("sensor").isin(BACKUP_SENSORS))
+        # a reading without a time cannot be placed in a window: recovery refuses a
+        # backup holding one (a null sensor fails isin as well)
+        .filter(F.col("sensor").isin(BACKUP_SENSORS) & F.col("event_time").isNotNull())
         .select(
             "event_time",
             "sensor",

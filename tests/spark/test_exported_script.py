@@ -15,7 +15,7 @@ import pytest
 
 from engine.export import load_config
 from engine.export.snippets import ProductionPaths
-from tests.production_reference import feed, sample_rows, write_config
+from tests.production_reference import feed, land_long, sample_rows, write_config
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,14 +27,19 @@ def test_exported_script_runs_unchanged_and_recover_reads_its_backup(
     rows = sample_rows(48)
     landing, backup = tmp_path / "landing", tmp_path / "backup dir"  # a space, as users do
     feed(rows, landing, rows_per_file=12)
+    # a reading of a backed-up sensor without a time: the script leaves it out, as the
+    # job does (recover refuses a backup holding one)
+    config = write_config(tmp_path / "plan.json", rows)
+    stray = pd.DataFrame({"event_time": [pd.NaT], "sensor": [config["backup_sensors"][0]],
+                          "value": [1.0]})  # fmt: skip
+    land_long(stray, landing / "stray.parquet")
     paths = ProductionPaths(
         config=str(tmp_path / "plan.json"),
         source=str(landing),
         backup="file://" + str(backup),  # Hadoop reads a file: URI's path literally
         checkpoint=(tmp_path / "checkpoints").as_uri(),
     )
-    # write_config exports the snippets with default paths; re-export with the user's
-    config = write_config(tmp_path / "plan.json", rows)
+    # write_config exported the snippets with default paths; re-export with the user's
     from engine.export import production_snippets
 
     script = production_snippets(tuple(config["backup_sensors"]), 4 * 3600.0, paths=paths)
@@ -56,8 +61,7 @@ def test_exported_script_runs_unchanged_and_recover_reads_its_backup(
     out = tmp_path / "all.csv"
     cli = subprocess.run(
         [sys.executable, "-m", "engine", "recover", "--config", paths.config,
-         "--backup", str(backup), "--from", str(pd.Timestamp(rows.times[0]).isoformat()),
-         "--out", str(out)],
+         "--backup", str(backup), "--out", str(out)],  # the whole backup, stray row too
         cwd=ROOT,
         capture_output=True,
         text=True,
