@@ -1,11 +1,15 @@
 # Lacuna operator app: Streamlit UI + local Spark (Java 17) on Debian bookworm.
 #   docker build -t lacuna .
-#   docker run --rm --hostname lacuna -p 127.0.0.1:8501:8501 -v lacuna-data:/home/lacuna/.lacuna lacuna
+#   export LACUNA_TOKEN="$(openssl rand -hex 16)"; echo "sign in with $LACUNA_TOKEN"
+#   docker run --rm --hostname lacuna -p 127.0.0.1:8501:8501 -e LACUNA_TOKEN \
+#       -v lacuna-data:/home/lacuna/.lacuna lacuna
+# Without LACUNA_TOKEN (or [auth] in a .streamlit/secrets.toml mounted at
+# /app/.streamlit/secrets.toml) the container refuses to start: it listens on 0.0.0.0.
 # A fixed --hostname lets a new container take over the pipeline lock a crashed one
-# left in the volume (a lock naming another host is never taken over).
-# The app has no authentication: publish the port on the host's loopback (as
-# above) and put an authenticating reverse proxy in front for remote users
-# (README, "Failure modes and security").
+# left in the volume (a lock naming another host is never taken over). A bind mount
+# instead of the volume must be writable by uid 10001. Publish the port on the
+# host's loopback (as above) and put a TLS reverse proxy in front for remote users
+# (docs/OPERATIONS.md, "Docker and who may act").
 #
 # Base image pinned by tag and digest. The digest is the one several independent
 # public Dockerfiles pin for this tag (found by code search); it could not be
@@ -35,7 +39,9 @@ RUN pip install -r requirements.txt -c constraints.txt
 # The code stays owned by root and read-only to the runtime user: a compromised
 # app process cannot rewrite the app. Only LACUNA_HOME is writable.
 COPY app.py pyproject.toml ./
-COPY .streamlit ./.streamlit
+# config.toml only: a developer's secrets.toml ([auth] client and cookie secrets) is
+# mounted at run time, never baked into the image
+COPY .streamlit/config.toml ./.streamlit/config.toml
 COPY engine ./engine
 COPY ui ./ui
 COPY pages ./pages

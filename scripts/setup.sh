@@ -52,12 +52,21 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
   die "Spark 4 needs Java 17 or newer, found ${major:-none}; install openjdk-17-jre-headless (or 21) and put it first on PATH or in JAVA_HOME"
 fi
 
-python=""
-for candidate in ${LACUNA_PYTHON:-} python3.13 python3.12 python3.11 python3; do
-  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'; then
-    python="$candidate"; break
-  fi
-done
+find_python() {
+  local candidate
+  for candidate in ${LACUNA_PYTHON:-} python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'; then
+      echo "$candidate"; return 0
+    fi
+  done
+  return 1
+}
+python="$(find_python || true)"
+if [ -z "$python" ] && [ -z "${LACUNA_PYTHON:-}" ] && ! command -v python3 >/dev/null; then
+  # a bare Debian 12 or Ubuntu 24.04 has no Python at all: theirs is 3.11 or 3.12
+  apt_install python3 python3-venv
+  python="$(find_python || true)"
+fi
 [ -n "$python" ] || die "Python 3.11, 3.12 or 3.13 is required (none found on PATH)"
 
 # Debian and Ubuntu ship venv (and ensurepip) separately: python3.X-venv.

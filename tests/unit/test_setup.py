@@ -128,6 +128,11 @@ def test_the_image_is_pinned_and_its_user_cannot_rewrite_the_app() -> None:
     assert lines.index("USER lacuna") > max(lines.index(c) for c in copies)
     assert "RUN pip install -r requirements.txt -c constraints.txt" in lines
     assert any("-p 127.0.0.1:8501:8501" in line for line in lines)
+    # the example run starts (the image refuses to start without credentials)
+    assert any("-e LACUNA_TOKEN" in line for line in lines)
+    # a developer's [auth] secrets never go into the image
+    assert not [c for c in copies if c.split()[1] in (".", ".streamlit", ".streamlit/")]
+    assert ".streamlit/secrets.toml" in (ROOT / ".dockerignore").read_text().splitlines()
 
 
 def test_the_app_listens_on_loopback_by_default() -> None:
