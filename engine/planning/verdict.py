@@ -126,9 +126,12 @@ def disjoint(misses: float, windows: int, share: float) -> tuple[float, int]:
     take one)."""
     if share >= 1.0:
         return float(misses), int(windows)
-    # every g-th window, g = 1 / share a whole number: ``int(windows * share)`` floored
-    # 49 * (1 / 49) to 0
-    return float(misses) * share, int(windows) // round(1.0 / share)
+    # every g-th window, g = 1 / share a whole number (``disjoint_share``):
+    # ``int(windows * share)`` floored 49 * (1 / 49) to 0
+    g = round(1.0 / share) if share > 0.0 else 0
+    if g < 1 or abs(g * share - 1.0) > 1e-9:
+        raise ParameterError(f"share must be 1 / a whole number of windows, got {share!r}")
+    return float(misses) * share, int(windows) // g
 
 
 def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float) -> list[float]:
@@ -160,8 +163,8 @@ def sensor_test_level(rebuilt_sensors: int) -> float:
 
 
 def first_settled(settled: Callable[[int], bool], start: int, step: int = 1) -> int:
-    """The first window count ``n >= start`` with ``settled(n)``, among the multiples of
-    ``step`` (``MAX_SETTLE_WINDOWS`` when none is below it): double, then bisect.
+    """The first multiple ``n`` of ``step`` at or above ``start`` with ``settled(n)``
+    (``MAX_SETTLE_WINDOWS`` when none is at or below it): double, then bisect.
 
     The verdicts test every ``step``-th window (``disjoint``): between two multiples the
     tested count stays while the misses at a fixed rate grow, so ``settled`` is monotone
@@ -172,8 +175,10 @@ def first_settled(settled: Callable[[int], bool], start: int, step: int = 1) -> 
     def at(d: int) -> bool:
         return settled(d * step)
 
-    top = -(-MAX_SETTLE_WINDOWS // step)
+    top = MAX_SETTLE_WINDOWS // step  # the last multiple at or below the cap
     lo = hi = max(1, -(-start // step))
+    if hi > top:
+        return MAX_SETTLE_WINDOWS
     while not at(hi):
         if hi >= top:
             return MAX_SETTLE_WINDOWS

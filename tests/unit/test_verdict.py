@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import beta, binomtest
 
+from engine.errors import ParameterError
 from engine.planning.backtest_result import summarise_backtest
 from engine.planning.monitor import rate_upper_bound
 from engine.planning.verdict import VERDICT_TEST, window_p_value
@@ -192,7 +193,12 @@ def test_windows_to_settle_is_the_first_count_whose_bound_is_below_delta(every: 
     """``first_settled`` against a brute-force scan of every window count: the bound at a
     fixed rate rises between two multiples of the tested stride (the tested count stays
     while the misses grow), so bisecting every count could answer a later one."""
-    from engine.planning.verdict import disjoint, first_settled, window_upper_bound
+    from engine.planning.verdict import (
+        MAX_SETTLE_WINDOWS,
+        disjoint,
+        first_settled,
+        window_upper_bound,
+    )
 
     share = 1.0 / every
     for rate in (0.003, 0.01, 0.02):
@@ -202,7 +208,12 @@ def test_windows_to_settle_is_the_first_count_whose_bound_is_below_delta(every: 
 
         brute = next(n for n in range(1, 200_000) if settled(n))
         assert first_settled(settled, 1, every) == brute
-        assert first_settled(settled, brute + 1, every) > brute  # never below its start
+        # from a later start: the first multiple of the stride at or after it
+        assert first_settled(settled, brute + 1, every) == -(-(brute + 1) // every) * every
+    # never past the cap, even when the cap is not a multiple of the stride
+    assert first_settled(lambda n: False, 1, 3) == MAX_SETTLE_WINDOWS
+    assert first_settled(lambda n: n >= MAX_SETTLE_WINDOWS - 1, 1, 3) == MAX_SETTLE_WINDOWS - 1
+    assert first_settled(lambda n: True, 2 * MAX_SETTLE_WINDOWS, 3) == MAX_SETTLE_WINDOWS
 
 
 def test_disjoint_counts_every_gth_window_exactly() -> None:
@@ -211,3 +222,5 @@ def test_disjoint_counts_every_gth_window_exactly() -> None:
     for g in (1, 2, 3, 7, 49, 97):
         share = disjoint_share(g * 5, 5)
         assert [disjoint(0, d * g, share)[1] for d in range(1, 50)] == list(range(1, 50))
+    with pytest.raises(ParameterError, match="share must be 1 / a whole number"):
+        disjoint(1, 10, 0.4)
