@@ -76,8 +76,7 @@ def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
     errors = np.asarray(report.errors, dtype=float)
     if report.eps_by_sensor:
         errors = errors / np.asarray(report.eps_by_sensor, dtype=float)
-    cols = [i for i, s in enumerate(report.sensors) if s not in report.backup_sensors]
-    return errors[:, cols].ravel()
+    return errors[report.rebuilt_pairs()]  # window by window, as ``ravel`` reads
 
 
 def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]:
@@ -94,9 +93,13 @@ def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def _projected_row(mode: str, stored: int, m: int, current: RecoveryReport) -> dict[str, Any]:
-    """What a mode would give on the same failure: full is exact, none recovers nothing."""
-    rows = round(current.backup_rows * stored / max(m, 1)) if current.mode == "approx" else None
+def _projected_row(mode: str, stored: int, current: RecoveryReport) -> dict[str, Any]:
+    """What a mode would give on the same failure: full is exact, none recovers nothing.
+    Its backup rows: every lost time step's reading of each sensor it stores (not the
+    approx recovery's rows scaled: those include every reading a full batch stored)."""
+    first, last = current.lost_rows
+    steps = max(last - first + 1, 0)
+    rows = steps * stored if current.mode == "approx" else None
     lost = current.windows_lost
     return {
         "mode": mode,
@@ -132,7 +135,7 @@ def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
         ):
             rows.append(_measured_row(mode, stored[mode], entry["report"]))
         else:
-            rows.append(_projected_row(mode, stored[mode], m, current))
+            rows.append(_projected_row(mode, stored[mode], current))
     return pd.DataFrame(rows)
 
 

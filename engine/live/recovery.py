@@ -68,6 +68,10 @@ class RecoveryOutcome:
     seed: WindowState
     rows_read: int
     rows_by_version: dict[int, int] = field(default_factory=dict)  # rebuilt rows each served
+    # (lost rows, n): the readings the backup held (not NaN), row 0 = the range's first;
+    # None when nothing was read. A window whose lost readings of a sensor were all
+    # held was not rebuilt for it (``stored_cells``).
+    stored: np.ndarray | None = None
 
 
 def recover_lost_range(
@@ -124,7 +128,22 @@ def recover_lost_range(
     store.commit_batch(
         BatchWrite(run=run, batch_id=RECOVERY_BATCH, results=results_frame(closed, spec.sensors))
     )
-    return RecoveryOutcome(closed.ids, seed, int(table.num_rows), by_version)
+    cells = stored_cells(table, spec.sensors, lost)
+    return RecoveryOutcome(closed.ids, seed, int(table.num_rows), by_version, cells)
+
+
+def stored_cells(table: Any, sensors: Sequence[str], lost: LostRange) -> np.ndarray:
+    """(lost rows, n) bool: which readings of the lost range the backup ``table`` (Arrow:
+    seq, sensor, value) holds, NaN values not counted."""
+    cells = np.zeros((max(lost.rows, 0), len(sensors)), dtype=bool)
+    seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
+    value = table.column("value").to_numpy(zero_copy_only=False).astype(float)
+    index = {s: i for i, s in enumerate(sensors)}
+    column = np.array([index.get(s, -1) for s in table.column("sensor").to_pylist()], dtype=int)
+    row = seq - lost.first_row
+    ok = ~np.isnan(value) & (column >= 0) & (row >= 0) & (row < cells.shape[0])
+    cells[row[ok], column[ok]] = True
+    return cells
 
 
 def _positional(sensors: tuple[str, ...], prefix: str = "s") -> list[str]:

@@ -18,7 +18,7 @@ from engine.errors import ParameterError
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
-from engine.windows import violation_rates, window_aggregates
+from engine.windows import window_aggregates
 
 __all__ = ["RecoveryReport", "covering_contract", "score_recovery"]
 
@@ -89,6 +89,18 @@ class RecoveryReport:
     # the failure lost at most that many rows with the window state kept, else "range".
     failure: str = "machine"
     contract: str = "range"
+    # (window, sensor) pairs of ``errors`` whose lost readings the backup held whole (a
+    # micro-batch that stored every sensor): exact, not rebuilt, so not scored as rebuilt.
+    # () when none.
+    exact: tuple[tuple[bool, ...], ...] = ()
+
+    def rebuilt_pairs(self) -> np.ndarray:
+        """(W, n) bool: the (window, sensor) pairs scored as rebuilt (the sensors not
+        backed up throughout, less the ``exact`` pairs)."""
+        mask = np.tile([s not in self.backup_sensors for s in self.sensors], (len(self.errors), 1))
+        if self.exact:
+            mask &= ~np.asarray(self.exact, dtype=bool)
+        return mask
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; NaN becomes ``None``."""
@@ -118,23 +130,31 @@ def score_recovery(
     input_rows: int,
     truth_first_seq: int = 0,
     stored: tuple[str, ...] | None = None,
+    cells: np.ndarray | None = None,
 ) -> RecoveryReport:
     """Compare every recovered window of the lost range with the truth.
 
     ``truth`` is (T, n) in ``spec.sensors`` order, row ``i`` = reading ``truth_first_seq + i``.
     ``stored``: the sensors backed up throughout the lost range (default: ``spec``'s in
     ``mode``); the others are scored as rebuilt. A plan in force by the time the report
-    is read may back up a sensor the lost rows had to rebuild.
+    is read may back up a sensor the lost rows had to rebuild. ``cells``: which readings
+    of the lost range the backup held (``RecoveryOutcome.stored``); a (window, sensor)
+    pair whose lost readings it held whole is exact, not rebuilt, and is not scored.
     """
     stored = spec.stored_sensors(mode) if stored is None else stored
     lost_ids = lost.lost_windows(spec.slide)
     ids, recovered = _recovered_windows(store, spec, lost_ids)
     errors = np.abs(recovered - _truth_aggregates(truth, ids, spec, truth_first_seq))
     eps = spec.eps_vector
-    rates = violation_rates(errors, eps) if ids.size else np.full(len(spec.sensors), np.nan)
-    targets = [i for i, s in enumerate(spec.sensors) if s not in stored]
-    pairs = errors[:, targets] if mode == "approx" else np.zeros((len(ids), 0))
-    missed = pairs > eps[targets] if mode == "approx" else pairs > spec.eps
+    target = np.tile([s not in stored for s in spec.sensors], (len(ids), 1))
+    exact = _exact_pairs(ids, spec, lost, cells) & target  # backed-up sensors score as before
+    rebuilt = target & ~exact
+    # per sensor, over its windows not held whole (NaN: none)
+    counted = (~exact).sum(axis=0)
+    over = ((errors > eps) & ~exact).sum(axis=0)
+    rates = np.where(counted > 0, over / np.maximum(counted, 1), np.nan)
+    missed = (errors > eps)[rebuilt] if mode == "approx" else np.zeros(0, dtype=bool)
+    pairs = missed
     size = store.size()
     return RecoveryReport(
         mode=mode,
@@ -145,7 +165,9 @@ def score_recovery(
         max_abs_error=float(errors.max()) if errors.size else None,
         mean_abs_error=float(errors.mean()) if errors.size else None,
         violation_rate=float(missed.mean()) if pairs.size else (0.0 if ids.size else None),
-        violation_rate_worst_sensor=float(np.nanmax(rates)) if ids.size else None,
+        violation_rate_worst_sensor=(
+            float(np.nanmax(rates)) if ids.size and not np.isnan(rates).all() else None
+        ),
         violation_rates={s: float(r) for s, r in zip(spec.sensors, rates, strict=True)},
         eps=spec.eps,
         delta=spec.delta,
@@ -164,7 +186,22 @@ def score_recovery(
         backup_sensors=stored,
         note=_note(mode, int(lost_ids.size), int(ids.size)),
         eps_by_sensor=tuple(spec.eps_vector.tolist()) if spec.query.eps_by_sensor else (),
+        exact=tuple(tuple(bool(v) for v in row) for row in exact) if exact.any() else (),
     )
+
+
+def _exact_pairs(
+    ids: np.ndarray, spec: StreamSpec, lost: LostRange, cells: np.ndarray | None
+) -> np.ndarray:
+    """(W, n) bool: windows ``ids`` whose lost readings of a sensor ``cells`` holds whole
+    (``cells``: (lost rows, n), row 0 = ``lost.first_row``); all False without ``cells``."""
+    n = len(spec.sensors)
+    if cells is None or not ids.size or not cells.size:
+        return np.zeros((len(ids), n), dtype=bool)
+    missing = np.vstack([np.zeros((1, n), dtype=np.int64), np.cumsum(~cells, axis=0)])
+    first = np.clip(ids * spec.slide - lost.first_row, 0, len(cells))
+    last = np.clip(ids * spec.slide + spec.window - lost.first_row, 0, len(cells))
+    return (missing[last] - missing[first]) == 0
 
 
 def _truth_aggregates(

@@ -147,6 +147,7 @@ class FailureAndRecovery(ManagerViews):
             }
             lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
             by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
+            cells = None
         else:
             lost = find_lost_range(store, cfg.spec.slide)
             outcome = recover_lost_range(
@@ -158,11 +159,12 @@ class FailureAndRecovery(ManagerViews):
                 outcome.rows_by_version,
             )
             stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
+            cells = outcome.stored
             counted = {}
         seconds = self._clock() - t0
         self._recovery = _Recovery(
             lost, seconds, rows_read, seed.next_window, by_version, stored,
-            failure="machine" if self._crash is None else "crash", kept=kept,
+            failure="machine" if self._crash is None else "crash", kept=kept, cells=cells,
         )  # fmt: skip
         rows = f"{lost.rows} lost row{'' if lost.rows == 1 else 's'}"
         # The restarted run must not fail again on its own.

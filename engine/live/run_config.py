@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from engine.live.feeder import FeedOptions
 from engine.live.recovery import LostRange
 from engine.live.spec import (
@@ -36,6 +38,8 @@ class _Recovery:
     stored: tuple[str, ...] | None = None
     failure: str = "machine"  # the kind of failure recovered from (engine.live.failure)
     kept: tuple[str, ...] = ()  # a crash's kept-readings sensors (their lost readings left out)
+    # a machine loss: which readings of the lost range the backup held (RecoveryOutcome.stored)
+    cells: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

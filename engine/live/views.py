@@ -142,6 +142,7 @@ class ManagerViews:
                 rows_read=rec.rows_read,
                 input_rows=self.board.snapshot().input_rows,
                 stored=rec.stored,
+                cells=rec.cells,
             )
             emitted = set(report.window_ids)
             missing = [j for j in rec.lost.lost_windows(spec.slide) if j not in emitted]

@@ -17,7 +17,7 @@ from engine.live.backup_writer import write_batch
 from engine.live.manager import PipelineManager
 from engine.live.records import BatchWrite
 from engine.live.recovery import LostRange, recover_lost_range
-from engine.live.recovery_report import RecoveryReport
+from engine.live.recovery_report import RecoveryReport, score_recovery
 from engine.live.simulation import run_simulation
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
@@ -138,7 +138,7 @@ def test_a_machine_loss_keeps_the_readings_a_full_batch_backed_up(
         commit_backup(store, history, spec.backup_sensors, rows=slice(0, 48))
         commit_backup(store, history, spec.sensors, rows=slice(48, 96), batch_id=1)
         lost = LostRange(first_window=0, first_row=0, last_row=95)
-        recover_lost_range(spark, store, spec, "approx", lost, run=0)
+        outcome = recover_lost_range(spark, store, spec, "approx", lost, run=0)
         got = results_by_window(store, spec, "recovered")
         early, late = got.index[got.index * 4 + 8 <= 48], got.index[got.index * 4 >= 48]
         assert len(early) >= 8 and len(late) >= 8
@@ -148,6 +148,23 @@ def test_a_machine_loss_keeps_the_readings_a_full_batch_backed_up(
         truth = per_window(history.values, late.to_numpy(), spec)
         np.testing.assert_allclose(got.loc[late].to_numpy(), truth, rtol=1e-12, atol=1e-12)
         assert not np.allclose(per_window(rebuilt, late.to_numpy(), spec), truth)
+        # the report scores as rebuilt only the pairs with a rebuilt reading
+        b_idx = [spec.sensors.index(s) for s in spec.backup_sensors]
+        assert outcome.stored is not None and outcome.stored[48:].all()
+        assert outcome.stored[:48].sum() == 48 * len(b_idx)
+        report = score_recovery(store, spec, "approx", lost, history.values,
+                                spark_version="test", seconds=1.0, rows_read=0,
+                                input_rows=96, cells=outcome.stored)  # fmt: skip
+        rebuilt_pairs = report.rebuilt_pairs()
+        ids = np.asarray(report.window_ids)
+        targets = [i for i in range(len(spec.sensors)) if i not in b_idx]
+        held = ids * 4 >= 48  # every reading of these windows was stored
+        assert not rebuilt_pairs[held].any()
+        assert rebuilt_pairs[np.ix_(~held, targets)].all()
+        errors = np.abs(got.loc[ids].to_numpy() - per_window(history.values, ids, spec))
+        expected_rate = (errors[np.ix_(~held, targets)] > spec.eps).mean()
+        assert report.violation_rate == pytest.approx(expected_rate)
+        assert expected_rate > (errors[:, targets] > spec.eps).mean()  # held pairs diluted it
 
 
 def test_recovery_across_a_live_replan_uses_each_rows_own_plan(
