@@ -29,7 +29,10 @@ with panels.page_guard():
     st.session_state.setdefault("w_replan", True)
     if running and now.replan_every_rows:
         live.replanning_switch(now.scheduled_replanning)
-        scheduled = bool(st.session_state["w_replan"])  # the next start's choice
+        # the next start's choice: kept across runs that do not draw its toggle
+        # (Streamlit drops an undrawn widget's value at the end of the run)
+        st.session_state["w_replan"] = st.session_state["w_replan"]
+        scheduled = bool(st.session_state["w_replan"])
     else:
         scheduled = st.toggle(
             "Re-plan on schedule (off: the plan expires at its horizon)",

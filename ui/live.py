@@ -256,8 +256,9 @@ RECOVERY_JOB = "live-recovery"  # the background job of Simulate failure / Recov
 
 def stop() -> None:
     """Stop the pipeline: recorded first (who, when), and marked on the run's time axis.
-    A recovery running in the background is cancelled first, so that the error its
-    stopped pipeline raises reads as the Stop it was, not as a failed recovery."""
+    A Simulate failure / Recover job running in the background is cancelled first: the
+    manager's lock makes Stop wait for the step in progress, and a recovery not yet
+    begun then never starts on the stopped pipeline (it would fail there)."""
     if (job := background.runner().get(RECOVERY_JOB)) is not None and job.state == "running":
         job.cancel()
     manager = resources.pipeline_manager()

@@ -277,14 +277,19 @@ def _what(event: dict) -> str:
             "the controller steers the set from every closed window's shadow check; "
             f"it starts from the plan's {n} backed-up sensor{'' if n == 1 else 's'}"
         )
+    if kind == "replan_failed":
+        return (
+            f"the {event.get('reason', '')} re-plan failed: {event.get('error', '')}; the plan "
+            "in force is kept"
+        )
     if kind == "plan_versions_withdrawn":
         versions = ", ".join(str(v) for v in event.get("versions", []))
         return f"version(s) {versions} withdrawn: {event.get('why', '')}"
     # the event's own sentence, whichever key it keeps it under
-    for key in ("reason", "detail", "what", "why"):
-        if event.get(key):
-            return str(event[key])
-    return ""
+    said = next((str(event[k]) for k in ("reason", "detail", "what", "why") if event.get(k)), "")
+    if event.get("error"):  # what went wrong, beside what it means
+        return f"{said} ({event['error']})" if said else str(event["error"])
+    return said
 
 
 def recover_range(status: JobStatus) -> None:

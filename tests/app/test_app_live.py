@@ -335,8 +335,8 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
 
 def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force(monkeypatch):  # type: ignore[no-untyped-def]
     """The run started on a plan backing up 1 sensor; a re-plan since backs up 3. The
-    approx row is the recovery's (1 sensor), full's projection scales its 48 rows by
-    6 / 1, and a full run of the starting plan stays measured."""
+    approx row is the recovery's (1 sensor), full's projection is the 41 lost time steps'
+    readings of all 6 sensors, and a full run of the starting plan stays measured."""
     report, _ = make_report()
 
     class Started:
@@ -351,7 +351,8 @@ def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force
     monkeypatch.setattr(resources, "pipeline_log", lambda: log)
     table = recovery.mode_table(InForce(), report).set_index("mode")
     assert table.loc["approx", "sensors stored"] == 1
-    assert table.loc["full", "backup rows"] == 48 * 6
+    assert table.loc["full", "backup rows"] == 41 * 6  # rows 120-160
+    assert table.loc["none", "backup rows"] == 0
     full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
     log.reports["full"] = {"signature": log.started["signature"], "report": full.to_dict()}
     table = recovery.mode_table(InForce(), report).set_index("mode")
@@ -508,43 +509,61 @@ def test_the_replanning_switch_acts_only_when_clicked(app, fake):  # type: ignor
     app.run()
     app.toggle(key="w_replan").set_value(False).run()
     assert switched == [False, False, True]
+    # the choice survives a run while running, when the toggle is not drawn
+    manager._status = replace(manager._status, state="running")
+    for _ in range(3):
+        app.run()
+    manager._status = replace(manager._status, state="stopped")
+    app.run()
+    assert app.toggle(key="w_replan").value is False and switched == [False, False, True]
 
 
 class StoppableManager(FakeManager):
-    """A recovery that runs until the pipeline is stopped, then raises as a stopped
-    pipeline's recovery does."""
+    """The manager's lock as ``PipelineManager`` holds it: ``stop`` waits for a running
+    ``simulate_failure`` (here until ``release``) and never interrupts it."""
 
     def __init__(self) -> None:
         super().__init__("running")
-        self.stopped = threading.Event()
+        self.lock = threading.RLock()
+        self.entered, self.release = threading.Event(), threading.Event()
 
     def simulate_failure(
         self, grace_seconds: float = 15.0, kind: str = "machine"
     ) -> PipelineStatus:
-        self.calls.append(f"simulate_failure {kind}")
-        return self._status
+        with self.lock:
+            self.calls.append(f"simulate_failure {kind}")
+            self.entered.set()
+            self.release.wait(30)
+            self._status = replace(self._status, state="failed")
+            return self._status
 
     def recover(self) -> RecoveryReport:
-        self.stopped.wait(30)
-        raise PipelineError("no failed pipeline to recover (state: stopped)")
+        with self.lock:
+            self.calls.append("recover")
+            raise PipelineError("not reached: the recovery was cancelled")
 
     def stop(self) -> PipelineStatus:
-        self._status = replace(self._status, state="stopped")
-        self.stopped.set()
-        return self._status
+        with self.lock:
+            self.calls.append("stop")
+            self._status = replace(self._status, state="stopped")
+            return self._status
 
 
 def test_a_stop_during_a_recovery_reads_as_the_stop_not_a_failed_recovery(app, fake):  # type: ignore[no-untyped-def]
+    """Stop pressed while the failure is simulated waits for it (the manager's lock), and
+    the recovery it cancelled never starts: the page says it was stopped."""
     manager = fake(StoppableManager())
     app.switch_page("pages/live.py").run()
     try:
         app.button(key="simulate_failure").click().run()
+        assert manager.entered.wait(10)
+        threading.Timer(0.5, manager.release.set).start()
         app.button(key="stop_pipeline").click().run()
         job = get_runner().get(dashboard.RECOVERY_JOB)
         assert job is not None and job.join(10)
         app.run()
         assert not app.exception and not app.error
         assert any("Recovery stopped: Stop was pressed" in i.value for i in app.info)
-        assert manager.stopped.is_set()
+        assert manager.calls == ["simulate_failure crash", "stop"]  # no recovery ran
     finally:
         get_runner().forget(dashboard.RECOVERY_JOB)

@@ -373,6 +373,10 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     assert _what(nanos) == "read truncated"
     withdrawn = {"event": "plan_versions_withdrawn", "versions": [3, 4], "why": "rerun"}
     assert _what(withdrawn) == "version(s) 3, 4 withdrawn: rerun"
+    failed = {"event": "replan_failed", "reason": "alert", "error": "too few rows"}
+    assert _what(failed) == "the alert re-plan failed: too few rows; the plan in force is kept"
+    lost = {"event": "control_failed", "reason": "the plan in force is kept", "error": "E: x"}
+    assert _what(lost) == "the plan in force is kept (E: x)"
     inside = {"event": "replan_started", "reason": "scheduled", "plan_version": 1}
     assert "in the background" in _what(inside)  # a job's events before the flag
     assert "within this batch" in _what({**inside, "background": False})
