@@ -11,11 +11,7 @@ with panels.page_guard():
     fmt = st.radio("Format", ["json", "yaml"], horizontal=True, key="w_export_format")
     config, text = exporting.config_text(plan, fmt)
     name = f"lacuna_backup.{fmt}"
-    st.success(
-        f"{name}: valid against backup config schema v{config['schema_version']} — "
-        f"{len(config['sensors'])} sensors, {len(config['backup_sensors'])} backed up, "
-        "the rest rebuilt from them."
-    )
+    st.success(exporting.summary_text(config, name))
     st.caption(exporting.validity_text(config))
     c1, c2 = st.columns(2)
     c1.download_button(
@@ -32,7 +28,12 @@ with panels.page_guard():
         file_name=exporting.BACKUP_CSV,
         mime="text/csv",
     )
-    st.caption("Rebuild every sensor from the config and the backed-up data:")
+    st.caption(
+        "Rebuild every sensor from the config and the backed-up data. That data is the "
+        "history the plan was fitted on: the command checks the mechanics, not the "
+        "accuracy (the rows are in-sample), and `recover` warns that they lie before the "
+        "plan's validity period."
+    )
     st.code(exporting.recover_command(name), language="bash")
     with st.expander(f"Preview of {name}", expanded=False):
         st.code(text, language=fmt)

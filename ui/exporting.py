@@ -17,10 +17,25 @@ MIME = {"json": "application/json", "yaml": "application/x-yaml"}
 
 
 def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
-    """The schema-v2 config of ``plan`` (validated) and its text in ``fmt``."""
+    """The schema-v3 config of ``plan`` (validated) and its text in ``fmt``."""
     config = plan_to_config(plan)
     validate_config(config)
     return config, dump_config(config, fmt)
+
+
+def summary_text(config: dict[str, Any], name: str) -> str:
+    """The Export page's line on what the config holds: which sensors are backed up, which
+    keep their readings under a crash (nothing rebuilds them then), which are rebuilt."""
+    n, backed = len(config["sensors"]), len(config["backup_sensors"])
+    kept = len(config.get("kept_readings", ()))
+    head = f"{name}: valid against backup config schema v{config['schema_version']} — "
+    if not kept:
+        return head + f"{n} sensors, {backed} backed up, the rest rebuilt from them."
+    return head + (
+        f"{n} sensors, {backed} backed up, {kept} keep their readings under a crash (the "
+        "window state holds them; a rebuilt range rebuilds them from the backup), the rest "
+        "rebuilt from them."
+    )
 
 
 def validity_text(config: dict[str, Any]) -> str:
@@ -28,7 +43,8 @@ def validity_text(config: dict[str, Any]) -> str:
     v = config["validity"]
     return (
         f"Fitted on {v['fit_start']} .. {v['fit_end']}; valid until {v['valid_until']} "
-        f"(horizon {v['horizon_rows']} rows). The `run` job below plans again by itself "
+        f"(horizon {v['horizon_rows']} rows). The `run` job (its command is in the PySpark "
+        "script's docstring below) plans again by itself "
         "once the stream passes that time (or when its live monitor alerts), and keeps "
         "every plan version with the backup; a backup kept another way needs a new plan "
         f"by then (`recover` warns outside {v['fit_end']} .. {v['valid_until']})."

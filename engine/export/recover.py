@@ -159,15 +159,17 @@ def range_guarantee(config: BackupConfig) -> str:
     A v1 or v2 config's ``verdict`` is the range contract's (the only one then).
     """
     guarantee = config.data.get("guarantee") or {}
-    verdict = (guarantee.get("verdicts") or {}).get("range") or guarantee.get("verdict")
     exposure = config.parameters.get("exposure")
+    verdict = (guarantee.get("verdicts") or {}).get("range")
+    if verdict is None and exposure is None:  # a range plan's only verdict is the range one
+        verdict = guarantee.get("verdict")
     head = "range contract (whole windows rebuilt from the backup)"
     if exposure is not None:
         head += (
             f"; the plan's crash contract ({exposure} row{'' if exposure == 1 else 's'} lost, "
             "window state kept) does not cover a rebuilt range"
         )
-    return f"{head}: {verdict or 'not measured: the config states no verdict'}"
+    return f"{head}: {verdict or 'not measured: the config states no range verdict'}"
 
 
 def _warnings(config: BackupConfig, times: np.ndarray) -> tuple[str, ...]:
@@ -194,7 +196,9 @@ def validity_warning(config: BackupConfig, first: np.datetime64, last: np.dateti
         return None
     return (
         f"the backup spans {span}, outside the plan's validity {v['fit_end']}..{v['valid_until']}; "
-        "the plan's guarantee was measured only for that period, so re-plan on recent data"
+        "the plan is meant for that period only (its guarantee was backtested on the history "
+        "before fit_end): before it, rows the plan was fitted on are rebuilt and look better "
+        "than they will; after it, re-plan on recent data"
     )
 
 

@@ -138,6 +138,23 @@ def test_the_config_carries_kept_readings_and_refuses_wrong_ones() -> None:
         BackupConfig.from_dict(as_avg)
     none = make_plan(_history(x), PlanParameters(replace(query, exposure=None)))
     assert "kept_readings" not in plan_to_config(none)  # absent: none, as before
+    # what the Export page says of it: the kept sensors are not "rebuilt from" the backup
+    from ui.exporting import summary_text
+
+    n, k = len(data["sensors"]), len(data["kept_readings"])
+    line = summary_text(data, "lacuna_backup.json")
+    assert f"{k} keep their readings under a crash" in line and f"{n} sensors" in line
+    assert summary_text(plan_to_config(none), "x.json").endswith(
+        "backed up, the rest rebuilt from them."
+    )
+    # recover states the range verdict; a crash config without one says so, never its
+    # crash verdict in its place
+    from engine.export.recover import range_guarantee
+
+    guarantee = dict(data["guarantee"])
+    guarantee.pop("verdicts", None)
+    bare = BackupConfig.from_dict(dict(data, guarantee=guarantee))
+    assert range_guarantee(bare).endswith("not measured: the config states no range verdict")
 
 
 def test_a_smaller_eps_does_not_keep_what_was_measured_at_a_larger_one() -> None:
@@ -231,3 +248,8 @@ def test_a_kept_sensor_backed_up_for_a_while_keeps_its_readings_once_released() 
     # and a pinned sensor stays eligible the same way
     pinned = pin_backups(plan, [kept], "measured failing")
     assert kept not in pinned.kept_sensors and kept in pinned.keepable
+
+
+def test_a_reason_says_how_many_names_it_left_out() -> None:
+    assert C._listed(list("abcdef")) == "a, b, c, d, e and 1 more"
+    assert C._listed(list("abc")) == "a, b, c"
