@@ -626,7 +626,7 @@ MUTANTS = (
            ("tests/unit/test_verdict.py", "tests/unit/test_crash_contract.py")),
     Mutant("a5: the disjoint windows counted as windows x share, floored (49 / 49 -> 0)",
            "engine/planning/verdict.py",
-           "int(windows) // g\n",
+           "int(windows) // disjoint_stride(share)\n",
            "int(windows * share)\n",
            ("tests/unit/test_verdict.py",)),
     Mutant("a6: what would settle it bisects every window count, not the tested stride's",

@@ -6,6 +6,15 @@ that names the problem. Anything else escaping is a bug, not bad input.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+
+def named(names: Sequence[str], shown: int = 5) -> str:
+    """The first ``shown`` of ``names`` and how many more there are, for a one-line
+    message: ``"a, b, c, d, e and 3 more"``."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
 
 class EngineError(Exception):
     """Base class: the message is one line an operator can act on."""

@@ -32,7 +32,7 @@ from engine.data.numeric_times import EARLY_TIMES
 from engine.data.options import DEFAULT_OPTIONS, LoadOptions
 from engine.data.range import check_range
 from engine.data.reader import Decoded, decode, format_ns, shorten
-from engine.errors import DataError, ParameterError
+from engine.errors import DataError, ParameterError, named
 
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled
 GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
@@ -91,11 +91,10 @@ class DataReport:
         sparse = [s for s, r in self.missing_rate.items() if r > MOSTLY_FILLED]
         if not sparse:
             return None
-        named = ", ".join(f"{s} ({100 * self.missing_rate[s]:.0f} %)" for s in sparse[:5])
-        more = f" and {len(sparse) - 5} more" if len(sparse) > 5 else ""
+        listed = named([f"{s} ({100 * self.missing_rate[s]:.0f} %)" for s in sparse])
         return (
             f"{len(sparse)} of {len(self.sensors)} sensors missed more than "
-            f"{100 * MOSTLY_FILLED:.0f} % of the rows ({named}{more}), filled by interpolation: "
+            f"{100 * MOSTLY_FILLED:.0f} % of the rows ({listed}), filled by interpolation: "
             "their model and the backtest's truth rest mostly on filled-in values (sensors "
             "read at other times than each other, or rarely); resample them onto one clock"
         )
@@ -401,9 +400,9 @@ def _blame(unfilled: np.ndarray, sensors: tuple[str, ...]) -> str:
     order = [j for j in np.argsort(-unfilled, kind="stable")[:3] if unfilled[j]]
     if not order:
         return ""
-    named = ", ".join(f"{sensors[j]!r} ({int(unfilled[j])} rows)" for j in order)
+    which = ", ".join(f"{sensors[j]!r} ({int(unfilled[j])} rows)" for j in order)
     return (
-        f"; the rows dropped lack readings of {named}: leave such a sensor out (--sensors "
+        f"; the rows dropped lack readings of {which}: leave such a sensor out (--sensors "
         "on the command line) or fill its gaps"
     )
 

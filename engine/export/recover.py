@@ -21,7 +21,7 @@ from engine.atomic import write_atomically
 from engine.data.files import shorten_path
 from engine.data.history import LoadOptions, SensorHistory, load_sensors
 from engine.data.names import spreadsheet_safe
-from engine.errors import ConfigError, DataError
+from engine.errors import ConfigError, DataError, named
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
@@ -430,10 +430,8 @@ def _absent_backup_sensors(
         read = ~np.isnan(block).all(axis=0)  # every column at once (a loop was 11x slower)
         none = [b for b in lm.backup if not read[column[b]]]
         if none:
-            more = f" and {len(none) - 5} more" if len(none) > 5 else ""
             said.append(
-                f"backup sensor(s) {', '.join(none[:5])}{more} of plan version {v} "
-                f"({int(steps.sum())} step(s))"
+                f"backup sensor(s) {named(none)} of plan version {v} ({int(steps.sum())} step(s))"
             )
     return "; ".join(said)
 

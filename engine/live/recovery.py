@@ -138,8 +138,8 @@ def stored_cells(table: Any, sensors: Sequence[str], lost: LostRange) -> np.ndar
     cells = np.zeros((max(lost.rows, 0), len(sensors)), dtype=bool)
     seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
     value = table.column("value").to_numpy(zero_copy_only=False).astype(float)
-    index = {s: i for i, s in enumerate(sensors)}
-    column = np.array([index.get(s, -1) for s in table.column("sensor").to_pylist()], dtype=int)
+    names = table.column("sensor").to_numpy(zero_copy_only=False)
+    column = pd.Categorical(names, categories=list(sensors)).codes.astype(int)  # -1: unknown
     row = seq - lost.first_row
     ok = ~np.isnan(value) & (column >= 0) & (row >= 0) & (row < cells.shape[0])
     cells[row[ok], column[ok]] = True
@@ -181,7 +181,7 @@ def _rebuild_rows(
 
     def rebuild(frames: Any) -> Any:
         for pdf in frames:
-            yield reconstruct_frame(pdf, maps, inputs, outputs, ranges, inputs)[order]
+            yield reconstruct_frame(pdf, maps, inputs, outputs, ranges, readings=inputs)[order]
 
     return wide.mapInPandas(rebuild, T.StructType(fields))
 

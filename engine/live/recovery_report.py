@@ -154,7 +154,6 @@ def score_recovery(
     over = ((errors > eps) & ~exact).sum(axis=0)
     rates = np.where(counted > 0, over / np.maximum(counted, 1), np.nan)
     missed = (errors > eps)[rebuilt] if mode == "approx" else np.zeros(0, dtype=bool)
-    pairs = missed
     size = store.size()
     return RecoveryReport(
         mode=mode,
@@ -164,7 +163,7 @@ def score_recovery(
         windows_pending=0,
         max_abs_error=float(errors.max()) if errors.size else None,
         mean_abs_error=float(errors.mean()) if errors.size else None,
-        violation_rate=float(missed.mean()) if pairs.size else (0.0 if ids.size else None),
+        violation_rate=float(missed.mean()) if missed.size else (0.0 if ids.size else None),
         violation_rate_worst_sensor=(
             float(np.nanmax(rates)) if ids.size and not np.isnan(rates).all() else None
         ),

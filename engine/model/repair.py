@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from engine.errors import named
+
 # A sensor whose sample variance is below this fraction of its squared level is
 # indistinguishable from rounding, so it is treated as constant: known exactly,
 # reconstructed by its mean. Centred moments (two-pass, or Chan's merges of centred
@@ -54,9 +56,8 @@ def constant_note(constant: np.ndarray, names: tuple[str, ...]) -> str:
     """The repair note's part on constant sensors ("" when there is none)."""
     if not constant.any():
         return ""
-    listed = ", ".join(names[i] for i in np.flatnonzero(constant)[:5])
-    more = "" if constant.sum() <= 5 else f" and {int(constant.sum()) - 5} more"
-    return f"constant sensor(s) {listed}{more} are reconstructed by their mean"
+    listed = named([names[i] for i in np.flatnonzero(constant)])
+    return f"constant sensor(s) {listed} are reconstructed by their mean"
 
 
 def sentence(parts: list[str]) -> str:

@@ -23,6 +23,7 @@ from engine.planning.verdict import (
     VERDICT_TEST,
     Verdict,
     disjoint,
+    disjoint_stride,
     first_settled,
     pct,
     rejected,
@@ -155,7 +156,7 @@ class BacktestResult:
         def settled(n: int) -> bool:  # the misses at the measured rate, a real count
             return window_upper_bound(*disjoint(rate * n, n, self.share), level) <= delta
 
-        return first_settled(settled, max(r, 1), round(1 / self.share))
+        return first_settled(settled, max(r, 1), disjoint_stride(self.share))
 
     def _settle_text(self, needed: int) -> str:
         rebuilt = self.per_sensor.get(self.bound_sensor or "", (0, 0, 0))[1]

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.aggregates import get_aggregate
-from engine.errors import ParameterError
+from engine.errors import ParameterError, named
 from engine.model import GaussianModel
 from engine.planning.guarantee import variance_target
 from engine.planning.horizon import (
@@ -301,20 +301,20 @@ def _calibrate(
             f"so the {level:.3f} quantile of each sensor's {scored} is within eps"
             + (
                 f"; {len(held)} sensor(s) with no measured error held to the variance "
-                f"measured ({_listed(held)})"
+                f"measured ({named(held)})"
                 if held
                 else ""
             )
             + (
                 f"; {len(blind)} sensor(s) backed up, their miss rate not measurable on the "
-                f"{n_windows} windows scored ({_listed(blind)})"
+                f"{n_windows} windows scored ({named(blind)})"
                 if blind
                 else ""
             )
             + (
                 f"; {len(names)} sensor(s) keep their readings under a crash (each window "
                 f"takes the {spec.aggregate} of the readings the failure did not lose, "
-                f"within eps at that quantile without a rebuild: {_listed(names)})"
+                f"within eps at that quantile without a rebuild: {named(names)})"
                 if names
                 else ""
             )
@@ -397,10 +397,3 @@ def disjoint_windows(rows: int, window: int) -> int:
 
 
 # ---------------------------------------------------------------- backtest
-
-
-def _listed(names: list[str], shown: int = 5) -> str:
-    """The first ``shown`` names, and how many more there are (a reason names them all
-    only when they are few)."""
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -14,6 +14,7 @@ from engine.planning.verdict import (
     VERDICT_ALPHA,
     Verdict,
     disjoint,
+    disjoint_stride,
     first_settled,
     pct,
     rejected,
@@ -149,7 +150,7 @@ class CrashResult:
         return first_settled(
             lambda n: window_upper_bound(*disjoint(rate * n, n, self.share), level) <= delta,
             max(r // self.positions, 1),
-            round(1 / self.share),
+            disjoint_stride(self.share),
         )
 
     def to_dict(self) -> dict[str, object]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.data import SensorHistory
 from engine.data.range import check_eps_units
-from engine.errors import ParameterError
+from engine.errors import ParameterError, named
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap
 from engine.model.repair import constant_note, sentence
@@ -244,11 +244,10 @@ def plan_warnings(
     if fold.calibration.method == "unmeasured":
         out.append(f"plan unmeasured, {fold.calibration.reason}")
     if blind := fold.calibration.unmeasured:
-        more = f" and {len(blind) - 5} more" if len(blind) > 5 else ""
         out.append(
             f"{len(blind)} sensor(s) backed up because the history cannot measure their miss "
             f"rate (too few windows scored to bound the {fold.calibration.level:.4g} quantile): "
-            f"{', '.join(blind[:5])}{more}; a longer history or a longer horizon measures them"
+            f"{named(blind)}; a longer history or a longer horizon measures them"
         )
     if result is not None and result.n_folds == 0:
         out.append(f"backtest not run: {result.note}")

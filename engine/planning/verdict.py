@@ -120,18 +120,23 @@ def disjoint_share(window: int, slide: int) -> float:
     return 1.0 / max(1, math.ceil(window / max(slide, 1)))
 
 
+def disjoint_stride(share: float) -> int:
+    """g, the tests' stride: every g-th scored window is tested (``share`` = 1 / g, as
+    ``disjoint_share`` gives it); a share that is not 1 / g is refused."""
+    g = round(1.0 / share) if share > 0.0 else 0
+    if g < 1 or abs(g * share - 1.0) > 1e-9:
+        raise ParameterError(f"share must be 1 / a whole number of windows, got {share!r}")
+    return g
+
+
 def disjoint(misses: float, windows: int, share: float) -> tuple[float, int]:
     """(misses, windows) as the tests count them: ``share`` of the windows (whole), the
     misses scaled alike (a real count; ``window_p_value`` and ``window_upper_bound``
     take one)."""
     if share >= 1.0:
         return float(misses), int(windows)
-    # every g-th window, g = 1 / share a whole number (``disjoint_share``):
-    # ``int(windows * share)`` floored 49 * (1 / 49) to 0
-    g = round(1.0 / share) if share > 0.0 else 0
-    if g < 1 or abs(g * share - 1.0) > 1e-9:
-        raise ParameterError(f"share must be 1 / a whole number of windows, got {share!r}")
-    return float(misses) * share, int(windows) // g
+    # every g-th window: ``int(windows * share)`` floored 49 * (1 / 49) to 0
+    return float(misses) * share, int(windows) // disjoint_stride(share)
 
 
 def sensor_bounds(misses: Sequence[float], windows: Sequence[int], share: float) -> list[float]:

@@ -251,5 +251,7 @@ def test_a_kept_sensor_backed_up_for_a_while_keeps_its_readings_once_released() 
 
 
 def test_a_reason_says_how_many_names_it_left_out() -> None:
-    assert C._listed(list("abcdef")) == "a, b, c, d, e and 1 more"
-    assert C._listed(list("abc")) == "a, b, c"
+    from engine.errors import named
+
+    assert named(list("abcdef")) == "a, b, c, d, e and 1 more"
+    assert named(list("abc")) == "a, b, c"
