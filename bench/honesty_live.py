@@ -82,11 +82,12 @@ def run_live_fold(
     its landing directory. Returns misses and pairs per sensor, the mean backup size
     over the windows, and the re-plans made.
     """
-    from bench.bench_honesty import tumbling
+    from bench.bench_honesty import eps_vector, tumbling
 
     first = BackupConfig.from_dict(config)
     params = first.parameters
-    monitor = ViolationMonitor(sensors, float(params["eps"]), float(params["delta"]))
+    eps = eps_vector(config, sensors)  # each sensor's own (a network of mixed units)
+    monitor = ViolationMonitor(sensors, eps, float(params["delta"]))
     stamps_us = times.astype("datetime64[us]").astype(np.int64)
     step_s = float(np.median(np.diff(stamps_us[: t + 1])) / 1e6)
     events: list[dict[str, Any]] = []
@@ -118,7 +119,6 @@ def run_live_fold(
         error = np.abs(
             tumbling(rebuilt_values, window, aggregate) - tumbling(truth, window, aggregate)
         )
-        eps = float(params["eps"])
         misses += np.where(rebuilt, (error[0] > eps).astype(int), 0)
         pairs += rebuilt.astype(int)
         backed.append(len(plan.config.backup_sensors))

@@ -30,10 +30,15 @@ def recording(drift_from: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return times, np.column_stack([a, b, c]), ["a", "b", "c"]
 
 
-def version_one(times: np.ndarray, values: np.ndarray, sensors: list[str]) -> dict:
+def version_one(
+    times: np.ndarray, values: np.ndarray, sensors: list[str], eps_c: float | None = None
+) -> dict:
+    """The CLI's plan on the first ``H`` rows, eps 1 (``eps_c``: ``c``'s own, as an eps
+    per unit gives a sensor of another unit)."""
     frame = pd.DataFrame(values[:H], columns=sensors)
     frame.insert(0, "time", times[:H])
-    params = PlanParameters(WindowQuery(1.0, 0.05, W, horizon=S))
+    own = () if eps_c is None else (("c", eps_c),)
+    params = PlanParameters(WindowQuery(1.0, 0.05, W, horizon=S, eps_by_sensor=own))
     config = json_safe(plan_to_config(make_plan(history_from_frame(frame), params)))
     assert config["backup_sensors"] == ["a"], config["backup_sensors"]  # b and c rebuilt
     return config
@@ -68,4 +73,16 @@ def test_no_alert_no_replan_same_score_as_the_plan_alone() -> None:
     alone, rebuilt = recover_from_config(config, values[H:], sensors)
     miss = np.abs(tumbling(alone, W, "avg") - tumbling(values[H:], W, "avg")) > 1.0
     assert list(live["misses"]) == list(np.where(rebuilt, miss.sum(axis=0), 0))
+    assert list(live["pairs"]) == [0, S // W, S // W]
+
+
+def test_each_sensor_is_scored_and_watched_against_its_own_eps() -> None:
+    # c leaves the model by 3 for good, within its own eps of 5 (another unit's): no
+    # window of c misses, so nothing alerts; scored against the common eps of 1, every
+    # one of c's windows would miss and the monitor would re-plan.
+    times, values, sensors = recording(drift_from=H)
+    config = version_one(times, values, sensors, eps_c=5.0)
+    live = run_live_fold(config, times, values, sensors, H, S, W, "avg")
+    assert live["replans"] == []
+    assert list(live["misses"]) == [0, 0, 0]
     assert list(live["pairs"]) == [0, S // W, S // W]
