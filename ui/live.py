@@ -319,7 +319,11 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         f"{s.backup_bytes / 1e3:,.1f} kB",
         **QUIET,
     )
-    c[4].metric("Windows emitted", f"{s.windows_emitted:,}")
+    c[4].metric(
+        "Windows emitted",
+        f"{s.windows_emitted:,}",
+        help="Windows with a result, live or recovered, each counted once",
+    )
     # the plan in force, judged on its own windows (as the status line and the monitor)
     mine = _in_force(s)
     c[5].metric(

@@ -144,6 +144,7 @@ class FailureAndRecovery(ManagerViews):
                 "batches": 1 if crash.lost.rows else 0,
                 "backup_rows": self._crash.backup_rows if crash.lost.rows else 0,
                 "backup_bytes": self._crash.backup_bytes if crash.lost.rows else 0,
+                "windows_emitted": len(crash.window_ids),
             }
             lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
             by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
@@ -160,7 +161,7 @@ class FailureAndRecovery(ManagerViews):
             )
             stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
             cells = outcome.stored
-            counted = {}
+            counted = {"windows_emitted": len(outcome.window_ids)}  # the store's totals count them
         seconds = self._clock() - t0
         self._recovery = _Recovery(
             lost, seconds, rows_read, seed.next_window, by_version, stored,

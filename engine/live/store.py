@@ -57,7 +57,6 @@ from engine.live.records import (
     BACKUP_COLUMNS,
     INDEXED_KINDS,
     LATE_COLUMNS,
-    LIVE,
     RESULT_COLUMNS,
     BatchWrite,
     StoreSize,
@@ -274,12 +273,14 @@ class BackupStore:
 
     def totals(self) -> dict[str, int]:
         """What the committed batches of every run hold: ``batches`` (micro-batches),
-        ``backup_rows``, ``backup_bytes`` and ``windows`` (live windows emitted)."""
+        ``backup_rows``, ``backup_bytes`` and ``windows`` (windows with a result, live or
+        recovered: what the pipeline's counter counts, recoveries included)."""
         batches = self._scalar("SELECT count(*) FROM batches WHERE batch_id >= 0")
         rows = self._scalar("SELECT coalesce(sum(rows), 0) FROM batches WHERE batch_id >= 0")
         size = self._scalar("SELECT coalesce(sum(bytes), 0) FROM batches WHERE batch_id >= 0")
         windows = self._scalar(
-            "SELECT count(DISTINCT window_id) FROM results WHERE kind = ?", [LIVE]
+            "SELECT count(DISTINCT window_id) FROM results WHERE list_contains(?, kind)",
+            [list(INDEXED_KINDS)],
         )
         return {"batches": int(batches or 0), "backup_rows": int(rows or 0),
                 "backup_bytes": int(size or 0), "windows": int(windows or 0)}  # fmt: skip

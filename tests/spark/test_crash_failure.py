@@ -133,8 +133,8 @@ def test_a_crash_rebuilds_only_the_batch_in_flight_and_its_windows_match_the_ref
 
     with BackupStore(paths.store_file) as store:
         totals = store.totals()
-    assert (status.batches, status.backup_rows, status.backup_bytes) == (
-        totals["batches"], totals["backup_rows"], totals["backup_bytes"]
+    assert (status.batches, status.backup_rows, status.backup_bytes, status.windows_emitted) == (
+        totals["batches"], totals["backup_rows"], totals["backup_bytes"], totals["windows"]
     )  # fmt: skip
 
 

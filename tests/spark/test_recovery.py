@@ -293,6 +293,9 @@ def test_a_simulated_failure_strikes_inside_an_open_window(
         final = manager.report()
         assert final.windows_recovered == 1 and final.window_ids == (1,)
         assert manager.status().windows_emitted >= 2  # the counters went on after it
+        # and count what a Resume's new process reads back: the recovered window too
+        with BackupStore(paths.store_file) as store:
+            assert manager.status().windows_emitted == store.totals()["windows"]
     finally:
         manager.close()
 

@@ -214,6 +214,21 @@ def test_the_last_window_counts_reading_indexed_results_only(store: BackupStore)
     assert store.last_window() == 4
 
 
+def test_the_windows_total_counts_every_window_with_a_result_as_the_counter_does(
+    store: BackupStore,
+) -> None:
+    """A resumed run's counter starts from ``totals``: the windows a stream batch closed
+    (live, or holding recovered rows), a machine loss's recovered ones, each once; a
+    disorder stage's final results are not windows of their own."""
+    store.commit_batch(BatchWrite(run=0, batch_id=0, results=result_rows(0)))
+    recovered = result_rows(1).assign(kind="recovered")
+    store.commit_batch(BatchWrite(run=0, batch_id=RECOVERY_BATCH, results=recovered))
+    closed = pd.concat([result_rows(2).assign(kind="recovered"), result_rows(3)])
+    staged = result_rows(3).assign(kind="final")
+    store.commit_batch(BatchWrite(run=1, batch_id=0, results=pd.concat([closed, staged])))
+    assert store.totals()["windows"] == 4
+
+
 def test_plan_log_and_late_rows(store: BackupStore) -> None:
     store.log_plan("start", ["a"])
     late = backup_rows(range(1)).assign(arrival_time=pd.Timestamp("2020-01-01"))
