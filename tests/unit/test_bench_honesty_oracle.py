@@ -96,3 +96,22 @@ def test_an_unknown_case_is_refused_before_anything_runs_or_is_written(
         assert not out.exists()
     assert [c.name for c in B.chosen_cases(None)] == [c.name for c in B.CASES]
     assert [c.name for c in B.chosen_cases(first)] == [first]
+
+
+def test_a_whole_network_is_left_out_of_the_exhaustive_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 ** n backup sets a fold: a case of more than 16 sensors is named and left out of
+    a run of every case, and refused when asked for by name (nothing is written)."""
+    import bench.honesty_oracle as oracle
+
+    wide = tuple(f"S{i}_temp_degC" for i in range(17))
+    monkeypatch.setattr(oracle, "_sensors_of", lambda dataset: wide)
+    small = B.Case("small", "d", ("S[0-9]_*",), "avg", 4, 1.0, None, "choose")
+    large = B.Case("large", "d", ("S*_temp_degC",), "avg", 4, 1.0, None, "choose")
+    assert oracle.boundable([small, large]) == ([small], ["large"])
+    monkeypatch.setattr(B, "CASES", [small, large])
+    out = tmp_path / "result.json"
+    assert oracle.main(["--cases", "large", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "error: over 16 sensors, no exhaustive bound: large\n"
+    assert not out.exists()
