@@ -74,18 +74,20 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
     verdict's test, ``verdict.rejected``: one-sided binomial on disjoint windows,
     Bonferroni over the sensors rebuilt; every sensor tested, the most significant
     named), ``at risk`` when the worst rate is above delta but no test rejects yet, or
-    when the plan has expired; None when the shadow check has nothing against it."""
-    if s.plan_expired:
-        return Level(
-            "at risk",
-            f"the plan has expired: version {s.plan_version} has run {s.rows_under_plan:,} rows, "
-            f"past its horizon of {s.replan_every_rows:,}, and scheduled re-planning is off: "
-            "its guarantee is not measured for these rows (re-plan now or turn it on)",
-        )
+    when the plan has expired (a failing test is said first, the expiry with it); None
+    when the shadow check has nothing against it."""
+    expired = (
+        f"the plan has expired: version {s.plan_version} has run {s.rows_under_plan:,} rows, "
+        f"past its horizon of {s.replan_every_rows:,}, and scheduled re-planning is off: its "
+        "backtest measured it for its horizon only (the shadow check goes on measuring; "
+        "re-plan now or turn it on)"
+        if s.plan_expired
+        else ""
+    )
     mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     rate, sensor = mine.get("worst_rate"), mine.get("worst_sensor")
     if rate is None or sensor is None or rate <= delta:
-        return None
+        return Level("at risk", expired) if expired else None
     misses, windows = float(mine.get("worst_misses", 0)), int(mine.get("worst_windows", 0))
     counted = (
         f"{sensor} missed eps in {shadow_counted(misses, windows, s.shadow_contract)} "
@@ -106,12 +108,14 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
             "failing",
             f"guarantee broken: {counted} (binomial test on disjoint windows, Bonferroni "
             "over the sensors rebuilt, at this look); the live monitor re-plans when its "
-            "own test, which holds over every look, alerts",
+            "own test, which holds over every look, alerts"
+            + (f"; and {expired}" if expired else ""),
         )
     return Level(
         "at risk",
         f"guarantee at risk: {counted}; above delta, but not significantly yet (binomial "
-        "test on disjoint windows, Bonferroni over the sensors rebuilt)",
+        "test on disjoint windows, Bonferroni over the sensors rebuilt)"
+        + (f"; and {expired}" if expired else ""),
     )
 
 

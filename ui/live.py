@@ -369,8 +369,8 @@ def plan_versions(s: PipelineStatus) -> None:
     c[0].metric("Plan version", s.plan_version, horizon or None, **QUIET)
     c[1].metric("Miss rate, this version", pct(mine.get("worst_rate")),
                 _worst_counted(mine, s.shadow_contract), **QUIET)  # fmt: skip
-    c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate),
-                f"worst; {s.shadow_windows} windows, all versions", **QUIET)  # fmt: skip
+    c[2].metric("Miss rate, overall", pct(s.shadow_worst_rate), _overall_counted(s),
+                **QUIET)  # fmt: skip
     c[3].metric("Scheduled re-planning", "on" if s.scheduled_replanning else "off")
     if s.plan_expired:
         st.error(
@@ -484,6 +484,16 @@ def replan_now() -> None:
 def _in_force(s: PipelineStatus) -> dict[str, Any]:
     """The shadow tally of the plan version in force, on its own windows ({}: none yet)."""
     return s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
+
+
+def _overall_counted(s: PipelineStatus) -> str:
+    """What the overall worst rate counts: its sensor's misses over its own measured
+    windows, every version's (not every closed window: a backed-up sensor's, or one
+    holding recovered rows, is not measured)."""
+    if s.shadow_worst is None:
+        return "no window yet"
+    sensor, misses, windows = s.shadow_worst
+    return f"worst, all versions: {sensor}: {shadow_counted(misses, windows, s.shadow_contract)}"
 
 
 def _worst_counted(tally: dict[str, Any], contract: str) -> str:

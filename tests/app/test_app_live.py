@@ -447,6 +447,7 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
         plan_version=1,
         shadow_windows=9,
         shadow_worst_rate=0.5,
+        shadow_worst=("Changping_TEMP", 3.0, 6),
         shadow_by_version={
             0: {"windows": 4, "worst_rate": 0.75, "worst_sensor": "Changping_TEMP"},
             1: {"windows": 5, "worst_rate": 0.0, "worst_sensor": None},
@@ -461,6 +462,9 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     assert metric(app, "Plan version") == "1"
     assert metric(app, "Miss rate, this version") == "0.0 %"
     assert metric(app, "Miss rate, overall") == "50.0 %"
+    # counted over its sensor's own measured windows, not every window closed (9)
+    overall = next(m for m in app.metric if m.label == "Miss rate, overall")
+    assert overall.delta == "worst, all versions: Changping_TEMP: 3 of 6 shadow windows"
     # the headline figure is the plan in force's, on its own windows (version 0's 75 %
     # misses, and the all-version 50 %, are not its)
     assert metric(app, "Shadow miss rate, worst sensor") == "0.0 %"

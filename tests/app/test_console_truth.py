@@ -211,6 +211,12 @@ def test_the_status_line_puts_the_guarantee_first() -> None:
     expired = _status(plan_expired=True, rows_under_plan=400, replan_every_rows=288)
     level = status_level(expired, [], 1.0, delta=0.1)
     assert level.name == "at risk" and level.reason.startswith("the plan has expired")
+    # an expired plan whose own windows reject delta is failing, the expiry said with it
+    both = _status(plan_expired=True, rows_under_plan=400, replan_every_rows=288,
+                   shadow_by_version=_tally(15, 40))  # fmt: skip
+    level = status_level(both, [], 1.0, delta=0.1)
+    assert level.name == "failing" and level.reason.startswith("guarantee broken")
+    assert "the plan has expired" in level.reason
     fine = status_level(_status(shadow_by_version=_tally(1, 40)), [], 1.0, delta=0.1)
     assert fine.name == "OK" and fine.reason.startswith("no sensor above delta so far")
     assert "keeping up with the feed" in fine.reason
