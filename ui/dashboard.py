@@ -18,7 +18,7 @@ import streamlit as st
 from engine.live import BatchPoint, PipelineEvent, PipelineStatus, Restore, summarise
 from engine.planning.verdict import rejected
 from ui import background, live, resources, timeline
-from ui.format import format_quantity, plural, shadow_counted, span
+from ui.format import NOT_THIS_RUN, format_quantity, plural, shadow_counted, span
 
 POLL_SECONDS = 1.5  # the Live page redraws its status this often
 FIGURES = "_dashboard_figures"  # session state: the history the figures were drawn from
@@ -84,6 +84,10 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
         if s.plan_expired
         else ""
     )
+    if s.mode == "none":  # the shadow check measures the approx plan, not this run
+        return Level("at risk", f"no backup (mode none): {NOT_THIS_RUN['none']}")
+    if s.mode == "full":  # nothing rebuilt: the approx plan's windows are not this run's
+        return None
     mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     rate, sensor = mine.get("worst_rate"), mine.get("worst_sensor")
     if rate is None or sensor is None or rate <= delta:
@@ -159,6 +163,8 @@ def status_level(
 
 def _holding(s: PipelineStatus, delta: float) -> str:
     """The guarantee's state when nothing is against it, with what it counts."""
+    if s.mode == "full":
+        return f"every sensor backed up (mode full): {NOT_THIS_RUN['full']}"
     mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     sensor = mine.get("worst_sensor")
     if sensor is None:

@@ -81,6 +81,16 @@ def span(first: int, last: int, noun: str = "reading") -> str:
     return f"{noun}s {first:,}..{last:,} ({last - first + 1:,})"
 
 
+# What a run that does not use the approx plan gets from a failure; its shadow check
+# still measures the approx plan (what a re-plan or a switch to approx would use).
+NOT_THIS_RUN = {
+    "none": "a failure loses every window open at it and nothing rebuilds them; the shadow "
+    "check measures the approx plan, which this run does not use",
+    "full": "a recovery reads every reading back, exact; the shadow check measures the "
+    "approx plan, which this run does not use",
+}
+
+
 def shadow_counted(misses: float, windows: int, contract: str) -> str:
     """What a sensor's shadow misses count, in the contract's terms: whole windows that
     missed (range), or the share of the m-row failures touching its windows that missed

@@ -37,7 +37,7 @@ from engine.live import (
 )
 from engine.planning import BackupPlan, PlanParameters
 from ui import access, background, plans, resources
-from ui.format import pct, shadow_counted
+from ui.format import NOT_THIS_RUN, pct, shadow_counted
 from ui.panels import QUIET
 from ui.plans import PlanningData
 
@@ -335,7 +335,10 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         help="Each closed window is also rebuilt from the backed-up sensors only and "
         "compared with the live result: the live measure of the guarantee, for the plan "
         "in force on the windows read under it alone (every version's figures are in the "
-        "version table).",
+        "version table)."
+        + (
+            f" This run is mode {s.mode}: {NOT_THIS_RUN[s.mode]}." if s.mode in NOT_THIS_RUN else ""
+        ),
     )
     feed = s.feed
     if feed.total_readings:

@@ -222,6 +222,20 @@ def test_the_status_line_puts_the_guarantee_first() -> None:
     assert "keeping up with the feed" in fine.reason
 
 
+def test_the_status_line_judges_the_run_in_its_mode_not_the_approx_plan() -> None:
+    """The shadow check always measures the approx plan; a run in mode none or full does
+    not use it: none loses the open windows to a failure, full recovers them exactly."""
+    from ui.dashboard import status_level
+
+    quiet = status_level(_status(mode="none", shadow_by_version=_tally(1, 40)), [], 1.0, 0.1)
+    assert quiet.name == "at risk" and quiet.reason.startswith("no backup (mode none)")
+    full = status_level(_status(mode="full", shadow_by_version=_tally(15, 40)), [], 1.0, 0.1)
+    assert full.name == "OK", full
+    assert full.reason.startswith("every sensor backed up (mode full): a recovery")
+    assert status_level(_status(mode="approx", shadow_by_version=_tally(15, 40)), [], 1.0,
+                        0.1).name == "failing"  # fmt: skip
+
+
 def test_the_live_page_counts_across_restores_and_shows_the_latest(app, monkeypatch):  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
