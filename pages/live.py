@@ -44,10 +44,11 @@ with panels.page_guard():
         live.replan_now()
     live.start_button(c3, data, plan.parameters, mode, rate, disorder, running, scheduled)
     failed = manager.status().state == "failed"
+    running_plan = live.plan_running(plan)  # the status is judged by the run's own plan
     kind = st.radio(
         "Failure to simulate",
         list(dashboard.FAILURE_LABELS),
-        index=0 if plan.parameters.exposure is not None else 1,
+        index=0 if running_plan.parameters.exposure is not None else 1,
         format_func=dashboard.FAILURE_LABELS.get,
         horizontal=True,
         key="w_failure_kind",
@@ -65,11 +66,11 @@ with panels.page_guard():
         key="stop_pipeline",
         on_click=live.stop,
     )
-    live.contract_note(plan)
+    live.contract_note(running_plan)
     live.ownership_note()
     live.audit_history()
     live.split_note(data)
-    dashboard.live_dashboard(plan.parameters.delta)
+    dashboard.live_dashboard(running_plan.parameters.delta)
     report = live.last_report()
     if report is None:
         st.caption(

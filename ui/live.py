@@ -38,7 +38,7 @@ from engine.live import (
 from engine.planning import BackupPlan, PlanParameters
 from ui import access, background, plans, resources
 from ui.format import NOT_THIS_RUN, pct, shadow_counted
-from ui.panels import QUIET
+from ui.panels import LIVE_STATES, QUIET
 from ui.plans import PlanningData
 
 RATES = (1, 2, 5, 10, 20, 50, 100)  # history rows replayed per second
@@ -152,6 +152,19 @@ def trigger_seconds(batch_rows: int, rows_per_second: int) -> float:
     of feed) stayed for the whole run and the page said "behind" while every batch
     kept pace."""
     return max(0.2, min(1.0, batch_rows / (TRIGGER_HEADROOM * max(1, rows_per_second))))
+
+
+def plan_running(plan: BackupPlan) -> BackupPlan:
+    """The plan the live pipeline runs with while one is active (started on other data or
+    with other settings, maybe from another session: its delta and contract are the ones
+    its status is judged by); else ``plan``, this session's, which the next start uses."""
+    log, manager = resources.pipeline_log(), resources.pipeline_manager()
+    if log.plan is None or manager.status().state not in LIVE_STATES:
+        return plan
+    in_force = None
+    if log.monitor is not None:  # the plan of the version the stream runs with now
+        in_force = log.monitor.plan_for(manager.spec_in_force().linear_map)
+    return in_force or log.plan
 
 
 def contract_note(plan: BackupPlan) -> None:

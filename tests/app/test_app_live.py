@@ -571,3 +571,30 @@ def test_a_stop_during_a_recovery_reads_as_the_stop_not_a_failed_recovery(app, f
         assert manager.calls == ["simulate_failure crash", "stop"]  # no recovery ran
     finally:
         get_runner().forget(dashboard.RECOVERY_JOB)
+
+
+def test_the_live_status_is_judged_by_the_running_pipelines_delta(app, fake, monkeypatch):  # type: ignore[no-untyped-def]
+    """A pipeline started on other data (another session) with delta 5 %: its worst
+    sensor's 15 % is above it, whatever delta this session's plan was tuned to (20 %)."""
+    from engine.planning import PlanParameters, make_plan
+
+    app.switch_page("pages/tune.py").run()
+    params = app.session_state["params"]
+    app.session_state["params"] = replace(params, query=replace(params.query, delta=0.2))
+    history = load_history(SMALL).select(TEMP)
+    theirs = make_plan(
+        history.rows(0, 360), PlanParameters(WindowQuery(0.5, 0.05, 24)), run_backtest_now=False
+    )
+    manager = fake(FakeManager("running"))
+    tally = {"worst_rate": 0.15, "worst_sensor": TEMP[1], "worst_misses": 3, "worst_windows": 20,
+             "windows": 20}  # fmt: skip
+    manager._status = replace(manager._status, plan_version=0, shadow_by_version={0: tally})
+    manager.versions = lambda: []  # type: ignore[attr-defined]
+    log = resources.PipelineLog()
+    log.plan, log.data_key = theirs, "another data set"
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    shown = texts(app)
+    assert "running on other data than this session's" in shown
+    assert "guarantee at risk" in shown and "against delta 5 %" in shown, shown
