@@ -365,9 +365,9 @@ def job_batches_chart(batches: pd.DataFrame, delta: float) -> go.Figure:
 
 
 def mode_bars(table: pd.DataFrame) -> go.Figure:
-    """Backup rows each mode stores, labelled with the windows it recovered; a mode not
+    """Backup readings each mode stores, labelled with the windows it recovered; a mode not
     run has no bar and says so (its rows were not measured), with its projected windows."""
-    rows = pd.to_numeric(table["backup rows"], errors="coerce")
+    rows = pd.to_numeric(table["backup readings"], errors="coerce")
     labels = [
         ("not run" if np.isnan(r) else f"{int(r)} rows") + f", {w}/{lost} windows recovered, {f}"
         for r, w, lost, f in zip(
@@ -385,4 +385,4 @@ def mode_bars(table: pd.DataFrame) -> go.Figure:
         )
     )
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Backup rows read for recovery, per mode", 260, x="backup rows")
+    return _layout(fig, "Backup readings read for recovery, per mode", 260, x="backup readings")

@@ -182,12 +182,12 @@ def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent
     backups = [p for p in points if p.backup_rows > 0]
     recoveries = [e for e in events if e.kind == "recovery"]
     rows = {
-        "backup rows per batch": [p.backup_rows for p in backups],
+        "backup readings per batch": [p.backup_rows for p in backups],
         "backup bytes per batch": [p.backup_bytes for p in backups],
         "store commit (ms)": [p.store_ms for p in backups],
         "batch duration (ms)": [p.duration_ms for p in points],
         "recovery time (s)": [e.seconds for e in recoveries],
-        "recovery rows read": [e.rows for e in recoveries],
+        "recovery readings read": [e.rows for e in recoveries],
     }
     out = []
     for name, values in rows.items():
@@ -262,7 +262,7 @@ def restore_text(r: Restore) -> str:
         took = "" if r.seconds is None else f" in {format_quantity(r.seconds, 's')}"
         text += (
             f": {lost} rebuilt from the backup ({plural(r.windows, 'window')} needed them, "
-            f"{plural(r.rows_read, 'backup row')} read){took}"
+            f"{plural(r.rows_read, 'backup reading')} read){took}"
         )
     version = "" if r.plan_version is None else f" under plan version {r.plan_version}"
     return text + f"; the query went on from row {r.resumed_at_row:,}{version}."

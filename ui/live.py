@@ -323,11 +323,11 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     c[2].metric(
         "Readings in",
         f"{s.input_rows:,}",
-        f"{s.processed_rows_per_second:,.0f}/s",
+        f"{s.input_rows_per_second:,.0f}/s arriving",
         **QUIET,
     )
     c[3].metric(
-        "Backup rows stored",
+        "Backup readings stored",
         f"{s.backup_rows:,}",
         f"{s.backup_bytes / 1e3:,.1f} kB",
         **QUIET,

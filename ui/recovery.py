@@ -84,7 +84,7 @@ def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]
         "mode": mode,
         "figures": "measured",
         "sensors stored": stored,
-        "backup rows": rep["backup_rows"],
+        "backup readings": rep["backup_rows"],
         "windows lost": rep["windows_lost"],
         "windows recovered": rep["windows_recovered"],
         "max abs error": rep["max_abs_error"],
@@ -95,7 +95,7 @@ def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]
 
 def _projected_row(mode: str, stored: int, current: RecoveryReport) -> dict[str, Any]:
     """What a mode would give on the same failure: full is exact, none recovers nothing.
-    Its backup rows: every lost time step's reading of each sensor it stores (not the
+    Its backup readings: every lost time step's reading of each sensor it stores (not the
     approx recovery's rows scaled: those include every reading a full batch stored)."""
     first, last = current.lost_rows
     steps = max(last - first + 1, 0)
@@ -105,7 +105,7 @@ def _projected_row(mode: str, stored: int, current: RecoveryReport) -> dict[str,
         "mode": mode,
         "figures": "projected (not run)",
         "sensors stored": stored,
-        "backup rows": rows,
+        "backup readings": rows,
         "windows lost": lost,
         "windows recovered": 0 if mode == "none" else lost,
         "max abs error": 0.0 if mode == "full" else None,
@@ -142,7 +142,7 @@ def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
 def display_modes(table: pd.DataFrame) -> pd.DataFrame:
     """The mode table as people read it: a figure a mode has not measured says so."""
     shown = table.astype(object)
-    for name in ("backup rows", "max abs error", "violation rate", "recovery s"):
+    for name in ("backup readings", "max abs error", "violation rate", "recovery s"):
         shown[name] = [
             "not run" if v is None or (isinstance(v, float) and np.isnan(v)) else v
             for v in table[name]
@@ -189,7 +189,7 @@ def report_metrics(report: RecoveryReport) -> None:
     )
     c[4].metric("Recovery time", f"{report.recovery_seconds:.2f} s")
     c[5].metric(
-        "Backup rows read",
+        "Backup readings read",
         f"{report.backup_rows:,}",
         f"{report.backup_bytes / 1e3:,.1f} kB stored",
         **QUIET,

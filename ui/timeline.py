@@ -84,7 +84,7 @@ def pipeline_timeline(
         "Input rate (readings/s)",
         "Batch duration (ms)",
         "Backlog (readings landed, not processed)",
-        "Backup written per batch (rows; kB dotted)",
+        "Backup written per batch (readings; kB dotted)",
         "Shadow miss rate (%), every plan version: pooled and worst sensors, against delta",
     )
     fig = make_subplots(
@@ -99,7 +99,7 @@ def pipeline_timeline(
     # No area fill: plotly fills across the gap a failure leaves.
     _line(fig, x, frame["backlog"], "backlog", 3, line={"color": "#ff7f0e"})
     fig.add_trace(
-        go.Bar(x=x, y=frame["backup_rows"], name="backup rows", marker_color=BACKUP_COLOUR),
+        go.Bar(x=x, y=frame["backup_rows"], name="backup readings", marker_color=BACKUP_COLOUR),
         row=4, col=1,
     )  # fmt: skip
     fig.add_trace(

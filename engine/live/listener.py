@@ -7,6 +7,7 @@ PySpark is imported inside the function only.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 from engine.live.status import StatusBoard
@@ -19,6 +20,12 @@ class Listened(Protocol):
     query: Any
     run: int
     board: StatusBoard
+
+
+def spark_rate(value: Any) -> float:
+    """A progress event's rate, 0 when Spark gives none (the first batch: NaN or null)."""
+    rate = float(value or 0.0)
+    return rate if math.isfinite(rate) else 0.0
 
 
 def make_listener(pipeline: Listened) -> Any:
@@ -34,9 +41,10 @@ def make_listener(pipeline: Listened) -> Any:
             if pipeline.query is None or str(p.id) != str(pipeline.query.id):
                 return
             durations = dict(p.durationMs or {})
+            arriving = spark_rate(p.inputRowsPerSecond)  # rows over the time between triggers
             pipeline.board.update(
-                input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
-                processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                input_rows_per_second=arriving,
+                processed_rows_per_second=spark_rate(p.processedRowsPerSecond),
                 batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
             )
             if "triggerExecution" in durations:  # Spark's figures replace our own estimate
@@ -44,7 +52,9 @@ def make_listener(pipeline: Listened) -> Any:
                     pipeline.run,
                     int(p.batchId),
                     duration_ms=float(durations["triggerExecution"]),
-                    rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                    # the input rate, as the estimate it replaces (rows over the gap
+                    # since the batch before), not the rate one batch was processed at
+                    rows_per_second=arriving,
                 )
             pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
 

@@ -322,7 +322,8 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     log.reports["full"] = {"signature": signature, "report": full.to_dict()}
     log.reports["none"] = {"signature": "another plan", "report": report.to_dict()}
     table = recovery.mode_table(Plan(), report).set_index("mode")
-    assert table.loc["full", "figures"] == "measured" and table.loc["full", "backup rows"] == 288
+    assert table.loc["full", "figures"] == "measured"
+    assert table.loc["full", "backup readings"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
     assert table.loc["none", "windows recovered"] == 0
     # a full run that recovered another kind of failure measured another loss
@@ -351,8 +352,8 @@ def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force
     monkeypatch.setattr(resources, "pipeline_log", lambda: log)
     table = recovery.mode_table(InForce(), report).set_index("mode")
     assert table.loc["approx", "sensors stored"] == 1
-    assert table.loc["full", "backup rows"] == 41 * 6  # rows 120-160
-    assert table.loc["none", "backup rows"] == 0
+    assert table.loc["full", "backup readings"] == 41 * 6  # rows 120-160
+    assert table.loc["none", "backup readings"] == 0
     full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
     log.reports["full"] = {"signature": log.started["signature"], "report": full.to_dict()}
     table = recovery.mode_table(InForce(), report).set_index("mode")
@@ -448,6 +449,8 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
         shadow_windows=9,
         shadow_worst_rate=0.5,
         shadow_worst=("Changping_TEMP", 3.0, 6),
+        input_rows_per_second=40.0,  # arriving; one batch was processed at 67 a second
+        processed_rows_per_second=67.0,
         shadow_by_version={
             0: {"windows": 4, "worst_rate": 0.75, "worst_sensor": "Changping_TEMP"},
             1: {"windows": 5, "worst_rate": 0.0, "worst_sensor": None},
@@ -465,6 +468,8 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     # counted over its sensor's own measured windows, not every window closed (9)
     overall = next(m for m in app.metric if m.label == "Miss rate, overall")
     assert overall.delta == "worst, all versions: Changping_TEMP: 3 of 6 shadow windows"
+    readings_in = next(m for m in app.metric if m.label == "Readings in")
+    assert readings_in.delta == "40/s arriving"
     # the headline figure is the plan in force's, on its own windows (version 0's 75 %
     # misses, and the all-version 50 %, are not its)
     assert metric(app, "Shadow miss rate, worst sensor") == "0.0 %"

@@ -147,11 +147,11 @@ def test_history_summary_has_min_avg_max_of_backups_and_recoveries() -> None:
     board.mark("recovery", "approx: 14 lost rows rebuilt", seconds=0.8, rows=140)
     board.mark("recovery", "approx: 3 lost rows rebuilt", seconds=1.6, rows=30)
     table = dashboard.history_summary(points(4), board.history.events()).set_index("")
-    assert table.loc["backup rows per batch", "count"] == 4
+    assert table.loc["backup readings per batch", "count"] == 4
     assert table.loc["backup bytes per batch", "avg"] == "640 B"
     assert table.loc["recovery time (s)", "min"] == "0.8"
     assert table.loc["recovery time (s)", "max"] == "1.6"
-    assert table.loc["recovery rows read", "avg"] == "85"
+    assert table.loc["recovery readings read", "avg"] == "85"
 
 
 def test_dashboard_draws_the_series_and_history(app, monkeypatch):  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def test_dashboard_draws_the_series_and_history(app, monkeypatch):  # type: igno
     assert "Backup and recovery history" in body
     assert len(app.get("plotly_chart")) == 1  # no disorder panel without K
     summary = app.dataframe[0].value
-    assert summary.set_index("").loc["backup rows per batch", "count"] == 6
+    assert summary.set_index("").loc["backup readings per batch", "count"] == 6
     assert "run None" not in body
 
 
