@@ -101,7 +101,9 @@ def _fleet(plan: BackupPlan, measured: tuple[float | None, float | None]) -> Fle
         "Bytes at rest per reading", min_value=0.1, step=1.0, key="w_bytes_at_rest",
         help="Prices the storage held. Measured by the live pipeline when it has run: the "
         "Parquet bytes its backup holds per reading now, after compaction (about the "
-        "values' 8 bytes a reading once 32 batches are compacted); else as written.",
+        "values' 8 bytes a reading once 32 batches are compacted; more before); else as "
+        "written: an uncompressed 8-byte timestamp and 8-byte value, about twice what a "
+        "compacted backup keeps (bench_compaction).",
     )  # fmt: skip
     keep(defaults)
     return Fleet(int(per_site), int(sites), float(interval), float(size), float(rest))
@@ -120,14 +122,16 @@ def _store() -> StorePrices:
     name = c[0].selectbox("Backup store", list(STORES), key="w_cost_store",
                           on_change=_apply_store, help=preset.source)  # fmt: skip
     price = c[1].number_input("$ per GB-month", min_value=0.0, step=0.001, format="%.4f",
-                              key="w_price", help=preset.source)  # fmt: skip
+                              key="w_price", help="A GB is 2^30 bytes, as the clouds bill it. "
+                              + preset.source)  # fmt: skip
     copies = c[2].number_input("Replication", min_value=1, step=1, key="w_cost_replication",
                                help="Copies the store keeps of every byte (HDFS: 3)")  # fmt: skip
     put = c[3].number_input("$ per 1,000 PUTs", min_value=0.0, step=0.001, format="%.4f",
                             key="w_cost_put", help=preset.source)  # fmt: skip
     bandwidth = c[4].number_input(
         "$ per MB/s-month", min_value=0.0, step=0.01, format="%.3f", key="w_cost_bandwidth",
-        help="Sustained durable write bandwidth (provisioned throughput). " + preset.source,
+        help="Sustained durable write bandwidth (provisioned throughput beyond what the "
+        "store includes; an MB is 2^20 bytes). " + preset.source,
     )  # fmt: skip
     keep(("w_cost_store", *STORE_KEYS))
     edited = (float(price), int(copies), float(put), float(bandwidth)) != tuple(defaults.values())

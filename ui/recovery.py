@@ -191,8 +191,11 @@ def report_metrics(report: RecoveryReport) -> None:
     c[5].metric(
         "Backup readings read",
         f"{report.backup_rows:,}",
-        f"{report.backup_bytes / 1e3:,.1f} kB stored",
+        f"whole backup: {report.backup_bytes / 1e3:,.1f} kB on disk",
         **QUIET,
+        help="The readings the recovery read from the backup for the lost rows; below it, "
+        "the size of the whole backup at rest when the recovery ran (every batch's, "
+        "compacted), not the size of what was read.",
     )
     served = ", ".join(f"version {k}: {n}" for k, n in report.rows_by_version.items())
     lost = span(report.lost_rows[0], report.lost_rows[1], "row")

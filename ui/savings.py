@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from engine.costs import REPLAN_SOURCE, CostReport, where_it_pays
+from engine.costs import GB, MB, REPLAN_SOURCE, CostReport, where_it_pays
 from engine.errors import EngineError
 from engine.planning import BackupPlan
 from ui import resources
@@ -107,8 +107,8 @@ def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
             {
                 "strategy": label,
                 "readings persisted": format_percent(cost.fraction, 1),
-                "storage held": format_quantity(cost.stored_gb * 1e9, "B"),
-                "write bandwidth": format_quantity(cost.write_mb_per_s * 1e6, "B/s"),
+                "storage held": format_quantity(cost.stored_gb * GB, "B"),
+                "write bandwidth": format_quantity(cost.write_mb_per_s * MB, "B/s"),
                 "PUTs a month": format_quantity(cost.files_per_month),
                 "executors": format_quantity(report.executors(cost)),
                 **{f"$ {k}": format_money(v) for k, v in cost.lines().items()},

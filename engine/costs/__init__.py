@@ -19,6 +19,8 @@ from engine.costs.measured import (
 )
 from engine.costs.model import (
     CONTRACTS,
+    GB,
+    MB,
     SECONDS_PER_MONTH,
     BreakEven,
     ComputeRates,
@@ -37,6 +39,8 @@ __all__ = [
     "BENCHMARK_POINTS",
     "COMPUTE",
     "CONTRACTS",
+    "GB",
+    "MB",
     "MEASURED_RECOVERY",
     "PRODUCTION_SOURCE",
     "RECOVERY_SOURCE",

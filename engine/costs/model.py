@@ -5,10 +5,10 @@ strategy that persists a fraction ``f`` of the readings:
 
 * storage held: ``R f S`` bytes/s (``S`` bytes per reading at rest: after the job's
   compaction, which stores about the values' 8 bytes a reading) kept ``retention``
-  seconds, ``replication`` copies, at the store's price per GB-month;
+  seconds, ``replication`` copies, at the store's price per GB-month (GB = 2^30 bytes);
 * durable write bandwidth: ``R f B replication`` bytes/s (``B`` bytes per reading as
   each micro-batch writes them, small files' overhead included), at its price per
-  MB/s-month;
+  MB/s-month (MB = 2^20 bytes);
 * requests: one file per micro-batch and partition, whatever is in them (the same for
   every strategy that writes anything). A micro-batch runs at most once a trigger and
   only when something landed: each site lands a time step every interval, so
@@ -44,6 +44,8 @@ from engine.errors import ParameterError
 
 __all__ = [
     "CONTRACTS",
+    "GB",
+    "MB",
     "SECONDS_PER_MONTH",
     "BreakEven",
     "ComputeRates",
@@ -58,7 +60,9 @@ __all__ = [
 
 SECONDS_PER_MONTH = 365.25 / 12 * 86400.0
 HOURS_PER_MONTH = SECONDS_PER_MONTH / 3600.0
-GB, MB = 1e9, 1e6
+# Clouds bill storage per binary gigabyte (AWS: "1 GB is 2^30 bytes", a GiB) and EBS
+# throughput per MiB/s: the prices are per those units.
+GB, MB = float(2**30), float(2**20)
 CONTRACTS = ("crash", "range")
 
 

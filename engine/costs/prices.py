@@ -18,12 +18,13 @@ __all__ = ["COMPUTE", "STORES", "ComputePrices", "StorePrices"]
 class StorePrices:
     """A durable store: what holding, writing and requesting cost there.
 
-    ``storage_per_gb_month`` is per GB held on the store's disks, so every replica
-    counts (``replication``: 3 for HDFS by default; 1 for an object store, whose
-    price already covers its own redundancy). ``put_per_1000`` is the price of
-    1,000 write requests (one per file). ``bandwidth_per_mbps_month`` is the price
-    of one MB/s of sustained durable write bandwidth for a month (provisioned
-    throughput of a block volume; 0 where writes are not billed by throughput).
+    ``storage_per_gb_month`` is per GB (2^30 bytes, as clouds bill) held on the store's
+    disks, so every replica counts (``replication``: 3 for HDFS by default; 1 for an
+    object store, whose price already covers its own redundancy). ``put_per_1000`` is
+    the price of 1,000 write requests (one per file). ``bandwidth_per_mbps_month`` is
+    the price of one MB/s (2^20 bytes a second) of sustained durable write bandwidth
+    for a month (provisioned throughput of a block volume beyond what it includes; 0
+    where writes are not billed by throughput).
     """
 
     name: str
@@ -51,15 +52,17 @@ S3_SOURCE = (
 )
 HDFS_SOURCE = (
     "HDFS (dfs.replication 3, its default) on Amazon EBS gp3 volumes, us-east-1 "
-    "(aws.amazon.com/ebs/pricing): $0.08 per GB-month, throughput $0.040 per provisioned "
-    "MB/s-month (above each volume's free 125 MB/s, not counted here); no request price"
+    "(aws.amazon.com/ebs/pricing): $0.08 per GB-month; each volume includes 125 MiB/s of "
+    "throughput, which a backup stays below unless one volume takes about 8 million "
+    "16-byte readings a second, so no throughput price (above it: $0.040 per MiB/s-month "
+    "provisioned, to be set here); no request price"
 )
 STORES: dict[str, StorePrices] = {
     "object store (S3 Standard)": StorePrices(
         "object store (S3 Standard)", 0.023, 1, 0.005, 0.0, S3_SOURCE
     ),
     "HDFS on EBS gp3, 3 replicas": StorePrices(
-        "HDFS on EBS gp3, 3 replicas", 0.08, 3, 0.0, 0.04, HDFS_SOURCE
+        "HDFS on EBS gp3, 3 replicas", 0.08, 3, 0.0, 0.0, HDFS_SOURCE
     ),
 }
 

@@ -52,10 +52,10 @@ def test_full_backup_month_by_hand() -> None:
     full = report.full
     core_second = 0.4 / 3600 / 4  # $ per core-second
     # 100 readings/s x 16 B = 1,600 B/s, 30 days kept, 3 copies
-    assert full.stored_gb == pytest.approx(1600 * 30 * 86400 * 3 / 1e9)  # 12.4416 GB
-    assert full.storage == pytest.approx(12.4416 * 0.1)
-    assert full.write_mb_per_s == pytest.approx(1600 * 3 / 1e6)
-    assert full.bandwidth == pytest.approx(0.0048 * 0.04)
+    assert full.stored_gb == pytest.approx(1600 * 30 * 86400 * 3 / 2**30)  # 11.587 GiB
+    assert full.storage == pytest.approx(1600 * 30 * 86400 * 3 / 2**30 * 0.1)
+    assert full.write_mb_per_s == pytest.approx(1600 * 3 / 2**20)
+    assert full.bandwidth == pytest.approx(1600 * 3 / 2**20 * 0.04)
     assert full.files_per_month == pytest.approx(MONTH / 10 * 2)  # a file per batch, partition
     assert full.requests == pytest.approx(MONTH / 10 * 2 / 1000 * 0.005)
     assert full.cores == pytest.approx(100 * 2e-6)  # writing every reading, 2 core-us each
@@ -99,7 +99,7 @@ def test_a_contract_month_and_its_saving_by_hand() -> None:
     core_second = 0.4 / 3600 / 4
     plan = report.contracts["range"]
     assert plan.fraction == 0.25
-    assert plan.stored_gb == pytest.approx(400 * 30 * 86400 * 3 / 1e9)
+    assert plan.stored_gb == pytest.approx(400 * 30 * 86400 * 3 / 2**30)
     assert plan.files_per_month == report.full.files_per_month  # requests do not shrink
     # the plan's writes (25 readings/s) and the shadow check on every reading (100/s)
     assert plan.cores == pytest.approx(25 * 2e-6 + 100 * 1e-6)
@@ -108,8 +108,8 @@ def test_a_contract_month_and_its_saving_by_hand() -> None:
     saving = report.full.total - plan.total
     assert report.saving("range") == pytest.approx(saving)
     by_hand = (
-        (1600 - 400) * 30 * 86400 * 3 / 1e9 * 0.1  # storage
-        + (1600 - 400) * 3 / 1e6 * 0.04  # write bandwidth
+        (1600 - 400) * 30 * 86400 * 3 / 2**30 * 0.1  # storage
+        + (1600 - 400) * 3 / 2**20 * 0.04  # write bandwidth
         + (100 * 2e-6 - 25 * 2e-6 - 100 * 1e-6) * core_second * MONTH  # compute
         - 10 * MONTH / 86400 * 10 * core_second  # re-plans
     )
@@ -124,8 +124,8 @@ def test_break_even_is_where_the_saving_crosses_zero() -> None:
     core_second = 0.4 / 3600 / 4
     fixed = 10 * MONTH / 86400 * 10 * core_second  # the re-plans
     per_reading = (
-        16 * 0.75 * 30 * 86400 * 3 / 1e9 * 0.1
-        + 16 * 0.75 * 3 / 1e6 * 0.04
+        16 * 0.75 * 30 * 86400 * 3 / 2**30 * 0.1
+        + 16 * 0.75 * 3 / 2**20 * 0.04
         + (0.75 * 2e-6 - 1e-6) * core_second * MONTH
     )
     assert even.readings_per_second == pytest.approx(fixed / per_reading)
@@ -248,7 +248,8 @@ def test_bad_inputs_name_the_bad_value() -> None:
         nearest_point(0.0)
     assert set(STORES) and all(s.source for s in STORES.values())
     hdfs = next(s for s in STORES.values() if s.replication == 3)
-    assert hdfs.storage_per_gb_month == 0.08 and hdfs.bandwidth_per_mbps_month == 0.04
+    # gp3 includes 125 MiB/s a volume, far above a backup's writes: no throughput price
+    assert hdfs.storage_per_gb_month == 0.08 and hdfs.bandwidth_per_mbps_month == 0.0
 
 
 def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_written() -> None:
@@ -260,7 +261,7 @@ def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_writt
     assert report.full.stored_gb == pytest.approx(same.full.stored_gb * 8.5 / 16)
     assert report.full.write_mb_per_s == pytest.approx(same.full.write_mb_per_s)
     crash = report.contracts["crash"]
-    assert crash.stored_gb == pytest.approx(100 * 0.1 * 8.5 * 30 * 86400 * 3 / 1e9)
+    assert crash.stored_gb == pytest.approx(100 * 0.1 * 8.5 * 30 * 86400 * 3 / 2**30)
     assert Fleet(1).bytes_at_rest == 16.0  # none given: as written
     with pytest.raises(ParameterError, match="stored_bytes_per_reading"):
         Fleet(1, stored_bytes_per_reading=0.0)
