@@ -327,7 +327,9 @@ def guarantee(plan: BackupPlan) -> None:
         "Model P(miss), worst",
         format_percent(plan.model_worst_probability, 2),
         help="Model only, under the seed's assumptions (errors independent over time, "
-        "model never stale). The backtest beside it is the measured figure.",
+        "model never stale), for a window rebuilt whole: the range contract's case, "
+        "whichever contract the plan is for. The backtest beside it is the measured figure "
+        "of the plan's own contract.",
     )
     _backtest_metrics(plan, c[2], c[3])
 

@@ -20,7 +20,13 @@ TABLE_FORMAT = {
     "status": st.column_config.TextColumn(width="small"),
     "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="medium"),
     "model error bound": st.column_config.TextColumn("error bound", width="small"),
-    "model P(miss)": st.column_config.TextColumn("P(miss)", width="small"),
+    "model P(miss)": st.column_config.TextColumn(
+        "P(miss)",
+        width="small",
+        help="The model's probability that the sensor's window, rebuilt whole, misses eps: "
+        "the range contract's case, for a crash plan too (its measured figure is the "
+        "backtest's)",
+    ),
     "backtest miss rate (rebuilt windows)": st.column_config.TextColumn(
         "backtest miss",
         width="small",
@@ -120,8 +126,9 @@ def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def cost_metrics(report: CostReport) -> None:
-    """Full backup's bill, each contract's and what it saves, and the break-even."""
+def cost_metrics(report: CostReport, contract: str = "range") -> None:
+    """Full backup's bill, each contract's and what it saves, and the break-even of
+    ``contract`` (the plan's own)."""
     c = st.columns(4)
     c[0].metric("Full backup, per month", format_money(report.full.total))
     for col, name in zip(c[1:3], ("range", "crash"), strict=True):
@@ -132,9 +139,9 @@ def cost_metrics(report: CostReport) -> None:
             f"{format_money(saving)} saved" if saving >= 0 else f"{format_money(-saving)} more",
             **QUIET,
         )
-    even = report.break_even["range"].sensors_per_site
+    even = report.break_even[contract].sensors_per_site
     c[3].metric(
-        "Break-even (range)",
+        f"Break-even ({contract})",
         "never" if math.isinf(even) else f"{math.ceil(even):,} sensors/site",
         f"at {report.inputs.fleet.interval_s:g} s per reading",
         **QUIET,
@@ -157,9 +164,10 @@ def recovery_line(report: CostReport) -> str:
 
 def cost_section(report: CostReport, plan: BackupPlan) -> None:
     """The cost model's answer: metrics, where it pays, the bill by line, recovery, sources."""
-    cost_metrics(report)
-    lines = where_it_pays(report, "range")
-    show = st.success if report.saving("range") > 0 else st.warning
+    own = "crash" if plan.parameters.exposure is not None else "range"  # the plan's contract
+    cost_metrics(report, own)
+    lines = where_it_pays(report, own)
+    show = st.success if report.saving(own) > 0 else st.warning
     show("\n\n".join(lines))
     st.dataframe(cost_table(report, plan), hide_index=True)
     inputs = report.inputs

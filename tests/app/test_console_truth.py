@@ -131,8 +131,12 @@ def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[n
     assert "aws.amazon.com/s3/pricing" in shown and "bench/results/production.json" in shown
     assert "may not add up to its total to the cent" in shown  # each rounded on its own
     labels = [m.label for m in app.metric]
+    # the default plan is a crash plan: the headline and the break-even are its contract's
     assert {"Full backup, per month", "Range contract, per month",
-            "Crash contract, per month", "Break-even (range)"} <= set(labels)  # fmt: skip
+            "Crash contract, per month", "Break-even (crash)"} <= set(labels)  # fmt: skip
+    headline = next(b.value for kind in ("success", "warning") for b in app.get(kind)
+                    if "sensors every" in b.value)  # fmt: skip
+    assert headline.startswith("Crash contract, "), headline
 
 
 class StoppableManager:
