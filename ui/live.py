@@ -347,10 +347,10 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
         f"version {s.plan_version} in force: {_worst_counted(mine, s.shadow_contract)}; "
         f"delta {100 * delta:g} %",
         **QUIET,
-        help="Each closed window is also rebuilt from the backed-up sensors only and "
-        "compared with the live result: the live measure of the guarantee, for the plan "
-        "in force on the windows read under it alone (every version's figures are in the "
-        "version table)."
+        help=SHADOW_HELP[s.shadow_contract]
+        + " The live measure of the guarantee, for the plan in force on the windows read "
+        "under it alone (every version's figures are in the version table); a window "
+        "holding rows a recovery rebuilt is not measured."
         + (
             f" This run is mode {s.mode}: {NOT_THIS_RUN[s.mode]}." if s.mode in NOT_THIS_RUN else ""
         ),
@@ -502,6 +502,18 @@ def replan_now() -> None:
 def _in_force(s: PipelineStatus) -> dict[str, Any]:
     """The shadow tally of the plan version in force, on its own windows ({}: none yet)."""
     return s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
+
+
+# What the shadow check measures of each closed window, by contract.
+SHADOW_HELP = {
+    "range": "Each closed window is also rebuilt whole from the backed-up sensors only and "
+    "compared with the live result: a miss is a rebuilt aggregate off by more than eps.",
+    "crash": "Each closed window is also scored against every m-row loss that could touch "
+    "it (m the plan's exposure): the lost rows of the rebuilt sensors rebuilt from the "
+    "backed-up ones (a max/min plan's kept sensors' left out), the rest as read; a window "
+    "counts the share of those losses that "
+    "put a rebuilt aggregate more than eps off.",
+}
 
 
 def _overall_counted(s: PipelineStatus) -> str:

@@ -470,6 +470,12 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     assert overall.delta == "worst, all versions: Changping_TEMP: 3 of 6 shadow windows"
     readings_in = next(m for m in app.metric if m.label == "Readings in")
     assert readings_in.delta == "40/s arriving"
+    shadow = next(m for m in app.metric if m.label == "Shadow miss rate, worst sensor")
+    assert shadow.proto.help.startswith("Each closed window is also rebuilt whole")
+    manager._status = replace(manager._status, shadow_contract="crash")
+    app.run()
+    shadow = next(m for m in app.metric if m.label == "Shadow miss rate, worst sensor")
+    assert "every m-row loss that could touch it" in shadow.proto.help
     # the headline figure is the plan in force's, on its own windows (version 0's 75 %
     # misses, and the all-version 50 %, are not its)
     assert metric(app, "Shadow miss rate, worst sensor") == "0.0 %"
