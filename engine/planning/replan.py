@@ -146,7 +146,8 @@ class ReplanningMonitor:
         self._lock = threading.Lock()
         self._busy = False
         self._wait_for: int | None = None  # the version id the last applied plan gets
-        self._planned_at = 0  # stream row at which the plan in force was made
+        self._planned_at = 0  # stream row at which the last re-plan started (the schedule)
+        self._in_force_since = 0  # stream row at which the plan in force was made
 
     def observe(
         self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0
@@ -171,8 +172,8 @@ class ReplanningMonitor:
             if kind is None:
                 return alert
             self._busy, self._wait_for = True, version + 1
-            self._planned_at = self.rows_seen()
-        self.run(lambda: self._replan(kind, alert))
+            started = self._planned_at = self.rows_seen()
+        self.run(lambda: self._replan(kind, alert, started))
         return alert
 
     def request(self) -> bool:
@@ -181,13 +182,14 @@ class ReplanningMonitor:
             if self._busy:
                 return False
             self._busy, self._wait_for = True, self.monitor.version + 1
-            self._planned_at = self.rows_seen()
-        self.run(lambda: self._replan("manual", None))
+            started = self._planned_at = self.rows_seen()
+        self.run(lambda: self._replan("manual", None, started))
         return True
 
     def schedule(self) -> Schedule:
-        """The plan in force against its horizon; expired when the schedule is off."""
-        rows = max(0, self.rows_seen() - self._planned_at)
+        """The plan in force against its horizon (rows since it was made: a re-plan that
+        failed made none); expired when the schedule is off."""
+        rows = max(0, self.rows_seen() - self._in_force_since)
         over = self.every_rows is not None and rows >= self.every_rows
         return Schedule(self.every_rows, self.scheduled, rows, over and not self.scheduled)
 
@@ -196,8 +198,9 @@ class ReplanningMonitor:
             return False
         return self.rows_seen() - self._planned_at >= self.every_rows
 
-    def _replan(self, kind: str, alert: MonitorAlert | None) -> None:
-        """The worker's job: compute, apply and log one re-plan; never raises."""
+    def _replan(self, kind: str, alert: MonitorAlert | None, started: int) -> None:
+        """The worker's job: compute, apply and log one re-plan, made on the rows up to
+        ``started``; never raises."""
         old = self.plan
         try:
             history = self.recent()
@@ -206,6 +209,8 @@ class ReplanningMonitor:
             new = self._new_plan(old, history, alert)
             reason = self._reason(kind, alert, history, old, new)
             self._hand_over(new, kind, reason)
+            with self._lock:
+                self._in_force_since = started
         except Exception as err:  # reported below (status and plan log), never silent
             # Never take the stream down over a re-plan: log it, say it in the status
             # (a worker that died quietly would stop all re-planning unseen) and keep

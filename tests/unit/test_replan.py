@@ -115,6 +115,29 @@ def test_a_failed_replan_is_logged_and_does_not_raise(
     assert monitor.plan is plan
 
 
+def test_a_failed_replan_now_leaves_the_plan_in_force_as_old_as_it_is(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """The horizon counter is the plan in force's age: a 'Re-plan now' that fails made no
+    plan, so it neither restarts the count nor clears an expired plan's warning."""
+    rows = [0]
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.select(list(drift.sensors[:3])),  # not the plan's sensors
+        apply=lambda new, kind, reason: None,
+        run=lambda job: job(),
+        every_rows=200,
+        rows_seen=lambda: rows[0],
+    )
+    monitor.scheduled = False
+    rows[0] = 300
+    assert monitor.schedule().expired and monitor.schedule().rows_under_plan == 300
+    assert monitor.request()
+    assert "re-plan failed" in monitor.changes[-1].reason
+    state = monitor.schedule()
+    assert state.expired and state.rows_under_plan == 300
+
+
 def test_scheduled_replans_are_fresh_plans_every_horizon(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
