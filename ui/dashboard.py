@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from engine.errors import EngineError
 from engine.live import BatchPoint, PipelineEvent, PipelineStatus, Restore, summarise
 from engine.planning.verdict import rejected
 from ui import background, live, resources, timeline
@@ -293,6 +294,15 @@ def _recovery_job() -> None:
         st.error(f"Recovery failed: {view.error}")
 
 
+def _finish_feed(manager: Any) -> None:
+    """Flush the end of the replay (``PipelineManager.finish_feed``: once a pipeline), so
+    an out-of-order stage's held readings are not left waiting for input that never comes."""
+    try:
+        manager.finish_feed()
+    except EngineError as err:  # the query died meanwhile: its state says so next poll
+        st.warning(f"The end of the feed could not be flushed yet: {err}")
+
+
 def live_dashboard(delta: float) -> None:
     """The pipeline's status metrics, status level, time series and backup/recovery
     history, polled (``_polled``)."""
@@ -306,6 +316,9 @@ def _polled(delta: float) -> None:
     disagree by a poll; batches against the query's own trigger."""
     manager = resources.pipeline_manager()
     s = manager.status()
+    if s.state == "running" and s.feed.done and not s.feed.stopped:
+        _finish_feed(manager)  # the replay is over: the held readings close their windows
+        s = manager.status()
     live.status_polled(s, delta)
     points, events = manager.board.history.points(), manager.board.history.events()
     trigger_s = s.trigger_seconds or 0.0  # 0: no trigger to compare batches with

@@ -81,6 +81,7 @@ class PipelineManager(FailureAndRecovery):
         self._carry: PendingPlan | None = None
         self._owner: DirectoryLock | None = None
         self._root: Any = None  # the directory the board's counters belong to
+        self._finished: LivePipeline | None = None  # the pipeline ``finish_feed`` flushed
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -291,6 +292,26 @@ class PipelineManager(FailureAndRecovery):
                 # at a pause, ``start(stop_row=...)``: the rest of its windows is to come)
                 pipeline.finish_stage()
             return self.status()
+
+    def finish_feed(self) -> bool:
+        """The end of a replay nobody drains (the Live page): once the feeder is done (not
+        stopped, not at a pause) and the query running, process what landed and flush the
+        disorder stage, so its held readings close their windows and every result is
+        final; once per pipeline. False when not due (or done already)."""
+        with self._lock:
+            pipeline, feeder, cfg = self._pipeline, self._feeder, self._config
+            if pipeline is None or feeder is None or pipeline is self._finished:
+                return False
+            progress = feeder.progress()
+            paused = cfg is not None and cfg.feed is not None and cfg.feed.stop_row is not None
+            if not progress.done or progress.stopped or paused:
+                return False
+            if self.board.snapshot().state != "running":
+                return False
+            pipeline.process_all_available()
+            pipeline.finish_stage()
+            self._finished = pipeline
+            return True
 
     def wait_for_failure(self, timeout: float) -> bool:
         """Wait until the running query dies (e.g. ``fail_after_readings``)."""

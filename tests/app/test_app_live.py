@@ -609,3 +609,21 @@ def test_the_live_status_is_judged_by_the_running_pipelines_delta(app, fake, mon
     shown = texts(app)
     assert "running on other data than this session's" in shown
     assert "guarantee at risk" in shown and "against delta 5 %" in shown, shown
+
+
+def test_the_live_page_flushes_the_end_of_a_finished_replay(app, fake):  # type: ignore[no-untyped-def]
+    """Nobody drains the Live page's replay: once its feed is done (not stopped) the page
+    asks the manager to flush it, so the out-of-order stage's held readings close their
+    windows; a stopped feed is not flushed."""
+    from engine.live.status import FeedProgress
+
+    manager = fake(FakeManager("running"))
+    manager.finish_feed = lambda: manager.calls.append("finish_feed") or True  # type: ignore[attr-defined]
+    manager._status = replace(manager._status, feed=FeedProgress(2_000, 2_000, done=True))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception and manager.calls == ["finish_feed"]
+    manager.calls.clear()
+    stopped = FeedProgress(800, 2_000, done=True, stopped=True)
+    manager._status = replace(manager._status, feed=stopped)
+    app.run()
+    assert not app.exception and manager.calls == []

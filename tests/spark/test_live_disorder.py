@@ -232,3 +232,46 @@ def test_simulate_with_disorder_runs_the_stage_through_failure_and_recovery(
     finals = staged[staged["final"]].groupby(["window_id", "sensor"]).size()
     # every window the stage reported after the flush has a final result
     assert len(finals) == len(staged.groupby(["window_id", "sensor"]).size())
+
+
+def test_the_end_of_a_replay_nobody_drains_is_flushed_once(
+    spark: Any, history: Any, spec: StreamSpec, tmp_path: Path
+) -> None:
+    """The Live page never calls ``drain``: at the end of its replay the K-slack stage
+    kept its newest readings, and their windows never closed. ``finish_feed`` (the page
+    calls it once the feed is done) processes what landed and flushes the stage, once."""
+    import time
+
+    from engine.live.pipeline import END_OF_FEED
+
+    interval = float(np.median(np.diff(history.times).astype("timedelta64[s]").astype(float)))
+    delays = np.random.default_rng(5).exponential(2.0 * interval, size=history.values.shape)
+
+    def stage() -> DisorderStage:
+        return DisorderStage.for_history(
+            history.times, spec.query, backup_sensors=spec.backup_sensors
+        )
+
+    manager = PipelineManager(SparkSettings(master="local[2]", shuffle_partitions=2))
+    paths = PipelinePaths(tmp_path)
+    options = PipelineOptions(max_files_per_trigger=4, trigger_seconds=0.0)
+    try:
+        manager.start(history, spec, "approx", paths, rows_per_file=8, delays=delays,
+                      options=options, stage_factory=stage)  # fmt: skip
+        deadline = time.monotonic() + 180
+        while not manager.status().feed.done and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert manager.status().feed.done
+        assert manager.finish_feed()
+        assert not manager.finish_feed()  # once a pipeline
+        status = manager.status()
+    finally:
+        manager.close()
+    with BackupStore(paths.store_file) as store:
+        results = store.read_results()
+    flushed = results[results["batch_id"] == END_OF_FEED]
+    assert (flushed["kind"] == "final").any()  # the stage's results finalised at the end
+    live = results[results["kind"] == "live"]
+    n_windows = (len(history.times) - spec.window) // spec.slide + 1
+    assert live["window_id"].nunique() == n_windows  # the held readings closed the last ones
+    assert status.windows_emitted == n_windows
