@@ -276,7 +276,9 @@ def latest_restore(s: PipelineStatus) -> None:
     st.caption(
         f"**Latest restore** ({plural(s.restores, 'restore')} so far): "
         + restore_text(s.last_restore)
-        + " Counters above count the whole pipeline, across restarts and restores."
+        + " Batches, readings, backup and windows count the whole pipeline, across "
+        "restarts and restores; the shadow miss rates, late and stale readings and the "
+        "restore count start again when a new process resumes the run."
     )
 
 

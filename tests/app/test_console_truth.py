@@ -262,6 +262,8 @@ def test_the_live_page_counts_across_restores_and_shows_the_latest(app, monkeypa
     shown = texts(app)
     assert "Latest restore" in shown and "2 restores so far" in shown
     assert "rows 120..131 (12) rebuilt from the backup" in shown
+    # what a Resume in a new process keeps (the store's totals) and what starts again
+    assert "the shadow miss rates, late and stale readings and the restore count" in shown
     bars = [p.proto.text for p in app.get("progress")]
     assert any(text.endswith("(stopped)") for text in bars), bars
     assert not any(text.endswith("(done)") for text in bars)
