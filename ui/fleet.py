@@ -220,7 +220,9 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
         "Crash contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
         key="w_cost_crash", help=(
             f"A failure loses at most one micro-batch ({plan.parameters.exposure} rows): "
-            "this plan's own fraction." if crash_plan else "This plan is made for the range "
+            "this plan's own fraction; its job triggers at least every "
+            f"{plan.parameters.exposure} intervals, which the requests count." if crash_plan
+            else "This plan is made for the range "
             "contract: set an exposure on Tune for a crash-contract plan's own fraction; "
             "until then this starts at the range plan's."
         ),
@@ -231,7 +233,7 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
         "backs up when planned for whole windows.",
     )  # fmt: skip
     keep(("w_cost_crash", "w_cost_range"))
-    return Contracts(float(crash), float(whole))
+    return Contracts(float(crash), float(whole), plan.parameters.exposure)
 
 
 def cost_inputs(

@@ -131,11 +131,16 @@ class JobShape:
         _positive("retention_days", self.retention_days)
         _positive("replan_every_s", self.replan_every_s)
 
-    def batches_per_second(self, fleet: Fleet) -> float:
+    def batches_per_second(self, fleet: Fleet, most_rows: int | None = None) -> float:
         """Micro-batches a second: at most one a trigger, and only when something landed
         (a file source runs no batch on nothing new); each site lands a time step every
-        interval, at different moments at most."""
-        return min(1.0 / self.trigger_s, fleet.sites / fleet.interval_s)
+        interval, at different moments at most. ``most_rows``: the crash contract's
+        exposure, which a batch may not exceed: the trigger is then at most that many
+        intervals."""
+        trigger = self.trigger_s
+        if most_rows is not None:
+            trigger = min(trigger, most_rows * fleet.interval_s)
+        return min(1.0 / trigger, fleet.sites / fleet.interval_s)
 
     def readings_per_batch(self, fleet: Fleet) -> float:
         """Readings one micro-batch holds on average: what a crash of it loses."""
@@ -170,16 +175,26 @@ class ComputeRates:
 @dataclass(frozen=True)
 class Contracts:
     """The backup fraction of each contract: crash (a failure loses at most one
-    micro-batch of ``exposure_rows`` rows) and range (whole windows are rebuilt)."""
+    micro-batch of ``crash_exposure_rows`` rows) and range (whole windows are rebuilt).
+    The crash contract holds only if no micro-batch holds more rows than its exposure:
+    its job triggers at least every ``crash_exposure_rows`` intervals (None: the job's
+    own trigger, an exposure it is assumed to keep)."""
 
     crash_fraction: float
     range_fraction: float
+    crash_exposure_rows: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("crash_fraction", "range_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (0.0 <= value <= 1.0):
                 raise ParameterError(f"{name} must be a fraction in [0, 1], got {value!r}")
+        if self.crash_exposure_rows is not None:
+            _count("crash_exposure_rows", self.crash_exposure_rows)
+
+    def most_rows(self, contract: str) -> int | None:
+        """The most rows one of the contract's micro-batches may hold (None: no limit)."""
+        return self.crash_exposure_rows if contract == "crash" else None
 
     def fraction(self, contract: str) -> float:
         if contract not in CONTRACTS:
@@ -263,15 +278,21 @@ class CostReport:
 
 
 def _strategy(
-    inputs: CostInputs, rate: float, fraction: float, name: str, lacuna: bool
+    inputs: CostInputs,
+    rate: float,
+    fraction: float,
+    name: str,
+    lacuna: bool,
+    most_rows: int | None = None,
 ) -> StrategyCost:
-    """The month of a strategy persisting ``fraction`` of ``rate`` readings per second."""
+    """The month of a strategy persisting ``fraction`` of ``rate`` readings per second,
+    its micro-batches of at most ``most_rows`` rows (the crash contract's exposure)."""
     fleet, store, job, rates = inputs.fleet, inputs.store, inputs.job, inputs.rates
     written = rate * fraction * fleet.bytes_per_reading  # bytes/s, one copy
     kept = rate * fraction * fleet.bytes_at_rest  # bytes/s, one copy, once compacted
     stored_gb = kept * job.retention_days * 86400.0 * store.replication / GB
     write_mbps = written * store.replication / MB
-    batches = SECONDS_PER_MONTH * job.batches_per_second(fleet)
+    batches = SECONDS_PER_MONTH * job.batches_per_second(fleet, most_rows)
     files = batches * job.partitions if fraction > 0 else 0.0
     cores = rate * fraction * rates.write_core_us * 1e-6
     replan = 0.0
@@ -296,12 +317,12 @@ def _strategy(
 
 def _break_even(inputs: CostInputs, contract: str) -> BreakEven:
     """Saving is ``s0 + a R``: the rate where it crosses 0 (per site: sensors)."""
-    f = inputs.contracts.fraction(contract)
+    f, most = inputs.contracts.fraction(contract), inputs.contracts.most_rows(contract)
     rate = inputs.fleet.readings_per_second
 
     def saving(r: float) -> float:
         full = _strategy(inputs, r, 1.0, "full", lacuna=False)
-        return full.total - _strategy(inputs, r, f, contract, lacuna=True).total
+        return full.total - _strategy(inputs, r, f, contract, lacuna=True, most_rows=most).total
 
     s0, slope = saving(0.0), (saving(rate) - saving(0.0)) / rate
     if slope > 0:  # pays above the crossing (at any size when it saves at none)
@@ -320,8 +341,10 @@ def compare_costs(inputs: CostInputs) -> CostReport:
     full = _strategy(inputs, rate, 1.0, "full backup", lacuna=False)
     none = _strategy(inputs, rate, 0.0, "no backup", lacuna=False)
     contracts = {
-        c: _strategy(inputs, rate, inputs.contracts.fraction(c), c, lacuna=True) for c in CONTRACTS
-    }
+        c: _strategy(inputs, rate, inputs.contracts.fraction(c), c, lacuna=True,
+                     most_rows=inputs.contracts.most_rows(c))
+        for c in CONTRACTS
+    }  # fmt: skip
     batch = inputs.job.readings_per_batch(inputs.fleet)
     day = rate * 86400.0
     rates = inputs.rates

@@ -63,7 +63,15 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
             "below it the shadow check and a re-plan per site and horizon cost more than "
             "the backup saved."
         )
-    if full.requests > 0:
+    most = inputs.contracts.most_rows(contract)
+    if mine.requests > full.requests and most is not None:
+        out.append(
+            f"Requests cost more ({_money(mine.requests)} a month against "
+            f"{_money(full.requests)}): a crash-contract micro-batch may hold at most "
+            f"{most:,} row(s), so its job triggers at least every "
+            f"{most * fleet.interval_s:g} s, one file per micro-batch and partition."
+        )
+    elif full.requests > 0:
         out.append(
             f"Requests cost the same either way ({_money(full.requests)} a month): one file "
             "per micro-batch and partition, however few readings are in it."
@@ -71,7 +79,7 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
     out.append(
         "Lacuna pays with high-rate sensors and many of them (every saving grows with "
         f"readings per second) and on replicated stores (x{store.replication} here: storage "
-        "and write bandwidth grow with the copies); with a few slow sensors the saving is "
-        "cents and the break-even is not reached."
+        "and write bandwidth grow with the copies)"
+        + ("." if pays else "; with a few slow sensors the saving is cents.")
     )
     return out

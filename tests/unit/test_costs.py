@@ -149,6 +149,9 @@ def test_where_lacuna_does_not_pay_it_says_so_and_gives_the_break_even() -> None
     many = compare_costs(_inputs(sensors_per_site=10_000, sites=100))
     assert many.saving("range") > 0
     assert "saves $" in where_it_pays(many, "range")[0]
+    # the closing rule of thumb speaks of slow sensors' cents only where it does not pay
+    assert where_it_pays(few, "range")[-1].endswith("the saving is cents.")
+    assert "cents" not in where_it_pays(many, "range")[-1]
 
 
 def test_never_pays_when_lacunas_own_work_outweighs_each_saved_reading() -> None:
@@ -272,3 +275,26 @@ def test_slow_fleets_state_their_rate_not_zero() -> None:
     first = where_it_pays(compare_costs(inputs), "range")[0]
     assert "every 3600 s (0.0067 readings/s)" in first
     assert "(100 readings/s)" in where_it_pays(compare_costs(_inputs()), "range")[0]
+
+
+def test_a_crash_contract_pays_the_micro_batches_its_exposure_allows() -> None:
+    """One sensor site every second, a 60 s trigger: a micro-batch holds 60 rows, but a
+    crash plan for 2 rows must commit at least every 2 s: 30x the requests of full
+    backup (whose trigger stays), counted in its bill and its break-even."""
+    base = _inputs(sensors_per_site=100, sites=1)
+    inputs = replace(
+        base,
+        fleet=Fleet(100, 1, interval_s=1.0, bytes_per_reading=16.0),
+        job=replace(base.job, trigger_s=60.0),
+        contracts=Contracts(0.1, 0.25, crash_exposure_rows=2),
+    )
+    report = compare_costs(inputs)
+    assert report.full.files_per_month == pytest.approx(MONTH / 60 * 2)
+    assert report.contracts["crash"].files_per_month == pytest.approx(MONTH / 2 * 2)
+    assert report.contracts["range"].files_per_month == report.full.files_per_month
+    extra = (MONTH / 2 - MONTH / 60) * 2 / 1000 * 0.005
+    unlimited = compare_costs(replace(inputs, contracts=Contracts(0.1, 0.25)))
+    assert report.saving("crash") == pytest.approx(unlimited.saving("crash") - extra)
+    assert any(line.startswith("Requests cost more") for line in where_it_pays(report, "crash"))
+    with pytest.raises(ParameterError, match="crash_exposure_rows must be an integer >= 1"):
+        Contracts(0.1, 0.2, crash_exposure_rows=0)
