@@ -153,11 +153,21 @@ def cost_metrics(report: CostReport, contract: str = "range") -> None:
 def recovery_line(report: CostReport) -> str:
     """How long a lost micro-batch and a lost day take to rebuild, Lacuna against full."""
     batch, day = report.recovery_batch_s, report.recovery_day_s
+    rates = report.inputs.recovery
+
+    def reach(readings: float) -> str:  # a line read far beyond what was measured says so
+        times = rates.beyond(readings)
+        return f", extrapolated to {format_quantity(times)}x the largest range measured" if (
+            times > 1.5) else ""  # fmt: skip
+
+    day_readings = report.inputs.fleet.readings_per_second * 86400.0
+    per_batch = report.readings_per_batch
     return (
-        f"Recovery (one process, {report.inputs.recovery.source}): a lost micro-batch "
-        f"({format_quantity(report.readings_per_batch)} readings) takes "
-        f"{format_quantity(batch['lacuna'], 's')} from Lacuna's backup, "
+        f"Recovery (one process, {rates.source}): a lost micro-batch "
+        f"({format_quantity(per_batch)} readings{reach(per_batch)}) "
+        f"takes {format_quantity(batch['lacuna'], 's')} from Lacuna's backup, "
         f"{format_quantity(batch['full'], 's')} from a full one; a lost day "
+        f"({format_quantity(day_readings)} readings{reach(day_readings)}) "
         f"{format_quantity(day['lacuna'], 's')} against {format_quantity(day['full'], 's')}."
     )
 

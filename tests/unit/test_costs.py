@@ -215,6 +215,13 @@ def test_measured_figures_are_the_benchmarks() -> None:
         lacuna, full = (MEASURED_RECOVERY.seconds(rows[name], s) for s in ("lacuna", "full"))
         assert lacuna == pytest.approx(seconds["lacuna"])
         assert full == pytest.approx(seconds["full_duckdb"])
+    # what the page says was measured: the two ranges' readings and the plan's backup
+    assert MEASURED_RECOVERY.measured == (rows["1_day"], rows["12_weeks"])
+    assert f"backing up {recovery['backup_sensors']} of {recovery['sensors']}" in (
+        MEASURED_RECOVERY.source
+    )
+    assert f"{rows['12_weeks']:,} readings" in MEASURED_RECOVERY.source
+    assert MEASURED_RECOVERY.beyond(10 * rows["12_weeks"]) == pytest.approx(10.0)
     replan = json.loads((RESULTS / "job_replan.json").read_text())
     assert pytest.approx(2 * replan["inside"]["replan_s"]) == REPLAN_CORE_S
 
