@@ -200,6 +200,12 @@ def _rates(fleet: Fleet, job: JobShape) -> tuple[ComputeRates, ComputePrices]:
     price = c[5].number_input("$ per executor-hour", min_value=0.0, format="%.3f",
                               key="w_cost_executor", help=COMPUTE.source)  # fmt: skip
     keep(("w_cost_point", *RATE_KEYS, "w_cost_cores", "w_cost_executor"))
+    if point.own_work_unresolved:
+        st.caption(
+            f"At {point.describe()} the production job with Lacuna ran as fast as plain "
+            "windows with its backup: its own work (the shadow check) is below the "
+            "benchmark's noise there and counts 0 here; enter your own figure to price it."
+        )
     rates = ComputeRates(float(write), float(work), float(shadow), float(replan),
                          source=measured.source)  # fmt: skip
     return rates, ComputePrices(int(cores), float(price), COMPUTE.source)

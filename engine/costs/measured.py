@@ -111,9 +111,19 @@ class BenchmarkPoint:
 
     @property
     def shadow_core_us(self) -> float:
-        """Core-microseconds per reading Lacuna adds: the shadow check and plan versions."""
-        own = self._us(self.lacuna) - self.job_core_us - self.write_core_us * self.backup_fraction
-        return max(0.0, own)
+        """Core-microseconds per reading Lacuna adds: the shadow check and plan versions
+        (0 where the benchmark could not tell it from noise: ``own_work_unresolved``)."""
+        return max(0.0, self._own_us)
+
+    @property
+    def own_work_unresolved(self) -> bool:
+        """The job with Lacuna ran at least as fast as plain windows plus its backup: its
+        own work is below the benchmark's noise at this size, and counts 0."""
+        return self._own_us <= 0.0
+
+    @property
+    def _own_us(self) -> float:
+        return self._us(self.lacuna) - self.job_core_us - self.write_core_us * self.backup_fraction
 
     def describe(self) -> str:
         return (

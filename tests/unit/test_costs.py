@@ -305,3 +305,12 @@ def test_a_crash_contract_pays_the_micro_batches_its_exposure_allows() -> None:
     assert any(line.startswith("Requests cost more") for line in where_it_pays(report, "crash"))
     with pytest.raises(ParameterError, match="crash_exposure_rows must be an integer >= 1"):
         Contracts(0.1, 0.2, crash_exposure_rows=0)
+
+
+def test_a_benchmark_point_says_when_lacunas_own_work_is_below_its_noise() -> None:
+    """At 132,000 readings a batch the job with Lacuna ran faster than plain windows with
+    its backup: the shadow check's cost is counted 0 there, and the point says so."""
+    small, middle, large = BENCHMARK_POINTS
+    assert middle.shadow_core_us == 0.0 and middle.own_work_unresolved
+    assert small.shadow_core_us > 0 and not small.own_work_unresolved
+    assert large.shadow_core_us > 0 and not large.own_work_unresolved
