@@ -209,5 +209,7 @@ MEASURED_RECOVERY = RecoveryRates.through((24 * 132, 0.0213, 0.0215), (2016 * 13
 REPLAN_CORE_S = 2 * 8.751
 REPLAN_SOURCE = (
     "bench/results/job_replan.json: a scheduled re-plan with its backtest on 132 sensors "
-    "took 8.751 s on 2 cores (counted as 17.5 core-seconds)"
+    "took 8.751 s on 2 cores (counted as 17.5 core-seconds); a plan of many more sensors "
+    "costs more (bench/results/plan_scale.json: 10,000 sensors, about 40 CPU-seconds "
+    "without a backtest): set the figure for a site of thousands"
 )
