@@ -35,7 +35,7 @@ with panels.page_guard():
     panels.guarantee(plan)
     curves = plans.whatif_curves(data, plan, resources.plan_cache())
     measured = whatif.measured_points(data, params)
-    st.subheader("What if: backup fraction (model projection; diamonds: backtests)")
+    st.subheader("What if: backup fraction (model projection; diamonds: backtests' mean)")
     c1, c2 = st.columns(2)
     # with one eps per unit group the axis is the factor every group's eps is scaled by
     by_eps = [(m.factor if params.eps_by_sensor else m.eps, m.backup_fraction) for m in measured]

@@ -34,7 +34,10 @@ def caption(curves: WhatIf, params: PlanParameters) -> None:
     st.caption(
         f"Lines: the model's projection ({curves.method} selection re-run from the shown plan's "
         f"targets for each value; {params.aggregate}, window {params.window}); the delta curve "
-        "rescales the targets as the model's formula does. Diamonds: backtests (measured). "
+        "rescales those targets by the Gaussian formula's ratio between the two deltas, "
+        "without calibrating again, so a plan made at another delta can back up more or "
+        "fewer. Diamonds: backtests (measured): the mean backup fraction of the backtest "
+        "folds' plans at that eps, each fitted on less history than the plan above. "
         f"The marker is the plan above: {format_percent(curves.now)} of sensors backed up.{note}"
     )
 
