@@ -191,7 +191,7 @@ class ControlledReplanning(ReplanningMonitor):
             self.controller.rebase(*controller_inputs(fresh))
         except Exception:  # the re-plan is abandoned: the plan in force stays, re-plans go on
             with self._lock:
-                self._busy, self._wait_for = False, None
+                self._busy, self._wait_for, self._made_since = False, None, None
             raise
         self.model_plan = fresh
         self._unsent = (kind, reason)

@@ -148,6 +148,7 @@ class ReplanningMonitor:
         self._wait_for: int | None = None  # the version id the last applied plan gets
         self._planned_at = 0  # stream row at which the last re-plan started (the schedule)
         self._in_force_since = 0  # stream row at which the plan in force was made
+        self._made_since: int | None = None  # the re-plan on its way in: its rows' end
 
     def observe(
         self, errors: np.ndarray, reconstructed: Sequence[str], version: int = 0
@@ -208,9 +209,9 @@ class ReplanningMonitor:
                 raise ParameterError("recent history has different sensors from the plan")
             new = self._new_plan(old, history, alert)
             reason = self._reason(kind, alert, history, old, new)
-            self._hand_over(new, kind, reason)
             with self._lock:
-                self._in_force_since = started
+                self._made_since = started  # its age counts once it is installed
+            self._hand_over(new, kind, reason)
         except Exception as err:  # reported below (status and plan log), never silent
             # Never take the stream down over a re-plan: log it, say it in the status
             # (a worker that died quietly would stop all re-planning unseen) and keep
@@ -222,7 +223,7 @@ class ReplanningMonitor:
                                 old.backup_sensors, (), (), applied=False)  # fmt: skip
             with self._lock:
                 self.changes.append(change)
-                self._busy, self._wait_for = False, None
+                self._busy, self._wait_for, self._made_since = False, None, None
             if self.on_failure is not None:
                 self.on_failure(f"{kind} re-plan failed, the plan in force is kept: {text}")
 
@@ -238,6 +239,8 @@ class ReplanningMonitor:
         added = tuple(s for s in new.backup_sensors if s not in old.backup_sensors)
         dropped = tuple(s for s in old.backup_sensors if s not in new.backup_sensors)
         with self._lock:
+            if kind != "control" and self._made_since is not None:  # a re-plan installed
+                self._in_force_since, self._made_since = self._made_since, None
             self.changes.append(
                 PlanChange(self.now(), kind, reason, new.backup_sensors, added, dropped)
             )

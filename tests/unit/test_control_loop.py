@@ -339,6 +339,23 @@ def test_a_replan_that_fails_to_rebase_leaves_the_schedule_running(
     assert len(expected) >= 2 and got == expected[1:]  # the first abandoned, none after
 
 
+def test_a_replan_abandoned_at_its_rebase_leaves_the_plans_age_counting(
+    drift: SensorHistory, plan: BackupPlan
+) -> None:
+    """The horizon count is the plan in force's age: re-plans the controller cannot rebase
+    on install nothing, so the first plan stays in force and its rows keep counting."""
+    loop = Loop(plan, stationary(drift))
+    monitor = loop.monitor(every_rows=300, on_failure=lambda _: None)
+
+    def never(*args: object) -> None:
+        raise np.linalg.LinAlgError("not positive definite")
+
+    monitor.controller.rebase = never  # type: ignore[method-assign]
+    loop.run(1200, 7)
+    assert _scheduled(loop) == []  # no re-plan was installed
+    assert monitor.schedule().rows_under_plan == loop.rows
+
+
 def test_a_restarted_process_resumes_the_controller_from_the_stored_version(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
