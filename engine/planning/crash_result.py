@@ -27,10 +27,11 @@ __all__ = ["CRASH_TEST", "CrashResult", "summarise_crash"]
 
 
 CRASH_TEST = (
-    "pooled miss rate over (failure position, window touched, rebuilt sensor) triples <= delta, "
-    "and every rebuilt sensor consistent with delta: one-sided binomial test over its rebuilt "
-    "windows, each counting the fraction of its failure positions that missed, at "
-    "5 % / (sensors rebuilt), Bonferroni"
+    "pooled miss rate over (failure position, window touched, sensor not backed up) triples "
+    "<= delta, and every sensor not backed up (rebuilt, or for max and min keeping its "
+    "readings) consistent with delta: one-sided binomial test over its windows, each "
+    "counting the fraction of its failure positions that missed, at 5 % / (sensors not "
+    "backed up), Bonferroni"
 )
 
 
@@ -102,7 +103,7 @@ class CrashResult:
         windows = self.scored // self.positions
         pooled = (
             f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window, sensor) "
-            f"triples over {windows:,} (window, rebuilt sensor) pairs missed eps"
+            f"triples over {windows:,} (window, sensor not backed up) pairs missed eps"
         )
         where = what
         if self.violation_rate_mean > delta:
@@ -121,7 +122,8 @@ class CrashResult:
         v, r = self.per_sensor.get(self.bound_sensor or "", (0, 0))
         missed, rebuilt = v / self.positions, r // self.positions
         loosest = (  # a window counts its missed positions' fraction
-            f"{self.bound_sensor}, which missed {missed:.3g} of {rebuilt:,} rebuilt windows "
+            f"{self.bound_sensor}, which missed {missed:.3g} of its {rebuilt:,} windows not "
+            "backed up "
             f"({pct(v / r if r else 0.0)} of its (failure, window) pairs)"
         )
         ucb = self.violation_rate_worst_sensor_ucb95
@@ -129,8 +131,9 @@ class CrashResult:
         def settle() -> tuple[str, int]:
             needed = self.windows_to_settle(delta)
             advice = (
-                f"What would settle it: {needed:,} rebuilt windows of {self.bound_sensor} at "
-                f"its measured rate (it has {rebuilt:,}): backtest more folds over more history"
+                f"What would settle it: {needed:,} windows of {self.bound_sensor} not backed up "
+                f"at its measured rate (it has {rebuilt:,}): backtest more folds over more "
+                "history"
                 if needed
                 else f"What would settle it: nothing more of the same. {self.bound_sensor}'s "
                 "measured rate is not below delta: loosen its eps or back it up"
@@ -164,7 +167,7 @@ class CrashResult:
             "worst_sensor": self.worst_sensor,
             "bound_sensor": self.bound_sensor,
             "windows_counted_share": self.share,
-            "rates_over": "(failure position, window touched, rebuilt sensor) triples",
+            "rates_over": "(failure position, window touched, sensor not backed up) triples",
             "verdict_test": CRASH_TEST,
             "per_sensor": {
                 s: {"violations": v, "triples_rebuilt": r} for s, (v, r) in self.per_sensor.items()

@@ -20,10 +20,11 @@ def test_an_unconfirmed_guarantee_is_not_shown_green(app):  # type: ignore[no-un
     verdict = next(v for v in verdicts if "Verdict:" in v)
     assert not [s.value for s in app.success if "Verdict:" in s.value]
     assert "Verdict: not enough evidence" in verdict
-    assert "What would settle it:" in verdict and "rebuilt windows of" in verdict
+    assert "What would settle it:" in verdict and "not backed up at its measured rate" in verdict
     # the worst sensor's rate says what it counts (the default plan is a crash-contract
-    # plan: a window counts the fraction of its failure positions that missed)
-    assert re.search(r"missed [0-9.]+ of [0-9,]+ rebuilt windows", verdict), verdict
+    # plan: a window counts the fraction of its failure positions that missed; a max or
+    # min plan's kept sensors are not rebuilt, so the windows are those not backed up)
+    assert re.search(r"missed [0-9.]+ of its [0-9,]+ windows not backed up", verdict), verdict
 
 
 def _per_unit_params():  # type: ignore[no-untyped-def]

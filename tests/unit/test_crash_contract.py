@@ -170,7 +170,9 @@ def test_a_crash_verdict_holds_only_when_every_sensors_bound_is_within_delta() -
     result = _crash([1, 0], [4000, 12])
     assert result.worst_sensor == "a" and result.bound_sensor == "b"
     assert result.assess(0.05).state == "unsettled"
-    assert "the 95 % bound of b, which missed 0 of 12 rebuilt windows" in result.verdict(0.05)
+    assert "the 95 % bound of b, which missed 0 of its 12 windows not backed up" in (
+        result.verdict(0.05)
+    )
     triples = np.array([4000, 12]) * 25
     quarter = summarise_crash(23, 3, np.array([1, 0]), triples, ("a", "b"), share=0.25)
     assert quarter.violation_rate_worst_sensor_ucb95 > result.violation_rate_worst_sensor_ucb95
