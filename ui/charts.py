@@ -369,7 +369,8 @@ def mode_bars(table: pd.DataFrame) -> go.Figure:
     run has no bar and says so (its rows were not measured), with its projected windows."""
     rows = pd.to_numeric(table["backup readings"], errors="coerce")
     labels = [
-        ("not run" if np.isnan(r) else f"{int(r)} rows") + f", {w}/{lost} windows recovered, {f}"
+        ("not run" if np.isnan(r) else f"{int(r)} readings")
+        + f", {w}/{lost} windows recovered, {f}"
         for r, w, lost, f in zip(
             rows, table["windows recovered"], table["windows lost"], table["figures"], strict=True
         )

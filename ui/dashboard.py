@@ -85,10 +85,8 @@ def guarantee_level(s: PipelineStatus, delta: float) -> Level | None:
         if s.plan_expired
         else ""
     )
-    if s.mode == "none":  # the shadow check measures the approx plan, not this run
-        return Level("at risk", f"no backup (mode none): {NOT_THIS_RUN['none']}")
-    if s.mode == "full":  # nothing rebuilt: the approx plan's windows are not this run's
-        return None
+    if s.mode in NOT_THIS_RUN:  # the shadow check measures the approx plan, not this run
+        return None  # said with the throughput (``_holding``), which still applies
     mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     rate, sensor = mine.get("worst_rate"), mine.get("worst_sensor")
     if rate is None or sensor is None or rate <= delta:
@@ -166,6 +164,8 @@ def _holding(s: PipelineStatus, delta: float) -> str:
     """The guarantee's state when nothing is against it, with what it counts."""
     if s.mode == "full":
         return f"every sensor backed up (mode full): {NOT_THIS_RUN['full']}"
+    if s.mode == "none":
+        return f"no backup (mode none): {NOT_THIS_RUN['none']}"
     mine = s.shadow_by_version.get(s.plan_version, {}) if s.plan_version is not None else {}
     sensor = mine.get("worst_sensor")
     if sensor is None:

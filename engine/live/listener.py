@@ -22,10 +22,13 @@ class Listened(Protocol):
     board: StatusBoard
 
 
-def spark_rate(value: Any) -> float:
-    """A progress event's rate, 0 when Spark gives none (the first batch: NaN or null)."""
-    rate = float(value or 0.0)
-    return rate if math.isfinite(rate) else 0.0
+def spark_rate(value: Any) -> float | None:
+    """A progress event's rate; None when Spark gives none (the first batch's input rate:
+    NaN or null), which is not a rate of 0."""
+    if value is None:
+        return None
+    rate = float(value)
+    return rate if math.isfinite(rate) else None
 
 
 def make_listener(pipeline: Listened) -> Any:
@@ -42,20 +45,19 @@ def make_listener(pipeline: Listened) -> Any:
                 return
             durations = dict(p.durationMs or {})
             arriving = spark_rate(p.inputRowsPerSecond)  # rows over the time between triggers
+            processed = spark_rate(p.processedRowsPerSecond)
+            rates = {"input_rows_per_second": arriving, "processed_rows_per_second": processed}
             pipeline.board.update(
-                input_rows_per_second=arriving,
-                processed_rows_per_second=spark_rate(p.processedRowsPerSecond),
+                **{k: v for k, v in rates.items() if v is not None},  # none: keep the last
                 batch_duration_ms=float(durations.get("triggerExecution", 0.0)),
             )
             if "triggerExecution" in durations:  # Spark's figures replace our own estimate
-                pipeline.board.patch_batch(
-                    pipeline.run,
-                    int(p.batchId),
-                    duration_ms=float(durations["triggerExecution"]),
-                    # the input rate, as the estimate it replaces (rows over the gap
-                    # since the batch before), not the rate one batch was processed at
-                    rows_per_second=arriving,
-                )
+                patch: dict[str, float] = {"duration_ms": float(durations["triggerExecution"])}
+                if arriving is not None:
+                    # the input rate, as the estimate it replaces (rows over the gap since
+                    # the batch before), not the rate one batch was processed at
+                    patch["rows_per_second"] = arriving
+                pipeline.board.patch_batch(pipeline.run, int(p.batchId), **patch)
             pipeline.board.add_profile({f"spark_{k}": v / 1000.0 for k, v in durations.items()})
 
         def onQueryIdle(self, event: Any) -> None:

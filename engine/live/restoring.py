@@ -144,7 +144,6 @@ class FailureAndRecovery(ManagerViews):
                 "batches": 1 if crash.lost.rows else 0,
                 "backup_rows": self._crash.backup_rows if crash.lost.rows else 0,
                 "backup_bytes": self._crash.backup_bytes if crash.lost.rows else 0,
-                "windows_emitted": len(crash.window_ids),
             }
             lost, seed, rows_read = crash.lost, crash.seed, crash.rows_read
             by_version, stored, kept = {ran.id: crash.lost.rows}, crash.stored, crash.kept
@@ -161,7 +160,7 @@ class FailureAndRecovery(ManagerViews):
             )
             stored, kept = stored_throughout(versions or [current], lost, cfg.mode), ()
             cells = outcome.stored
-            counted = {"windows_emitted": len(outcome.window_ids)}  # the store's totals count them
+            counted = {}
         seconds = self._clock() - t0
         self._recovery = _Recovery(
             lost, seconds, rows_read, seed.next_window, by_version, stored,
@@ -177,6 +176,9 @@ class FailureAndRecovery(ManagerViews):
         if self._carry is not None:
             self._pipeline.queue(self._carry)
         self.board.add(**counted)
+        # windows with a result, the recovery's included, as a Resume counts them (a
+        # retried recovery's range starts after what an earlier attempt committed)
+        self.board.update(windows_emitted=store.totals()["windows"])
         self._failed_run, self._carry, self._crash = None, None, None
         self.board.restored(
             "recovery", lost.last_row + 1, f"{cfg.mode}: {rows} rebuilt", run=failed,

@@ -234,8 +234,16 @@ def test_the_status_line_judges_the_run_in_its_mode_not_the_approx_plan() -> Non
     not use it: none loses the open windows to a failure, full recovers them exactly."""
     from ui.dashboard import status_level
 
-    quiet = status_level(_status(mode="none", shadow_by_version=_tally(1, 40)), [], 1.0, 0.1)
-    assert quiet.name == "at risk" and quiet.reason.startswith("no backup (mode none)")
+    quiet = status_level(_status(mode="none", shadow_by_version=_tally(15, 40)), [], 1.0, 0.1)
+    assert quiet.name == "OK" and quiet.reason.startswith("no backup (mode none): a failure")
+    # a run without backup that falls behind still says so
+    from dataclasses import replace
+
+    from engine.live.status import FeedProgress
+    from tests.app.test_console import points
+
+    behind = replace(_status(mode="none"), feed=FeedProgress(10_000, 20_000))
+    assert status_level(behind, points(5), 1.0, 0.1).name == "behind"
     full = status_level(_status(mode="full", shadow_by_version=_tally(15, 40)), [], 1.0, 0.1)
     assert full.name == "OK", full
     assert full.reason.startswith("every sensor backed up (mode full): a recovery")
