@@ -200,7 +200,7 @@ def _rates(fleet: Fleet, job: JobShape) -> tuple[ComputeRates, ComputePrices]:
     price = c[5].number_input("$ per executor-hour", min_value=0.0, format="%.3f",
                               key="w_cost_executor", help=COMPUTE.source)  # fmt: skip
     keep(("w_cost_point", *RATE_KEYS, "w_cost_cores", "w_cost_executor"))
-    if point.own_work_unresolved:
+    if point.own_work_unresolved and float(shadow) == 0.0:  # not an operator's own figure
         st.caption(
             f"At {point.describe()} the production job with Lacuna ran as fast as plain "
             "windows with its backup: its own work (the shadow check) is below the "
@@ -226,8 +226,9 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
         "Crash contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
         key="w_cost_crash", help=(
             f"A failure loses at most one micro-batch ({plan.parameters.exposure} rows): "
-            "this plan's own fraction; its job triggers at least every "
-            f"{plan.parameters.exposure} intervals, which the requests count." if crash_plan
+            "this plan's own fraction, priced with a trigger of at most "
+            f"{plan.parameters.exposure} intervals (the job backs up every sensor for a "
+            "bigger batch), which the requests count." if crash_plan
             else "This plan is made for the range "
             "contract: set an exposure on Tune for a crash-contract plan's own fraction; "
             "until then this starts at the range plan's."

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from engine.costs import GB, MB, REPLAN_SOURCE, CostReport, where_it_pays
+from engine.costs import REPLAN_SOURCE, CostReport, where_it_pays
 from engine.errors import EngineError
 from engine.planning import BackupPlan
 from ui import resources
@@ -101,6 +101,11 @@ def _outcome(name: str, plan: BackupPlan) -> str:
     return quality(plan) if name == own else STRATEGY_OUTCOME[name]
 
 
+def _amount(x: float) -> str:
+    """A number of the unit its column names: three significant digits, whole above 1,000."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+
+
 def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
     """One row per strategy: what it persists, holds and writes, and each line of its bill."""
     full = report.full
@@ -113,8 +118,9 @@ def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
             {
                 "strategy": label,
                 "readings persisted": format_percent(cost.fraction, 1),
-                "storage held": format_quantity(cost.stored_gb * GB, "B"),
-                "write bandwidth": format_quantity(cost.write_mb_per_s * MB, "B/s"),
+                # in the units the prices are per (GB = 2^30 bytes, MB = 2^20)
+                "storage held (GB)": _amount(cost.stored_gb),
+                "write bandwidth (MB/s)": _amount(cost.write_mb_per_s),
                 "PUTs a month": format_quantity(cost.files_per_month),
                 "executors": format_quantity(report.executors(cost)),
                 **{f"$ {k}": format_money(v) for k, v in cost.lines().items()},

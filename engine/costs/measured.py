@@ -210,6 +210,6 @@ REPLAN_CORE_S = 2 * 8.751
 REPLAN_SOURCE = (
     "bench/results/job_replan.json: a scheduled re-plan with its backtest on 132 sensors "
     "took 8.751 s on 2 cores (counted as 17.5 core-seconds); a plan of many more sensors "
-    "costs more (bench/results/plan_scale.json: 10,000 sensors, about 40 CPU-seconds "
-    "without a backtest): set the figure for a site of thousands"
+    "costs more (bench/results/plan_scale.json: a model-only plan of 10,000 sensors, "
+    "without a backtest, took about 40 CPU-seconds): set the figure for a site of thousands"
 )

@@ -68,8 +68,9 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
         out.append(
             f"Requests cost more ({_money(mine.requests)} a month against "
             f"{_money(full.requests)}): a crash-contract micro-batch may hold at most "
-            f"{most:,} row(s), so its job triggers at least every "
-            f"{most * fleet.interval_s:g} s, one file per micro-batch and partition."
+            f"{most:,} row(s), so it is priced with a trigger of at most "
+            f"{most * fleet.interval_s:g} s (the job backs up every sensor for a bigger "
+            "batch), one file per micro-batch and partition."
         )
     elif full.requests > 0:
         out.append(

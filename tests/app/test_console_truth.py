@@ -356,12 +356,26 @@ def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_writt
     settle(app.switch_page("pages/plan.py").run())
 
     def full_backup() -> tuple[str, str]:
-        table = next(d.value for d in app.dataframe if "storage held" in d.value.columns)
+        table = next(d.value for d in app.dataframe if "storage held (GB)" in d.value.columns)
         row = table[table["strategy"] == "full backup"].iloc[0]
-        return row["storage held"], row["write bandwidth"]
+        return row["storage held (GB)"], row["write bandwidth (MB/s)"]
 
     assert app.number_input(key="w_bytes_at_rest").value == 16.0  # no pipeline has run
     stored, written = full_backup()
+    # the GB shown are the GB the price is per: shown x price = the storage line (a fleet
+    # big enough to bill dollars, not "< $0.01")
+    interval = app.number_input(key="w_fleet_interval").value
+    app.number_input(key="w_fleet_sites").set_value(20_000).run()
+    app.number_input(key="w_fleet_interval").set_value(1.0).run()
+    table = next(d.value for d in app.dataframe if "storage held (GB)" in d.value.columns)
+    row = table[table["strategy"] == "full backup"].iloc[0]
+    price = app.number_input(key="w_price").value
+    dollars = float(row["$ storage"].lstrip("$").replace(",", ""))
+    held = float(row["storage held (GB)"].replace(",", ""))
+    assert dollars > 1 and held * price == pytest.approx(dollars, rel=0.01)
+    app.number_input(key="w_fleet_sites").set_value(1).run()
+    app.number_input(key="w_fleet_interval").set_value(interval).run()
+    assert full_backup() == (stored, written)
     app.number_input(key="w_bytes_at_rest").set_value(8.0).run()
     assert not app.exception
     assert full_backup()[0] != stored and full_backup()[1] == written
