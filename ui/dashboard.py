@@ -318,8 +318,9 @@ def _polled(delta: float) -> None:
     disagree by a poll; batches against the query's own trigger."""
     manager = resources.pipeline_manager()
     s = manager.status()
-    if s.state == "running" and s.feed.done and not s.feed.stopped:
-        _finish_feed(manager)  # the replay is over: the held readings close their windows
+    landed = s.feed.done and not s.feed.stopped and s.input_rows >= s.feed.readings
+    if s.state == "running" and landed:  # the replay is over and taken in: no long wait
+        _finish_feed(manager)  # for the lock; the held readings close their windows
         s = manager.status()
     live.status_polled(s, delta)
     points, events = manager.board.history.points(), manager.board.history.events()

@@ -619,8 +619,12 @@ def test_the_live_page_flushes_the_end_of_a_finished_replay(app, fake):  # type:
 
     manager = fake(FakeManager("running"))
     manager.finish_feed = lambda: manager.calls.append("finish_feed") or True  # type: ignore[attr-defined]
-    manager._status = replace(manager._status, feed=FeedProgress(2_000, 2_000, done=True))
-    app.switch_page("pages/live.py").run()
+    done = FeedProgress(2_000, 2_000, done=True)
+    manager._status = replace(manager._status, feed=done, input_rows=1_500)
+    app.switch_page("pages/live.py").run()  # 500 readings still to take in: not yet
+    assert not app.exception and manager.calls == []
+    manager._status = replace(manager._status, input_rows=2_000)
+    app.run()
     assert not app.exception and manager.calls == ["finish_feed"]
     manager.calls.clear()
     stopped = FeedProgress(800, 2_000, done=True, stopped=True)
