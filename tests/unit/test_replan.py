@@ -138,6 +138,26 @@ def test_a_failed_replan_now_leaves_the_plan_in_force_as_old_as_it_is(
     assert state.expired and state.rows_under_plan == 300
 
 
+def test_an_installed_replan_restarts_the_plans_age(drift: SensorHistory, plan: BackupPlan) -> None:
+    """The horizon counts from the rows the plan in force was made on: a 'Re-plan now'
+    that is installed clears an expired plan's warning and counts from its start."""
+    rows = [300]
+    monitor = ReplanningMonitor(
+        plan,
+        recent=lambda: drift.rows(0, 300),
+        apply=lambda new, kind, reason: None,
+        run=lambda job: job(),
+        every_rows=200,
+        rows_seen=lambda: rows[0],
+    )
+    monitor.scheduled = False
+    assert monitor.schedule().expired
+    assert monitor.request() and monitor.plan is not plan
+    assert not monitor.schedule().expired and monitor.schedule().rows_under_plan == 0
+    rows[0] = 350
+    assert monitor.schedule().rows_under_plan == 50
+
+
 def test_scheduled_replans_are_fresh_plans_every_horizon(
     drift: SensorHistory, plan: BackupPlan
 ) -> None:
