@@ -14,6 +14,7 @@ import streamlit as st
 from engine.data import SensorHistory
 from engine.live import PipelineManager, RecoveryReport
 from engine.planning import BackupPlan
+from engine.planning.verdict import STATE_LABELS
 from engine.windows import window_aggregates
 from ui import charts, resources
 from ui.format import pct, plural, span
@@ -80,15 +81,17 @@ def rebuilt_errors(report: RecoveryReport) -> np.ndarray:
 
 
 def _measured_row(mode: str, stored: int, rep: dict[str, Any]) -> dict[str, Any]:
+    first, last = rep["lost_rows"]
     return {
         "mode": mode,
         "figures": "measured",
+        "lost rows": span(first, last, "row"),  # its own failure's, maybe another run's
         "sensors stored": stored,
         "backup readings": rep["backup_rows"],
         "windows lost": rep["windows_lost"],
         "windows recovered": rep["windows_recovered"],
         "max abs error": rep["max_abs_error"],
-        "violation rate": rep["violation_rate"],
+        "violation rate (pooled)": rep["violation_rate"],
         "recovery s": rep["recovery_seconds"],
     }
 
@@ -104,12 +107,13 @@ def _projected_row(mode: str, stored: int, current: RecoveryReport) -> dict[str,
     return {
         "mode": mode,
         "figures": "projected (not run)",
+        "lost rows": span(first, last, "row"),
         "sensors stored": stored,
         "backup readings": rows,
         "windows lost": lost,
         "windows recovered": 0 if mode == "none" else lost,
         "max abs error": 0.0 if mode == "full" else None,
-        "violation rate": 0.0 if mode == "full" else None,
+        "violation rate (pooled)": 0.0 if mode == "full" else None,
         "recovery s": None,
     }
 
@@ -117,39 +121,44 @@ def _projected_row(mode: str, stored: int, current: RecoveryReport) -> dict[str,
 def mode_table(plan: BackupPlan, current: RecoveryReport) -> pd.DataFrame:
     """approx vs full vs none: measured where that mode was run on the plan this run
     started with and recovered the same kind of failure (a crash, a machine loss), else
-    projected for this one. The approx figures are the recovery's own backup set (a
-    re-plan or the online control may have changed ``plan``'s since)."""
+    projected for this one. A measured approx row counts its own recovery's backup set,
+    a projected one the plan's (a re-plan or the online control may have changed it)."""
     log = resources.pipeline_log()
     sig = log.started.get("signature") or plan_signature(plan)  # as ``live.remember`` keeps it
-    m = len(current.backup_sensors)
-    stored = {"approx": m, "full": len(plan.sensors), "none": 0}
+    stored = {"full": len(plan.sensors), "none": 0}
     rows = []
     for mode in MODES:
         entry = log.reports.get(mode)
         if mode == current.mode:
-            rows.append(_measured_row(mode, stored[mode], current.to_dict()))
+            measured = current.to_dict()
         elif (
             entry
             and entry["signature"] == sig
             and entry["report"].get("failure", "machine") == current.failure
         ):
-            rows.append(_measured_row(mode, stored[mode], entry["report"]))
+            measured = entry["report"]
         else:
-            rows.append(_projected_row(mode, stored[mode], current))
+            n = stored.get(mode, len(plan.backup_sensors))
+            rows.append(_projected_row(mode, n, current))
+            continue
+        n = stored.get(mode, len(measured["backup_sensors"]))  # approx: that run's own set
+        rows.append(_measured_row(mode, n, measured))
     return pd.DataFrame(rows)
 
 
 def display_modes(table: pd.DataFrame) -> pd.DataFrame:
-    """The mode table as people read it: a figure a mode has not measured says so."""
+    """The mode table as people read it: a figure a mode has not measured says so, and
+    one a measured mode has none of (none recovers nothing) is n/a."""
     shown = table.astype(object)
-    for name in ("backup readings", "max abs error", "violation rate", "recovery s"):
+    rate = "violation rate (pooled)"
+    for name in ("backup readings", "max abs error", rate, "recovery s"):
         shown[name] = [
-            "not run" if v is None or (isinstance(v, float) and np.isnan(v)) else v
-            for v in table[name]
+            ("n/a" if ran == "measured" else "not run")
+            if v is None or (isinstance(v, float) and np.isnan(v))
+            else v
+            for v, ran in zip(table[name], table["figures"], strict=True)
         ]
-    shown["violation rate"] = [
-        pct(v) if isinstance(v, float) else v for v in shown["violation rate"]
-    ]
+    shown[rate] = [pct(v) if isinstance(v, float) else v for v in shown[rate]]
     return shown
 
 
@@ -167,6 +176,28 @@ def pipeline_inputs(
     if set(report.sensors) <= set(history.sensors):
         return history, plan
     return None
+
+
+def promise_note(report: RecoveryReport, plan: BackupPlan) -> str:
+    """ "" unless a crash plan rebuilt whole windows (a machine loss, a crash that lost
+    more than its exposure): its delta is promised for the crash contract, and what it
+    gets for whole windows is its range backtest's figure (or nothing measured)."""
+    exposure = plan.parameters.exposure
+    if report.contract != "range" or exposure is None or not report.windows_recovered:
+        return ""
+    promise = (
+        f"This plan promises delta {100 * report.delta:g} % for a crash that loses at most "
+        f"{exposure} row{'' if exposure == 1 else 's'}; this recovery rebuilt whole windows, "
+    )
+    bt = plan.backtest
+    if bt is None or not bt.n_folds or bt.crash is None:
+        return promise + "which no backtest of this plan measured: compare with nothing."
+    return (
+        promise + f"which its backtest measured at {bt.pooled_label()} pooled, worst sensor "
+        f"{bt.worst_label()} (range verdict: {STATE_LABELS[bt.assess(report.delta).state]}): "
+        "compare the rates here with "
+        "that, not with delta."
+    )
 
 
 def report_metrics(report: RecoveryReport) -> None:
@@ -245,6 +276,9 @@ def recovery_section(
     st.subheader(f"Recovery report (mode {report.mode})")
     st.session_state[PENDING] = report.windows_pending > 0 and running
     report_metrics(report)
+    note = promise_note(report, plan)
+    if note:
+        st.warning(note)
     if report.windows_unrecoverable:
         st.warning(
             f"{plural(report.windows_unrecoverable, 'lost window')} cannot be rebuilt and "

@@ -360,6 +360,37 @@ def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force
     assert table.loc["full", "figures"] == "measured"
 
 
+def test_mode_table_after_a_full_run_keeps_approxs_own_set(monkeypatch):  # type: ignore[no-untyped-def]
+    """Approx ran backing up 1 of 6, then full ran on the same plan: the measured approx
+    row counts approx's own set, not the full run's 6; after a none run the projected
+    approx row counts the plan's set, not 0. A measured none row says n/a, not 'not run'."""
+    report, _ = make_report()  # approx, 1 sensor backed up
+
+    class Plan:
+        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
+        data_fingerprint, parameters = "sha256:abc", "params"
+
+    log = resources.PipelineLog()
+    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    signature = live.plan_signature(Plan())
+    log.reports["approx"] = {"signature": signature, "report": report.to_dict()}
+    full = replace(report, mode="full", backup_sensors=tuple(TEMP), backup_rows=288)
+    table = recovery.mode_table(Plan(), full).set_index("mode")
+    assert table.loc["approx", "figures"] == "measured"
+    assert table.loc["approx", "sensors stored"] == 1 and table.loc["full", "sensors stored"] == 6
+    assert table.loc["approx", "lost rows"] == "rows 120..160 (41)"
+    none = replace(report, mode="none", backup_sensors=(), backup_rows=0, max_abs_error=None,
+                   violation_rate=None, windows_recovered=0)  # fmt: skip
+    log.reports.clear()
+    table = recovery.mode_table(Plan(), none).set_index("mode")
+    assert table.loc["approx", "figures"] == "projected (not run)"
+    assert table.loc["approx", "sensors stored"] == 1
+    shown = recovery.display_modes(table.reset_index()).set_index("mode")
+    assert shown.loc["none", "max abs error"] == "n/a"
+    assert shown.loc["none", "violation rate (pooled)"] == "n/a"
+    assert shown.loc["approx", "max abs error"] == "not run"
+
+
 def test_a_refresh_keeps_the_data_sensors_parameters_and_plan(page):  # type: ignore[no-untyped-def]
     """A new browser session (a refresh) restores the last state from LACUNA_HOME and
     plans exactly what the old session planned; without the saved state it would not."""
@@ -631,3 +662,23 @@ def test_the_live_page_flushes_the_end_of_a_finished_replay(app, fake):  # type:
     manager._status = replace(manager._status, feed=stopped)
     app.run()
     assert not app.exception and manager.calls == []
+
+
+def test_a_crash_plans_machine_loss_is_read_against_its_range_backtest_not_delta() -> None:
+    """A crash plan promises delta for an m-row loss; a machine loss rebuilds whole
+    windows, which the plan's range backtest measured (on the sample: far above delta).
+    The report says so; under a crash, or for a range plan, it says nothing more."""
+    from engine.planning import PlanParameters, make_plan
+
+    history = load_history(SMALL).select(TEMP)
+    crash_plan = make_plan(history, PlanParameters(WindowQuery(0.5, 0.05, 24, exposure=6)))
+    assert crash_plan.backtest is not None and crash_plan.backtest.crash is not None
+    report, _ = make_report()
+    assert report.contract == "range"
+    note = recovery.promise_note(report, crash_plan)
+    assert note.startswith("This plan promises delta 5 % for a crash that loses at most 6 rows")
+    assert crash_plan.backtest.pooled_label() in note and "range verdict:" in note
+    assert recovery.promise_note(replace(report, contract="crash"), crash_plan) == ""
+    range_plan = make_plan(history, PlanParameters(WindowQuery(0.5, 0.05, 24)),
+                           run_backtest_now=False)  # fmt: skip
+    assert recovery.promise_note(report, range_plan) == ""
