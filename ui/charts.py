@@ -117,10 +117,16 @@ def whatif_chart(
 
 
 def measured_miss_chart(
-    points: Sequence[tuple[float, float, float]], current: float, delta: float, label: str = "eps"
+    points: Sequence[tuple[float, float, float]],
+    current: float,
+    delta: float,
+    label: str = "eps",
+    crash: bool = False,
 ) -> go.Figure:
-    """Backtest miss rates (worst sensor, its 95 % bound) against eps (or the factor
-    every unit group's eps is multiplied by: ``label``), delta as a line."""
+    """Backtest miss rates (the worst sensor's, and the largest 95 % bound of any sensor,
+    which can be another's) against eps (or the factor every unit group's eps is
+    multiplied by: ``label``), delta as a line. ``crash``: the rates are shares of
+    (failure, window) pairs of the windows not backed up."""
     xs = [p[0] for p in points]
     fig = go.Figure(
         [
@@ -129,7 +135,8 @@ def measured_miss_chart(
                 name="worst sensor (measured)", marker={"color": BACKUP_COLOUR},
             ),
             go.Scatter(
-                x=xs, y=[100 * p[2] for p in points], mode="lines", name="95 % upper bound",
+                x=xs, y=[100 * p[2] for p in points], mode="lines",
+                name="largest 95 % bound (any sensor)",
                 line={"dash": "dot", "color": BACKUP_COLOUR},
             ),
         ]
@@ -144,7 +151,8 @@ def measured_miss_chart(
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(rangemode="tozero")
     title = f"Backtest miss rate vs {label.split(' (')[0]}"  # whole in a half-width column
-    return _layout(fig, title, 320, x=label, y="% of rebuilt windows (worst sensor)")
+    unit = "% of (failure, window) pairs" if crash else "% of rebuilt windows"
+    return _layout(fig, title, 320, x=label, y=unit)
 
 
 def heatmap(

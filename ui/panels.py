@@ -233,7 +233,7 @@ def status_line(plan: BackupPlan) -> None:
         text = (
             f"Plan measured by a rolling-origin backtest ({bt.n_folds} folds, each plan kept "
             f"for its horizon of {bt.step} rows and every window in it scored, misses counted "
-            f"where a sensor was rebuilt): {what}. {contract_text(p.exposure)} "
+            f"where a sensor was not backed up): {what}. {contract_text(p.exposure)} "
         )
         VERDICT_STYLE[verdict.state](text + f"**Verdict: {verdict.sentence()}.**")
         if bt.crash is not None:  # the crash plan's other figure: a range rebuilt whole
@@ -343,11 +343,14 @@ def _crash_metrics(plan: BackupPlan, left: DeltaGenerator, right: DeltaGenerator
     left.metric(
         "Backtest rate, worst sensor",
         pct(crash.violation_rate_worst_sensor),
-        f"crash contract: {missed:.3g} of {windows:,} rebuilt windows; delta {pct(p.delta, 1)}",
+        f"crash contract: {missed:.3g} of {windows:,} windows not backed up; "
+        f"delta {pct(p.delta, 1)}",
         **QUIET,
-        help=f"Worst sensor: {crash.worst_sensor or 'none rebuilt'}: of the failures "
-        f"touching its rebuilt windows ({crash.positions} positions a window, each losing "
-        f"{crash.exposure} rows), the fraction that left its window off by more than eps.",
+        help=f"Worst sensor: {crash.worst_sensor or 'none left out of the backup'}: of the "
+        f"failures touching its windows not backed up ({crash.positions} positions a window, "
+        f"each losing {crash.exposure} rows), the fraction that left its window off by more "
+        "than eps (a max or min plan's kept sensors are not rebuilt: their lost readings "
+        "are left out).",
     )
     right.metric(
         "Backtest rate, pooled",

@@ -206,9 +206,20 @@ def report_metrics(report: RecoveryReport) -> None:
     c[1].metric(
         "Windows recovered", report.windows_recovered, f"{report.windows_pending} pending", **QUIET
     )
-    err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
-    eps = "eps per sensor" if report.eps_by_sensor else f"eps {report.eps:g}"
-    c[2].metric("Max abs error", err, eps, **QUIET)
+    if report.eps_by_sensor and report.errors:  # units differ: errors in eps units
+        ratio = np.asarray(report.errors, dtype=float) / np.asarray(report.eps_by_sensor)
+        col = int(np.nanargmax(np.nanmax(ratio, axis=0)))
+        c[2].metric(
+            "Max error / eps",
+            f"{float(np.nanmax(ratio)):.3g}",
+            f"{report.sensors[col]} (eps {report.eps_by_sensor[col]:g})",
+            **QUIET,
+            help="Each sensor's error over its own eps (one eps per unit group): above 1 "
+            "is a miss. The raw errors are in different units.",
+        )
+    else:
+        err = "n/a" if report.max_abs_error is None else f"{report.max_abs_error:.3g}"
+        c[2].metric("Max abs error", err, f"eps {report.eps:g}", **QUIET)
     worst = report.violation_rate_worst_sensor
     c[3].metric(
         "Violation rate, worst sensor",
@@ -255,8 +266,10 @@ def report_charts(history: SensorHistory, report: RecoveryReport) -> None:
     threshold = 1.0 if report.eps_by_sensor else report.eps  # per-sensor: in eps units
     left.plotly_chart(charts.error_histogram(errors, threshold, bool(report.eps_by_sensor)))
     rates = {s: r for s, r in report.violation_rates.items() if s in rebuilt}
-    windows = plural(report.windows_recovered, "recovered window")
-    title = f"Violation rate per rebuilt sensor ({windows})"
+    title = (
+        "Violation rate per rebuilt sensor (over its recovered windows not held whole "
+        "by the backup)"
+    )
     right.plotly_chart(charts.violation_bars(rates, report.delta, title))
 
 

@@ -37,7 +37,7 @@ def caption(curves: WhatIf, params: PlanParameters) -> None:
         "rescales those targets by the Gaussian formula's ratio between the two deltas, "
         "without calibrating again, so a plan made at another delta can back up more or "
         "fewer. Diamonds: backtests (measured): the mean backup fraction of the backtest "
-        "folds' plans at that eps, each fitted on less history than the plan above. "
+        "folds' plans at that eps, each fitted on no more history than the plan above. "
         f"The marker is the plan above: {format_percent(curves.now)} of sensors backed up.{note}"
     )
 
@@ -55,13 +55,15 @@ def measured_table(points: tuple[MeasuredPoint, ...], params: PlanParameters) ->
     """One row per measured eps; with one eps per unit group the row says the factor
     every group's eps was multiplied by (1 is the plan shown), not a single eps."""
     per_unit = bool(params.eps_by_sensor)
+    # the paper method is measured with greedy (``plans.measure_whatif``): x 1 is not it
+    now = " (now)" if params.method != "paper" else " (now, greedy: the plan shown is paper's)"
     return pd.DataFrame(
         [
             {
                 ("eps factor" if per_unit else "eps"): (
                     f"x {m.factor:g}" if per_unit else f"{m.eps:.3g}"
                 )
-                + (" (now)" if abs(m.factor - 1.0) < 1e-12 else ""),
+                + (now if abs(m.factor - 1.0) < 1e-12 else ""),
                 "backed up (mean)": format_percent(m.backup_fraction),
                 "worst sensor miss": format_percent(m.miss_worst),
                 "95 % bound": format_percent(m.miss_worst_ucb95),
@@ -96,7 +98,8 @@ def measured_section(
     series = [(m.factor if per_unit else m.eps, m.miss_worst, m.miss_worst_ucb95) for m in points]
     label = "eps factor (all unit groups)" if per_unit else "eps"
     now = 1.0 if per_unit else params.eps
-    left.plotly_chart(charts.measured_miss_chart(series, now, params.delta, label))
+    crash = params.exposure is not None
+    left.plotly_chart(charts.measured_miss_chart(series, now, params.delta, label, crash))
     right.dataframe(measured_table(points, params), hide_index=True)
     st.caption(measured_contract(params.exposure))
 
@@ -108,5 +111,5 @@ def measured_contract(exposure: int | None) -> str:
     return (
         f"Crash contract: a failure loses {exposure} consecutive "
         f"row{'' if exposure == 1 else 's'}; misses over the (failure, window, sensor) "
-        "triples it leaves rebuilt, as on the headline."
+        "triples of the sensors not backed up, as on the headline."
     )

@@ -227,6 +227,19 @@ def test_recovery_report_renders_its_charts(app, fake):  # type: ignore[no-untyp
     assert list(table["figures"]) == ["measured", "projected (not run)", "projected (not run)"]
 
 
+def test_with_an_eps_per_unit_the_report_gives_the_largest_error_in_eps(app, fake):  # type: ignore[no-untyped-def]
+    """Errors of different units are not compared raw: the largest error over its own
+    eps is shown, with the sensor it belongs to."""
+    report, results = make_report()  # errors 0, 0.3, 0.2, 0.1, 0.6, 0.4 per window
+    eps = (1.0, 1.0, 0.1, 1.0, 1.0, 1.0)  # the third sensor's unit is ten times finer
+    fake(FakeManager("running", replace(report, eps_by_sensor=eps), results))
+    app.switch_page("pages/live.py").run()
+    assert not app.exception
+    assert metric(app, "Max error / eps") == "2"  # 0.2 / 0.1, above the raw 0.6 / 1
+    shown = next(m for m in app.metric if m.label == "Max error / eps")
+    assert shown.delta == f"{TEMP[2]} (eps 0.1)"
+
+
 def test_a_failure_that_lost_no_window_says_why_nothing_was_rebuilt(app, fake):  # type: ignore[no-untyped-def]
     """A failure pressed after the replay had ended loses nothing; the page said only
     'between two committed batches', which is not what happened then."""
