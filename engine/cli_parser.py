@@ -7,9 +7,11 @@ line rewritten in place, elsewhere (a log, a pipe) one line every 5 %.
 
 plan and backtest run at most {folds} backtest folds, evenly spaced and ending at
 the last, unless --max-folds N says otherwise (--max-folds 0: every fold). Each
-fold keeps its plan for a whole horizon and scores every window in it, so the
-default measures thousands of windows per sensor; a 2-million-row file would
-otherwise offer tens of thousands of folds.
+fold keeps its plan for a whole horizon (backtest --step: that many rows) and
+scores every window in it: with a day's horizon of 10-second readings and a
+minute's window that is thousands of windows per sensor, with hourly readings and
+a day's window a few per fold. A 2-million-row file would otherwise offer tens of
+thousands of folds.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
         "--horizon",
         type=int,
         default=None,
-        help="rows the plan is used before re-planning (default: whole windows of about a day)",
+        help="rows the plan is used before re-planning (default: whole windows covering a "
+        "day, at least 4 windows, at most a quarter of the history)",
     )
     p.add_argument(
         "--exposure",
@@ -113,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
     bt = sub.add_parser("backtest", help="rolling-origin backtest of the planning procedure")
     _add_plan_flags(bt)
-    bt.add_argument("--step", type=int, default=None, help="rows per test slice (default: window)")
+    bt.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="rows each fold keeps its plan and scores (default: the horizon)",
+    )
     bt.add_argument("--max-folds", type=int, default=None, help=FOLDS_HELP)
     rec = sub.add_parser("recover", help="rebuild all sensors from a config and the backup")
     rec.add_argument("--config", required=True, help="the exported backup config (.json/.yaml)")

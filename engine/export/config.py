@@ -41,8 +41,9 @@ from engine.export.snippets import (
 from engine.planning.plan import BackupPlan, contract_verdict, contract_verdicts
 
 MODEL_NOTE = (
-    "model-only probability under the seed's assumptions (errors independent over time, "
-    "model never stale); the backtest is the measured figure"
+    "model-only probability that a window rebuilt whole misses eps (the range contract's "
+    "case, whatever the plan's contract), under the seed's assumptions (errors independent "
+    "over time, model never stale); the backtest is the measured figure"
 )
 
 

@@ -88,6 +88,10 @@ def recover_file(
     """
     config = load_config(config_path)
     out = _check_out(out_path, backup_path)
+    if not config.backup_sensors:  # the map would write its means at every time step
+        from engine.planning.plan import NO_BACKUP  # the error path only: planning is heavy
+
+        raise DataError(f"nothing to recover from {Path(backup_path).name}: {NO_BACKUP}")
     names = [n for s in config.backup_sensors for n in (s, spreadsheet_safe(s))]
     # the backup sensors only, their gaps dropped (a filled-in reading would be written
     # out as if it had been backed up)

@@ -334,3 +334,10 @@ def test_a_plan_that_backs_up_no_sensor_says_a_lost_range_cannot_be_rebuilt(
     empty.mkdir()
     with pytest.raises(DataError, match="the plan backs up no sensor"):
         recover_dataset(tmp_path / "plan.json", empty, tmp_path / "out.csv")
+    # from a wide file too: the map alone would write its means at every time step, and
+    # nothing would say that nothing had been recovered
+    from engine.export import recover_file
+
+    with pytest.raises(DataError, match="nothing to recover from .*backs up no sensor"):
+        recover_file(tmp_path / "plan.json", SAMPLE, tmp_path / "out.csv")
+    assert not (tmp_path / "out.csv").exists()
