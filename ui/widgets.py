@@ -22,6 +22,7 @@ from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
 from ui import state
 
 EXACT_MAX_N = 20
+AUTO_UNIT = "auto"  # the numeric time unit not said: the loader's own rules (as the CLI)
 DELTAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 METHOD_HELP = (
     "greedy: ours (fast, near-minimal); paper: the seed's greedy, literally; "
@@ -46,17 +47,21 @@ def load_options() -> LoadOptions:
     time_column = cols[1].text_input(
         "Time column", "", placeholder="auto-detect", key="w_time_column"
     )
-    units = list(UNIT_WORDS)
+    units = [AUTO_UNIT, *UNIT_WORDS]
     unit = cols[2].selectbox(
         "Numeric time unit",
         units,
-        index=units.index("s"),
-        format_func=lambda u: UNIT_WORDS[u],
-        help="how a time column of plain numbers counts from 1970-01-01 (epoch)",
+        format_func=lambda u: "auto-detect" if u == AUTO_UNIT else UNIT_WORDS[u],
+        help="what a time column of plain numbers counts, since 1970-01-01; auto-detect "
+        "reads hours when the column's name says 'hour', else seconds, and refuses "
+        "numbers that look like dates (Excel days, YYYYMMDD), as the CLI does without "
+        "--time-unit",
         key="w_time_unit",
     )
     return LoadOptions(
-        layout=layout, time_column=time_column.strip() or None, numeric_time_unit=unit
+        layout=layout,
+        time_column=time_column.strip() or None,
+        numeric_time_unit=None if unit == AUTO_UNIT else unit,
     )
 
 

@@ -96,3 +96,15 @@ def test_an_unsteady_interval_is_a_warning_on_the_data_page(app):  # type: ignor
     assert not app.exception and not app.error
     said = [w.value for w in app.warning if "not steady" in w.value]
     assert len(said) == 1 and said[0].startswith("The sampling interval is not steady")
+
+
+def test_an_hours_clock_loads_as_hours_unless_the_operator_says_otherwise(app):  # type: ignore[no-untyped-def]
+    """The page chose seconds for every numeric time column, which switched off the
+    loader's own rules: an hours clock loaded as one reading a second (the CLI reads it
+    as hours). Auto-detect, the default, reads it as the CLI does."""
+    rows = [f"{i},{i % 7},{(i * 3) % 11},{(i * 5) % 13}" for i in range(50)]
+    _upload(app, "hours.csv", ("hours_since_start,a,b,c\n" + "\n".join(rows) + "\n").encode())
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert app.session_state["dataset"].history.report.sampling_interval_s == 3600.0
+    app.selectbox(key="w_time_unit").set_value("s").run()
+    assert app.session_state["dataset"].history.report.sampling_interval_s == 1.0

@@ -338,6 +338,6 @@ def test_a_plan_that_backs_up_no_sensor_says_a_lost_range_cannot_be_rebuilt(
     # nothing would say that nothing had been recovered
     from engine.export import recover_file
 
-    with pytest.raises(DataError, match="nothing to recover from .*backs up no sensor"):
+    with pytest.raises(DataError, match=r"nothing to recover from .*backs up no sensor"):
         recover_file(tmp_path / "plan.json", SAMPLE, tmp_path / "out.csv")
     assert not (tmp_path / "out.csv").exists()
