@@ -36,8 +36,9 @@ from engine.errors import DataError, ParameterError, named
 
 EDGE_FILL_FRACTION = 0.05  # leading/trailing gaps up to this share of rows are filled
 GAP_FACTOR = 1.5  # a step longer than this times the median step is a gap
-# A sensor missing more than this share of its readings is mostly interpolation: said as a
-# warning, since its model and the backtest's truth then rest on filled-in values.
+# A sensor missing this share of its readings or more is mostly interpolation: said as a
+# warning, since its model and the backtest's truth then rest on filled-in values (two
+# loggers a second apart miss exactly half each).
 MOSTLY_FILLED = 0.5
 # Steps this share of the file shorter than the median step / GAP_FACTOR: another rate
 SHORT_STEPS = 0.1
@@ -83,18 +84,18 @@ class DataReport:
         return [n for n in self.notes if any(w in n for w in words)]
 
     def mostly_filled(self) -> str | None:
-        """One sentence when some sensors missed more than ``MOSTLY_FILLED`` of their
-        readings and the gaps were filled (sensors read out of step with each other, or
-        rarely), else None."""
+        """One sentence when some sensors missed ``MOSTLY_FILLED`` of their readings or more
+        and the gaps were filled (sensors read out of step with each other, or rarely),
+        else None."""
         if self.missing_policy != "interpolate":
             return None
-        sparse = [s for s, r in self.missing_rate.items() if r > MOSTLY_FILLED]
+        sparse = [s for s, r in self.missing_rate.items() if r >= MOSTLY_FILLED]
         if not sparse:
             return None
         listed = named([f"{s} ({100 * self.missing_rate[s]:.0f} %)" for s in sparse])
         return (
-            f"{len(sparse)} of {len(self.sensors)} sensors missed more than "
-            f"{100 * MOSTLY_FILLED:.0f} % of the rows ({listed}), filled by interpolation: "
+            f"{len(sparse)} of {len(self.sensors)} sensors missed {100 * MOSTLY_FILLED:.0f} % "
+            f"of the rows or more ({listed}), filled by interpolation: "
             "their model and the backtest's truth rest mostly on filled-in values (sensors "
             "read at other times than each other, or rarely); resample them onto one clock"
         )
