@@ -10,7 +10,8 @@ st.title("Out-of-order streams")
 st.caption(
     "The chosen sensors are replayed with random arrival delays. Four buffers see the "
     "same tuples: ours (K adapted by a PD controller on window coverage), MP-K-slack "
-    "(K = the largest delay so far), a fixed watermark and no buffer. Late tuples "
+    "(K = the largest lateness seen so far: how far behind the newest event time a tuple "
+    "arrives), a fixed watermark and no buffer. Late tuples "
     "correct the results afterwards, so every method ends exact."
 )
 with panels.page_guard():
@@ -30,14 +31,18 @@ with panels.page_guard():
     report = disorder.run(history, disorder.PRESETS[preset], params, int(seed))
     if report is None:
         st.stop()
+    scored = disorder.scored_note(report, params)
+    if scored is None:
+        st.stop()
     target = eps_text(history.sensors, params)
     if params.eps_by_sensor:
         target += " (each sensor scored against its own unit's eps)"
     st.caption(
         f"{report.stream['n_tuples']:,.0f} readings, {100 * report.stream['late_ratio']:.1f} % "
         f"out of order, max delay {report.stream['max_delay_s'] / 3600:.1f} h; quality target "
-        f"{target}, delta {params.delta:g}, window {params.window} ({params.aggregate}); "
-        f"target coverage lambda = {report.lambda_thr:.2f}."
+        f"{target}, delta {params.delta:g}, window {params.window}, slide "
+        f"{params.effective_slide} ({params.aggregate}); "
+        f"target coverage lambda = {report.lambda_thr:.2f}; {scored}."
     )
     st.dataframe(disorder.summary(report), hide_index=True, column_config=disorder.TABLE_FORMAT)
     st.info("\n\n".join(disorder.verdict(report, params.delta)))

@@ -68,7 +68,7 @@ def run(
     per_sensor = bool(params.eps_by_sensor)
     key = (
         "disorder", history.fingerprint(), delays, tuple(eps) if per_sensor else params.eps,
-        params.delta, params.window, params.aggregate, seed,
+        params.delta, params.window, params.slide, params.aggregate, seed,
     )  # fmt: skip
     cache = resources.plan_cache()
     report = cache.get(key)
@@ -80,7 +80,8 @@ def run(
         scored = replace(history, values=history.values / eps) if per_sensor else history
         out = run_disorder_experiment(
             scored, delays, eps_thr=1.0 if per_sensor else params.eps, delta=params.delta,
-            window=params.window, aggregate=params.aggregate, rng=np.random.default_rng(seed),
+            window=params.window, slide=params.slide, aggregate=params.aggregate,
+            rng=np.random.default_rng(seed),
         )  # fmt: skip
         return cache.put(key, out)
 
@@ -125,6 +126,24 @@ TABLE_FORMAT = {
 
 
 SIMPLER = ("no_buffer", "fixed_watermark")
+
+
+def scored_note(report: DisorderReport, params: PlanParameters) -> str | None:
+    """What the accuracy figures are over ("N (window, sensor) results scored"); None,
+    with the reason shown, when no window could be scored (the figures would be NaN)."""
+    scored = int(report.parameters.get("evaluated_results", 0))
+    if scored:
+        return (
+            f"accuracy over the {scored:,} (window, sensor) results whose window holds all "
+            f"{params.window} readings"
+        )
+    st.warning(
+        f"No window could be scored: the replay's windows are of event time, and none held "
+        f"all {params.window} readings of a sensor (gaps in time, or sensors on different "
+        "clocks), so there is no truth to compare with and no coverage for adaptive K to "
+        "steer by. Resample the data onto one steady clock, or replay more rows."
+    )
+    return None
 
 
 def verdict(report: DisorderReport, delta: float) -> list[str]:

@@ -63,6 +63,7 @@ def test_the_disorder_page_scores_each_sensor_against_its_units_eps(  # type: ig
 
     def spy(history, delays, eps_thr, **kw):  # type: ignore[no-untyped-def]
         seen["values"], seen["eps_thr"], seen["sensors"] = history.values, eps_thr, history.sensors
+        seen["slide"] = kw.get("slide")
         return real(history, delays, eps_thr, **kw)
 
     monkeypatch.setattr(disorder, "run_disorder_experiment", spy)
@@ -80,6 +81,26 @@ def test_the_disorder_page_scores_each_sensor_against_its_units_eps(  # type: ig
     k = history.sensors.index("Dongsi_PM2.5")
     rows = seen["values"].shape[0]
     assert seen["values"][:, j] == pytest.approx(history.values[:rows, k] / 20.0)
+    # the Tune query's slide is replayed, and the accuracy says what it is over
+    assert seen["slide"] == app.session_state["params"].slide
+    assert "(window, sensor) results whose window holds all" in shown
+
+
+def test_the_disorder_page_says_when_no_window_could_be_scored() -> None:
+    """Windows of event time that never hold all their readings (gaps, other clocks): the
+    figures would all be NaN; the page says why instead."""
+    from types import SimpleNamespace
+
+    from ui import disorder
+
+    params = SimpleNamespace(window=24)
+    shown = disorder.scored_note(SimpleNamespace(parameters={"evaluated_results": 120}), params)
+    assert (
+        shown == "accuracy over the 120 (window, sensor) results whose window holds all 24 readings"
+    )
+    assert (
+        disorder.scored_note(SimpleNamespace(parameters={"evaluated_results": 0}), params) is None
+    )
 
 
 def test_a_restored_session_names_each_units_eps(app):  # type: ignore[no-untyped-def]
