@@ -130,13 +130,15 @@ def guess_unit(name: str) -> str:
     tokens = _tokens(name)
     if not tokens:
         return UNKNOWN + name
+    quantity = next((QUANTITIES[t.lower()] for t in reversed(tokens) if t.lower() in QUANTITIES),
+                    None)  # fmt: skip
     explicit = _explicit_unit(tokens)
-    if explicit is not None:
+    # a one-letter suffix after a known quantity is a label, not a unit: Temp_A is a
+    # temperature (sensor A), not amperes; Pump_A, with no quantity, stays amperes
+    if explicit is not None and not (quantity is not None and len(tokens[-1]) == 1):
         return explicit
-    for token in reversed(tokens):
-        unit = QUANTITIES.get(token.lower())
-        if unit is not None:
-            return unit
+    if quantity is not None:
+        return quantity
     return UNKNOWN + _unknown_key(name, tokens)
 
 

@@ -111,3 +111,12 @@ def test_eps_vector_rejects_sensors_not_planned_for() -> None:
     assert p.eps_by_sensor == (("x", 2.0),)
     with pytest.raises(ParameterError, match="'x'"):
         p.eps_vector(("a", "b"))
+
+
+def test_a_one_letter_label_after_a_quantity_is_not_a_unit() -> None:
+    """Temp_A and Temp_B are two temperature sensors (A and B), not amperes and degC;
+    with no quantity in the name a one-letter suffix is still the unit it spells."""
+    assert guess_unit("Temp_A") == guess_unit("Temp_B") == "degC"
+    assert guess_unit("Humidity_A") == "%"
+    assert guess_unit("Pump_A") == "A" and guess_unit("Zone1_W") == "W"
+    assert guess_unit("T1_kitchen_degC") == "degC" and guess_unit("airport_wind_ms") == "m/s"
