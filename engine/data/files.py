@@ -182,8 +182,8 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
     check_names(path.name, names)
     check_header(path.name, names)
     notes = [
-        f"column {i} has no name in the header line: read as {n!r} (a saved row index "
-        "would be read as a sensor: drop it, or name the column)"
+        f"column {i} {NO_NAME}: read as {n!r} (a saved row index would be read as a "
+        "sensor: drop it, or name the column)"
         for i, (cell, n) in enumerate(zip(cells, names, strict=True), start=1)
         if not cell
     ]
@@ -220,6 +220,7 @@ def _has_underscore(path: Path, chunk: int = 1 << 20) -> bool:
 # every value holding a '.' has 1-3 digits before it and exactly 3 after: "1.401", as a
 # locale writing '.' between thousands (and ';' between fields) writes 1401
 _THOUSANDS = r"[-+]?[1-9]\d{0,2}\.\d{3}"  # a leading 0 is no thousands group (0.013)
+NO_NAME = "has no name in the header line"  # the note's words (``warning_notes``)
 THOUSANDS_LIKE = "as a thousands separator writes them"  # the note's words (``warning_notes``)
 THOUSANDS_SAMPLE = 10_000  # rows looked at first; only the columns they suspect are read in full
 

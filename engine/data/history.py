@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from engine.data.files import (
+    NO_NAME,
     THOUSANDS_LIKE,
     check_file,
     check_names,
@@ -79,8 +80,9 @@ class DataReport:
         """The loader's notes an operator must not miss, said as warnings by the CLI and
         the Data page: numeric times read as early dates, a sampling interval that is
         not steady (a horizon in rows spans another time), decimals that look like
-        thousands separators."""
-        words = (EARLY_TIMES, UNSTEADY, THOUSANDS_LIKE)
+        thousands separators, a column without a name (a saved row index read as a
+        sensor)."""
+        words = (EARLY_TIMES, UNSTEADY, THOUSANDS_LIKE, NO_NAME)
         return [n for n in self.notes if any(w in n for w in words)]
 
     def mostly_filled(self) -> str | None:

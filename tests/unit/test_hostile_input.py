@@ -469,6 +469,7 @@ def test_a_header_cell_without_a_name_is_said(tmp_path: Path) -> None:
     assert "column1" in history.sensors
     (said,) = [n for n in history.report.notes if "no name" in n]
     assert said.startswith("column 1 has no name in the header line: read as 'column1'")
+    assert said in history.report.warning_notes()  # a warning (CLI, Data page), not a note
     frame.to_csv(tmp_path / "plain.csv", index=False)
     assert not [n for n in load_history(tmp_path / "plain.csv").report.notes if "no name" in n]
 
