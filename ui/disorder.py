@@ -76,18 +76,18 @@ def run(
         return report
 
     def work(progress: background.Progress) -> DisorderReport:
-        progress(0.1, f"replaying {history.values.size:,} readings with four buffers")
+        progress(0.0, f"replaying {history.values.size:,} readings with four buffers")
         scored = replace(history, values=history.values / eps) if per_sensor else history
         out = run_disorder_experiment(
             scored, delays, eps_thr=1.0 if per_sensor else params.eps, delta=params.delta,
             window=params.window, slide=params.slide, aggregate=params.aggregate,
-            rng=np.random.default_rng(seed),
+            rng=np.random.default_rng(seed), progress=progress,
         )  # fmt: skip
         return cache.put(key, out)
 
     background.forget_if_done(key, lambda: cache.get(key) is not None)
     background.submit(key, "disorder replay", work)
-    background.job_panel(key, "Replaying out of order", cancellable=False)
+    background.job_panel(key, "Replaying out of order")  # Cancel stops it within a step
     return None
 
 

@@ -30,6 +30,9 @@ from engine.query import check_window_fits
 # Called with ours' late tuples and result rows of a replay (see ``run_disorder_experiment``).
 Recorder = Callable[[Sequence[LateItem], Sequence[ResultRow]], object]
 
+# Tuples between two calls of a replay's progress (about half a second of replay).
+STEP_TUPLES = 10_000
+
 METHODS: dict[str, str] = {
     "ours": "adaptive",
     "mp_kslack": "mp_kslack",
@@ -219,17 +222,23 @@ def replay(
     sensors: list[str],
     values: list[float],
     arrivals: list[float],
+    step: Callable[[float], None] | None = None,
 ) -> tuple[DisorderProcessor, list[ResultRow], list[LateItem]]:
     """Run one method over tuples already in arrival order; returns rows and late tuples.
 
-    A tuple's ``tag`` is its position in the arrival order.
+    A tuple's ``tag`` is its position in the arrival order. ``step`` is called with the
+    share of tuples replayed every ``STEP_TUPLES`` (a caller's progress, which may raise
+    to cancel).
     """
     proc = DisorderProcessor(config)
     rows: list[ResultRow] = []
     late: list[LateItem] = []
+    n = len(times_s)
     for tag, (ts, sensor, value, arrival) in enumerate(
         zip(times_s, sensors, values, arrivals, strict=True)
     ):
+        if step is not None and tag % STEP_TUPLES == 0:
+            step(tag / max(n, 1))
         proc.push(ts, sensor, value, arrival, tag)
         _, new_late, new_rows = proc.drain()
         late.extend(new_late)
@@ -297,13 +306,16 @@ def make_replay_stream(history: Any, delays: DelayModel, rng: np.random.Generato
 
 
 def evaluate(
-    config: DisorderConfig, stream: ReplayStream, truth: pd.DataFrame
+    config: DisorderConfig,
+    stream: ReplayStream,
+    truth: pd.DataFrame,
+    step: Callable[[float], None] | None = None,
 ) -> tuple[MethodReport, DisorderProcessor, list[ResultRow], list[LateItem]]:
     """Replay ``stream`` through one configuration and summarise it against ``truth``.
 
     Returns the report, the finished processor, its result rows and late tuples.
     """
-    proc, rows, late = replay(config, *stream.lists())
+    proc, rows, late = replay(config, *stream.lists(), step=step)
     report = summarise_method(
         proc, rows, len(late), truth, config.eps_thr, float(stream.arrivals[0])
     )
@@ -323,6 +335,7 @@ def run_disorder_experiment(
     gamma: float | None = None,
     fixed_k_s: float | None = None,
     record: Recorder | None = None,
+    progress: Callable[[float, str], None] | None = None,
     **controller: Any,
 ) -> DisorderReport:
     """Replay a history out of order and run ours and the three baselines on it.
@@ -337,6 +350,8 @@ def run_disorder_experiment(
     fixed_k_s : the fixed watermark's ``K`` in seconds (``None``: one window width).
     record : if given, called with ours' late tuples and result rows (for example
         ``engine.live.offline.record_replay`` into a live store).
+    progress : if given, called with the share done and a message every
+        ``STEP_TUPLES`` tuples of each method's replay (it may raise to cancel).
     controller : other ``DisorderConfig`` fields for ours (``kp``, ``kd``,
         ``alpha0``, ``alpha_max``, ``target_model``, ``control_tuples``, ...).
     rng : draws the delays.
@@ -360,9 +375,14 @@ def run_disorder_experiment(
     truth = window_truth(stream.times, stream.sensors, stream.values, base)
     methods: dict[str, MethodReport] = {}
     lambda_thr = math.nan
-    for name, policy in METHODS.items():
+    for i, (name, policy) in enumerate(METHODS.items()):
         config = replace(base, policy=policy, fixed_k_s=fixed if policy == "fixed" else 0.0)
-        methods[name], proc, rows, late = evaluate(config, stream, truth)
+
+        def step(done: float, i: int = i, name: str = name) -> None:
+            if progress is not None:
+                progress((i + done) / len(METHODS), f"replaying with {name}")
+
+        methods[name], proc, rows, late = evaluate(config, stream, truth, step)
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
             if record is not None:

@@ -925,3 +925,30 @@ def test_experiment_records_late_tuples_and_versioned_results_in_the_store(tmp_p
     assert (results["kind"] == "correction").sum() == report["ours"]["corrections"]
     latest = results.sort_values("version").groupby(["window_id", "sensor"]).tail(1)
     assert latest["final"].all()
+
+
+def test_a_long_replay_reports_its_progress_and_can_be_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each method's replay calls the progress every STEP_TUPLES tuples, the share rising
+    through the four methods; a progress that raises (a Cancel) stops the replay there."""
+    import engine.disorder.experiment as experiment
+    from engine.errors import Cancelled
+
+    monkeypatch.setattr(experiment, "STEP_TUPLES", 100)
+    history = small_history()  # 240 rows x 3 sensors: 720 tuples, 8 steps a method
+    seen: list[tuple[float, str]] = []
+    run_disorder_experiment(
+        history, "exp:7200", eps_thr=1.0, delta=0.1, window=12,
+        rng=np.random.default_rng(0), progress=lambda f, m: seen.append((f, m)),
+    )  # fmt: skip
+    assert len(seen) == 4 * 8 and [f for f, _ in seen] == sorted(f for f, _ in seen)
+    assert seen[0] == (0.0, "replaying with ours") and seen[-1][1] == "replaying with no_buffer"
+
+    def cancel(fraction: float, message: str) -> None:
+        if fraction > 0.3:
+            raise Cancelled("cancelled")
+
+    with pytest.raises(Cancelled):
+        run_disorder_experiment(history, "exp:7200", eps_thr=1.0, delta=0.1, window=12,
+                                rng=np.random.default_rng(0), progress=cancel)  # fmt: skip
