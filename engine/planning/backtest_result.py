@@ -180,7 +180,7 @@ class BacktestResult:
             "n_folds": self.n_folds,
             "history": self.history,
             "step": self.step,
-            "windows_scored": self.windows,
+            "rebuilt_pairs_scored": self.windows,  # (window, rebuilt sensor) pairs
             "backup_fraction_mean": self.backup_fraction_mean,
             "violation_rate_mean": self.violation_rate_mean,
             "violation_rate_worst_sensor": self.violation_rate_worst_sensor,

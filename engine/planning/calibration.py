@@ -151,7 +151,7 @@ class CalibrationInfo:
     reason: str
     blocks: int = 0  # horizons scored
     iterations: int = 0
-    windows_per_sensor: int = 0
+    scores_per_sensor: int = 0  # window scores (sliding windows x failure positions)
     level: float = 0.0  # the quantile level used, 1 - delta * margin
     ratio: dict[str, float] = field(default_factory=dict)  # c_i per sensor
     flat: tuple[str, ...] = ()  # sensors with no measured error, held to the variance measured
@@ -164,7 +164,7 @@ class CalibrationInfo:
             "reason": self.reason,
             "blocks": self.blocks,
             "iterations": self.iterations,
-            "windows_per_sensor": self.windows_per_sensor,
+            "scores_per_sensor": self.scores_per_sensor,
             "quantile_level": self.level,
             "flat_sensors": list(self.flat),
             "kept_readings": list(self.kept),
@@ -307,7 +307,7 @@ def _calibrate(
             )
             + (
                 f"; {len(blind)} sensor(s) backed up, their miss rate not measurable on the "
-                f"{n_windows} windows scored ({named(blind)})"
+                f"{n_windows} window scores per sensor ({named(blind)})"
                 if blind
                 else ""
             )
@@ -324,7 +324,7 @@ def _calibrate(
         unmeasured=tuple(blind),
         blocks=len(forward[0]),
         iterations=iterations,
-        windows_per_sensor=n_windows,
+        scores_per_sensor=n_windows,
         level=level,
         ratio={s: float(r) for s, r in zip(sensors, ratio, strict=True)},
     )

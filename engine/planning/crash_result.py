@@ -170,7 +170,7 @@ class CrashResult:
             "rates_over": "(failure position, window touched, sensor not backed up) triples",
             "verdict_test": CRASH_TEST,
             "per_sensor": {
-                s: {"violations": v, "triples_rebuilt": r} for s, (v, r) in self.per_sensor.items()
+                s: {"violations": v, "triples_scored": r} for s, (v, r) in self.per_sensor.items()
             },
         }
 

@@ -67,7 +67,7 @@ def test_calibration_is_recorded_with_its_reason(smooth: np.ndarray) -> None:
     assert "horizons" in fold.calibration.reason
     # default horizon 4 windows = 96 rows: first fit 96, horizons at 144 and 240
     assert fold.calibration.blocks == 2
-    assert fold.calibration.windows_per_sensor == 2 * (96 - 24 + 1)
+    assert fold.calibration.scores_per_sensor == 2 * (96 - 24 + 1)
     seed = plan_on(smooth[:336], sensors, _spec("none"))
     assert seed.calibration.method == "none"
     # the calibrated targets are tighter than the seed's for smooth errors
