@@ -197,14 +197,35 @@ def read_csv(con: duckdb.DuckDBPyConnection, path: Path, options: LoadOptions) -
         types = {n: "VARCHAR" if n in text else "DOUBLE" for n in names}
         try:
             con.execute(query, [exact_path(path), delim, types, NULL_STRINGS])
-            return notes
+            return drop_trailing_empty(con, cells, notes)
         except duckdb.Error:
             pass  # re-read as text below, which names the offending column and row
     try:
         con.execute(query, [exact_path(path), delim, dict.fromkeys(names, "VARCHAR"), NULL_STRINGS])
     except duckdb.Error as err:
         raise DataError(f"{path.name}: cannot read CSV: {_duckdb_message(err)}") from err
-    return notes
+    return drop_trailing_empty(con, cells, notes)
+
+
+def drop_trailing_empty(
+    con: duckdb.DuckDBPyConnection, cells: list[str], notes: list[str]
+) -> list[str]:
+    """A last header cell without a name over a column without a value (a spreadsheet's
+    export ends every line with the delimiter): that column is dropped, not read as a
+    sensor with no values. Returns ``notes``, its own in place of the unnamed column's."""
+    if len(cells) < 3 or cells[-1]:
+        return notes
+    name = f"column{len(cells)}"
+    quoted = '"' + name.replace('"', '""') + '"'
+    filled = con.execute(f"SELECT count({quoted}) FROM raw").fetchone()
+    if filled is None or filled[0]:
+        return notes
+    con.execute(f"ALTER TABLE raw DROP COLUMN {quoted}")
+    unnamed = f"column {len(cells)} {NO_NAME}"
+    return [n for n in notes if not n.startswith(unnamed)] + [
+        f"column {len(cells)} has no name and no value: every line ends with the "
+        "delimiter (a spreadsheet export), so it was dropped"
+    ]
 
 
 def _has_underscore(path: Path, chunk: int = 1 << 20) -> bool:

@@ -517,3 +517,19 @@ def test_sensors_read_out_of_step_are_said_to_be_mostly_filled(
     pd.concat(pairs).to_csv(tmp_path / "two_loggers.csv", index=False)
     report = load_history(tmp_path / "two_loggers.csv").report
     assert "4 of 4 sensors missed 50 % of the rows or more" in str(report.mostly_filled())
+
+
+def test_a_spreadsheet_export_ending_every_line_with_the_delimiter_loads(tmp_path: Path) -> None:
+    """Excel's CSV ends every line with a comma: the last column has no name and no value.
+    It refused the whole file ("sensor 'column5' has no values"), naming a sensor the
+    operator never had; it is dropped, and said. A last column that holds values stays."""
+    times = pd.date_range("2024-01-01", periods=50, freq="h")
+    rows = [f"{t},{i % 7},{(i * 3) % 11},{(i * 5) % 13}," for i, t in enumerate(times)]
+    (tmp_path / "excel.csv").write_text("time,a,b,c,\n" + "\n".join(rows) + "\n")
+    history = load_history(tmp_path / "excel.csv")
+    assert history.sensors == ("a", "b", "c") and history.values.shape == (50, 3)
+    (said,) = [n for n in history.report.notes if "column 5" in n]
+    assert said.startswith("column 5 has no name and no value") and "dropped" in said
+    filled = [f"{t},{i % 7},{(i * 3) % 11},{(i * 5) % 13},{i}" for i, t in enumerate(times)]
+    (tmp_path / "named_later.csv").write_text("time,a,b,c,\n" + "\n".join(filled) + "\n")
+    assert "column5" in load_history(tmp_path / "named_later.csv").sensors
