@@ -37,8 +37,16 @@ with panels.page_guard():
     target = eps_text(history.sensors, params)
     if params.eps_by_sensor:
         target += " (each sensor scored against its own unit's eps)"
+    filled = data.history.report.n_values_filled
     st.caption(
-        f"{report.stream['n_tuples']:,.0f} readings, {100 * report.stream['late_ratio']:.1f} % "
+        f"{report.stream['n_tuples']:,.0f} values replayed"
+        + (
+            f" (the loader filled in {filled:,} of the file's values: those replayed count "
+            "as readings here)"
+            if filled
+            else ""
+        )
+        + f", {100 * report.stream['late_ratio']:.1f} % "
         f"out of order, max delay {report.stream['max_delay_s'] / 3600:.1f} h; quality target "
         f"{target}, delta {params.delta:g}, window {params.window}, slide "
         f"{params.effective_slide} ({params.aggregate}); "

@@ -84,6 +84,8 @@ def test_the_disorder_page_scores_each_sensor_against_its_units_eps(  # type: ig
     # the Tune query's slide is replayed, and the accuracy says what it is over
     assert seen["slide"] == app.session_state["params"].slide
     assert "(window, sensor) results whose window holds all" in shown
+    # the sample has gaps the loader filled: the replayed count says they are in it
+    assert "values replayed (the loader filled in" in shown
 
 
 def test_the_disorder_page_says_when_no_window_could_be_scored() -> None:
