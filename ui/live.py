@@ -323,7 +323,9 @@ def status_metrics(s: PipelineStatus, delta: float) -> None:
     c[2].metric(
         "Readings in",
         f"{s.input_rows:,}",
-        f"{s.input_rows_per_second:,.0f}/s arriving",
+        "no rate yet"
+        if s.input_rows_per_second is None
+        else f"{s.input_rows_per_second:,.0f}/s arriving",
         **QUIET,
     )
     c[3].metric(

@@ -79,7 +79,7 @@ class PipelineStatus:
     run: int | None = None
     batches: int = 0
     input_rows: int = 0
-    input_rows_per_second: float = 0.0
+    input_rows_per_second: float | None = None  # None until Spark measured one
     processed_rows_per_second: float = 0.0
     batch_duration_ms: float = 0.0
     # The query's processing-time trigger in seconds (0: batches back to back, None: not

@@ -514,6 +514,11 @@ def test_live_page_shows_versions_both_tallies_and_an_expired_plan(app, fake):  
     assert overall.delta == "worst, all versions: Changping_TEMP: 3 of 6 shadow windows"
     readings_in = next(m for m in app.metric if m.label == "Readings in")
     assert readings_in.delta == "40/s arriving"
+    before = replace(manager._status, input_rows_per_second=None)  # no batch measured yet
+    manager._status, kept = before, manager._status
+    app.run()
+    assert next(m for m in app.metric if m.label == "Readings in").delta == "no rate yet"
+    manager._status = kept
     shadow = next(m for m in app.metric if m.label == "Shadow miss rate, worst sensor")
     assert shadow.proto.help.startswith("Each closed window is also rebuilt whole")
     manager._status = replace(manager._status, shadow_contract="crash")
