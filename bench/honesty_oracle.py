@@ -1,6 +1,6 @@
 """How much could ANY plan save and still pass the honesty benchmark? A hindsight bound.
 
-    python -m bench.honesty_oracle                        # all cases (a few minutes)
+    python -m bench.honesty_oracle                        # every case of at most 16 sensors
     python -m bench.honesty_oracle --cases eeg_avg,beijing_TEMP_avg
 
 The targets are every case honest AND mean savings of at least 40 %. This

@@ -204,16 +204,18 @@ def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent
 def recent_table(
     points: Sequence[BatchPoint], events: Sequence[PipelineEvent], limit: int = 12
 ) -> pd.DataFrame:
-    """The newest backups (batches that wrote rows) and every failure/recovery, newest first."""
+    """The newest backups (batches that wrote readings) and every failure/recovery, newest
+    first; ``readings``: backed up by the batch, or read back by the recovery."""
     rows = [
         {"time": p.at[11:19], "what": f"backup, batch {p.batch_id} (run {p.run})",
-         "rows": p.backup_rows, "size": format_quantity(p.backup_bytes, "B"),
+         "readings": p.backup_rows, "size": format_quantity(p.backup_bytes, "B"),
          "took": format_quantity((p.store_ms or 0) / 1000, "s")}
         for p in points if p.backup_rows > 0
     ][-limit:]  # fmt: skip
     rows += [
         {"time": e.at[11:19], "what": f"{e.kind}: {e.text}",
-         "rows": e.rows, "size": "", "took": format_quantity(e.seconds, "s") if e.seconds else ""}
+         "readings": e.rows, "size": "",
+         "took": format_quantity(e.seconds, "s") if e.seconds else ""}
         for e in events if e.kind in ("failure", "recovery", "resume")
     ]  # fmt: skip
     return pd.DataFrame(sorted(rows, key=lambda r: r["time"], reverse=True))
@@ -343,7 +345,10 @@ def _polled(delta: float) -> None:
         st.plotly_chart(disorder, key="disorder_timeline")
     st.subheader("Backup and recovery history")
     st.dataframe(history_summary(points, events), hide_index=True)
-    st.caption("Newest backups (batches that wrote rows), failures and recoveries:")
+    st.caption(
+        "Newest backups (batches that wrote readings), failures and recoveries (readings "
+        "read back):"
+    )
     st.dataframe(recent_table(points, events), hide_index=True, height=280)
 
 

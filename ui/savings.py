@@ -30,16 +30,19 @@ TABLE_FORMAT = {
     "backtest miss rate (rebuilt windows)": st.column_config.TextColumn(
         "backtest miss",
         width="small",
-        help="Misses over the backtest windows where the sensor "
-        "was rebuilt (backed-up windows are not counted); for a crash plan each window "
+        help="Misses over the backtest windows where the sensor was not backed up "
+        "(rebuilt, or for a max or min crash plan keeping its readings; backed-up windows "
+        "are not counted); for a crash plan each window "
         "counts the share of its failure positions that missed. The backtest re-plans at "
         "each fold, so a sensor this plan backs up may have been rebuilt there, and one it "
         "rebuilds may never have been",
     ),
     "backtest misses / rebuilt windows": st.column_config.TextColumn(
-        "misses / rebuilt",
+        "misses / windows",
         width="small",
-        help="The backtest's fold plans' misses and rebuilt windows, not this plan's",
+        help="The backtest's fold plans' misses over their windows where the sensor was not "
+        "backed up (rebuilt; or, under a max or min crash plan, keeping its readings), not "
+        "this plan's",
     ),
     "conditional variance": None,  # in the expander below the table: the page stays narrow
     "variance target": None,
@@ -73,9 +76,9 @@ def quality(plan: BackupPlan) -> str:
     crash = bt.crash
     missed, windows = crash.worst_counts
     worst = (
-        "no sensor was rebuilt"
+        "no sensor left out of the backup"
         if crash.worst_sensor is None
-        else f"{crash.worst_sensor} missed {missed:.3g} of {windows:,} rebuilt windows "
+        else f"{crash.worst_sensor} missed {missed:.3g} of its {windows:,} windows not backed up "
         f"({format_percent(crash.violation_rate_worst_sensor, 1)})"
     )
     return (

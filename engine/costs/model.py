@@ -10,9 +10,11 @@ strategy that persists a fraction ``f`` of the readings:
   each micro-batch writes them, small files' overhead included), at its price per
   MB/s-month (MB = 2^20 bytes);
 * requests: one file per micro-batch and partition, whatever is in them (the same for
-  every strategy that writes anything). A micro-batch runs at most once a trigger and
-  only when something landed: each site lands a time step every interval, so
-  ``min(1 / trigger, sites / interval)`` batches a second (sites landing at different
+  every strategy that writes anything, except the crash contract, whose trigger is at
+  most ``crash_exposure_rows`` intervals, so its requests can exceed full backup's).
+  A micro-batch runs at most once a trigger and only when something landed: each site
+  lands a time step every interval, so ``min(1 / trigger, sites / interval)`` batches a
+  second (sites landing at different
   moments: the most there can be), ``partitions`` PUTs each;
 * compute: the executors' core time to write ``R f`` readings a second
   (``write_core_us`` each, measured), and for Lacuna its shadow check on every

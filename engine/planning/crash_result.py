@@ -39,12 +39,13 @@ CRASH_TEST = (
 class CrashResult:
     """The crash contract measured: a failure loses ``exposure`` consecutive rows.
 
-    Every window touched by a failure is exact except the lost rows of the rebuilt
-    sensors. The rate counts (failure position, window touched, rebuilt sensor)
-    triples: of the window results a failure leaves approximate, the fraction off by
-    more than eps, a failure equally likely at every row. Each window is touched by
+    Every window touched by a failure is exact except the lost rows of the sensors not
+    backed up (rebuilt, or for max and min left out where a sensor keeps its readings).
+    The rate counts (failure position, window touched, sensor not backed up) triples:
+    of the window results a failure leaves approximate, the fraction off by more than
+    eps, a failure equally likely at every row. Each window is touched by
     ``positions = w + m - 1`` failure positions, so ``per_sensor`` maps sensor ->
-    (missed triples, triples), triples = ``positions`` x rebuilt windows.
+    (missed triples, triples), triples = ``positions`` x windows not backed up.
 
     The triples of one window share its readings, so the verdict's tests count
     windows, not triples (``CRASH_TEST``): a window counts the fraction of its
@@ -82,7 +83,8 @@ class CrashResult:
 
     @property
     def worst_counts(self) -> tuple[float, int]:
-        """The worst sensor's (missed fraction summed over its windows, rebuilt windows)."""
+        """The worst sensor's (missed fraction summed over its windows, its windows not
+        backed up)."""
         if self.worst_sensor is None:
             return 0.0, 0
         v, r = self.per_sensor.get(self.worst_sensor, (0, 0))
@@ -143,7 +145,7 @@ class CrashResult:
         return unrejected(pooled, loosest, ucb, delta, where, settle)
 
     def windows_to_settle(self, delta: float) -> int:
-        """Rebuilt windows of the sensor with the largest bound (``bound_sensor``) that, at
+        """Windows not backed up of the sensor with the largest bound (``bound_sensor``) that, at
         its measured rate, bring its 95 % bound (Bonferroni and disjoint windows, as the
         verdict) to ``delta`` or below; 0 when its rate is not below ``delta``."""
         v, r = self.per_sensor.get(self.bound_sensor or "", (0, 0))
