@@ -29,12 +29,13 @@ def summary_text(config: dict[str, Any], name: str) -> str:
     n, backed = len(config["sensors"]), len(config["backup_sensors"])
     kept = len(config.get("kept_readings", ()))
     head = f"{name}: valid against backup config schema v{config['schema_version']} — "
+    rebuilt = n - backed - kept
+    rest = f", {rebuilt} rebuilt from them" if rebuilt else ""
     if not kept:
-        return head + f"{n} sensors, {backed} backed up, the rest rebuilt from them."
+        return head + f"{n} sensors, {backed} backed up{rest}."
     return head + (
         f"{n} sensors, {backed} backed up, {kept} keep their readings under a crash (the "
-        "window state holds them; a rebuilt range rebuilds them from the backup), the rest "
-        "rebuilt from them."
+        f"window state holds them; a rebuilt range rebuilds them from the backup){rest}."
     )
 
 

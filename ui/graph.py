@@ -192,6 +192,13 @@ def _hover(plan: BackupPlan) -> list[str]:
         if s in plan.backup_sensors:
             lines.append(f"<b>{s}</b><br>backed up (recovered exactly)")
             continue
+        if s in plan.kept_sensors:  # its target is its whole variance: no bound to show
+            lines.append(
+                f"<b>{s}</b><br>keeps its readings under a crash (the window takes the "
+                f"{plan.parameters.aggregate} of those the failure did not lose); a rebuilt "
+                "range rebuilds it from the backup, with no eps bound"
+            )
+            continue
         var, target = plan.conditional_variance[i], plan.targets[i]
         src = ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3))
         lines.append(
@@ -296,13 +303,18 @@ def _node_trace(
     backup: bool,
     where: list[str],
     shown: set[int],
+    kept: bool = False,
 ) -> go.Scatter:
-    """Stars for backed-up sensors; circles coloured by var / target for the others."""
+    """Stars for backed-up sensors; grey diamonds for those that keep their readings under
+    a crash (max/min: no target from eps, so no ratio); circles coloured by var / target
+    for the rebuilt ones."""
     ratio = plan.conditional_variance / np.maximum(plan.targets, 1e-300)
     small = len(plan.sensors) > 60
     marker = (
         {"size": 13 if small else 18, "color": BACKUP_COLOUR, "symbol": "star"}
         if backup
+        else {"size": 8 if small else 12, "color": "#999", "symbol": "diamond"}
+        if kept
         else {
             "size": 8 if small else 12,
             "color": ratio[idx],
@@ -326,7 +338,7 @@ def _node_trace(
         hovertext=[hover[i] for i in idx],
         hoverinfo="text",
         marker=marker,
-        name="backed up" if backup else "reconstructed",
+        name="backed up" if backup else "keeps its readings (crash)" if kept else "reconstructed",
     )
 
 
@@ -360,9 +372,12 @@ def graph_figure(
     if n > LABEL_ALL_N:  # beyond 40 sensors only the backed-up ones are named
         order = [i for i in order if backup[i]][:LABEL_ALL_N]
     shown = visible_labels(list(plan.sensors), pos, where, order, scale, taken)
+    keeps = np.isin(np.asarray(plan.sensors, dtype=object), list(plan.kept_sensors)) & ~backup
     for is_backup in (False, True):
-        idx = np.flatnonzero(backup == is_backup)
+        idx = np.flatnonzero((backup == is_backup) & ~keeps)
         fig.add_trace(_node_trace(plan, pos, idx, is_backup, where, shown))
+    if keeps.any():
+        fig.add_trace(_node_trace(plan, pos, np.flatnonzero(keeps), False, where, shown, True))
     for text, (x, y) in captions:
         fig.add_annotation(x=x, y=y, text=text, showarrow=False, yanchor="bottom",
                            font={"size": 11, "color": "#555"})  # fmt: skip

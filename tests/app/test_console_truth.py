@@ -544,3 +544,33 @@ def test_the_error_histogram_says_when_errors_are_in_each_sensors_eps() -> None:
     scaled = error_histogram(np.array([0.03, 1.2]), 1.0, per_sensor=True)
     assert scaled.layout.xaxis.title.text == "|recovered - true| / sensor's eps"
     assert scaled.layout.annotations[0].text == "each sensor's eps"
+
+
+def test_kept_sensors_are_drawn_and_said_as_keeping_their_readings() -> None:
+    """A max crash plan's kept sensors have their whole variance as target: the graph gave
+    them a ratio and a 'model error bound' within eps by construction. They are drawn
+    apart, and their hover says what a crash and a rebuilt range give them; the Export
+    summary does not say 'the rest rebuilt' when none is."""
+    from engine.data import load_history
+    from engine.export import json_safe, plan_to_config
+    from engine.planning import PlanParameters, make_plan
+    from engine.query import WindowQuery
+    from tests.app.apphelpers import SMALL
+    from ui.exporting import summary_text
+    from ui.graph import _hover, correlation, graph_figure, strong_edges
+
+    history = load_history(SMALL).select([s for s in load_history(SMALL).sensors if "TEMP" in s])
+    plan = make_plan(history, PlanParameters(WindowQuery(5.0, 0.05, 24, aggregate="max",
+                                                         exposure=6)))  # fmt: skip
+    assert plan.kept_sensors, plan.backup_sensors
+    hover = dict(zip(plan.sensors, _hover(plan), strict=True))
+    for s in plan.kept_sensors:
+        assert "keeps its readings under a crash" in hover[s]
+        assert "model error bound" not in hover[s]
+    corr = correlation(plan.model.cov_)
+    names = [t.name for t in graph_figure(plan, corr, strong_edges(corr, 0.5), "r").data]
+    assert "keeps its readings (crash)" in names
+    config = json_safe(plan_to_config(plan))
+    text = summary_text(config, "lacuna_backup.json")
+    rebuilt = len(plan.sensors) - len(plan.backup_sensors) - len(plan.kept_sensors)
+    assert ("rebuilt from them" in text) == (rebuilt > 0), text
