@@ -10,7 +10,7 @@ with panels.page_guard():
     data, plan = panels.page_plan()
     fmt = st.radio("Format", ["json", "yaml"], horizontal=True, key="w_export_format")
     config, text = exporting.config_text(plan, fmt)
-    name = f"lacuna_backup.{fmt}"
+    name = exporting.config_name(fmt)
     st.success(exporting.summary_text(config, name))
     st.caption(exporting.validity_text(config))
     c1, c2 = st.columns(2)

@@ -10,15 +10,21 @@ from typing import Any
 from engine.data import SensorHistory
 from engine.data.names import spreadsheet_safe
 from engine.export import dump_config, plan_to_config, validate_config
-from engine.export.snippets import contract_text
+from engine.export.snippets import ProductionPaths, contract_text
 from engine.planning import BackupPlan
 
 MIME = {"json": "application/json", "yaml": "application/x-yaml"}
 
 
+def config_name(fmt: str) -> str:
+    """The file name the Export page downloads the config as."""
+    return f"lacuna_backup.{fmt}"
+
+
 def config_text(plan: BackupPlan, fmt: str) -> tuple[dict[str, Any], str]:
-    """The schema-v3 config of ``plan`` (validated) and its text in ``fmt``."""
-    config = plan_to_config(plan)
+    """The schema-v3 config of ``plan`` (validated) and its text in ``fmt``, its production
+    snippets naming the file the page downloads (``config_name``)."""
+    config = plan_to_config(plan, paths=ProductionPaths(config=config_name(fmt)))
     validate_config(config)
     return config, dump_config(config, fmt)
 

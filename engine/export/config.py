@@ -85,11 +85,15 @@ def validity(plan: BackupPlan) -> dict[str, Any]:
 
 
 def plan_to_config(
-    plan: BackupPlan, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    plan: BackupPlan,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    paths: ProductionPaths | None = None,
 ) -> dict[str, Any]:
     """The backup config (schema v3) of ``plan`` as plain JSON-ready data: what a plan
     could not measure (no backtest fold) is null, as written, so the config validates
-    before it is written (the app's Export refused such a plan over a NaN)."""
+    before it is written (the app's Export refused such a plan over a NaN). ``paths``:
+    where the production snippets say the job reads and writes (the config's own file
+    name among them; default ``ProductionPaths()``)."""
     p, lm = plan.parameters, plan.linear_map
     query = to_config(plan.query, plan.sensors)["parameters"]
     reconstruction = {
@@ -122,6 +126,7 @@ def plan_to_config(
             p.effective_slide * plan.sampling_interval_s,
             sampling_interval_s=plan.sampling_interval_s,
             exposure_rows=p.exposure,
+            paths=paths,
         ),
         "validity": validity(plan),
     }

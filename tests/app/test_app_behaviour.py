@@ -78,6 +78,10 @@ def test_export_produces_a_valid_config_that_recover_accepts(app, fmt, tmp_path)
     config = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     validate_config(config)
     assert config["parameters"]["eps"] == app.session_state["params"].eps
+    # the exported script's commands name the file the page downloads, not plan.json
+    production = config["production"]
+    script = production["spark_filter"] + production["run_command"]
+    assert f"--config lacuna_backup.{fmt}" in script and "plan.json" not in script
     path = tmp_path / f"lacuna_backup.{fmt}"
     path.write_text(text)
     plan_data = app.session_state["_planning_data"]

@@ -144,9 +144,8 @@ def test_the_config_carries_kept_readings_and_refuses_wrong_ones() -> None:
     n, k = len(data["sensors"]), len(data["kept_readings"])
     line = summary_text(data, "lacuna_backup.json")
     assert f"{k} keep their readings under a crash" in line and f"{n} sensors" in line
-    assert summary_text(plan_to_config(none), "x.json").endswith(
-        "backed up, the rest rebuilt from them."
-    )
+    # every sensor backed up: nothing is rebuilt, and the line does not say it is
+    assert summary_text(plan_to_config(none), "x.json").endswith("4 sensors, 4 backed up.")
     # recover states the range verdict; a crash config without one says so, never its
     # crash verdict in its place
     from engine.export.recover import range_guarantee
