@@ -287,7 +287,7 @@ def export_and_recover(page, shots_dir: Path, tmp_path: Path, live: tuple[int, i
     banner = page.get_by_text(re.compile("Plan of record: the live pipeline's plan")).first
     version, backed = banner_plan(banner.inner_text())
     assert version >= live[0] and (version > live[0] or backed == live[1]), (version, live)
-    page.get_by_text(re.compile(rf"\d+ sensors, {backed} backed up, the rest")).wait_for()
+    page.get_by_text(re.compile(rf"\d+ sensors, {backed} backed up[,.]")).wait_for()
     shoot(page, shots_dir, "7_export")
     config_path = download_config(page, tmp_path)
     config = json.loads(config_path.read_text())
