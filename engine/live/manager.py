@@ -285,9 +285,7 @@ class PipelineManager(FailureAndRecovery):
             if feeder is not None:
                 feeder.join(timeout)
             pipeline.process_all_available()
-            cfg = self._config
-            paused = cfg is not None and cfg.feed is not None and cfg.feed.stop_row is not None
-            if (feeder is None or feeder.progress().done) and not paused:
+            if (feeder is None or feeder.progress().done) and not self._paused():
                 # the feed is over: a disorder stage releases and finalises the rest (not
                 # at a pause, ``start(stop_row=...)``: the rest of its windows is to come)
                 pipeline.finish_stage()
@@ -299,12 +297,11 @@ class PipelineManager(FailureAndRecovery):
         disorder stage, so its held readings close their windows and every result is
         final; once per pipeline. False when not due (or done already)."""
         with self._lock:
-            pipeline, feeder, cfg = self._pipeline, self._feeder, self._config
+            pipeline, feeder = self._pipeline, self._feeder
             if pipeline is None or feeder is None or pipeline is self._finished:
                 return False
             progress = feeder.progress()
-            paused = cfg is not None and cfg.feed is not None and cfg.feed.stop_row is not None
-            if not progress.done or progress.stopped or paused:
+            if not progress.done or progress.stopped or self._paused():
                 return False
             if self.board.snapshot().state != "running":
                 return False
@@ -312,6 +309,12 @@ class PipelineManager(FailureAndRecovery):
             pipeline.finish_stage()
             self._finished = pipeline
             return True
+
+    def _paused(self) -> bool:
+        """The feed stops at a row (``start(stop_row=...)``; ``feed_rest`` goes on): its end
+        is not the replay's, so a disorder stage is not flushed there."""
+        cfg = self._config
+        return cfg is not None and cfg.feed is not None and cfg.feed.stop_row is not None
 
     def wait_for_failure(self, timeout: float) -> bool:
         """Wait until the running query dies (e.g. ``fail_after_readings``)."""

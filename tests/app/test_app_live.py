@@ -321,20 +321,29 @@ def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ign
     assert recovery.rebuilt_errors(report).shape == (2 * 5,)
 
 
-def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  # type: ignore[no-untyped-def]
-    report, _ = make_report()
+class OnePlan:
+    """What the mode table reads of a plan: its sensors, its backup set (1 of 6) and what
+    its signature is made of."""
 
-    class Plan:
-        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
-        data_fingerprint, parameters = "sha256:abc", "params"
+    sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
+    data_fingerprint, parameters = "sha256:abc", "params"
 
+
+def pipeline_log(monkeypatch: pytest.MonkeyPatch) -> resources.PipelineLog:
+    """A fresh pipeline log the pages read (no run started, no report kept)."""
     log = resources.PipelineLog()
     monkeypatch.setattr(resources, "pipeline_log", lambda: log)
-    signature = live.plan_signature(Plan())
+    return log
+
+
+def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  # type: ignore[no-untyped-def]
+    report, _ = make_report()
+    log = pipeline_log(monkeypatch)
+    signature = live.plan_signature(OnePlan())
     full = replace(report, mode="full", backup_rows=288, max_abs_error=0.0, violation_rate=0.0)
     log.reports["full"] = {"signature": signature, "report": full.to_dict()}
     log.reports["none"] = {"signature": "another plan", "report": report.to_dict()}
-    table = recovery.mode_table(Plan(), report).set_index("mode")
+    table = recovery.mode_table(OnePlan(), report).set_index("mode")
     assert table.loc["full", "figures"] == "measured"
     assert table.loc["full", "backup readings"] == 288
     assert table.loc["none", "figures"] == "projected (not run)"
@@ -342,7 +351,7 @@ def test_mode_table_uses_measured_reports_of_the_same_plan_only(monkeypatch):  #
     # a full run that recovered another kind of failure measured another loss
     crash = replace(full, failure="crash", windows_lost=1)
     log.reports["full"] = {"signature": signature, "report": crash.to_dict()}
-    table = recovery.mode_table(Plan(), report).set_index("mode")
+    table = recovery.mode_table(OnePlan(), report).set_index("mode")
     assert table.loc["full", "figures"] == "projected (not run)"
     assert table.loc["full", "windows lost"] == report.windows_lost
 
@@ -353,16 +362,11 @@ def test_mode_table_counts_the_recoverys_own_backup_set_not_the_version_in_force
     readings of all 6 sensors, and a full run of the starting plan stays measured."""
     report, _ = make_report()
 
-    class Started:
-        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
-        data_fingerprint, parameters = "sha256:abc", "params"
-
-    class InForce(Started):
+    class InForce(OnePlan):
         backup_sensors = tuple(TEMP[:3])
 
-    log = resources.PipelineLog()
-    log.started = {"signature": live.plan_signature(Started())}
-    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
+    log = pipeline_log(monkeypatch)
+    log.started = {"signature": live.plan_signature(OnePlan())}
     table = recovery.mode_table(InForce(), report).set_index("mode")
     assert table.loc["approx", "sensors stored"] == 1
     assert table.loc["full", "backup readings"] == 41 * 6  # rows 120-160
@@ -378,24 +382,18 @@ def test_mode_table_after_a_full_run_keeps_approxs_own_set(monkeypatch):  # type
     row counts approx's own set, not the full run's 6; after a none run the projected
     approx row counts the plan's set, not 0. A measured none row says n/a, not 'not run'."""
     report, _ = make_report()  # approx, 1 sensor backed up
-
-    class Plan:
-        sensors, backup_sensors = tuple(TEMP), (TEMP[0],)
-        data_fingerprint, parameters = "sha256:abc", "params"
-
-    log = resources.PipelineLog()
-    monkeypatch.setattr(resources, "pipeline_log", lambda: log)
-    signature = live.plan_signature(Plan())
+    log = pipeline_log(monkeypatch)
+    signature = live.plan_signature(OnePlan())
     log.reports["approx"] = {"signature": signature, "report": report.to_dict()}
     full = replace(report, mode="full", backup_sensors=tuple(TEMP), backup_rows=288)
-    table = recovery.mode_table(Plan(), full).set_index("mode")
+    table = recovery.mode_table(OnePlan(), full).set_index("mode")
     assert table.loc["approx", "figures"] == "measured"
     assert table.loc["approx", "sensors stored"] == 1 and table.loc["full", "sensors stored"] == 6
     assert table.loc["approx", "lost rows"] == "rows 120..160 (41)"
     none = replace(report, mode="none", backup_sensors=(), backup_rows=0, max_abs_error=None,
                    violation_rate=None, windows_recovered=0)  # fmt: skip
     log.reports.clear()
-    table = recovery.mode_table(Plan(), none).set_index("mode")
+    table = recovery.mode_table(OnePlan(), none).set_index("mode")
     assert table.loc["approx", "figures"] == "projected (not run)"
     assert table.loc["approx", "sensors stored"] == 1
     shown = recovery.display_modes(table.reset_index()).set_index("mode")
