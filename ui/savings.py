@@ -159,9 +159,10 @@ def cost_metrics(report: CostReport, contract: str = "range") -> None:
     )
 
 
-def recovery_line(report: CostReport) -> str:
-    """How long a lost micro-batch and a lost day take to rebuild, Lacuna against full."""
-    batch, day = report.recovery_batch_s, report.recovery_day_s
+def recovery_line(report: CostReport, contract: str) -> str:
+    """How long a lost micro-batch of the ``contract``'s job and a lost day take to rebuild,
+    Lacuna against full."""
+    batch, day = report.recovery_batch_s[contract], report.recovery_day_s
     rates = report.inputs.recovery
 
     def reach(readings: float) -> str:  # a line read far beyond what was measured says so
@@ -170,10 +171,10 @@ def recovery_line(report: CostReport) -> str:
             times > 1.5) else ""  # fmt: skip
 
     day_readings = report.inputs.fleet.readings_per_second * 86400.0
-    per_batch = report.readings_per_batch
+    per_batch = report.readings_per_batch[contract]
     return (
-        f"Recovery (one process, {rates.source}): a lost micro-batch "
-        f"({format_quantity(per_batch)} readings{reach(per_batch)}) "
+        f"Recovery (one process, {rates.source}): a lost micro-batch of the {contract} "
+        f"contract's job ({format_quantity(per_batch)} readings{reach(per_batch)}) "
         f"takes {format_quantity(batch['lacuna'], 's')} from Lacuna's backup, "
         f"{format_quantity(batch['full'], 's')} from a full one; a lost day "
         f"({format_quantity(day_readings)} readings{reach(day_readings)}) "
@@ -201,7 +202,7 @@ def cost_section(report: CostReport, plan: BackupPlan) -> None:
     )
     st.caption(
         f"{share} Each amount is computed unrounded and shown to the cent, so a row's lines "
-        "may not add up to its total to the cent. " + recovery_line(report)
+        "may not add up to its total to the cent. " + recovery_line(report, own)
     )
     st.caption(
         f"Sources. Store: {inputs.store.source}. Compute rates: {inputs.rates.source}. "

@@ -144,9 +144,10 @@ class JobShape:
             trigger = min(trigger, most_rows * fleet.interval_s)
         return min(1.0 / trigger, fleet.sites / fleet.interval_s)
 
-    def readings_per_batch(self, fleet: Fleet) -> float:
-        """Readings one micro-batch holds on average: what a crash of it loses."""
-        return fleet.readings_per_second / self.batches_per_second(fleet)
+    def readings_per_batch(self, fleet: Fleet, most_rows: int | None = None) -> float:
+        """Readings one micro-batch holds on average: what a crash of it loses
+        (``most_rows`` as in ``batches_per_second``)."""
+        return fleet.readings_per_second / self.batches_per_second(fleet, most_rows)
 
 
 @dataclass(frozen=True)
@@ -266,9 +267,12 @@ class CostReport:
     contracts: dict[str, StrategyCost]
     none: StrategyCost  # no backup at all: nothing paid, lost windows stay lost
     break_even: dict[str, BreakEven]
-    recovery_batch_s: dict[str, float]  # "lacuna" / "full": one lost micro-batch
+    # per contract: "lacuna" / "full" rebuilding one of its lost micro-batches
+    recovery_batch_s: dict[str, dict[str, float]]
     recovery_day_s: dict[str, float]  # "lacuna" / "full": one lost day
-    readings_per_batch: float
+    # per contract: the readings one of its micro-batches holds, what a crash loses (a
+    # crash contract's batches are capped at its exposure, the range contract's are not)
+    readings_per_batch: dict[str, float]
     full_backup_share: float = 0.0  # of the job's core time that a full backup takes
 
     def saving(self, contract: str) -> float:
@@ -347,7 +351,10 @@ def compare_costs(inputs: CostInputs) -> CostReport:
                      most_rows=inputs.contracts.most_rows(c))
         for c in CONTRACTS
     }  # fmt: skip
-    batch = inputs.job.readings_per_batch(inputs.fleet)
+    batch = {
+        c: inputs.job.readings_per_batch(inputs.fleet, inputs.contracts.most_rows(c))
+        for c in CONTRACTS
+    }
     day = rate * 86400.0
     rates = inputs.rates
     core_us = rates.job_core_us + rates.write_core_us
@@ -359,7 +366,10 @@ def compare_costs(inputs: CostInputs) -> CostReport:
         contracts=contracts,
         none=none,
         break_even={c: _break_even(inputs, c) for c in CONTRACTS},
-        recovery_batch_s={s: inputs.recovery.seconds(batch, s) for s in ("lacuna", "full")},
+        recovery_batch_s={
+            c: {s: inputs.recovery.seconds(b, s) for s in ("lacuna", "full")}
+            for c, b in batch.items()
+        },
         recovery_day_s={s: inputs.recovery.seconds(day, s) for s in ("lacuna", "full")},
         readings_per_batch=batch,
         full_backup_share=share,

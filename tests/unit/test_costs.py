@@ -88,9 +88,11 @@ def test_a_batch_runs_only_when_readings_landed(sites, interval_s, trigger_s, pe
     assert inputs.job.batches_per_second(inputs.fleet) == pytest.approx(per_second)
     assert report.full.files_per_month == pytest.approx(MONTH * per_second * 2)
     assert report.contracts["crash"].files_per_month == report.full.files_per_month
-    assert report.readings_per_batch == pytest.approx(24 * sites / interval_s / per_second)
+    for contract in ("crash", "range"):  # no exposure set: both take the job's trigger
+        batch = report.readings_per_batch[contract]
+        assert batch == pytest.approx(24 * sites / interval_s / per_second)
     if sites == 1:
-        assert report.readings_per_batch == pytest.approx(24.0)
+        assert report.readings_per_batch["crash"] == pytest.approx(24.0)
         assert report.full.files_per_month == pytest.approx(MONTH / 3600 * 2)  # 1,461
 
 
@@ -182,9 +184,9 @@ def test_recovery_times_follow_the_measured_line() -> None:
     assert rates.lacuna_per_reading_s == pytest.approx(1 / 1000)
     report = compare_costs(_inputs())
     batch = 100 * 10  # readings in one 10 s micro-batch
-    assert report.readings_per_batch == batch
+    assert report.readings_per_batch["range"] == batch
     full = MEASURED_RECOVERY.seconds(batch, "full")
-    assert report.recovery_batch_s["full"] == pytest.approx(full)
+    assert report.recovery_batch_s["range"]["full"] == pytest.approx(full)
     assert report.recovery_day_s["lacuna"] == pytest.approx(
         MEASURED_RECOVERY.seconds(100 * 86400, "lacuna")
     )
@@ -303,6 +305,14 @@ def test_a_crash_contract_pays_the_micro_batches_its_exposure_allows() -> None:
     unlimited = compare_costs(replace(inputs, contracts=Contracts(0.1, 0.25)))
     assert report.saving("crash") == pytest.approx(unlimited.saving("crash") - extra)
     assert any(line.startswith("Requests cost more") for line in where_it_pays(report, "crash"))
+    # what a crash loses is one of those batches: 2 rows of 100 sensors, not the trigger's 60
+    assert report.readings_per_batch == {"crash": 200.0, "range": 6000.0}
+    for who in ("lacuna", "full"):
+        crash = MEASURED_RECOVERY.seconds(200.0, who)
+        assert report.recovery_batch_s["crash"][who] == pytest.approx(crash)
+        assert report.recovery_batch_s["range"][who] == pytest.approx(
+            MEASURED_RECOVERY.seconds(6000.0, who)
+        )
     with pytest.raises(ParameterError, match="crash_exposure_rows must be an integer >= 1"):
         Contracts(0.1, 0.2, crash_exposure_rows=0)
 
