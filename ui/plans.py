@@ -235,7 +235,7 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
                 else "kept readings under a crash, else reconstructed"
                 if s in plan.kept_sensors
                 else "reconstructed",
-                "reconstructed from (top 3, coef)": ""
+                "reconstructed from (top 3 by weight, coef)": ""
                 if backed
                 else ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3)),
                 "model error bound": 0.0 if backed else float(bounds[i]),

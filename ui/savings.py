@@ -18,7 +18,7 @@ from ui.panels import QUIET
 TABLE_FORMAT = {
     "sensor": st.column_config.TextColumn(width="medium"),
     "status": st.column_config.TextColumn(width="small"),
-    "reconstructed from (top 3, coef)": st.column_config.TextColumn(width="medium"),
+    "reconstructed from (top 3 by weight, coef)": st.column_config.TextColumn(width="medium"),
     "model error bound": st.column_config.TextColumn("error bound", width="small"),
     "model P(miss)": st.column_config.TextColumn(
         "P(miss)",

@@ -11,6 +11,7 @@ not the model's probability, are what the operator is promised.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -127,12 +128,27 @@ class BackupPlan:
         )
 
     def sources(self, sensor: str, top: int = 3) -> list[tuple[str, float]]:
-        """The backed-up sensors that weigh most in ``sensor``'s reconstruction."""
-        if sensor not in self.linear_map.targets:
+        """The backed-up sensors that weigh most in ``sensor``'s reconstruction, with their
+        coefficients: by the spread of their term, |coef| x the sensor's standard deviation
+        (a coefficient alone says nothing across units: a sensor in Pa takes a small one).
+        Sensors whose coefficient is 0 are not among them."""
+        lm = self.linear_map
+        if sensor not in lm.targets:
             return []
-        row = self.linear_map.coef[self.linear_map.targets.index(sensor)]
-        order = np.argsort(-np.abs(row))[:top]
-        return [(self.linear_map.backup[i], float(row[i])) for i in order]
+        row = lm.coef[lm.targets.index(sensor)]
+        used = np.flatnonzero(row)
+        if used.size == 0:  # a constant sensor, rebuilt by its mean
+            return []
+        spread = np.abs(row[used]) * self._backup_deviation[used]
+        order = used[np.argsort(-spread, kind="stable")[:top]]
+        return [(lm.backup[i], float(row[i])) for i in order]
+
+    @cached_property
+    def _backup_deviation(self) -> np.ndarray:
+        """The model's standard deviation of each backed-up sensor, in the map's order."""
+        where = {s: i for i, s in enumerate(self.model.sensors_)}
+        variance = np.diag(self.model.cov_)[[where[s] for s in self.linear_map.backup]]
+        return np.sqrt(np.maximum(variance, 0.0))
 
 
 def make_plan(

@@ -60,7 +60,7 @@ def test_plan_page_shows_measured_guarantee_and_savings(app):  # type: ignore[no
     table = app.dataframe[0].value
     assert set(table["status"]) == {"backed up", "reconstructed"}
     rebuilt = table[table["status"] == "reconstructed"]
-    assert (rebuilt["reconstructed from (top 3, coef)"].str.len() > 0).all()
+    assert (rebuilt["reconstructed from (top 3 by weight, coef)"].str.len() > 0).all()
 
 
 def test_disorder_page_compares_all_four_buffers(app):  # type: ignore[no-untyped-def]

@@ -261,3 +261,27 @@ def test_the_live_monitor_of_a_sliding_plan_counts_its_disjoint_windows(mixed) -
     plan = make_plan(mixed.rows(0, 500), params, run_backtest_now=False)
     live = ReplanningMonitor(plan, lambda: mixed.rows(400, 720), lambda p, k, r: None)
     assert live.monitor.share == 0.25
+
+
+def test_a_rebuilt_sensors_sources_are_ranked_by_their_terms_spread(mixed) -> None:
+    """|coef| alone ranks across units by accident (a PM2.5 term takes a small coefficient
+    for a large spread): the sources are ranked by |coef| x the source's standard
+    deviation, here from NumPy on the readings, and sources with coefficient 0 are left out."""
+    plan = make_plan(mixed, PlanParameters(WindowQuery(1.0, 0.05, 24)), run_backtest_now=False)
+    lm = plan.model.linear_map([0, 1, 6, 7])  # two TEMP and two PM2.5 sensors
+    plan = replace(plan, linear_map=lm, backup_sensors=lm.backup)
+    sd = dict(zip(mixed.sensors, np.nanstd(mixed.values, axis=0, ddof=1), strict=True))
+    differs = 0
+    for k, target in enumerate(lm.targets):
+        row = lm.coef[k]
+        spread = {b: abs(c) * sd[b] for b, c in zip(lm.backup, row, strict=True)}
+        expected = sorted(lm.backup, key=lambda b: -spread[b])[:3]
+        got = plan.sources(target, 3)
+        assert [b for b, _ in got] == expected
+        assert [c for _, c in got] == [row[lm.backup.index(b)] for b in expected]
+        differs += expected != [lm.backup[i] for i in np.argsort(-np.abs(row))[:3]]
+    assert differs >= 1  # the ranking is not the raw coefficients'
+    zero = replace(lm, coef=np.where(np.arange(4) == 2, 0.0, lm.coef))
+    assert "Aotizhongxin_PM2.5" not in [
+        b for b, _ in replace(plan, linear_map=zero).sources(lm.targets[0], 4)
+    ]
