@@ -106,7 +106,8 @@ s3a://bucket/path (add --packages org.apache.hadoop:hadoop-aws:<Spark's Hadoop v
 
 {contract}
 
-Rebuild every sensor for a time range (reads BACKUP with DuckDB, no Spark):
+Rebuild every sensor for a time range (reads BACKUP with DuckDB, no Spark; Lacuna's
+engine installed where it runs: pip install /path/to/lacuna):
   python -m engine recover --config {config} --backup BACKUP \\
       --from 2024-01-01 --to 2024-01-02 --out all.csv
 Lacuna's full job (backup, window aggregates and the live shadow check):
