@@ -75,11 +75,13 @@ def _say_budget(
 
 def _history(args: argparse.Namespace) -> SensorHistory:
     from engine.data.history import LoadOptions, load_history
+    from engine.data.options import parse_step
 
     layout = getattr(args, "layout", "auto")
     if layout not in ("auto", "wide", "long"):
         raise ParameterError(f"--layout must be auto, wide or long, got {layout!r}")
     chosen = tuple(args.sensors.split(",")) if args.sensors else None
+    clock = getattr(args, "clock", None)
     history = load_history(
         args.data,
         LoadOptions(
@@ -87,6 +89,7 @@ def _history(args: argparse.Namespace) -> SensorHistory:
             time_column=getattr(args, "time_column", None),
             numeric_time_unit=getattr(args, "time_unit", None),
             sensors=chosen,  # chosen before the row minimum: 3 of 10,000 columns need 5 rows
+            clock_s=None if clock is None else parse_step(clock),
         ),
     )
     if chosen is not None and len(history.sensors) < 2:

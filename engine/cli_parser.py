@@ -100,6 +100,14 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
         "given: s, or h for a column named with 'hour'; and numbers that are certainly "
         "dates, YYYYMMDD or Excel serial days, are refused)",
     )
+    p.add_argument(
+        "--clock",
+        default=None,
+        metavar="STEP",
+        help="put the readings onto one clock of this step, e.g. 1min or 30s: each reading "
+        "moves to the nearest step and a sensor's readings in one step are averaged (for "
+        "sensors read at other times than each other); default: times as read",
+    )
 
 
 FOLDS_HELP = f"cap the backtest folds, evenly spaced (default {DEFAULT_MAX_FOLDS}; 0: all)"

@@ -14,8 +14,8 @@ from streamlit.delta_generator import DeltaGenerator
 
 from engine.aggregates import aggregate_names
 from engine.data import LoadOptions
-from engine.data.options import UNIT_WORDS
-from engine.errors import EngineError
+from engine.data.options import UNIT_WORDS, parse_step
+from engine.errors import EngineError, ParameterError
 from engine.live import default_exposure
 from engine.planning import PlanParameters
 from engine.planning.horizon import HORIZON_MIN_WINDOWS, default_horizon
@@ -58,10 +58,26 @@ def load_options() -> LoadOptions:
         "--time-unit",
         key="w_time_unit",
     )
+    clock = st.text_input(
+        "Clock step",
+        "",
+        placeholder="times as read",
+        help="put the readings onto one clock of this step, e.g. 1min or 30s: each reading "
+        "moves to the nearest step and a sensor's readings in one step are averaged. For "
+        "sensors read at other times than each other (loggers on their own clocks), which "
+        "otherwise share no rows and are mostly filled in",
+        key="w_clock",
+    )
+    try:
+        clock_s = parse_step(clock) if clock.strip() else None
+    except ParameterError as err:
+        st.error(f"Clock step: {err}; the times are read as they are")
+        clock_s = None
     return LoadOptions(
         layout=layout,
         time_column=time_column.strip() or None,
         numeric_time_unit=None if unit == AUTO_UNIT else unit,
+        clock_s=clock_s,
     )
 
 

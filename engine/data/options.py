@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,6 +14,7 @@ MissingPolicy = Literal["interpolate", "drop"]
 UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
 UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds"}
 UNIT_WORDS |= {"min": "minutes", "h": "hours"}
+CLOCK_MAX_S = 366 * 86400  # the longest clock step
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class LoadOptions:
     numeric_time_unit: str | None = None
     min_rows: int | None = None  # None: sensors + 2, what fitting a model needs
     sensors: tuple[str, ...] | None = None  # names or globs kept, before the row minimum
+    # seconds of one step of a common clock (None: times as read): every reading moves to
+    # the step nearest its time, and a sensor's readings in one step are averaged
+    clock_s: float | None = None
 
     def __post_init__(self) -> None:
         _check_choice("layout", self.layout, ("auto", "wide", "long"))
@@ -41,10 +47,45 @@ class LoadOptions:
             )
         if self.min_rows is not None and (not isinstance(self.min_rows, int) or self.min_rows < 2):
             raise ParameterError(f"min_rows must be an integer >= 2 or None, got {self.min_rows!r}")
+        if self.clock_s is not None and (
+            isinstance(self.clock_s, bool)
+            or not isinstance(self.clock_s, int | float)
+            or not math.isfinite(self.clock_s)
+            or not 1 <= self.clock_s * 1e9 <= CLOCK_MAX_S * 1e9
+        ):
+            raise ParameterError(
+                f"clock_s must be a step from 1 ns to {CLOCK_MAX_S:,} s (a year), in "
+                f"seconds, or None, got {self.clock_s!r}"
+            )
         if self.sensors is not None and not (
             isinstance(self.sensors, tuple) and all(isinstance(s, str) for s in self.sensors)
         ):
             raise ParameterError(f"sensors must be a tuple of names or None, got {self.sensors!r}")
+
+
+_STEP = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s|min|h)?\s*")
+
+
+def parse_step(text: str) -> float:
+    """Seconds of a clock step written as a number and an optional unit (``UNIT_NS``;
+    seconds when none): ``60``, ``30s``, ``5min``, ``1h``, ``250ms``."""
+    match = _STEP.fullmatch(text)
+    seconds = float(match.group(1)) * UNIT_NS[match.group(2) or "s"] / 1e9 if match else math.nan
+    if not seconds * 1e9 >= 1:  # no match (NaN), zero or below a nanosecond
+        raise ParameterError(
+            f"a clock step is a number and a unit (ns, us, ms, s, min or h), at least 1 ns, "
+            f"e.g. 60s, 5min or 1h; got {text!r}"
+        )
+    return seconds
+
+
+def step_text(seconds: float) -> str:
+    """A step in the largest unit that keeps it a plain number: 3600 -> "1 h"."""
+    for unit in ("h", "min", "s", "ms", "us", "ns"):
+        count = seconds * 1e9 / UNIT_NS[unit]
+        if count >= 1 and abs(count - round(count)) < 1e-9 * count:
+            return f"{round(count)} {unit}"
+    return f"{seconds:g} s"
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

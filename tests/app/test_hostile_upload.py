@@ -108,3 +108,26 @@ def test_an_hours_clock_loads_as_hours_unless_the_operator_says_otherwise(app): 
     assert app.session_state["dataset"].history.report.sampling_interval_s == 3600.0
     app.selectbox(key="w_time_unit").set_value("s").run()
     assert app.session_state["dataset"].history.report.sampling_interval_s == 1.0
+
+
+def test_loggers_on_their_own_clocks_load_onto_one_clock_step(app):  # type: ignore[no-untyped-def]
+    """Two loggers a second apart share no rows: every sensor is half filled in, a warning.
+    The upload options' clock step puts them on one clock; a step that is not one is an
+    error that keeps the times as read."""
+    import pandas as pd
+
+    minutes = pd.date_range("2024-03-01", periods=120, freq="min")
+    rows = [f"{t + pd.Timedelta(seconds=k % 2)},s{k},{(i * (k + 3)) % 11}"
+            for i, t in enumerate(minutes) for k in range(4)]  # fmt: skip
+    _upload(app, "loggers.csv", ("time,sensor,value\n" + "\n".join(rows) + "\n").encode())
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any("missed 50 % of the rows or more" in w.value for w in app.warning)
+    assert app.session_state["dataset"].history.values.shape == (240, 4)
+    app.text_input(key="w_clock").set_value("1min").run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert not any("missed 50 %" in w.value for w in app.warning)
+    history = app.session_state["dataset"].history
+    assert history.values.shape == (120, 4) and history.report.n_values_filled == 0
+    app.text_input(key="w_clock").set_value("a minute").run()
+    assert len(app.error) == 1 and "a clock step is a number and a unit" in app.error[0].value
+    assert app.session_state["dataset"].history.values.shape == (240, 4)  # as read

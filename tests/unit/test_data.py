@@ -506,7 +506,18 @@ def test_non_csv_bytes_and_broken_rows(tmp_csv, tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("layout", "tall"), ("missing", "zero"), ("numeric_time_unit", "days"), ("time_column", "")],
+    [
+        ("layout", "tall"),
+        ("missing", "zero"),
+        ("numeric_time_unit", "days"),
+        ("time_column", ""),
+        ("clock_s", 0.0),
+        ("clock_s", float("nan")),
+        ("clock_s", 1e-10),
+        ("clock_s", 400 * 86400.0),
+        ("clock_s", "60"),
+        ("clock_s", True),
+    ],
 )
 def test_load_options_validate(field, value):
     with pytest.raises(ParameterError, match=repr(value)):

@@ -517,6 +517,63 @@ def test_sensors_read_out_of_step_are_said_to_be_mostly_filled(
     pd.concat(pairs).to_csv(tmp_path / "two_loggers.csv", index=False)
     report = load_history(tmp_path / "two_loggers.csv").report
     assert "4 of 4 sensors missed 50 % of the rows or more" in str(report.mostly_filled())
+    assert "--clock STEP" in str(report.mostly_filled())  # and says what to do about it
+
+
+def test_sensors_on_their_own_clocks_share_rows_on_one_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two loggers a second apart, each reading every minute: with a one-minute clock they
+    share every row and nothing is filled in; the CLI says nothing is mostly filled."""
+    rng = np.random.default_rng(6)
+    minutes = pd.date_range("2024-01-01", periods=200, freq="min")
+    values = rng.normal(size=(4, 200))
+    pairs = [pd.DataFrame({"time": minutes + pd.Timedelta(seconds=k // 2), "sensor": f"s{k}",
+                           "value": values[k]}) for k in range(4)]  # fmt: skip
+    pd.concat(pairs).to_csv(tmp_path / "two_loggers.csv", index=False)
+    history = load_history(tmp_path / "two_loggers.csv", LoadOptions(clock_s=60.0))
+    assert history.report.mostly_filled() is None and history.report.n_values_filled == 0
+    assert np.array_equal(history.times, minutes.to_numpy("datetime64[ns]"))
+    assert np.array_equal(history.values, values.T)
+    assert history.report.sampling_interval_s == 60.0
+    assert any("onto one clock of 1 min steps" in n for n in history.report.notes)
+    argv = ("plan", "--data", str(tmp_path / "two_loggers.csv"), *PLAN)
+    code, _, err = run_main(capsys, *argv, "--clock", "1min")
+    assert code == 0 and "mostly" not in err and "missed" not in err, err
+    code, out, err = run_main(capsys, *argv, "--clock", "5 days")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "a clock step is a number and a unit" in err and "Traceback" not in err
+
+
+def test_a_clock_averages_each_sensors_readings_in_a_step_as_pandas_does(tmp_path: Path) -> None:
+    """Readings every 10 s, jittered, on a 1-minute clock: each goes to the nearest minute
+    (half a step goes to the later one) and a sensor's readings in one minute are averaged,
+    an infinite reading left out; the reference is pandas' floor of time + half a step and
+    a groupby mean. A wide file whose times repeat loads with a clock, and not without."""
+    rng = np.random.default_rng(7)
+    times = pd.date_range("2024-01-01", periods=600, freq="10s") + pd.to_timedelta(
+        rng.integers(-4, 5, size=600), unit="s"
+    )
+    times = times.insert(10, times[10].floor("1min") + pd.Timedelta(seconds=30))  # a tie
+    frame = pd.DataFrame({"time": times, "a": rng.normal(size=601), "b": rng.normal(size=601)})
+    frame.loc[5, "a"] = np.inf
+    frame.loc[7, "b"] = np.nan
+    lone = {"time": times[-1] + pd.Timedelta("1h"), "a": 1.0, "b": np.nan}  # b: no reading
+    frame = pd.concat([frame, pd.DataFrame([lone])], ignore_index=True)
+    frame.to_csv(tmp_path / "jitter.csv", index=False)
+    history = load_history(tmp_path / "jitter.csv", LoadOptions(clock_s=60.0, missing="drop"))
+    clean = frame.replace(np.inf, np.nan)
+    ref = clean.groupby((clean["time"] + pd.Timedelta("30s")).dt.floor("1min"))[["a", "b"]].mean()
+    ref = ref.dropna()
+    assert np.array_equal(history.times, ref.index.to_numpy("datetime64[ns]"))
+    np.testing.assert_allclose(history.values, ref.to_numpy(), rtol=1e-12)
+    notes = " ".join(history.report.notes)
+    assert "1 infinite values were treated as missing" in notes and "averaged" in notes
+    repeated = pd.concat([frame.iloc[:3], frame.iloc[2:3], frame.iloc[3:]]).replace(np.inf, 0.0)
+    repeated.to_csv(tmp_path / "repeated.csv", index=False)
+    with pytest.raises(DataError, match="duplicate timestamp"):
+        load_history(tmp_path / "repeated.csv")
+    assert load_history(tmp_path / "repeated.csv", LoadOptions(clock_s=60.0)).values.shape[1] == 2
 
 
 def test_a_spreadsheet_export_ending_every_line_with_the_delimiter_loads(tmp_path: Path) -> None:
