@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,7 +101,14 @@ def headline(status: JobStatus) -> None:
         f"{counted}; delta {format_percent(float(s['delta']))}",  # type: ignore[arg-type]
         **QUIET,
     )
-    c[3].metric("Alerts", f"{s['alerts']}", f"valid until {s['valid_until'] or 'n/a'}", **QUIET)
+    c[3].metric(
+        "Sensor alerts",
+        f"{s['alerts']}",
+        f"valid until {s['valid_until'] or 'n/a'}",
+        help="sensors an alert named, once per plan version (a restarted job that logs a "
+        "sensor's alert again is not counted twice)",
+        **QUIET,
+    )
     above = int(s["sensors_above_delta"])  # type: ignore[call-overload]
     what = "m-row losses" if crash else "rebuilt windows"
     if above:
@@ -130,12 +138,54 @@ def headline(status: JobStatus) -> None:
             "fraction understates what was stored."
         )
     st.caption(control_line(s.get("online_control")))  # type: ignore[arg-type]
+    for gap in status.gaps:
+        st.warning(f"The job's record is incomplete: {gap}.")
+    stale = staleness(status, time.time())
+    if stale is not None:
+        (st.warning if stale[1] else st.caption)(stale[0])
+
+
+STALE_S = 900.0  # a job whose newest batch is older than this (or 3 triggers) is said idle
+
+
+def staleness(status: JobStatus, now: float) -> tuple[str, bool] | None:
+    """When the newest micro-batch was written, and whether that is too long ago for a
+    running job: more than ``STALE_S`` and three triggers (rows a trigger at the plan's
+    interval, ``run.json``). A window's end is event time: it says nothing of this."""
+    if status.written_at is None:
+        return None
+    age = max(0.0, now - status.written_at)
+    rows = status.run.get("rows_per_trigger")
+    interval = status.in_force.config.sampling_interval_s
+    trigger = float(rows) * interval if isinstance(rows, int | float) and rows > 0 else 0.0
+    when = datetime.fromtimestamp(status.written_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    text = f"The newest micro-batch was written {format_age(age)} ago ({when} UTC)"
+    if age > max(STALE_S, 3 * trigger):
+        return (
+            f"{text}: a job that should be running has stopped or receives nothing (a catch-up "
+            "run with --available-now ends by itself).",
+            True,
+        )
+    return f"{text}.", False
+
+
+def format_age(seconds: float) -> str:
+    """``95`` -> ``1 min 35 s``; ``200000`` -> ``2 d 7 h``: the two largest units."""
+    parts, left = [], round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+    return " ".join(parts[:2])
 
 
 def control_line(control: dict | None) -> str:
     """What the job's online controller says after its last batch (``engine.job.control``)."""
     if control is None:
-        return "Online control: not run by this job (--no-control or --no-replan)."
+        return (
+            "Online control: no micro-batch recorded it (the job ran with --no-control or "
+            "--no-replan, or before online control, or its metrics are missing)."
+        )
     if not control.get("active"):
         return ("Online control: waiting for its model (it fits the plan's period again, "
                 "or starts with the next re-plan).")  # fmt: skip
@@ -217,6 +267,11 @@ def events(status: JobStatus, limit: int = 50) -> None:
         for e in status.events[:limit]
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if len(status.events) > limit:
+        st.caption(
+            f"The newest {limit} of {len(status.events):,} events; `python -m engine status "
+            f"--backup {status.backup} --events {len(status.events)}` lists them all."
+        )
 
 
 def _what(event: dict) -> str:
@@ -297,8 +352,12 @@ def recover_range(status: JobStatus) -> None:
     last = status.summary()["last_window_end"]
     hint = str(last)[:10] if last else "2024-01-01"
     c1, c2 = st.columns(2)
-    start = c1.text_input("From (UTC, inclusive)", key="w_prod_from", placeholder=hint)
-    end = c2.text_input("To (UTC, exclusive)", key="w_prod_to", placeholder=f"{hint} 12:00")
+    start = c1.text_input(
+        "From (UTC, inclusive)", key="w_prod_from", placeholder=f"empty: the first; e.g. {hint}"
+    )
+    end = c2.text_input(
+        "To (UTC, exclusive)", key="w_prod_to", placeholder=f"empty: the last; e.g. {hint} 12:00"
+    )
     config = json.dumps(status.in_force.config.to_dict())
     if st.button("Rebuild this range", key="prod_recover", type="primary"):
         with tempfile.TemporaryDirectory() as tmp:
@@ -306,16 +365,20 @@ def recover_range(status: JobStatus) -> None:
             path.write_text(config)
             out = Path(tmp) / "all_sensors.csv"
             result = recover_dataset(path, status.backup, out, start or None, end or None)
-            st.session_state["prod_recovered"] = (out.read_bytes(), result.to_dict(), status.backup)
+            asked = (status.backup, start, end)
+            st.session_state["prod_recovered"] = (out.read_bytes(), result.to_dict(), asked)
             for warning in result.warnings:
                 st.warning(warning)
     done = st.session_state.get("prod_recovered")
-    if done and done[2] == status.backup:  # another backup's range is not offered here
+    # another backup's range, or the range before the fields were edited, is not offered
+    if done and done[2] == (status.backup, start, end):
         data, report, _ = done
         versions = ", ".join(str(v) for v in report["plan_versions"]) or "none"
         torn = report["incomplete_rows"]
+        span = f"from {start or 'the first reading'} to {end or 'the last'}"
         st.success(
-            f"Rebuilt {report['rows'] - torn:,} time steps of all {report['sensors']} sensors "
+            f"Rebuilt {report['rows'] - torn:,} time steps ({span}) of all "
+            f"{report['sensors']} sensors "
             f"from {report['backup_readings']:,} backed-up readings (plan versions {versions})"
             + (
                 f"; {torn:,} more lacked a backup reading: written with the readings the "

@@ -9,6 +9,7 @@ version, the first micro-batch written under it and why it was made.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,9 @@ def plan_file(version: int) -> str:
 
 
 def is_plan_file(name: str) -> bool:
-    """A version's file (not a writer's hidden ``.vNNNNNN.json.tmp``)."""
-    return name.startswith("v") and name.endswith(".json")
+    """A version's file ``vNNNNNN.json`` (not a writer's hidden ``.vNNNNNN.json.tmp``, nor
+    another JSON file an operator left beside them)."""
+    return re.fullmatch(r"v\d+\.json", name) is not None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -67,6 +68,12 @@ class JobStatus:
     # the last start's contract, exposure and durability (``engine.job.exposure``);
     # empty for a job that did not record them
     run: dict = field(default_factory=dict)
+    # one sentence per part of the record found missing (``record_gaps``)
+    gaps: tuple[str, ...] = ()
+    # when the newest metrics file was written (its modification time, seconds since
+    # 1970; None: none): the wall clock of the job's last batch, where event times of the
+    # windows say nothing of whether it still runs
+    written_at: float | None = None
 
     @property
     def in_force(self) -> JobPlan:
@@ -114,7 +121,9 @@ class JobStatus:
             },
             "delta": self.delta,
             "sensors_above_delta": self._above_delta(current),
-            "alerts": sum(1 for e in self.events if e.get("event") == "alert"),
+            # (version, sensor) pairs an alert named, each once: the job logs a sensor's
+            # alert once per version, again after a restart
+            "alerts": sum(len(named) for named in self._alerted().values()),
             # micro-batches over the plan's exposure: each backed up every sensor
             "batches_over_exposure": int(b["over_exposure"].eq(True).sum()),
             "contract": "range" if exposure is None else "crash",
@@ -123,6 +132,10 @@ class JobStatus:
             "rows_per_trigger": self.run.get("rows_per_trigger"),
             "durability": self.run.get("durability"),
             "online_control": self._online_control(),
+            "record_gaps": list(self.gaps),
+            "newest_batch_written_at": None
+            if self.written_at is None
+            else datetime.fromtimestamp(self.written_at, UTC).isoformat(timespec="seconds"),
         }
 
     def _online_control(self) -> dict | None:
@@ -132,20 +145,26 @@ class JobStatus:
         found = [c for c in self.batches["control"] if isinstance(c, dict)]
         return found[-1] if found else None
 
+    def _alerted(self) -> dict[int, set[str]]:
+        """Plan version -> the sensors its alert events named."""
+        out: dict[int, set[str]] = {}
+        for e in self.events:
+            if e.get("event") == "alert" and e.get("plan_version") is not None:
+                named = out.setdefault(int(e["plan_version"]), set())
+                named.update(str(s) for s in e.get("sensors", ()))
+        return out
+
     def _above_delta(self, current: pd.DataFrame) -> int:
-        """Sensors whose live misses are above delta by the monitor's test under the
-        version in force, under the contract its plan promises: whole windows (the rates'
-        ``above_delta``) for a range plan; for a crash plan, the sensors its crash-contract
-        monitor alerted on (the same test over m-row losses, ``engine.job.crash_check``)."""
+        """Sensors whose live misses were above delta by the monitor's test under the
+        version in force, under the contract its plan promises. The monitor's test is
+        valid however often it is checked because a sensor that crossed it once alerted:
+        the sensors its alert events named (for a crash plan, over m-row losses,
+        ``engine.job.crash_check``), and for a range plan also those the final totals put
+        above it (the rates' ``above_delta``, for a job that logged no event)."""
+        named = self._alerted().get(self.in_force.version, set())
         if self.in_force.config.query.exposure is None:
-            return int(current["above_delta"].sum())
-        v = self.in_force.version
-        named = {
-            str(s)
-            for e in self.events
-            if e.get("event") == "alert" and e.get("plan_version") == v
-            for s in e.get("sensors", ())
-        }
+            now = current.loc[current["above_delta"].astype(bool), "sensor"].astype(str)
+            named = named | set(now)
         return len(named)
 
     def _shadow_contract(self) -> dict[str, object]:
@@ -227,14 +246,45 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         raise DataError(str(err)) from None
     check_batches(root)  # a committed batch not whole: its batches would be counted anyway
     lacuna = root / "_lacuna"
+    batches, rates = _batches(lacuna / "metrics"), _rates(lacuna / "results", versions)
+    written = [f.stat().st_mtime for f in _files(lacuna / "metrics", ".json")]
     return JobStatus(
         backup=str(backup),
         versions=versions,
-        batches=_batches(lacuna / "metrics"),
-        rates=_rates(lacuna / "results", versions),
+        batches=batches,
+        rates=rates,
         events=_events(lacuna / "events"),
         run=_run(lacuna / "run.json"),
+        gaps=record_gaps(batches, rates),
+        written_at=max(written) if written else None,
     )
+
+
+def record_gaps(batches: pd.DataFrame, rates: pd.DataFrame) -> tuple[str, ...]:
+    """What the metrics and the results say of each other: each batch's metrics count
+    the (window, rebuilt sensor) pairs its results hold (``JobSink._report``), so their
+    totals agree unless files are missing. The results are written before the metrics,
+    so a batch being written shows more results than metrics, at most one batch's."""
+    results = int(rates["windows"].sum())
+    pairs = pd.to_numeric(batches["rebuilt_pairs"], errors="coerce")
+    if pairs.isna().any():  # a job before the count: nothing to compare
+        return ()
+    counted = int(pairs.sum())
+    if results < counted:
+        return (
+            f"the job's metrics count {counted:,} checked (window, rebuilt sensor) pairs and "
+            f"its results hold {results:,}: results under _lacuna/results are missing, and "
+            "the live rates and the monitor's figures here leave their windows out",
+        )
+    if results - counted > (int(pairs.max()) if len(pairs) else 0):
+        return (
+            f"the job's results hold {results:,} checked (window, rebuilt sensor) pairs and "
+            f"its metrics count {counted:,}"
+            + (" (no metrics at all)" if batches.empty else "")
+            + ": metrics under _lacuna/metrics are missing, and the micro-batch and reading "
+            "counts here leave those batches out",
+        )
+    return ()
 
 
 def _files(folder: Path, suffix: str | tuple[str, ...]) -> list[Path]:
@@ -247,9 +297,12 @@ def _batches(folder: Path) -> pd.DataFrame:
     rows = []
     for f in _files(folder, ".json"):
         try:
-            rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         except (OSError, ValueError) as err:
             raise DataError(f"job metrics file {f} is unreadable: {err}") from None
+        if not all(isinstance(line, dict) for line in lines):
+            raise DataError(f"job metrics file {f} is unreadable: a line is not a JSON object")
+        rows += lines
     frame = pd.DataFrame(rows)
     for c in BATCH_COLUMNS:
         if c not in frame:
@@ -304,9 +357,12 @@ def _run(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as err:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
         raise DataError(f"job start record {path} is unreadable: {err}") from None
+    if not isinstance(record, dict):
+        raise DataError(f"job start record {path} is unreadable: not a JSON object")
+    return record
 
 
 def _events(folder: Path) -> tuple[dict, ...]:
@@ -320,6 +376,8 @@ def _events(folder: Path) -> tuple[dict, ...]:
             event = json.loads((folder / name).read_text())
         except (OSError, ValueError) as err:
             raise DataError(f"job event file {folder / name} is unreadable: {err}") from None
+        if not isinstance(event, dict):
+            raise DataError(f"job event file {folder / name} is unreadable: not a JSON object")
         out.append((name.split("-", 1)[0], str(event.get("logged_at", "")), name, event))
     # newest first: by batch, then by when each was kept (events before logged_at: by name)
     return tuple(e for *_, e in sorted(out, key=lambda t: t[:3], reverse=True))

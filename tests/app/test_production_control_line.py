@@ -7,7 +7,7 @@ from ui.production import control_line
 
 
 def test_the_control_line_says_off_waiting_or_the_bound() -> None:
-    assert "not run by this job" in control_line(None)
+    assert "no micro-batch recorded it" in control_line(None)
     assert "waiting for its model" in control_line({"active": False})
     running = {"active": True, "windows": 1200, "skipped": 3, "delay_windows": 2,
                "backup_sensors": 7, "forced": 1, "changes": 4, "miss_bound": 0.0412}  # fmt: skip

@@ -38,7 +38,9 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     assert not at.error or "miss eps more often than delta" in at.error[0].value
     assert at.error, "a map that misses every window must not look like it holds"
     captions = [c.value for c in at.caption]
-    assert any(c.startswith("Online control: not run by this job") for c in captions)
+    assert any(c.startswith("Online control: no micro-batch recorded it") for c in captions)
+    assert any(c.startswith("The newest micro-batch was written") for c in captions)
+    assert not [w.value for w in at.warning if "record is incomplete" in w.value]
     assert not at.toggle(key="prod_follow").value  # following a running job is opt-in
     at.toggle(key="prod_follow").set_value(True).run()  # the board as a timed fragment
     assert not at.exception, [e.value for e in at.exception]
@@ -53,7 +55,8 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     # an alert is counted once per sensor and version, not once per batch it stays above
     alerts = [r for r in logged if r["event"] == "alert"]
     alerting = [r for r in shadow if r["alerting_sensors"]]
-    assert next(m for m in at.metric if m.label == "Alerts").value == str(len(alerts))
+    named = {(r["plan_version"], s) for r in alerts for s in r["sensors"]}
+    assert next(m for m in at.metric if m.label == "Sensor alerts").value == str(len(named))
     assert len(alerts) < len(alerting)
 
     start, end = str(history.times[40]), str(history.times[80])
@@ -61,7 +64,7 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     at.text_input(key="w_prod_to").input(end).run()
     at.button(key="prod_recover").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("Rebuilt 40 time steps" in s.value for s in at.success), [
+    assert any(f"Rebuilt 40 time steps (from {start} to {end})" in s.value for s in at.success), [
         s.value for s in at.success
     ]
     want = recover_dataset(path, tmp_path / "backup", tmp_path / "want.csv", start, end)
@@ -70,6 +73,12 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
         pd.read_csv(tmp_path / "want.csv"),
         pd.read_csv(pd.io.common.BytesIO(at.session_state["prod_recovered"][0])),
     )
+    # the range edited after the rebuild: the old range's file is no longer offered
+    at.text_input(key="w_prod_to").input(str(history.times[60])).run()
+    assert not any("Rebuilt 40 time steps" in s.value for s in at.success)
+    assert not at.get("download_button")
+    at.text_input(key="w_prod_to").input(end).run()  # back to the range rebuilt
+    assert any("Rebuilt 40 time steps" in s.value for s in at.success)
 
     at.button(key="prod_compact").click().run()  # 20 micro-batches: all but 10 folded
     assert not at.exception, [e.value for e in at.exception]
