@@ -416,6 +416,7 @@ def housekeeping(status: JobStatus) -> None:
         st.success(
             f"Folded micro-batches {report.first}-{report.last} ({report.batch_dirs:,} "
             f"directories, {report.files_before:,} backup files) into {report.partitions:,} "
-            f"files of {report.rows:,} rows; {report.removed_dirs:,} directories removed."
+            f"files of {report.rows:,} rows; {report.removed_dirs:,} directories removed "
+            "(each batch's backup, results and metrics)."
         )
     st.code(f"python -m engine compact --backup {status.backup} --keep {KEEP}", language="bash")

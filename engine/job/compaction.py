@@ -98,7 +98,9 @@ class CompactionReport:
     rows: int  # backup rows written
     files_before: int  # backup Parquet files read
     partitions: int  # backup files written (one per partition)
-    removed_dirs: int  # superseded directories deleted (all kinds)
+    # superseded directories deleted (backup, results and metrics), those a crashed
+    # compaction left included
+    removed_dirs: int
     renamed_results: int = 0  # results files of an earlier version renamed .parquet -> .pq
 
     def to_dict(self) -> dict[str, object]:
@@ -143,7 +145,7 @@ def _exclusive(root: Path) -> Iterator[None]:
 
 
 def _compact_locked(root: Path, keep: int) -> CompactionReport:
-    _finish_committed(root)  # what a crashed compaction left behind
+    finished = _finish_committed(root)  # what a crashed compaction left behind
     renamed = rename_old_results(root)
     # a committed batch that is not whole would be folded in as it is, its loss then
     # hidden for good: the same check (and refusal) as every reader's
@@ -152,7 +154,7 @@ def _compact_locked(root: Path, keep: int) -> CompactionReport:
     ids = sorted(plain)
     fold = ids[: max(0, len(ids) - keep)]
     if not fold:
-        return CompactionReport(None, None, 0, 0, 0, 0, 0, renamed)
+        return CompactionReport(None, None, 0, 0, 0, 0, finished, renamed)
     first, last = fold[0], fold[-1]
     name = f"{BATCH_PREFIX}{first}-{last}"
     rows, before, written = _compact_backup(root, [plain[i] for i in fold], root / name)
@@ -161,7 +163,7 @@ def _compact_locked(root: Path, keep: int) -> CompactionReport:
     _mark(root / name, listed=True)  # the commit point
     for kind, _ in SMALL_KINDS:
         _mark_small(root.joinpath(*kind) / name)
-    removed = _remove_superseded(root)
+    removed = finished + _remove_superseded(root)
     return CompactionReport(first, last, len(fold), rows, before, written, removed, renamed)
 
 
@@ -199,11 +201,11 @@ def _plain_batches(root: Path, marked: bool = True) -> dict[int, Path]:
     }
 
 
-def _finish_committed(root: Path) -> None:
+def _finish_committed(root: Path) -> int:
     """Finish the compactions a crash cut short after their commit point: the results and
     metrics of every marked backup compaction marked (written again first if they are
     not marked: their batches are all still there), then the superseded directories
-    deleted."""
+    deleted; how many."""
     names = [d.name for d in os.scandir(root) if d.is_dir()]
     for name in live_batches(root, names, marked=True):
         span = batch_range(name)
@@ -214,7 +216,7 @@ def _finish_committed(root: Path) -> None:
             if folder.is_dir() and not (folder / name / COMMIT_MARKER).exists():
                 _compact_small(folder, span[0], span[1], suffix, name)
                 _mark_small(folder / name)
-    _remove_superseded(root)
+    return _remove_superseded(root)
 
 
 def _compact_backup(root: Path, batches: list[Path], target: Path) -> tuple[int, int, int]:

@@ -113,3 +113,27 @@ def test_a_second_compaction_at_once_is_refused_in_one_line(backup: Path) -> Non
     assert "\n" not in str(err.value)
     same(record(backup), want)
     assert compaction.compact(backup, keep=2).batch_dirs == BATCHES - 2  # the lock is free
+
+
+def test_the_directories_a_crashed_compaction_left_are_counted_when_removed(
+    backup: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after its commit point, before deleting what it folded: the next compact
+    deletes batches 0-2's backup, results and metrics (9 directories) and said 0."""
+
+    real, calls = compaction._remove_superseded, []
+
+    def deleting(root: Path) -> int:  # the start's finish runs; the fold's delete dies
+        calls.append(root)
+        if len(calls) == 2:
+            raise Killed(root)
+        return real(root)
+
+    monkeypatch.setattr(compaction, "_remove_superseded", deleting)
+    with pytest.raises(Killed):
+        compaction.compact(backup, keep=5)  # folds 0-2, deletes nothing
+    monkeypatch.undo()
+    assert (backup / "batch_id=0").is_dir() and (backup / "batch_id=0-2").is_dir()
+    report = compaction.compact(backup, keep=5)  # nothing new to fold: only the finish
+    assert report.batch_dirs == 0 and report.removed_dirs == 3 * 3
+    assert not (backup / "batch_id=0").exists()
