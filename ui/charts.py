@@ -330,14 +330,20 @@ def job_batches_chart(batches: pd.DataFrame, delta: float) -> go.Figure:
     windows that miss (the crash check's, what delta is promised for), a range plan's the
     whole rebuilt windows that miss."""
     fig = go.Figure()
-    extra = [c for c in ("contract", "crash_windows", "crash_misses") if c not in batches]
+    wanted = ("contract", "crash_windows", "crash_misses", "version_pairs", "version_misses")
+    extra = [c for c in wanted if c not in batches]
     batches = batches.reindex(columns=[*batches.columns, *extra])  # a job's older metrics
     crash = batches["contract"].eq("crash")
     windows = pd.to_numeric(batches["crash_windows"], errors="coerce").fillna(0.0)
     misses = pd.to_numeric(batches["crash_misses"], errors="coerce").fillna(0.0)
+    # a range batch's own version's windows (one that straddles a re-plan is the older
+    # version's record); a job before the count: every window the batch closed
+    own = pd.to_numeric(batches["version_pairs"], errors="coerce")
+    own_missed = pd.to_numeric(batches["version_misses"], errors="coerce")
+    counted = own.notna()
     frame = batches.assign(
-        scored=windows.where(crash, batches["rebuilt_pairs"]),
-        missed=misses.where(crash, batches["misses"]),
+        scored=windows.where(crash, own.where(counted, batches["rebuilt_pairs"])),
+        missed=misses.where(crash, own_missed.where(counted, batches["misses"])),
         unit=np.where(
             crash,
             "(window, rebuilt sensor) pairs (crash contract: m-row losses)",

@@ -55,7 +55,7 @@ from engine.job.screening import (
     overfull_windows,
     screen_partials,
 )
-from engine.job.tally import MONITOR_KEY, kept_tally, observe_closed, saved_tally
+from engine.job.tally import MONITOR_KEY, kept_tally, observe_closed, own_pairs, saved_tally
 from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
@@ -399,6 +399,7 @@ class BatchWriter:
         rebuilt = results[~results["backed_up"].astype(bool) & results["error"].notna()]
         windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
         misses = int(rebuilt["miss"].sum())
+        own, own_misses = own_pairs(results, self.plan_version)
         metrics = {
             "event": "shadow",
             "batch_id": int(batch_id),
@@ -410,6 +411,10 @@ class BatchWriter:
             "rebuilt_pairs": pairs,
             "misses": misses,
             "miss_rate": misses / pairs if pairs else None,
+            # of those, the version's own record (a window with readings of an older
+            # version's batches is that version's): what its monitor counts
+            "version_pairs": own,
+            "version_misses": own_misses,
             **counts["shadow"],  # the contract the monitor measured
             "missing_values": int(counts["missing_values"]),
             "unusable_readings": int(counts["unusable_readings"]),

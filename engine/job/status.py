@@ -49,7 +49,7 @@ from engine.planning.verdict import disjoint_share
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
     "seconds", "last_window_end", "rows", "over_exposure",
-    "contract", "crash_windows", "crash_misses", "control",
+    "contract", "crash_windows", "crash_misses", "control", "version_pairs", "version_misses",
 )  # fmt: skip
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"

@@ -62,3 +62,16 @@ def observe_closed(
         .reindex(columns=list(monitor.sensors))
     )
     return monitor.observe(errors.to_numpy(dtype=float), targets, version)
+
+
+def own_pairs(results: pd.DataFrame, version: int) -> tuple[int, int]:
+    """(checked pairs, misses) of a batch's closed windows that are plan ``version``'s
+    record: rebuilt, both aggregates numbers, and not an older version's window (as
+    ``observe_closed`` counts a range plan's). The batch's ``rebuilt_pairs`` count every
+    window it closed, whichever version's."""
+    own = results[
+        ~results["backed_up"].astype(bool)
+        & results["error"].notna()
+        & (results["plan_version"] == version)
+    ]
+    return len(own), int(own["miss"].sum())

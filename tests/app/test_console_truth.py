@@ -425,6 +425,14 @@ def test_the_job_chart_plots_each_batch_under_its_plans_contract() -> None:
     fig = job_batches_chart(whole, 0.05)
     assert list(fig.data[0].y) == [100.0, 100.0]
     assert fig.layout.yaxis.title.text == "% of rebuilt windows with error > eps"
+    # after a re-plan, batch 1 (version 2) closed version 1's windows, which missed, and one
+    # of its own, which did not: version 2's line holds its own windows only
+    replan = pd.DataFrame({"batch_id": [0, 1, 2], "plan_version": [1, 2, 2],
+                           "rebuilt_pairs": [4, 4, 4], "misses": [4, 3, 0],
+                           "version_pairs": [4, 1, 4], "version_misses": [4, 0, 0]})  # fmt: skip
+    first, second = job_batches_chart(replan, 0.05).data
+    assert (first.name, list(first.y)) == ("version 1", [100.0])
+    assert (second.name, list(second.y)) == ("version 2", [0.0, 0.0])
 
 
 def test_every_job_event_says_what_happened_in_its_own_words() -> None:

@@ -223,3 +223,18 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
     assert warn and "written 1 d ago" in said and "has stopped or receives nothing" in said
     said, warn = staleness(status, day_ago + 95)
     assert not warn and said.startswith("The newest micro-batch was written 1 min 35 s ago")
+
+
+def test_a_batchs_own_version_pairs_leave_an_older_versions_windows_out() -> None:
+    """After a re-plan a batch closes windows that are the older version's record; its
+    metrics counted them under the new version (the chart's line for it)."""
+    from engine.job.tally import own_pairs
+
+    results = pd.DataFrame({
+        "backed_up": [False, False, False, True, False],
+        "error": [2.0, 0.1, np.nan, 5.0, 3.0],
+        "miss": [True, False, False, True, True],
+        "plan_version": [1, 2, 2, 2, 2],
+    })  # fmt: skip
+    assert own_pairs(results, 2) == (2, 1)  # not the NaN, the backed-up nor version 1's
+    assert own_pairs(results, 1) == (1, 1)
