@@ -95,8 +95,15 @@ def headline(status: JobStatus) -> None:
     else:
         checked = int(s["rebuilt_pairs"])  # type: ignore[call-overload]
         counted = f"{s['misses']:,} of {checked:,} (window, rebuilt sensor) pairs"
+        worst = status.version_rates()  # worst first
+        if len(worst):  # pooled over sensors: the worst one beside it
+            w = worst.iloc[0]
+            counted += (
+                f"; worst sensor {w['sensor']} {format_percent(float(w['rate']))} "
+                f"({int(w['misses']):,} of {int(w['windows']):,})"
+            )
     c[2].metric(
-        "Live miss rate (this version)",
+        "Live miss rate (this version, pooled)",
         "none yet" if rate is None else format_percent(float(rate)),  # type: ignore[arg-type]
         f"{counted}; delta {format_percent(float(s['delta']))}",  # type: ignore[arg-type]
         **QUIET,

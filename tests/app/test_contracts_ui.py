@@ -48,9 +48,17 @@ def _production_headline(contract: str, over: int = 0) -> str:
     from streamlit.testing.v1 import AppTest
 
     def script(contract: str, over: int) -> None:
+        import pandas as pd
+
         from ui import production
 
         class Status:
+            gaps, written_at = (), None
+
+            def version_rates(self) -> pd.DataFrame:
+                return pd.DataFrame({"sensor": ["b"], "windows": [12], "misses": [12],
+                                     "rate": [1.0]})  # fmt: skip
+
             def summary(self) -> dict:  # type: ignore[type-arg]
                 base = {"batches": 40, "readings": 960, "plan_version": 1, "versions": 1,
                         "backup_sensors": 0, "sensors": 2, "alerts": 0, "valid_until": None,
@@ -73,12 +81,12 @@ def _production_headline(contract: str, over: int = 0) -> str:
 def test_the_production_headline_judges_a_crash_plan_by_its_own_contract() -> None:
     crash = _production_headline("crash")
     assert "No alert under version 1" in crash and "m-row losses" in crash
-    assert "Live miss rate (this version): 0" in crash
+    assert "Live miss rate (this version, pooled): 0" in crash
     assert "4-row failures touching 12 (window, rebuilt sensor) pairs (crash contract)" in crash
     assert "backed up every sensor" not in crash
     whole = _production_headline("range")
     assert "miss eps more often than delta" in whole
-    assert "12 of 12 (window, rebuilt sensor)" in whole
+    assert "12 of 12 (window, rebuilt sensor) pairs; worst sensor b 100.0 % (12 of 12)" in whole
     # batches over the exposure stored every sensor: the page says so, not only the events
     over = _production_headline("crash", over=13)
     assert "13 of 40 micro-batches held more rows than the plan's exposure (4 rows)" in over

@@ -48,7 +48,7 @@ def test_the_production_page_reads_a_jobs_backup_and_rebuilds_a_range(
     shadow = [r for r in logged if r["event"] == "shadow"]
     batches = next(m for m in at.metric if m.label == "Micro-batches")
     assert batches.value == f"{len(shadow):,}"
-    live = next(m for m in at.metric if m.label == "Live miss rate (this version)")
+    live = next(m for m in at.metric if m.label == "Live miss rate (this version, pooled)")
     assert live.value == "100.0 %"
     events = at.dataframe[-1].value
     assert "Alert" in set(events["event"])
