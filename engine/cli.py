@@ -96,10 +96,21 @@ def _history(args: argparse.Namespace) -> SensorHistory:
         raise ParameterError(
             f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
         )
-    filled = history.report.mostly_filled()
-    for said in [*history.report.warning_notes(), *([filled] if filled else [])]:
+    report = history.report
+    filled = report.mostly_filled()
+    dropped = (
+        f"{report.n_rows_dropped:,} of {report.n_rows_raw:,} rows dropped: a sensor had no "
+        "reading to fill them from (a gap at the start or end of the file longer than the "
+        "loader fills); the history is the other rows (data_notes)"
+        if report.n_rows_dropped >= DROPPED_SHARE * report.n_rows_raw > 0
+        else None
+    )
+    for said in [*report.warning_notes(), *(s for s in (filled, dropped) if s)]:
         _warn([said])  # one line each
     return history
+
+
+DROPPED_SHARE = 0.05  # rows the loader dropped, of those read, above which it is a warning
 
 
 def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:
@@ -267,6 +278,7 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
         _warn([f"backtest not run: {result.note}"])
     return {
         "parameters": params.to_dict(),
+        "data_notes": list(history.report.notes),  # what the loader filled, dropped, sorted
         "horizon_rows": horizon,
         "verdict": contract_verdict(result, params.delta),
         "verdict_state": contract_assessment(result, params.delta).state,

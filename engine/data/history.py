@@ -281,9 +281,9 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
+    times, values = _sort_wide(decoded)  # a time written twice is refused, clock or not
     if options.clock_s is not None:
-        _put_on_clock(decoded, options.clock_s)
-    times, values = _sort_wide(decoded)
+        times, values = _put_on_clock(decoded, times, values, options.clock_s)
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
     check_range(source, times, values, sensors)
@@ -326,16 +326,18 @@ def _keep_sensors(decoded: Decoded, items: tuple[str, ...]) -> None:
     decoded.values, decoded.sensors = decoded.values[:, index], tuple(chosen)
 
 
-def _put_on_clock(decoded: Decoded, step_s: float) -> None:
+def _put_on_clock(
+    decoded: Decoded, stamps: np.ndarray, values: np.ndarray, step_s: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Move every reading to the step of one clock nearest its time (a time halfway
     between two steps goes to the later) and average a sensor's readings in one step;
     infinite readings are missing, as ``_mark_missing`` makes them. Sensors read at
-    other times than each other (loggers on their own clocks) then share rows."""
+    other times than each other (loggers on their own clocks) then share rows. Returns
+    the steps' times (ns) and readings."""
     step = round(step_s * 1e9)
-    times = decoded.times.astype(np.int64)
+    times = stamps.astype(np.int64)
     slot = (times // step) + (times % step >= step - step // 2)  # nearest, ties later
     steps, row = np.unique(slot, return_inverse=True)
-    values = decoded.values
     infinite = np.isinf(values)
     if infinite.any():
         decoded.notes.append(f"{int(infinite.sum())} infinite values were treated as missing")
@@ -359,7 +361,7 @@ def _put_on_clock(decoded: Decoded, step_s: float) -> None:
             else ""
         )
     )
-    decoded.times, decoded.values, decoded.rows = steps * step, merged, None
+    return steps * step, merged
 
 
 def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:

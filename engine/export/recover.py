@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.atomic import write_atomically
@@ -124,7 +125,12 @@ def recover_file(
         backup_values_filled=history.report.n_values_filled,
         backup_rows_dropped=history.report.n_rows_dropped,
         notes=history.report.notes,
-        warnings=_warnings(config, history.times) + _gaps(history) + _rate(config, history),
+        # the loader's notes an operator must not miss (readings that look like thousands
+        # separators, an unsteady interval, early dates), as `plan` prints them
+        warnings=tuple(history.report.warning_notes())
+        + _warnings(config, history.times)
+        + _gaps(history)
+        + _rate(config, history),
         guarantee=range_guarantee(config),
     )
 
@@ -291,7 +297,7 @@ def recover_dataset(
     # sensors the plan rebuilds whose readings the backup holds anyway (a micro-batch
     # over the plan's exposure backs up every sensor): written as read where read
     stored = tuple(s for s in lm.sensors if s in names and s not in union)
-    times, both = widen(long, union + outside + stored)
+    times, both = every_step(long, *widen(long, union + outside + stored))
     wide, raw = both[:, : len(union)], both[:, len(union) : len(union) + len(outside)]
     odd = infinite_readings(wide, times, union)  # missing: its step is not rebuilt
     as_read = both[:, len(union) :]  # outside and stored readings, written as read: never inf
@@ -321,7 +327,8 @@ def recover_dataset(
         found += int(extra.sum())  # a backup sensor's own reading is no extra one
     if outside:
         values = np.hstack([values, raw])
-    written = kept | ~np.isnan(values).all(axis=1)  # a step with nothing read is not a row
+    # every step the backup recorded is a row, one with nothing read too (counted below)
+    written = np.ones(len(times), dtype=bool)
     rows = _write(values[written], times[written], lm.sensors + outside, out)
     stamps = np.asarray(times[written], dtype="datetime64[ns]")
     used = versions[written]
@@ -386,6 +393,20 @@ def _version_configs(
     if lost:
         raise ConfigError(f"the backup's plan book lacks version(s) {lost} that wrote its rows")
     return ({v: book[v] for v in present} or {max(book): book[max(book)]}), ""
+
+
+def every_step(
+    long: pa.Table, times: np.ndarray, wide: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``widen``'s steps and readings, plus the time steps whose every reading is missing
+    (null or NaN): the backup recorded them, so they are written (nothing rebuilt there)
+    and counted among the incomplete steps, not left out of the output unsaid."""
+    every = np.unique(pc.drop_null(long["event_time"]).to_numpy())
+    if every.size == times.size:
+        return times, wide
+    out = np.full((every.size, wide.shape[1]), np.nan)
+    out[np.searchsorted(every, times)] = wide
+    return every, out
 
 
 def _step_versions(long: pa.Table, times: np.ndarray) -> np.ndarray:
@@ -500,7 +521,9 @@ def _write(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...], out:
 def _table(values: np.ndarray, times: np.ndarray, sensors: tuple[str, ...]) -> pa.Table:
     """``time`` + one float64 column per sensor, as ``DataFrame.to_parquet`` would lay them out."""
     columns = np.asfortranarray(values, dtype=float)  # each column contiguous: no copy per column
-    arrays = [pa.array(times), *(pa.array(columns[:, j]) for j in range(len(sensors)))]
+    # NaN (a sensor left empty) as null, as pandas writes it and as the CSV's empty cell
+    arrays = [pa.array(times)]
+    arrays += [pa.array(columns[:, j], from_pandas=True) for j in range(len(sensors))]
     return pa.Table.from_arrays(arrays, names=["time", *sensors])
 
 

@@ -212,6 +212,75 @@ def test_an_infinite_backup_reading_leaves_its_time_step_unrebuilt_with_a_warnin
     assert b.loc[at, [*lm.targets, odd_one]].isna().all(axis=None)
 
 
+def test_a_step_whose_every_backup_reading_is_missing_is_written_and_counted(
+    tmp_path: Path,
+) -> None:
+    """A plan with one backup sensor whose reading is NaN, null or inf at three steps: the
+    steps were dropped from the output unsaid (45 rows of 48, 0 incomplete), as was a step
+    where every backup sensor of a larger plan read nothing. Each is written, its sensors
+    empty, and counted; the Parquet output holds null there, as the CSV's empty cell."""
+    rows = sample_rows(48)
+    one = (rows.sensors[0],)
+    write_config(tmp_path / "one.json", rows, backup=one)
+    long = long_readings(rows)
+    long = long[long["sensor"].isin(one)].reset_index(drop=True)
+    long["value"] = long["value"].astype(object)
+    long.loc[[5, 17, 30], "value"] = [np.nan, None, np.inf]
+    long["value"] = long["value"].astype(float)
+    write_dataset(long, tmp_path / "one")
+    got = recover_dataset(tmp_path / "one.json", tmp_path / "one", tmp_path / "one.csv")
+    assert (got.rows, got.incomplete_rows) == (48, 3)
+    assert any(
+        w.startswith("3 time step(s) lack a reading of a backup sensor") for w in got.warnings
+    )
+    csv = pd.read_csv(tmp_path / "one.csv")
+    assert len(csv) == 48 and csv.iloc[[5, 17, 30], 1:].isna().all(axis=None)
+    recover_dataset(tmp_path / "one.json", tmp_path / "one", tmp_path / "one.parquet")
+    table = pq.read_table(tmp_path / "one.parquet")
+    assert table.num_rows == 48
+    assert sum(c.null_count for c in table.columns[1:]) == int(csv.iloc[:, 1:].isna().sum().sum())
+
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    every = long_readings(rows)
+    every = every[every["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    every.loc[every["event_time"] == rows.times[10], "value"] = np.nan  # every backup sensor
+    write_dataset(every, tmp_path / "all")
+    got = recover_dataset(tmp_path / "plan.json", tmp_path / "all", tmp_path / "all.csv")
+    assert (got.rows, got.incomplete_rows) == (48, 1)
+
+
+def test_recover_from_a_file_warns_what_plan_warns_of_its_readings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ';' file whose every decimal has three digits (1.401: a thousands separator in
+    some locales) is read with a `warning:` by `plan`; `recover` of the same file kept it
+    among its notes and said nothing, so every sensor could be rebuilt from readings 1000x
+    too small unsaid."""
+    from engine.cli import main
+
+    rows = sample_rows(48)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    lines = ["time;" + ";".join(config.backup_sensors)]
+    picked = [rows.sensors.index(s) for s in config.backup_sensors]
+    for t, v in zip(rows.times, rows.values[:, picked], strict=True):
+        lines.append(f"{pd.Timestamp(t)};" + ";".join(f"{1 + abs(x):.3f}" for x in v))
+    (tmp_path / "eu.csv").write_text("\n".join(lines) + "\n")
+    got = recover_file(tmp_path / "plan.json", tmp_path / "eu.csv", tmp_path / "all.csv")
+    assert any("as a thousands separator writes them" in w for w in got.warnings)
+    argv = [
+        "recover",
+        "--config",
+        str(tmp_path / "plan.json"),
+        "--backup",
+        str(tmp_path / "eu.csv"),
+    ]
+    assert main([*argv, "--out", str(tmp_path / "again.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "as a thousands separator writes them" in err
+
+
 def test_an_infinite_reading_written_as_read_is_written_empty_with_a_warning(
     tmp_path: Path,
 ) -> None:
