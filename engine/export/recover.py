@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -345,6 +346,7 @@ def recover_dataset(
             "empty there"
         )
     warnings += [clash] if (clash := conflicting_readings(long)) else []
+    warnings += coverage(times, span.start, span.end, config.sampling_interval_s)
     if outside:
         warnings.append(
             f"{len(outside)} sensor(s) outside the plan ({', '.join(outside[:5])}) were "
@@ -393,6 +395,44 @@ def _version_configs(
     if lost:
         raise ConfigError(f"the backup's plan book lacks version(s) {lost} that wrote its rows")
     return ({v: book[v] for v in present} or {max(book): book[max(book)]}), ""
+
+
+def coverage(
+    times: np.ndarray, start: datetime | None, end: datetime | None, interval_s: float
+) -> list[str]:
+    """What of ``[start, end)`` the written time steps ``times`` (UTC, ascending) leave
+    out, at the plan's interval: the start and the end of the range when the first or
+    last step is more than one interval inside it, and the steps missing between them
+    (a stretch the stream had no reading of, or lost). One sentence each, or none."""
+    if not times.size or not interval_s > 0:
+        return []
+    step = pd.Timedelta(seconds=interval_s)
+    first, last = pd.Timestamp(times[0], tz="UTC"), pd.Timestamp(times[-1], tz="UTC")
+    said = []
+    if start is not None and first - pd.Timestamp(start) >= step:
+        missed = int((first - pd.Timestamp(start)) // step)
+        said.append(
+            f"the backup's first reading in the range is at {first.isoformat()}: about "
+            f"{missed:,} time step(s) after --from hold none"
+        )
+    if end is not None and pd.Timestamp(end) - last > step:
+        missed = int((pd.Timestamp(end) - last) // step) - 1
+        said.append(
+            f"the backup's last reading in the range is at {last.isoformat()}: about "
+            f"{missed:,} time step(s) before --to hold none"
+        )
+    gaps = np.diff(times.astype("datetime64[ns]").astype(np.int64)).astype(float) / 1e9
+    holes = gaps > 1.5 * interval_s
+    if holes.any():
+        missing = int(np.round(gaps[holes] / interval_s).sum() - holes.sum())
+        k = int(np.argmax(gaps))
+        said.append(
+            f"about {missing:,} time step(s) inside the range hold no backup reading (the "
+            f"longest stretch from {pd.Timestamp(times[k], tz='UTC').isoformat()} to "
+            f"{pd.Timestamp(times[k + 1], tz='UTC').isoformat()}): the stream had none "
+            "there, or they are lost; they are not in the output"
+        )
+    return said
 
 
 def every_step(

@@ -281,6 +281,31 @@ def test_recover_from_a_file_warns_what_plan_warns_of_its_readings(
     assert "warning:" in err and "as a thousands separator writes them" in err
 
 
+def test_recover_says_what_of_the_range_the_backup_does_not_cover(tmp_path: Path) -> None:
+    """A range a day wider than the backup on each side, with a day of readings lost in
+    the middle: 144 hourly steps asked, 72 written, exit 0 and no word. Each stretch is
+    said, with its count of steps."""
+    rows = sample_rows(96)
+    write_config(tmp_path / "plan.json", rows)
+    config = load_config(tmp_path / "plan.json")
+    long = long_readings(rows)
+    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    write_dataset(long, tmp_path / "whole")
+    whole = recover_dataset(tmp_path / "plan.json", tmp_path / "whole", tmp_path / "a.csv")
+    assert not [w for w in whole.warnings if "hold no" in w or "hold none" in w]
+    lost = long["event_time"].isin(rows.times[36:60])
+    write_dataset(long[~lost], tmp_path / "holed")
+    first, last = pd.Timestamp(rows.times[0], tz="UTC"), pd.Timestamp(rows.times[-1], tz="UTC")
+    start, end = first - pd.Timedelta(hours=24), last + pd.Timedelta(hours=25)
+    got = recover_dataset(tmp_path / "plan.json", tmp_path / "holed", tmp_path / "b.csv",
+                          start.isoformat(), end.isoformat())  # fmt: skip
+    assert got.rows == 72
+    said = " | ".join(got.warnings)
+    assert f"first reading in the range is at {first.isoformat()}: about 24 time step(s)" in said
+    assert f"last reading in the range is at {last.isoformat()}: about 24 time step(s)" in said
+    assert "about 24 time step(s) inside the range hold no backup reading" in said
+
+
 def test_an_infinite_reading_written_as_read_is_written_empty_with_a_warning(
     tmp_path: Path,
 ) -> None:
