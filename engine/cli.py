@@ -73,6 +73,9 @@ def _say_budget(
         )
 
 
+DROPPED_SHARE = 0.05  # rows the loader dropped, of those read, above which it is a warning
+
+
 def _history(args: argparse.Namespace) -> SensorHistory:
     from engine.data.history import LoadOptions, load_history
     from engine.data.options import parse_step
@@ -101,16 +104,13 @@ def _history(args: argparse.Namespace) -> SensorHistory:
     dropped = (
         f"{report.n_rows_dropped:,} of {report.n_rows_raw:,} rows dropped: a sensor had no "
         "reading to fill them from (a gap at the start or end of the file longer than the "
-        "loader fills); the history is the other rows (data_notes)"
+        "loader fills); the history is the other rows"
         if report.n_rows_dropped >= DROPPED_SHARE * report.n_rows_raw > 0
         else None
     )
     for said in [*report.warning_notes(), *(s for s in (filled, dropped) if s)]:
         _warn([said])  # one line each
     return history
-
-
-DROPPED_SHARE = 0.05  # rows the loader dropped, of those read, above which it is a warning
 
 
 def resolve_sensors(available: Sequence[str], spec: str) -> list[str]:

@@ -100,6 +100,10 @@ def _add_plan_flags(p: argparse.ArgumentParser) -> None:
         "given: s, or h for a column named with 'hour'; and numbers that are certainly "
         "dates, YYYYMMDD or Excel serial days, are refused)",
     )
+    _add_clock(p)
+
+
+def _add_clock(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--clock",
         default=None,
@@ -210,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument(
         "--sensors", default=None, help="comma-separated names or globs, e.g. '*_PM2.5'"
     )
+    _add_clock(dis)
     dis.add_argument(
         "--rows", type=int, default=None, help="replay only the first ROWS rows (at least 1)"
     )

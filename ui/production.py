@@ -120,8 +120,9 @@ def headline(status: JobStatus) -> None:
     what = "m-row losses" if crash else "rebuilt windows"
     if above:
         st.error(
-            f"{above} sensor(s) miss eps more often than delta under version "
-            f"{s['plan_version']} by the live monitor's test (over at least 10 windows, "
+            f"{above} sensor(s) missed eps more often than delta under version "
+            f"{s['plan_version']} by the live monitor's test (an alert stands once the test "
+            "is crossed; over at least 10 windows, "
             f"counting {what}; checked after every batch, a version whose every sensor "
             "keeps delta alerts falsely with at most a 5 % chance over the whole run). "
             "The job re-plans on an alert unless it runs with --no-replan."

@@ -71,10 +71,10 @@ def parse_step(text: str) -> float:
     seconds when none): ``60``, ``30s``, ``5min``, ``1h``, ``250ms``."""
     match = _STEP.fullmatch(text)
     seconds = float(match.group(1)) * UNIT_NS[match.group(2) or "s"] / 1e9 if match else math.nan
-    if not seconds * 1e9 >= 1:  # no match (NaN), zero or below a nanosecond
+    if not 1 <= seconds * 1e9 <= CLOCK_MAX_S * 1e9:  # no match (NaN), 0, < 1 ns, > a year
         raise ParameterError(
-            f"a clock step is a number and a unit (ns, us, ms, s, min or h), at least 1 ns, "
-            f"e.g. 60s, 5min or 1h; got {text!r}"
+            f"a clock step is a number and a unit (ns, us, ms, s, min or h), from 1 ns to "
+            f"8784 h (a year), e.g. 60s, 5min or 1h; got {text!r}"
         )
     return seconds
 

@@ -8,6 +8,7 @@ plan's own contract, and each result says so with the plan's measured figure for
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -329,16 +330,15 @@ def recover_dataset(
     if outside:
         values = np.hstack([values, raw])
     # every step the backup recorded is a row, one with nothing read too (counted below)
-    written = np.ones(len(times), dtype=bool)
-    rows = _write(values[written], times[written], lm.sensors + outside, out)
-    stamps = np.asarray(times[written], dtype="datetime64[ns]")
-    used = versions[written]
+    rows = _write(values, times, lm.sensors + outside, out)
+    stamps = np.asarray(times, dtype="datetime64[ns]")
+    used = versions
     warnings = [gap.warning(span) for gap in gaps]
     warnings += [w for v in np.unique(used) for w in _warnings(configs[int(v)], stamps[used == v])]
     warnings += [w for w in (unbooked, odd, odd_read) if w]
     if absent:
         warnings.append(f"the range holds no readings of {absent}: none of its steps is rebuilt")
-    torn = int((written & ~kept).sum())
+    torn = int((~kept).sum())
     if torn:
         warnings.append(
             f"{torn} time step(s) lack a reading of a backup sensor of their plan version: "
@@ -409,17 +409,19 @@ def coverage(
     step = pd.Timedelta(seconds=interval_s)
     first, last = pd.Timestamp(times[0], tz="UTC"), pd.Timestamp(times[-1], tz="UTC")
     said = []
-    if start is not None and first - pd.Timestamp(start) >= step:
-        missed = int((first - pd.Timestamp(start)) // step)
+    # steps of the plan's clock from --from up to the first reading, and after the last
+    # reading up to --to (exclusive): a step at --to itself is not in the range
+    before = 0 if start is None else int((first - pd.Timestamp(start)) // step)
+    after = 0 if end is None else math.ceil((pd.Timestamp(end) - last) / step) - 1
+    if before >= 1:
         said.append(
             f"the backup's first reading in the range is at {first.isoformat()}: about "
-            f"{missed:,} time step(s) after --from hold none"
+            f"{before:,} time step(s) after --from hold none"
         )
-    if end is not None and pd.Timestamp(end) - last > step:
-        missed = int((pd.Timestamp(end) - last) // step) - 1
+    if after >= 1:
         said.append(
             f"the backup's last reading in the range is at {last.isoformat()}: about "
-            f"{missed:,} time step(s) before --to hold none"
+            f"{after:,} time step(s) before --to hold none"
         )
     gaps = np.diff(times.astype("datetime64[ns]").astype(np.int64)).astype(float) / 1e9
     holes = gaps > 1.5 * interval_s
@@ -428,7 +430,7 @@ def coverage(
         k = int(np.argmax(gaps))
         said.append(
             f"about {missing:,} time step(s) inside the range hold no backup reading (the "
-            f"longest stretch from {pd.Timestamp(times[k], tz='UTC').isoformat()} to "
+            f"longest stretch between {pd.Timestamp(times[k], tz='UTC').isoformat()} and "
             f"{pd.Timestamp(times[k + 1], tz='UTC').isoformat()}): the stream had none "
             "there, or they are lost; they are not in the output"
         )

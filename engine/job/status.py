@@ -34,7 +34,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, local_path
+from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, batch_range, local_path
 from engine.errors import ConfigError, DataError
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
 from engine.planning.monitor import (
@@ -51,6 +51,9 @@ BATCH_COLUMNS = (
     "seconds", "last_window_end", "rows", "over_exposure",
     "contract", "crash_windows", "crash_misses", "control", "version_pairs", "version_misses",
 )  # fmt: skip
+# a checked window: rebuilt and true aggregates both numbers (a NaN reading leaves its
+# window unchecked), as the job's monitor counts them
+CHECKED = "NOT backed_up AND error IS NOT NULL AND NOT isnan(error)"
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
 )  # fmt: skip
@@ -247,7 +250,10 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
     check_batches(root)  # a committed batch not whole: its batches would be counted anyway
     lacuna = root / "_lacuna"
     batches, rates = _batches(lacuna / "metrics"), _rates(lacuna / "results", versions)
-    written = [f.stat().st_mtime for f in _files(lacuna / "metrics", ".json")]
+    # the newest batch's file (a compaction rewrites older ones, later): when it ran
+    metrics = _files(lacuna / "metrics", ".json")
+    newest = int(batches["batch_id"].max()) if batches["batch_id"].notna().any() else -1
+    in_flight = _results_after(lacuna / "results", newest)
     return JobStatus(
         backup=str(backup),
         versions=versions,
@@ -255,17 +261,44 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         rates=rates,
         events=_events(lacuna / "events"),
         run=_run(lacuna / "run.json"),
-        gaps=record_gaps(batches, rates),
-        written_at=max(written) if written else None,
+        gaps=record_gaps(batches, rates, in_flight),
+        written_at=metrics[-1].stat().st_mtime if metrics else None,
     )
 
 
-def record_gaps(batches: pd.DataFrame, rates: pd.DataFrame) -> tuple[str, ...]:
+def _results_after(folder: Path, newest: int) -> tuple[int, int]:
+    """(batches, checked pairs) of the results of batches after ``newest``, the newest
+    batch with metrics: the results are written first, so one such batch is the one
+    being written."""
+    later = [
+        f
+        for name, f in batch_files(folder, RESULTS_SUFFIXES, marked=False)
+        if (span := batch_range(name)) is not None and span[0] > newest
+    ]
+    if not later:
+        return 0, 0
+    con = duckdb.connect()
+    try:
+        (pairs,) = con.execute(
+            f"SELECT count(*) FROM read_parquet(?) WHERE {CHECKED}", [[str(f) for f in later]]
+        ).fetchone() or (0,)
+    except duckdb.Error as err:
+        raise DataError(f"the job's results under {folder} are unreadable: {err}") from None
+    finally:
+        con.close()
+    return len({f.parent for f in later}), int(pairs)
+
+
+def record_gaps(
+    batches: pd.DataFrame, rates: pd.DataFrame, in_flight: tuple[int, int] = (0, 0)
+) -> tuple[str, ...]:
     """What the metrics and the results say of each other: each batch's metrics count
     the (window, rebuilt sensor) pairs its results hold (``JobSink._report``), so their
-    totals agree unless files are missing. The results are written before the metrics,
-    so a batch being written shows more results than metrics, at most one batch's."""
-    results = int(rates["windows"].sum())
+    totals agree unless files are missing. The results are written before the metrics:
+    ``in_flight`` (batches, pairs) are the results after the newest batch with metrics,
+    one batch of them the one being written, left out of the comparison."""
+    later, later_pairs = in_flight
+    results = int(rates["windows"].sum()) - (later_pairs if later <= 1 else 0)
     pairs = pd.to_numeric(batches["rebuilt_pairs"], errors="coerce")
     if pairs.isna().any():  # a job before the count: nothing to compare
         return ()
@@ -276,7 +309,7 @@ def record_gaps(batches: pd.DataFrame, rates: pd.DataFrame) -> tuple[str, ...]:
             f"its results hold {results:,}: results under _lacuna/results are missing, and "
             "the live rates and the monitor's figures here leave their windows out",
         )
-    if results - counted > (int(pairs.max()) if len(pairs) else 0):
+    if results > counted:
         return (
             f"the job's results hold {results:,} checked (window, rebuilt sensor) pairs and "
             f"its metrics count {counted:,}"
@@ -323,11 +356,7 @@ def _rates(folder: Path, versions: tuple[JobPlan, ...]) -> pd.DataFrame:
         frame = con.execute(
             "SELECT plan_version, sensor, count(*) AS windows, "
             "count(*) FILTER (WHERE miss) AS misses "
-            "FROM read_parquet(?) "
-            # a checked window: rebuilt and true aggregates both numbers (a NaN reading
-            # leaves its window unchecked), as the job's monitor counts them
-            "WHERE NOT backed_up AND error IS NOT NULL AND NOT isnan(error) "
-            "GROUP BY plan_version, sensor",
+            f"FROM read_parquet(?) WHERE {CHECKED} GROUP BY plan_version, sensor",
             [[str(f) for f in files]],
         ).df()
     except duckdb.Error as err:

@@ -85,7 +85,7 @@ def test_the_production_headline_judges_a_crash_plan_by_its_own_contract() -> No
     assert "4-row failures touching 12 (window, rebuilt sensor) pairs (crash contract)" in crash
     assert "backed up every sensor" not in crash
     whole = _production_headline("range")
-    assert "miss eps more often than delta" in whole
+    assert "missed eps more often than delta" in whole
     assert "12 of 12 (window, rebuilt sensor) pairs; worst sensor b 100.0 % (12 of 12)" in whole
     # batches over the exposure stored every sensor: the page says so, not only the events
     over = _production_headline("crash", over=13)

@@ -540,9 +540,14 @@ def test_sensors_on_their_own_clocks_share_rows_on_one_clock(
     argv = ("plan", "--data", str(tmp_path / "two_loggers.csv"), *PLAN)
     code, _, err = run_main(capsys, *argv, "--clock", "1min")
     assert code == 0 and "mostly" not in err and "missed" not in err, err
-    code, out, err = run_main(capsys, *argv, "--clock", "5 days")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "a clock step is a number and a unit" in err and "Traceback" not in err
+    for step in ("5 days", "9000h"):  # no unit of days; over a year
+        code, out, err = run_main(capsys, *argv, "--clock", step)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "a clock step is a number and a unit" in err and "Traceback" not in err
+    code, _, err = run_main(capsys, "disorder", "--data", str(tmp_path / "two_loggers.csv"),
+                            "--delays", "exp:30", "--eps-thr", "1", "--delta", "0.05",
+                            "--window", "4", "--clock", "1min")  # fmt: skip
+    assert code == 0 and "missed" not in err, err
 
 
 def test_a_clock_averages_each_sensors_readings_in_a_step_as_pandas_does(tmp_path: Path) -> None:

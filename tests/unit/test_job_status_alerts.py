@@ -170,6 +170,11 @@ def test_missing_results_or_metrics_are_said_not_read_as_nothing_yet(tmp_path: P
     status = read_job_status(other)
     assert "(no metrics at all)" in status.gaps[0] and status.written_at is None
 
+    first = tmp_path / "first"  # a job's first batch, its results written, its metrics not yet
+    _status(first, 1, {})
+    shutil.rmtree(first / "_lacuna" / "metrics")
+    assert read_job_status(first).gaps == ()
+
 
 @pytest.mark.parametrize("where", ["metrics", "event", "run"])
 def test_a_record_that_is_json_but_not_an_object_is_one_clear_error(
@@ -210,7 +215,7 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
     from ui.production import staleness
 
     root = tmp_path / "backup"
-    _status(root, 3, {})
+    write_backup(root, 3)  # as the job writes it (no results rewritten: compacted below)
     day_ago = time.time() - 86400
     for f in (root / "_lacuna" / "metrics").rglob("*.json"):
         os.utime(f, (day_ago, day_ago))
@@ -223,6 +228,11 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
     assert warn and "written 1 d ago" in said and "has stopped or receives nothing" in said
     said, warn = staleness(status, day_ago + 95)
     assert not warn and said.startswith("The newest micro-batch was written 1 min 35 s ago")
+    # compacting a stopped job's record rewrites its older metrics now: not a newer batch
+    from engine.job.compaction import compact
+
+    assert compact(root, keep=1).batch_dirs == 2
+    assert read_job_status(root).written_at == pytest.approx(day_ago)
 
 
 def test_a_batchs_own_version_pairs_leave_an_older_versions_windows_out() -> None:

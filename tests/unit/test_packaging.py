@@ -10,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "beijing_aq_sample.csv"
 
@@ -19,6 +21,7 @@ def _run(args: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess[
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a wheel built and installed, two commands in fresh interpreters
 def test_the_engine_wheel_runs_plan_and_recover_outside_the_checkout(tmp_path: Path) -> None:
     # build from a copy: a build in place leaves build/ and *.egg-info in the checkout
     src = tmp_path / "src"

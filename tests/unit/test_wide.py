@@ -304,6 +304,15 @@ def test_recover_says_what_of_the_range_the_backup_does_not_cover(tmp_path: Path
     assert f"first reading in the range is at {first.isoformat()}: about 24 time step(s)" in said
     assert f"last reading in the range is at {last.isoformat()}: about 24 time step(s)" in said
     assert "about 24 time step(s) inside the range hold no backup reading" in said
+    # ends between two steps: --to half a step after the last reading leaves none out, one
+    # and a half steps after it leaves one (the step one interval after the last)
+    for hours, missed in ((0.5, 0), (1.5, 1), (2.5, 2)):
+        end = (last + pd.Timedelta(hours=hours)).isoformat()
+        got = recover_dataset(tmp_path / "plan.json", tmp_path / "whole", tmp_path / "c.csv",
+                              None, end)  # fmt: skip
+        ends = [w for w in got.warnings if "before --to hold none" in w]
+        said = f"is at {last.isoformat()}: about {missed} time step(s) before --to hold none"
+        assert [said in w for w in ends] == ([True] if missed else [])
 
 
 def test_an_infinite_reading_written_as_read_is_written_empty_with_a_warning(
