@@ -187,13 +187,14 @@ def _warning(exposure: int, rows: int | None, trigger_s: float) -> str | None:
     rule = f"micro-batches over {exposure} row{'' if exposure == 1 else 's'} back up every sensor"
     if rows is None:
         return (
-            f"a catch-up run (--available-now) takes what landed, up to "
-            f"--max-files-per-trigger files a micro-batch: {rule}"
+            f"a catch-up run (--available-now) takes what landed, as many files a "
+            f"micro-batch as --max-files-per-trigger allows (every file when it is not "
+            f"given): {rule}"
         )
     if rows > exposure:
         return (
-            f"a {trigger_s:g} s trigger carries up to {rows} rows at the data's rate, more "
-            f"than the plan's exposure of {exposure}: {rule} (a shorter --trigger keeps "
-            "the plan's savings)"
+            f"a {trigger_s:g} s trigger carries about {rows} rows at the data's rate (more "
+            f"after a slow batch), more than the plan's exposure of {exposure}: {rule} (a "
+            "shorter --trigger keeps the plan's savings)"
         )
     return None

@@ -23,7 +23,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-replan",
         action="store_true",
-        help="keep the plan past its valid_until (default: plan again on the landed readings)",
+        help="never plan again: keep the plan past its valid_until and on a monitor alert, "
+        "and run no online control (default: plan again on the landed readings)",
     )
     p.add_argument(
         "--no-control",

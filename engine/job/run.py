@@ -109,19 +109,24 @@ def _replan_waits(settings: JobSettings) -> bool:
 
 @dataclass(frozen=True)
 class JobReport:
-    """What a run did (totals over this process's micro-batches)."""
+    """What a run did: totals over this process's micro-batches (``scope``; `status` has
+    every run's), but ``plan_versions``, the backup's plan book."""
 
     stopped_by: str  # "available_now" (all landed files done) or "signal"
     batches: int
     input_rows: int
     windows: int
-    rebuilt_pairs: int
+    rebuilt_pairs: int  # (window, rebuilt sensor) pairs checked, whole windows rebuilt
     misses: int
     batches_over_exposure: int  # batches that backed up every sensor (engine.job.exposure)
     plan_versions: int  # versions in the backup's plan book (1: never re-planned)
     seconds: float
     backup: str
     results: str
+    scope: str = "this run"  # the counts above; plan_versions is the backup's
+    contract: str = "range"  # the plan's: a crash plan's monitor counts crash_* below
+    crash_windows: int = 0  # a crash plan's (window, rebuilt sensor) pairs checked
+    crash_misses: float = 0.0  # their m-row losses that missed, a sum of fractions
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,10 +237,11 @@ def _run_query(
     if not fresh:
         _check_checkpoint_not_behind(files, paths, settings)
     log = DurableLog(files, paths.events, log)  # alerts etc. kept with the backup
-    state_exposure(config, settings, files, paths, log)
-    trigger = (settings.available_now, settings.trigger_s)
     book = PlanBook(files, settings.backup)
-    book.start(config)
+    book.start(config)  # a --config the backup was not started with is refused first
+    state_exposure(config, settings, files, paths, log)  # then run.json is this run's
+    say_ignored(settings, log)
+    trigger = (settings.available_now, settings.trigger_s)
     sensors = tuple(config.sensors)
     source = landing_source(settings)
 
@@ -275,17 +281,20 @@ def _run_query(
         stopped_by="signal" if stop.is_set() else "available_now",
         # the micro-batches the writer ran (and `status` lists), not Spark's progress
         # reports: an availableNow run over an empty directory reports one, runs none
-        batches=writer.totals["batches"],
+        batches=int(writer.totals["batches"]),
         # not Spark's numInputRows: it counts each of the batch's two scans
-        input_rows=writer.totals["readings"],
-        windows=writer.totals["windows"],
-        rebuilt_pairs=writer.totals["pairs"],
-        misses=writer.totals["misses"],
-        batches_over_exposure=writer.totals["over_exposure"],
+        input_rows=int(writer.totals["readings"]),
+        windows=int(writer.totals["windows"]),
+        rebuilt_pairs=int(writer.totals["pairs"]),
+        misses=int(writer.totals["misses"]),
+        batches_over_exposure=int(writer.totals["over_exposure"]),
         plan_versions=len(book.versions),
         seconds=round(now() - started, 3),
         backup=paths.backup,
         results=paths.results,
+        contract="range" if config.query.exposure is None else "crash",
+        crash_windows=int(writer.totals["crash_windows"]),
+        crash_misses=round(float(writer.totals["crash_misses"]), 6),
     )
 
 
@@ -337,6 +346,17 @@ def state_exposure(
     log({"event": "contract", **facts})
     if facts["warning"]:
         log({"event": "exposure_warning", "warning": facts["warning"]})
+
+
+def say_ignored(settings: JobSettings, log: Callable) -> None:
+    """One line per flag this run takes but does not use, so none is silently dropped."""
+    ignored = []
+    if settings.available_now and settings.trigger_s != JobSettings.trigger_s:
+        ignored.append("--trigger (a catch-up run with --available-now takes what landed)")
+    if not settings.replan and settings.replan_wait:
+        ignored.append("--replan-in-batch (--no-replan: no re-plan runs)")
+    for what in ignored:
+        log({"event": "flag_ignored", "flag": what})
 
 
 def start_job_query(

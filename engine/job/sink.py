@@ -64,7 +64,8 @@ from engine.stream.source import LandingDirSource
 
 Log = Callable[[dict[str, Any]], None]
 KEPT_BATCHES = 1000  # micro-batches whose readings the progress line can still look up
-TOTALS = ("batches", "readings", "windows", "misses", "pairs", "over_exposure")
+TOTALS = ("batches", "readings", "windows", "misses", "pairs", "over_exposure",
+          "crash_windows", "crash_misses")  # fmt: skip
 
 
 @dataclass
@@ -87,7 +88,7 @@ class BatchWriter:
     monitor: ViolationMonitor | None = None  # alerts on each version's live miss rate
     control: JobControl | None = None  # steers a crash plan's set from every closed window
     now: Callable[[], float] = time.time
-    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
 
     def __post_init__(self) -> None:
         self.files = DurableFiles(self.spark)
@@ -292,7 +293,8 @@ class BatchWriter:
                 "event": "monitor_resumed",
                 "plan_version": self.plan_version,
                 "before_batch": batch_id,
-                "windows": sum(w for _, w in counts.values()),
+                # (window, rebuilt sensor) pairs, as the batches' metrics count them
+                "rebuilt_pairs": sum(w for _, w in counts.values()),
                 "misses": sum(v for v, _ in counts.values()),
             }
         )
@@ -445,6 +447,8 @@ class BatchWriter:
             ("misses", misses),
             ("pairs", pairs),
             ("over_exposure", int(metrics["over_exposure"])),
+            ("crash_windows", int(metrics.get("crash_windows") or 0)),
+            ("crash_misses", float(metrics.get("crash_misses") or 0.0)),
         )
         for key, add in adds:
             self.totals[key] += add

@@ -74,11 +74,15 @@ def _log_progress(
     readings: Mapping[int, int] | None = None,
     full: Collection[int] = (),
 ) -> None:
-    """One line per new micro-batch: its id, Spark's phase durations, the readings it
+    """One line per new micro-batch that ran: its id, Spark's phase durations, the readings it
     carried (``readings``: batch id -> the job's own count; None for a batch without)
     and whether it backed up every sensor (``full``: over the plan's exposure)."""
     for progress in q.recentProgress:
         batch = int(progress["batchId"])
+        # a trigger that found nothing new reports progress too, under the id of the batch
+        # that has not run yet, with no addBatch phase: not that batch's line
+        if "addBatch" not in (progress.get("durationMs") or {}):
+            continue
         if batch <= seen.get(q.name, -1):
             continue
         seen[q.name] = batch

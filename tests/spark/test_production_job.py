@@ -309,8 +309,8 @@ def test_a_restarted_job_keeps_counting_its_versions_windows(spark: Any, tmp_pat
     rebuilt = results[~results["backed_up"] & results["rebuilt"].notna()]
     shadows = [r for r in first if r["event"] == "shadow"]
     assert len(resumed) == 1 and resumed[0]["plan_version"] == 1
-    assert resumed[0]["windows"] == sum(r["rebuilt_pairs"] for r in shadows) > 0
-    assert resumed[0]["misses"] == resumed[0]["windows"]  # every rebuilt window misses
+    assert resumed[0]["rebuilt_pairs"] == sum(r["rebuilt_pairs"] for r in shadows) > 0
+    assert resumed[0]["misses"] == resumed[0]["rebuilt_pairs"]  # every rebuilt window misses
     assert rebuilt.groupby("sensor").size().max() >= 10  # together they are enough
     assert [r for r in second if r["event"] == "alert"]
 
@@ -387,3 +387,27 @@ def test_a_streaming_job_re_plans_in_the_background_while_batches_go_on(
 
     kept = {e["event"] for e in read_job_status(tmp_path / "backup").events}
     assert {"alert", "replan_started", "replan"} <= kept  # what the console shows
+
+
+def test_a_config_the_backup_was_not_started_with_leaves_its_record_alone(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Refused (version 1 differs from --config): the start record ``run.json`` that
+    `status` reads the contract and durability from was overwritten before the refusal.
+    And the run's report says its counts are this run's and which contract it measured;
+    flags the run takes but does not use are said."""
+    rows = sample_rows(48)
+    config = tmp_path / "plan.json"
+    write_config(config, rows, aggregate="avg", eps=1.0)
+    feed(rows, tmp_path / "landing", rows_per_file=12)
+    report, logged = _run(spark, tmp_path, config, replan=False, trigger_s=5.0)
+    assert (report.scope, report.contract, report.crash_windows) == ("this run", "range", 0)
+    assert report.batches == 1 and report.plan_versions == 1  # what landed, one catch-up batch
+    ignored = [r["flag"] for r in logged if r["event"] == "flag_ignored"]
+    assert len(ignored) == 1 and ignored[0].startswith("--trigger")
+    record = (tmp_path / "backup" / "_lacuna" / "run.json").read_bytes()
+    other = tmp_path / "other.json"
+    write_config(other, rows, aggregate="avg", eps=2.0, exposure=4)
+    with pytest.raises(PipelineError, match="was started with another plan"):
+        _run(spark, tmp_path, other, replan=False)
+    assert (tmp_path / "backup" / "_lacuna" / "run.json").read_bytes() == record
