@@ -15,7 +15,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", required=True, help="landing directory of Parquet readings")
     p.add_argument("--backup", required=True, help="backup dataset URI (file://, hdfs://, s3a://)")
     p.add_argument("--checkpoint", required=True, help="checkpoint URI (durable)")
-    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: LACUNA_SPARK_MASTER, else spark-submit's --master when "
+        "run by spark-submit, else local[*])",
+    )
     p.add_argument("--available-now", action="store_true", help="process what landed, then stop")
     p.add_argument(
         "--watermark", type=float, default=0.0, help="allowed lateness, seconds (default 0)"

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 MASTER_ENV = "LACUNA_SPARK_MASTER"
+# set by spark-submit for the Python driver it starts (PySpark connects to its JVM)
+SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 MIN_JAVA = 17  # Spark 4 runs on Java 17 and 21
 
@@ -37,8 +40,13 @@ class SparkSettings:
     shuffle_partitions: int = 4
     ui_enabled: bool = False
 
-    def resolved_master(self) -> str:
-        return self.master or os.environ.get(MASTER_ENV) or "local[*]"
+    def resolved_master(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        """``master``, else ``LACUNA_SPARK_MASTER``, else None under ``spark-submit`` (its
+        ``--master`` decides: PySpark's builder would override it), else ``local[*]``."""
+        given = self.master or environ.get(MASTER_ENV)
+        if given:
+            return given
+        return None if SUBMITTED_ENV in environ else "local[*]"
 
 
 def java_problem() -> str | None:
@@ -77,16 +85,18 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
     if problem:
         raise PipelineError(problem)
     master = settings.resolved_master()
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         # Keep a local driver on loopback: never bind a public interface by accident.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     _point_workers_at_this_python()
     quiet_py4j()
     from pyspark.sql import SparkSession
 
-    builder: Any = (
-        SparkSession.builder.master(master)
-        .appName(settings.app_name)
+    builder: Any = SparkSession.builder
+    if master is not None:  # under spark-submit without one: its --master stands
+        builder = builder.master(master)
+    builder = (
+        builder.appName(settings.app_name)
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.ui.enabled", str(settings.ui_enabled).lower())
@@ -102,7 +112,8 @@ def get_spark(settings: SparkSettings | None = None) -> SparkSession:
     try:
         spark = builder.getOrCreate()
     except Exception as err:  # py4j / JVM start-up failures have many types
-        raise PipelineError(f"Spark could not start on {master}: {err}") from err
+        where = master or "spark-submit's master"
+        raise PipelineError(f"Spark could not start on {where}: {err}") from err
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -194,3 +194,16 @@ def test_the_test_script_stops_at_the_first_check_that_fails(
 ) -> None:
     code, calls = run_test_sh(tmp_path, fail_at=fail_at)
     assert code == 3 and len(calls) == ran and fail_at in calls[-1]
+
+
+def test_spark_submits_master_stands_unless_one_is_given() -> None:
+    """PySpark's builder overrides spark-submit's --master: `spark-submit --master yarn
+    engine/job/run.py ...` ran on local[*] unsaid. Under spark-submit (its gateway port in
+    the environment) no master is set unless --master or LACUNA_SPARK_MASTER gives one."""
+    from engine.stream.session import MASTER_ENV, SUBMITTED_ENV, SparkSettings
+
+    submitted = {SUBMITTED_ENV: "40123"}
+    assert SparkSettings().resolved_master({}) == "local[*]"
+    assert SparkSettings().resolved_master(submitted) is None
+    assert SparkSettings("spark://h:7077").resolved_master(submitted) == "spark://h:7077"
+    assert SparkSettings().resolved_master({**submitted, MASTER_ENV: "local[2]"}) == "local[2]"
