@@ -30,6 +30,12 @@ class DurableFiles:
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
         self._default_local = str(self._conf.get("fs.defaultFS", "file:///")).startswith("file:")
 
+    @property
+    def default_local(self) -> bool:
+        """Whether Hadoop takes a path without a scheme to the local disk (its
+        ``fs.defaultFS`` is ``file:``): on a cluster whose default is HDFS it does not."""
+        return self._default_local
+
     def local(self, uri: str) -> Path | None:
         """The local path of ``uri``, or None when Hadoop would take it elsewhere."""
         parsed = urlparse(uri)

@@ -121,10 +121,14 @@ def rows_per_trigger(trigger_s: float, sampling_interval_s: float) -> int:
     return max(1, math.ceil(trigger_s / sampling_interval_s - 1e-9))
 
 
-def is_local(uri: str) -> bool:
-    """A plain path or a ``file:`` URI (a drive letter is not a scheme)."""
+def is_local(uri: str, default_local: bool = True) -> bool:
+    """A ``file:`` URI (a drive letter is not a scheme), or a plain path when Hadoop's
+    default file system is the local one (``default_local``; on a cluster whose
+    ``fs.defaultFS`` is HDFS a plain path is on HDFS)."""
     scheme = urlparse(str(uri)).scheme
-    return scheme in ("", "file") or len(scheme) == 1
+    if scheme == "":
+        return default_local
+    return scheme == "file" or len(scheme) == 1
 
 
 def run_exposure(
@@ -134,6 +138,7 @@ def run_exposure(
     available_now: bool,
     checkpoint: str,
     backup: str,
+    default_local: bool = True,
 ) -> RunExposure:
     """The start line's facts for a plan covering ``exposure`` rows (None: the range
     contract), run with a ``trigger_s`` trigger (or ``available_now``), its window state
@@ -141,7 +146,7 @@ def run_exposure(
     backup: a backup on a local disk does not survive the machine's loss, whatever the
     checkpoint does, and the sentence says so."""
     rows = None if available_now else rows_per_trigger(trigger_s, sampling_interval_s)
-    local, backup_local = is_local(checkpoint), is_local(backup)
+    local, backup_local = is_local(checkpoint, default_local), is_local(backup, default_local)
     lost_with_machine = (
         "a lost machine takes the backup with it, and neither contract can rebuild what it "
         "held: put --backup on storage that survives the machine"
@@ -161,7 +166,7 @@ def run_exposure(
         )
     elif backup_local:
         durability = (
-            f"the checkpoint is on {urlparse(checkpoint).scheme} but the backup is on a local "
+            f"the checkpoint is on {_where(checkpoint)} but the backup is on a local "
             f"disk: the crash contract covers a process crash; {lost_with_machine}"
         )
     elif local:
@@ -169,18 +174,25 @@ def run_exposure(
             "the checkpoint is on a local disk: the crash contract covers a process crash "
             "(the window state survives); a lost machine takes the state with it and falls "
             f"under the range contract (rebuild whole windows from the backup on "
-            f"{urlparse(backup).scheme} with recover --from --to)"
+            f"{_where(backup)} with recover --from --to, which reads a local or mounted "
+            "copy)"
         )
     else:
         durability = (
-            f"the checkpoint is on {urlparse(checkpoint).scheme}: the crash contract covers "
+            f"the checkpoint is on {_where(checkpoint)}: the crash contract covers "
             "a failure that storage survives; one that loses the window state falls under "
-            "the range contract (rebuild whole windows with recover --from --to)"
+            "the range contract (rebuild whole windows with recover --from --to, which "
+            "reads a local or mounted copy of the backup)"
         )
     return RunExposure(
         CRASH, exposure, rows, local, backup_local, durability,
         _warning(exposure, rows, trigger_s),
     )  # fmt: skip
+
+
+def _where(uri: str) -> str:
+    """The file system a remote ``uri`` is on: its scheme, or Hadoop's default one."""
+    return urlparse(str(uri)).scheme or "the cluster's default file system (fs.defaultFS)"
 
 
 def _warning(exposure: int, rows: int | None, trigger_s: float) -> str | None:

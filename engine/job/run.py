@@ -153,8 +153,12 @@ def run_job(
 
     ``config`` is an ``engine.export.BackupConfig``.
     """
+    from engine.backup.durable import DurableFiles
+
     started = now()
-    lock, errors = checkpoint_lock(settings.checkpoint), spark_errors_in_one_line(spark)
+    local = DurableFiles(spark).default_local  # where a plain path goes: disk or cluster
+    lock = checkpoint_lock(settings.checkpoint, local)
+    errors = spark_errors_in_one_line(spark)
     with lock, errors, _session_conf(spark, JOB_CONF):
         return _run_query(spark, config, settings, stop, log, now, started)
 
@@ -213,10 +217,10 @@ def _run_query(
     from engine.planning.monitor import ViolationMonitor
     from engine.stream.checkpoint import clear_interrupted_first_batch
 
-    _check_local_paths(settings)  # before anything is written (the plan book's v1)
+    files = DurableFiles(spark)
+    _check_local_paths(settings, files.default_local)  # before anything is written
     # The two-query job (before one query) kept "backup" and "windows" here; resuming
     # would read every landed file again into the new layout and back it up twice.
-    files = DurableFiles(spark)
     if {"backup", "windows"} & set(files.names(settings.checkpoint)):
         raise PipelineError(
             f"checkpoint {settings.checkpoint!r} was written by the two-query job of an "
@@ -341,6 +345,7 @@ def state_exposure(
         settings.available_now,
         settings.checkpoint,
         settings.backup,
+        files.default_local,
     ).to_dict()
     files.write(paths.run, (json.dumps(facts) + "\n").encode())
     log({"event": "contract", **facts})
@@ -407,23 +412,27 @@ def _check_checkpoint_not_behind(files: Any, paths: Any, settings: JobSettings) 
         )
 
 
-def _check_local_paths(settings: JobSettings) -> None:
+def _check_local_paths(settings: JobSettings, default_local: bool = True) -> None:
     """``PipelineError`` in one line for the plain mistakes with local paths: a
     ``--source`` that is not a directory, a ``--backup`` or ``--checkpoint`` that is a
     file. (Spark's own errors for them are a page of Java; a cluster filesystem's
-    paths are left to Spark.)"""
+    paths, plain ones too where Hadoop's default file system is not local, are left to
+    Spark.)"""
     from engine.backup.dataset import local_path
     from engine.errors import DataError
+    from engine.job.exposure import is_local
 
     for flag, uri in (
         ("--source", settings.source),
         ("--backup", settings.backup),
         ("--checkpoint", settings.checkpoint),
     ):
+        if not is_local(uri, default_local):
+            continue  # s3a://, hdfs://, a plain path on HDFS: Spark's to check
         try:
             path = local_path(uri)
         except DataError:
-            continue  # s3a://, hdfs://: Spark's to check
+            continue
         if flag == "--source" and not path.is_dir():
             raise PipelineError(
                 f"--source {uri!r} is not a directory: point it at the directory the "

@@ -26,9 +26,10 @@ LOCK_NAME = ".lacuna-run.lock"
 
 
 @contextmanager
-def checkpoint_lock(checkpoint: str) -> Iterator[None]:
-    """Hold the checkpoint's run lock while inside (``PipelineError`` if another run has it)."""
-    if not is_local(checkpoint):
+def checkpoint_lock(checkpoint: str, default_local: bool = True) -> Iterator[None]:
+    """Hold the checkpoint's run lock while inside (``PipelineError`` if another run has
+    it); a checkpoint off the local disk (``is_local``) is left to Spark's own refusal."""
+    if not is_local(checkpoint, default_local):
         yield
         return
     root = local_path(checkpoint)

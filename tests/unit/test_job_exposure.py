@@ -134,3 +134,20 @@ def test_a_backup_on_a_local_disk_is_said_to_die_with_the_machine(checkpoint, ex
     assert found.backup_local
     assert "takes the backup with it" in found.durability
     assert "recover --from --to" not in found.durability
+
+
+def test_a_plain_path_on_a_cluster_whose_default_file_system_is_hdfs_is_not_local() -> None:
+    """Hadoop writes a path without a scheme to fs.defaultFS: on an HDFS cluster the
+    checkpoint and backup are on HDFS, which the start line called a local disk that dies
+    with the machine (the run lock was taken on a local directory too)."""
+    on_disk = run_exposure(4, 10.0, 1.0, False, "/lacuna/ck", "/lacuna/backup")
+    assert on_disk.checkpoint_local and on_disk.backup_local
+    on_hdfs = run_exposure(4, 10.0, 1.0, False, "/lacuna/ck", "/lacuna/backup", False)
+    assert not on_hdfs.checkpoint_local and not on_hdfs.backup_local
+    assert "lost machine" not in on_hdfs.durability
+    assert "the cluster's default file system (fs.defaultFS)" in on_hdfs.durability
+    # a file: URI is the local disk whatever the default
+    assert run_exposure(4, 10.0, 1.0, False, "file:///ck", "/b", False).checkpoint_local
+    # a remote backup is rebuilt from a local or mounted copy: recover reads no s3a://
+    remote = run_exposure(4, 10.0, 1.0, False, "/ck", "s3a://b/backup")
+    assert "reads a local or mounted copy" in remote.durability

@@ -29,3 +29,11 @@ def test_a_second_run_on_a_held_checkpoint_is_refused_in_one_line(
 def test_a_remote_checkpoint_is_left_to_spark(tmp_path: Path) -> None:
     with checkpoint_lock("s3a://bucket/ck"), checkpoint_lock("s3a://bucket/ck"):
         pass
+
+
+def test_a_plain_path_on_hdfs_is_left_to_spark(tmp_path: Path) -> None:
+    """Where Hadoop's default file system is HDFS a plain checkpoint path is on HDFS: a
+    lock on the local directory of that name would guard nothing."""
+    checkpoint = tmp_path / "ck"
+    with checkpoint_lock(str(checkpoint), default_local=False):
+        assert not checkpoint.exists()
