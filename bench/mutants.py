@@ -516,7 +516,7 @@ MUTANTS = (
            ("tests/unit/test_wide.py",)),
     Mutant("r8: recover leaves out a time step whose every backup reading is missing",
            "engine/export/recover.py",
-           "times, both = every_step(long, *widen(long, union + outside + stored))",
+           "times, both = add_empty_steps(long, *widen(long, union + outside + stored))",
            "times, both = widen(long, union + outside + stored)",
            ("tests/unit/test_wide.py",)),
     Mutant("l8: the range shadow check scores windows holding rows recovery rebuilt",

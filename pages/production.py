@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ui import panels, production, shell
+from ui import job_events, panels, production, shell
 
 shell.frame()
 st.title("Production job")
@@ -32,7 +32,7 @@ else:
             st.subheader("Plan versions")
             production.versions_table(status)
             st.subheader("Alerts, re-plans and expiries")
-            production.events(status)
+            job_events.show_events(status)
             st.subheader("Rebuild a lost range")
             production.recover_range(status)
             st.subheader("Housekeeping")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.data.clock import put_on_clock
 from engine.data.files import (
     NO_NAME,
     THOUSANDS_LIKE,
@@ -30,7 +31,7 @@ from engine.data.files import (
 )
 from engine.data.names import resolve_sensors
 from engine.data.numeric_times import EARLY_TIMES
-from engine.data.options import DEFAULT_OPTIONS, LoadOptions, step_text
+from engine.data.options import DEFAULT_OPTIONS, LoadOptions
 from engine.data.range import check_range
 from engine.data.reader import Decoded, decode, format_ns, shorten
 from engine.errors import DataError, ParameterError, named
@@ -283,7 +284,7 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
     times, values = _sort_wide(decoded)  # a time written twice is refused, clock or not
     if options.clock_s is not None:
-        times, values = _put_on_clock(decoded, times, values, options.clock_s)
+        times, values = put_on_clock(decoded.notes, times, values, options.clock_s)
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
     check_range(source, times, values, sensors)
@@ -324,44 +325,6 @@ def _keep_sensors(decoded: Decoded, items: tuple[str, ...]) -> None:
     index = [decoded.sensors.index(s) for s in chosen]
     decoded.notes.append(f"selected {len(chosen)} of {len(decoded.sensors)} sensors")
     decoded.values, decoded.sensors = decoded.values[:, index], tuple(chosen)
-
-
-def _put_on_clock(
-    decoded: Decoded, stamps: np.ndarray, values: np.ndarray, step_s: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Move every reading to the step of one clock nearest its time (a time halfway
-    between two steps goes to the later) and average a sensor's readings in one step;
-    infinite readings are missing, as ``_mark_missing`` makes them. Sensors read at
-    other times than each other (loggers on their own clocks) then share rows. Returns
-    the steps' times (ns) and readings."""
-    step = round(step_s * 1e9)
-    times = stamps.astype(np.int64)
-    slot = (times // step) + (times % step >= step - step // 2)  # nearest, ties later
-    steps, row = np.unique(slot, return_inverse=True)
-    infinite = np.isinf(values)
-    if infinite.any():
-        decoded.notes.append(f"{int(infinite.sum())} infinite values were treated as missing")
-    held = ~np.isnan(values) & ~infinite
-    counts = np.empty((steps.size, values.shape[1]))
-    merged = np.empty_like(counts)
-    for j in range(values.shape[1]):  # a bincount a sensor: O(rows), no (rows, n) temporaries
-        counts[:, j] = np.bincount(row, weights=held[:, j], minlength=steps.size)
-        sums = np.bincount(
-            row, weights=np.where(held[:, j], values[:, j], 0.0), minlength=steps.size
-        )
-        with np.errstate(invalid="ignore", divide="ignore"):
-            merged[:, j] = sums / counts[:, j]  # 0 / 0: no reading in that step, NaN
-    shared = int((counts > 1).sum())
-    decoded.notes.append(
-        f"put {times.size:,} rows onto one clock of {step_text(step / 1e9)} steps (each "
-        f"reading at the step nearest its time): {steps.size:,} rows"
-        + (
-            f"; {shared:,} (step, sensor) pairs held more than one reading, averaged"
-            if shared
-            else ""
-        )
-    )
-    return steps * step, merged
 
 
 def _sort_wide(decoded: Decoded) -> tuple[np.ndarray, np.ndarray]:

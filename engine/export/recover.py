@@ -8,16 +8,13 @@ plan's own contract, and each result says so with the plan's measured figure for
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.atomic import write_atomically
@@ -28,7 +25,15 @@ from engine.errors import ConfigError, DataError, named
 from engine.export.codec import iso_utc, parse_utc
 from engine.export.loader import BackupConfig, load_config
 from engine.export.plan_book import read_plan_book, same_plan
-from engine.export.wide import conflicting_readings, infinite_readings, overlay, rebuild, widen
+from engine.export.wide import (
+    add_empty_steps,
+    conflicting_readings,
+    infinite_readings,
+    overlay,
+    rebuild,
+    say_uncovered,
+    widen,
+)
 from engine.model.linear import LinearMap
 
 
@@ -299,7 +304,7 @@ def recover_dataset(
     # sensors the plan rebuilds whose readings the backup holds anyway (a micro-batch
     # over the plan's exposure backs up every sensor): written as read where read
     stored = tuple(s for s in lm.sensors if s in names and s not in union)
-    times, both = every_step(long, *widen(long, union + outside + stored))
+    times, both = add_empty_steps(long, *widen(long, union + outside + stored))
     wide, raw = both[:, : len(union)], both[:, len(union) : len(union) + len(outside)]
     odd = infinite_readings(wide, times, union)  # missing: its step is not rebuilt
     as_read = both[:, len(union) :]  # outside and stored readings, written as read: never inf
@@ -346,7 +351,7 @@ def recover_dataset(
             "empty there"
         )
     warnings += [clash] if (clash := conflicting_readings(long)) else []
-    warnings += coverage(times, span.start, span.end, config.sampling_interval_s)
+    warnings += say_uncovered(times, span.start, span.end, config.sampling_interval_s)
     if outside:
         warnings.append(
             f"{len(outside)} sensor(s) outside the plan ({', '.join(outside[:5])}) were "
@@ -395,60 +400,6 @@ def _version_configs(
     if lost:
         raise ConfigError(f"the backup's plan book lacks version(s) {lost} that wrote its rows")
     return ({v: book[v] for v in present} or {max(book): book[max(book)]}), ""
-
-
-def coverage(
-    times: np.ndarray, start: datetime | None, end: datetime | None, interval_s: float
-) -> list[str]:
-    """What of ``[start, end)`` the written time steps ``times`` (UTC, ascending) leave
-    out, at the plan's interval: the start and the end of the range when the first or
-    last step is more than one interval inside it, and the steps missing between them
-    (a stretch the stream had no reading of, or lost). One sentence each, or none."""
-    if not times.size or not interval_s > 0:
-        return []
-    step = pd.Timedelta(seconds=interval_s)
-    first, last = pd.Timestamp(times[0], tz="UTC"), pd.Timestamp(times[-1], tz="UTC")
-    said = []
-    # steps of the plan's clock from --from up to the first reading, and after the last
-    # reading up to --to (exclusive): a step at --to itself is not in the range
-    before = 0 if start is None else int((first - pd.Timestamp(start)) // step)
-    after = 0 if end is None else math.ceil((pd.Timestamp(end) - last) / step) - 1
-    if before >= 1:
-        said.append(
-            f"the backup's first reading in the range is at {first.isoformat()}: about "
-            f"{before:,} time step(s) after --from hold none"
-        )
-    if after >= 1:
-        said.append(
-            f"the backup's last reading in the range is at {last.isoformat()}: about "
-            f"{after:,} time step(s) before --to hold none"
-        )
-    gaps = np.diff(times.astype("datetime64[ns]").astype(np.int64)).astype(float) / 1e9
-    holes = gaps > 1.5 * interval_s
-    if holes.any():
-        missing = int(np.round(gaps[holes] / interval_s).sum() - holes.sum())
-        k = int(np.argmax(gaps))
-        said.append(
-            f"about {missing:,} time step(s) inside the range hold no backup reading (the "
-            f"longest stretch between {pd.Timestamp(times[k], tz='UTC').isoformat()} and "
-            f"{pd.Timestamp(times[k + 1], tz='UTC').isoformat()}): the stream had none "
-            "there, or they are lost; they are not in the output"
-        )
-    return said
-
-
-def every_step(
-    long: pa.Table, times: np.ndarray, wide: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``widen``'s steps and readings, plus the time steps whose every reading is missing
-    (null or NaN): the backup recorded them, so they are written (nothing rebuilt there)
-    and counted among the incomplete steps, not left out of the output unsaid."""
-    every = np.unique(pc.drop_null(long["event_time"]).to_numpy())
-    if every.size == times.size:
-        return times, wide
-    out = np.full((every.size, wide.shape[1]), np.nan)
-    out[np.searchsorted(every, times)] = wide
-    return every, out
 
 
 def _step_versions(long: pa.Table, times: np.ndarray) -> np.ndarray:

@@ -6,10 +6,15 @@ row-major result were most of ``recover_dataset`` after the config; both are
 replaced here, and ``tests/unit/test_wide.py`` checks them against those
 reference routines. ``overlay`` writes readings the backup holds of rebuilt sensors over
 their rebuilt values; ``infinite_readings`` makes a backup reading that cannot be
-(inf) missing, so its time step is not rebuilt.
+(inf) missing, so its time step is not rebuilt; ``add_empty_steps`` keeps the time steps
+whose every reading is missing, and ``say_uncovered`` says what of an asked range the
+steps leave out.
 """
 
 from __future__ import annotations
+
+import math
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -132,3 +137,57 @@ def infinite_readings(
         f"{int(bad.sum())} backup reading(s) are infinite {first}: their time steps are not "
         "rebuilt (the sensors rebuilt there are left empty)"
     )
+
+
+def add_empty_steps(
+    long: pa.Table, times: np.ndarray, wide: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``widen``'s steps and readings, plus the time steps whose every reading is missing
+    (null or NaN): the backup recorded them, so they are written (nothing rebuilt there)
+    and counted among the incomplete steps, not left out of the output unsaid."""
+    every = np.unique(pc.drop_null(long["event_time"]).to_numpy())
+    if every.size == times.size:
+        return times, wide
+    out = np.full((every.size, wide.shape[1]), np.nan)
+    out[np.searchsorted(every, times)] = wide
+    return every, out
+
+
+def say_uncovered(
+    times: np.ndarray, start: datetime | None, end: datetime | None, interval_s: float
+) -> list[str]:
+    """What of ``[start, end)`` the written time steps ``times`` (UTC, ascending) leave
+    out, at the plan's interval: the start and the end of the range when the first or
+    last step is more than one interval inside it, and the steps missing between them
+    (a stretch the stream had no reading of, or lost). One sentence each, or none."""
+    if not times.size or not interval_s > 0:
+        return []
+    step = pd.Timedelta(seconds=interval_s)
+    first, last = pd.Timestamp(times[0], tz="UTC"), pd.Timestamp(times[-1], tz="UTC")
+    said = []
+    # steps of the plan's clock from --from up to the first reading, and after the last
+    # reading up to --to (exclusive): a step at --to itself is not in the range
+    before = 0 if start is None else int((first - pd.Timestamp(start)) // step)
+    after = 0 if end is None else math.ceil((pd.Timestamp(end) - last) / step) - 1
+    if before >= 1:
+        said.append(
+            f"the backup's first reading in the range is at {first.isoformat()}: about "
+            f"{before:,} time step(s) after --from hold none"
+        )
+    if after >= 1:
+        said.append(
+            f"the backup's last reading in the range is at {last.isoformat()}: about "
+            f"{after:,} time step(s) before --to hold none"
+        )
+    gaps = np.diff(times.astype("datetime64[ns]").astype(np.int64)).astype(float) / 1e9
+    holes = gaps > 1.5 * interval_s
+    if holes.any():
+        missing = int(np.round(gaps[holes] / interval_s).sum() - holes.sum())
+        k = int(np.argmax(gaps))
+        said.append(
+            f"about {missing:,} time step(s) inside the range hold no backup reading (the "
+            f"longest stretch between {pd.Timestamp(times[k], tz='UTC').isoformat()} and "
+            f"{pd.Timestamp(times[k + 1], tz='UTC').isoformat()}): the stream had none "
+            "there, or they are lost; they are not in the output"
+        )
+    return said

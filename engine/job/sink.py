@@ -55,7 +55,7 @@ from engine.job.screening import (
     overfull_windows,
     screen_partials,
 )
-from engine.job.tally import MONITOR_KEY, kept_tally, observe_closed, own_pairs, saved_tally
+from engine.job.tally import MONITOR_KEY, count_own_pairs, kept_tally, observe_closed, saved_tally
 from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
@@ -401,7 +401,7 @@ class BatchWriter:
         rebuilt = results[~results["backed_up"].astype(bool) & results["error"].notna()]
         windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
         misses = int(rebuilt["miss"].sum())
-        own, own_misses = own_pairs(results, self.plan_version)
+        own, own_misses = count_own_pairs(results, self.plan_version)
         metrics = {
             "event": "shadow",
             "batch_id": int(batch_id),

@@ -34,9 +34,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, batch_range, local_path
+from engine.backup.dataset import RESULTS_SUFFIXES, batch_files, local_path
 from engine.errors import ConfigError, DataError
 from engine.export.plan_book import PLANS_DIR, JobPlan, is_plan_file
+from engine.job.record import CHECKED, find_record_gaps, results_after
 from engine.planning.monitor import (
     CONFIDENCE,
     MIN_WINDOWS,
@@ -51,9 +52,6 @@ BATCH_COLUMNS = (
     "seconds", "last_window_end", "rows", "over_exposure",
     "contract", "crash_windows", "crash_misses", "control", "version_pairs", "version_misses",
 )  # fmt: skip
-# a checked window: rebuilt and true aggregates both numbers (a NaN reading leaves its
-# window unchecked), as the job's monitor counts them
-CHECKED = "NOT backed_up AND error IS NOT NULL AND NOT isnan(error)"
 RATE_COLUMNS = (
     "plan_version", "sensor", "windows", "misses", "rate", "lower95", "upper95", "above_delta"
 )  # fmt: skip
@@ -71,7 +69,7 @@ class JobStatus:
     # the last start's contract, exposure and durability (``engine.job.exposure``);
     # empty for a job that did not record them
     run: dict = field(default_factory=dict)
-    # one sentence per part of the record found missing (``record_gaps``)
+    # one sentence per part of the record found missing (``find_record_gaps``)
     gaps: tuple[str, ...] = ()
     # when the newest metrics file was written (its modification time, seconds since
     # 1970; None: none): the wall clock of the job's last batch, where event times of the
@@ -253,7 +251,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
     # the newest batch's file (a compaction rewrites older ones, later): when it ran
     metrics = _files(lacuna / "metrics", ".json")
     newest = int(batches["batch_id"].max()) if batches["batch_id"].notna().any() else -1
-    in_flight = _results_after(lacuna / "results", newest)
+    in_flight = results_after(lacuna / "results", newest)
     return JobStatus(
         backup=str(backup),
         versions=versions,
@@ -261,63 +259,9 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         rates=rates,
         events=_events(lacuna / "events"),
         run=_run(lacuna / "run.json"),
-        gaps=record_gaps(batches, rates, in_flight),
+        gaps=find_record_gaps(batches, rates, in_flight),
         written_at=metrics[-1].stat().st_mtime if metrics else None,
     )
-
-
-def _results_after(folder: Path, newest: int) -> tuple[int, int]:
-    """(batches, checked pairs) of the results of batches after ``newest``, the newest
-    batch with metrics: the results are written first, so one such batch is the one
-    being written."""
-    later = [
-        f
-        for name, f in batch_files(folder, RESULTS_SUFFIXES, marked=False)
-        if (span := batch_range(name)) is not None and span[0] > newest
-    ]
-    if not later:
-        return 0, 0
-    con = duckdb.connect()
-    try:
-        (pairs,) = con.execute(
-            f"SELECT count(*) FROM read_parquet(?) WHERE {CHECKED}", [[str(f) for f in later]]
-        ).fetchone() or (0,)
-    except duckdb.Error as err:
-        raise DataError(f"the job's results under {folder} are unreadable: {err}") from None
-    finally:
-        con.close()
-    return len({f.parent for f in later}), int(pairs)
-
-
-def record_gaps(
-    batches: pd.DataFrame, rates: pd.DataFrame, in_flight: tuple[int, int] = (0, 0)
-) -> tuple[str, ...]:
-    """What the metrics and the results say of each other: each batch's metrics count
-    the (window, rebuilt sensor) pairs its results hold (``JobSink._report``), so their
-    totals agree unless files are missing. The results are written before the metrics:
-    ``in_flight`` (batches, pairs) are the results after the newest batch with metrics,
-    one batch of them the one being written, left out of the comparison."""
-    later, later_pairs = in_flight
-    results = int(rates["windows"].sum()) - (later_pairs if later <= 1 else 0)
-    pairs = pd.to_numeric(batches["rebuilt_pairs"], errors="coerce")
-    if pairs.isna().any():  # a job before the count: nothing to compare
-        return ()
-    counted = int(pairs.sum())
-    if results < counted:
-        return (
-            f"the job's metrics count {counted:,} checked (window, rebuilt sensor) pairs and "
-            f"its results hold {results:,}: results under _lacuna/results are missing, and "
-            "the live rates and the monitor's figures here leave their windows out",
-        )
-    if results > counted:
-        return (
-            f"the job's results hold {results:,} checked (window, rebuilt sensor) pairs and "
-            f"its metrics count {counted:,}"
-            + (" (no metrics at all)" if batches.empty else "")
-            + ": metrics under _lacuna/metrics are missing, and the micro-batch and reading "
-            "counts here leave those batches out",
-        )
-    return ()
 
 
 def _files(folder: Path, suffix: str | tuple[str, ...]) -> list[Path]:

@@ -64,7 +64,7 @@ def observe_closed(
     return monitor.observe(errors.to_numpy(dtype=float), targets, version)
 
 
-def own_pairs(results: pd.DataFrame, version: int) -> tuple[int, int]:
+def count_own_pairs(results: pd.DataFrame, version: int) -> tuple[int, int]:
     """(checked pairs, misses) of a batch's closed windows that are plan ``version``'s
     record: rebuilt, both aggregates numbers, and not an older version's window (as
     ``observe_closed`` counts a range plan's). The batch's ``rebuilt_pairs`` count every

@@ -436,7 +436,7 @@ def test_the_job_chart_plots_each_batch_under_its_plans_contract() -> None:
 
 
 def test_every_job_event_says_what_happened_in_its_own_words() -> None:
-    from ui.production import _what
+    from ui.job_events import _what
 
     control = {"event": "control", "plan_version": 2, "added": ["a"], "released": [],
                "detail": "online control: backed up a (its recent windows missed eps)"}  # fmt: skip
@@ -449,7 +449,7 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     assert _what(waiting) == waiting["reason"]
     # every kept event has a label, and none is shown without its sentence
     from engine.job.events import NOTABLE
-    from ui.production import EVENT_LABELS
+    from ui.job_events import EVENT_LABELS
 
     assert set(NOTABLE) <= set(EVENT_LABELS)
     nanos = {"event": "nanosecond_timestamps", "files": 2, "why": "read truncated"}

@@ -212,7 +212,7 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
     """Event times say nothing of whether a job still runs: the newest metrics file's
     modification time is the wall clock of its last batch, and the page warns when it is
     older than 15 minutes and three triggers."""
-    from ui.production import staleness
+    from ui.production import judge_staleness
 
     root = tmp_path / "backup"
     write_backup(root, 3)  # as the job writes it (no results rewritten: compacted below)
@@ -224,9 +224,9 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
     assert status.summary()["newest_batch_written_at"].startswith(
         datetime.fromtimestamp(day_ago, UTC).strftime("%Y-%m-%dT%H:%M")
     )
-    said, warn = staleness(status, day_ago + 86400)
+    said, warn = judge_staleness(status, day_ago + 86400)
     assert warn and "written 1 d ago" in said and "has stopped or receives nothing" in said
-    said, warn = staleness(status, day_ago + 95)
+    said, warn = judge_staleness(status, day_ago + 95)
     assert not warn and said.startswith("The newest micro-batch was written 1 min 35 s ago")
     # compacting a stopped job's record rewrites its older metrics now: not a newer batch
     from engine.job.compaction import compact
@@ -238,7 +238,7 @@ def test_the_status_says_when_the_newest_batch_was_written(tmp_path: Path) -> No
 def test_a_batchs_own_version_pairs_leave_an_older_versions_windows_out() -> None:
     """After a re-plan a batch closes windows that are the older version's record; its
     metrics counted them under the new version (the chart's line for it)."""
-    from engine.job.tally import own_pairs
+    from engine.job.tally import count_own_pairs
 
     results = pd.DataFrame({
         "backed_up": [False, False, False, True, False],
@@ -246,5 +246,5 @@ def test_a_batchs_own_version_pairs_leave_an_older_versions_windows_out() -> Non
         "miss": [True, False, False, True, True],
         "plan_version": [1, 2, 2, 2, 2],
     })  # fmt: skip
-    assert own_pairs(results, 2) == (2, 1)  # not the NaN, the backed-up nor version 1's
-    assert own_pairs(results, 1) == (1, 1)
+    assert count_own_pairs(results, 2) == (2, 1)  # not the NaN, the backed-up nor version 1's
+    assert count_own_pairs(results, 1) == (1, 1)
