@@ -66,9 +66,10 @@ def _what(event: dict) -> str:
         )
         return f"{event.get('reason', '')} re-plan of version {event.get('plan_version')} {how}"
     if kind == "monitor_resumed":
+        pairs = event.get("rebuilt_pairs", event.get("windows", 0))  # a job before the name
         return (
-            f"{event.get('windows', 0):,} windows and {event.get('misses', 0):,} misses of "
-            "this version carried over from before the restart"
+            f"{pairs:,} (window, rebuilt sensor) pairs and {event.get('misses', 0):,} misses "
+            "of this version carried over from before the restart"
         )
     if kind == "late_readings":
         return (

@@ -463,6 +463,11 @@ def test_every_job_event_says_what_happened_in_its_own_words() -> None:
     inside = {"event": "replan_started", "reason": "scheduled", "plan_version": 1}
     assert "in the background" in _what(inside)  # a job's events before the flag
     assert "within this batch" in _what({**inside, "background": False})
+    # the job names the monitor's carried-over count rebuilt_pairs; older jobs, windows
+    resumed = {"event": "monitor_resumed", "rebuilt_pairs": 30, "misses": 4}
+    said = "30 (window, rebuilt sensor) pairs and 4 misses of this version carried over"
+    assert _what(resumed).startswith(said)
+    assert _what({"event": "monitor_resumed", "windows": 30, "misses": 4}).startswith(said)
 
 
 def test_a_version_replaced_at_the_batch_it_began_says_it_governed_none() -> None:
