@@ -156,11 +156,11 @@ def run_job(
     from engine.backup.durable import DurableFiles
 
     started = now()
-    local = DurableFiles(spark).default_local  # where a plain path goes: disk or cluster
-    lock = checkpoint_lock(settings.checkpoint, local)
+    files = DurableFiles(spark)  # a plain path goes where Hadoop's default file system is
+    lock = checkpoint_lock(settings.checkpoint, files.default_local)
     errors = spark_errors_in_one_line(spark)
     with lock, errors, _session_conf(spark, JOB_CONF):
-        return _run_query(spark, config, settings, stop, log, now, started)
+        return _run_query(spark, files, config, settings, stop, log, now, started)
 
 
 # Parquet's standard UTC timestamps instead of Spark's legacy INT96: any reader agrees.
@@ -192,6 +192,7 @@ def _session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
 
 def _run_query(
     spark: Any,
+    files: Any,
     config: Any,
     settings: JobSettings,
     stop: threading.Event,
@@ -200,7 +201,6 @@ def _run_query(
     started: float,
 ) -> JobReport:
     from engine.backup.dataset import BATCH_PREFIX, partition_columns
-    from engine.backup.durable import DurableFiles
     from engine.job.events import DurableLog
     from engine.job.layout import SinkPaths
     from engine.job.plans import (
@@ -217,7 +217,6 @@ def _run_query(
     from engine.planning.monitor import ViolationMonitor
     from engine.stream.checkpoint import clear_interrupted_first_batch
 
-    files = DurableFiles(spark)
     _check_local_paths(settings, files.default_local)  # before anything is written
     # The two-query job (before one query) kept "backup" and "windows" here; resuming
     # would read every landed file again into the new layout and back it up twice.

@@ -55,7 +55,14 @@ from engine.job.screening import (
     overfull_windows,
     screen_partials,
 )
-from engine.job.tally import MONITOR_KEY, count_own_pairs, kept_tally, observe_closed, saved_tally
+from engine.job.tally import (
+    MONITOR_KEY,
+    checked_pairs,
+    count_own_pairs,
+    kept_tally,
+    observe_closed,
+    saved_tally,
+)
 from engine.job.transforms import WindowSpec, batch_partials, rebuilt_partials
 from engine.model.linear import LinearMap
 from engine.planning.monitor import MonitorAlert, ViolationMonitor, newly_alerting
@@ -398,7 +405,7 @@ class BatchWriter:
     ) -> None:
         readings = int(counts["readings"])
         # checked windows: rebuilt and true aggregates both numbers (as the monitor counts)
-        rebuilt = results[~results["backed_up"].astype(bool) & results["error"].notna()]
+        rebuilt = checked_pairs(results)
         windows, pairs = int(results["window_start"].nunique()), len(rebuilt)
         misses = int(rebuilt["miss"].sum())
         own, own_misses = count_own_pairs(results, self.plan_version)

@@ -247,9 +247,8 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         raise DataError(str(err)) from None
     check_batches(root)  # a committed batch not whole: its batches would be counted anyway
     lacuna = root / "_lacuna"
-    batches, rates = _batches(lacuna / "metrics"), _rates(lacuna / "results", versions)
-    # the newest batch's file (a compaction rewrites older ones, later): when it ran
     metrics = _files(lacuna / "metrics", ".json")
+    batches, rates = _batches(metrics), _rates(lacuna / "results", versions)
     newest = int(batches["batch_id"].max()) if batches["batch_id"].notna().any() else -1
     in_flight = results_after(lacuna / "results", newest)
     return JobStatus(
@@ -260,6 +259,7 @@ def _read_job_status(root: Path, backup: str | Path) -> JobStatus:
         events=_events(lacuna / "events"),
         run=_run(lacuna / "run.json"),
         gaps=find_record_gaps(batches, rates, in_flight),
+        # the newest batch's file (a compaction rewrites older ones, later): when it ran
         written_at=metrics[-1].stat().st_mtime if metrics else None,
     )
 
@@ -270,9 +270,10 @@ def _files(folder: Path, suffix: str | tuple[str, ...]) -> list[Path]:
     return [f for _, f in batch_files(folder, suffix, marked=False)]
 
 
-def _batches(folder: Path) -> pd.DataFrame:
+def _batches(files: list[Path]) -> pd.DataFrame:
+    """One row per micro-batch from its metrics ``files`` (``_files``, in batch order)."""
     rows = []
-    for f in _files(folder, ".json"):
+    for f in files:
         try:
             lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         except (OSError, ValueError) as err:

@@ -64,14 +64,17 @@ def observe_closed(
     return monitor.observe(errors.to_numpy(dtype=float), targets, version)
 
 
+def checked_pairs(results: pd.DataFrame) -> pd.DataFrame:
+    """The (window, sensor) pairs of shadow ``results`` the check scored: rebuilt, with
+    the rebuilt and the true aggregate both numbers (``engine.job.record.CHECKED``)."""
+    return results[~results["backed_up"].astype(bool) & results["error"].notna()]
+
+
 def count_own_pairs(results: pd.DataFrame, version: int) -> tuple[int, int]:
     """(checked pairs, misses) of a batch's closed windows that are plan ``version``'s
-    record: rebuilt, both aggregates numbers, and not an older version's window (as
+    record: checked (``checked_pairs``) and not an older version's window (as
     ``observe_closed`` counts a range plan's). The batch's ``rebuilt_pairs`` count every
     window it closed, whichever version's."""
-    own = results[
-        ~results["backed_up"].astype(bool)
-        & results["error"].notna()
-        & (results["plan_version"] == version)
-    ]
+    checked = checked_pairs(results)
+    own = checked[checked["plan_version"] == version]
     return len(own), int(own["miss"].sum())
