@@ -11,18 +11,15 @@ def put_on_clock(
     notes: list[str], stamps: np.ndarray, values: np.ndarray, step_s: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Move every reading to the step of one clock nearest its time (a time halfway
-    between two steps goes to the later) and average a sensor's readings in one step;
-    infinite readings are missing, as the loader makes them (said in ``notes``). Sensors
-    read at other times than each other (loggers on their own clocks) then share rows.
-    ``stamps`` are int64 ns; returns the steps' times (ns) and readings."""
+    between two steps goes to the later) and average a sensor's readings in one step,
+    NaN (missing) left out. Sensors read at other times than each other (loggers on
+    their own clocks) then share rows. ``stamps`` are int64 ns, ``values`` finite or NaN;
+    returns the steps' times (ns) and readings, and says what it did in ``notes``."""
     step = round(step_s * 1e9)
     times = stamps.astype(np.int64)
     slot = (times // step) + (times % step >= step - step // 2)  # nearest, ties later
     steps, row = np.unique(slot, return_inverse=True)
-    infinite = np.isinf(values)
-    if infinite.any():
-        notes.append(f"{int(infinite.sum())} infinite values were treated as missing")
-    held = ~np.isnan(values) & ~infinite
+    held = ~np.isnan(values)
     counts = np.empty((steps.size, values.shape[1]))
     merged = np.empty_like(counts)
     for j in range(values.shape[1]):  # a bincount a sensor: O(rows), no (rows, n) temporaries

@@ -284,6 +284,7 @@ def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")
     times, values = _sort_wide(decoded)  # a time written twice is refused, clock or not
     if options.clock_s is not None:
+        values = _infinite_as_missing(values, decoded.notes)  # not averaged in
         times, values = put_on_clock(decoded.notes, times, values, options.clock_s)
     n_rows_raw = times.size
     values, rate = _mark_missing(decoded, values)
@@ -363,12 +364,18 @@ def _long_hint(decoded: Decoded) -> str:
     return ""
 
 
+def _infinite_as_missing(values: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Infinite readings as NaN (a sensor cannot read inf), said in ``notes``."""
+    infinite = np.isinf(values)
+    if not infinite.any():
+        return values
+    notes.append(f"{int(infinite.sum())} infinite values were treated as missing")
+    return np.where(infinite, np.nan, values)
+
+
 def _mark_missing(decoded: Decoded, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Infinite readings become NaN; returns values and the per-sensor missing rate."""
-    infinite = np.isinf(values)
-    if infinite.any():
-        values = np.where(infinite, np.nan, values)
-        decoded.notes.append(f"{int(infinite.sum())} infinite values were treated as missing")
+    values = _infinite_as_missing(values, decoded.notes)
     rate = np.isnan(values).mean(axis=0)
     empty = np.flatnonzero(rate == 1.0)
     if empty.size:

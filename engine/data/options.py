@@ -73,8 +73,8 @@ def parse_step(text: str) -> float:
     seconds = float(match.group(1)) * UNIT_NS[match.group(2) or "s"] / 1e9 if match else math.nan
     if not 1 <= seconds * 1e9 <= CLOCK_MAX_S * 1e9:  # no match (NaN), 0, < 1 ns, > a year
         raise ParameterError(
-            f"a clock step is a number and a unit (ns, us, ms, s, min or h), from 1 ns to "
-            f"8784 h (a year), e.g. 60s, 5min or 1h; got {text!r}"
+            f"a clock step is a number and a unit ({', '.join(UNIT_NS)}), from 1 ns to "
+            f"{CLOCK_MAX_S // 3600} h (a year), e.g. 60s, 5min or 1h; got {text!r}"
         )
     return seconds
 
