@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,10 @@ from hypothesis import strategies as st
 from bench.recovery_core import write_dataset
 from engine.backup.dataset import TimeRange, read_backup
 from engine.errors import DataError
-from engine.export import load_config
+from engine.export import BackupConfig, load_config
 from engine.export.recover import recover_dataset, recover_file
 from engine.export.wide import conflicting_readings, overlay, rebuild, widen
-from tests.production_reference import long_readings, sample_rows, write_config
+from tests.production_reference import Rows, long_readings, sample_rows, write_config
 
 WANTED = ("a", "b", "c")
 
@@ -102,6 +103,15 @@ def test_rebuild_equals_apply(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)  # the product, transposed
 
 
+def backup_readings(path: Path, rows: Rows, **plan: Any) -> tuple[BackupConfig, pd.DataFrame]:
+    """The config ``write_config`` writes to ``path`` for ``rows`` (``plan``: its options),
+    and the long readings of its backup sensors: a job's backup of those rows."""
+    write_config(path, rows, **plan)
+    config = load_config(path)
+    long = long_readings(rows)
+    return config, long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+
+
 def old_recover(config_path: Path, backup: Path, out: Path, span: TimeRange) -> pd.DataFrame:
     """``recover_dataset`` by the pandas path: read_backup, pivot, apply where every backup
     sensor was read; a step lacking one keeps its readings, the rebuilt sensors empty."""
@@ -126,10 +136,7 @@ def dataset(tmp_path: Path) -> tuple[Path, Path, pd.Timestamp]:
     ``read_backup`` (ties of its sort) nor ``read_backup_arrow`` fixes.
     """
     rows = sample_rows(96)
-    write_config(tmp_path / "plan.json", rows)
-    config = load_config(tmp_path / "plan.json")
-    long = long_readings(rows)
-    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    _, long = backup_readings(tmp_path / "plan.json", rows)
     long.loc[5, "value"] = np.nan  # that time step becomes incomplete
     long = long.drop(index=40)  # and so does this one
     long = pd.concat([long, long.iloc[[60]]], ignore_index=True)
@@ -189,10 +196,7 @@ def test_an_infinite_backup_reading_leaves_its_time_step_unrebuilt_with_a_warnin
     with a missing reading (the other readings kept, the rebuilt sensors empty), and says
     so, instead of refusing the whole range."""
     rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)
-    config = load_config(tmp_path / "plan.json")
-    long = long_readings(rows)
-    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    config, long = backup_readings(tmp_path / "plan.json", rows)
     write_dataset(long, tmp_path / "clean")
     long.loc[7, "value"] = np.inf
     write_dataset(long, tmp_path / "odd")
@@ -221,9 +225,7 @@ def test_a_step_whose_every_backup_reading_is_missing_is_written_and_counted(
     empty, and counted; the Parquet output holds null there, as the CSV's empty cell."""
     rows = sample_rows(48)
     one = (rows.sensors[0],)
-    write_config(tmp_path / "one.json", rows, backup=one)
-    long = long_readings(rows)
-    long = long[long["sensor"].isin(one)].reset_index(drop=True)
+    _, long = backup_readings(tmp_path / "one.json", rows, backup=one)
     long["value"] = long["value"].astype(object)
     long.loc[[5, 17, 30], "value"] = [np.nan, None, np.inf]
     long["value"] = long["value"].astype(float)
@@ -240,10 +242,7 @@ def test_a_step_whose_every_backup_reading_is_missing_is_written_and_counted(
     assert table.num_rows == 48
     assert sum(c.null_count for c in table.columns[1:]) == int(csv.iloc[:, 1:].isna().sum().sum())
 
-    write_config(tmp_path / "plan.json", rows)
-    config = load_config(tmp_path / "plan.json")
-    every = long_readings(rows)
-    every = every[every["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    _, every = backup_readings(tmp_path / "plan.json", rows)
     every.loc[every["event_time"] == rows.times[10], "value"] = np.nan  # every backup sensor
     write_dataset(every, tmp_path / "all")
     got = recover_dataset(tmp_path / "plan.json", tmp_path / "all", tmp_path / "all.csv")
@@ -286,10 +285,7 @@ def test_recover_says_what_of_the_range_the_backup_does_not_cover(tmp_path: Path
     the middle: 144 hourly steps asked, 72 written, exit 0 and no word. Each stretch is
     said, with its count of steps."""
     rows = sample_rows(96)
-    write_config(tmp_path / "plan.json", rows)
-    config = load_config(tmp_path / "plan.json")
-    long = long_readings(rows)
-    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    _, long = backup_readings(tmp_path / "plan.json", rows)
     write_dataset(long, tmp_path / "whole")
     whole = recover_dataset(tmp_path / "plan.json", tmp_path / "whole", tmp_path / "a.csv")
     assert not [w for w in whole.warnings if "hold no" in w or "hold none" in w]
@@ -350,10 +346,7 @@ def test_recover_says_when_the_backup_holds_two_different_readings(tmp_path: Pat
     """The same reading written twice (a replayed batch) is said nowhere; a second, different
     one (another writer) is one warning: recovery used the last it read."""
     rows = sample_rows(48)
-    write_config(tmp_path / "plan.json", rows)
-    config = load_config(tmp_path / "plan.json")
-    long = long_readings(rows)
-    long = long[long["sensor"].isin(config.backup_sensors)].reset_index(drop=True)
+    _, long = backup_readings(tmp_path / "plan.json", rows)
     twice = pd.concat([long, long.iloc[[3]]], ignore_index=True)
     write_dataset(twice, tmp_path / "twice")
     clash = twice.copy()
