@@ -21,11 +21,8 @@ with panels.page_guard():
     with st.expander("Model variances (conditional variance given the backup, and target)"):
         st.dataframe(table[savings.VARIANCE_COLUMNS], hide_index=True)
     st.subheader("Projected savings at fleet scale: what an operator pays for")
-    inputs = fleet.cost_inputs(
-        plan,
-        savings.measured_bytes_per_reading(),
-        plans.range_fraction(data, plan, resources.plan_cache()),
-    )
+    whole = plans.range_plan(data, plan, resources.plan_cache())
+    inputs = fleet.cost_inputs(plan, savings.measured_bytes_per_reading(), whole.backup_fraction)
     report = compare_costs(inputs)
-    savings.cost_section(report, plan)
+    savings.cost_section(report, plan, whole)
     st.plotly_chart(charts.cost_bars(report))

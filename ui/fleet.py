@@ -224,6 +224,7 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
     c = st.columns(2)
     crash = c[0].number_input(
         "Crash contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
+        format="%.4f",
         key="w_cost_crash", help=(
             f"A failure loses at most one micro-batch ({plan.parameters.exposure} rows): "
             "this plan's own fraction, priced with a trigger of at most "
@@ -236,11 +237,12 @@ def _contracts(plan: BackupPlan, range_fraction: float) -> Contracts:
     )  # fmt: skip
     whole = c[1].number_input(
         "Range contract: fraction backed up", min_value=0.0, max_value=1.0, step=0.01,
+        format="%.4f",
         key="w_cost_range", help="Whole windows are rebuilt: the fraction the same query "
         "backs up when planned for whole windows.",
     )  # fmt: skip
     keep(("w_cost_crash", "w_cost_range"))
-    return Contracts(float(crash), float(whole), plan.parameters.exposure)
+    return Contracts(float(crash), float(whole), plan.parameters.exposure, plan.parameters.window)
 
 
 def cost_inputs(

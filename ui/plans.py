@@ -1,11 +1,13 @@
 """Plans for the UI: instant previews, measured (backtested) plans, what-if curves.
 
-No Streamlit here. A *preview* is the plan without a backtest: the model and
-its calibrated targets are fitted once per data, sensors and every parameter
-but eps and method (delta, window, slide, aggregate, horizon, exposure, ...),
-then ``retarget`` re-selects for every eps and method in milliseconds. A
-*measured* plan is ``make_plan`` with its rolling-origin backtest; it is slow,
-so it is cached by (data, sensors, parameters, folds).
+No Streamlit here. A *preview* is the plan without a backtest: ``make_plan`` for
+exactly its parameters (a second or less), fitted once per data, sensors and
+parameters but method and unit corrections, which ``retarget`` and
+``preview_plan`` apply to it. Calibration depends on eps (which sensors it scores,
+which keep their readings), so a preview at another eps is fitted again, never
+rescaled from whichever eps was asked first. A *measured* plan is ``make_plan``
+with its rolling-origin backtest; it is slow, so it is cached by (data, sensors,
+parameters, folds).
 """
 
 from __future__ import annotations
@@ -86,12 +88,11 @@ def backtest_settings(history: SensorHistory, params: PlanParameters) -> Backtes
 
 
 def _structure(params: PlanParameters) -> tuple:
-    """The parameters a preview must refit for: all of them (the horizon and exposure
-    set what calibration scores) but the ones ``retarget`` and ``preview_plan`` apply
-    to a fitted plan (eps, per-sensor eps, method, unit corrections). A field added to
-    the parameters is in the key unless it is named here."""
-    fitted = replace(params.with_query(eps=1.0, eps_by_sensor=()), method="greedy", units=())
-    return astuple(fitted)
+    """The parameters a preview must refit for: all of them (eps and the exposure set
+    what calibration scores) but the ones ``preview_plan`` applies to a fitted plan
+    exactly (the method, unit corrections). A field added to the parameters is in the
+    key unless it is named here."""
+    return astuple(replace(params, method="greedy", units=()))
 
 
 def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -> BackupPlan:
@@ -103,15 +104,10 @@ def preview_plan(data: PlanningData, params: PlanParameters, cache: PlanCache) -
         fitted = make_plan(data.history, replace(params, method="greedy"), run_backtest_now=False)
         base = cache.put(key, fitted)
     if params.method == "greedy":
-        plan = retarget(base, eps=params.eps, eps_by_sensor=params.eps_by_sensor)
-    else:
+        plan = base
+    else:  # the same targets, selected by another method
         selected = ("preview", data.key, astuple(params))
-        plan = cache.get(selected) or cache.put(
-            selected,
-            retarget(
-                base, eps=params.eps, method=params.method, eps_by_sensor=params.eps_by_sensor
-            ),
-        )
+        plan = cache.get(selected) or cache.put(selected, retarget(base, method=params.method))
     if plan.parameters.units == params.units:
         return plan
     # unit corrections change only the mixed-unit warning, not the plan
@@ -213,7 +209,8 @@ def error_bounds(plan: BackupPlan) -> np.ndarray:
 
 
 def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
-    """One row per sensor: status, sources, model bound and measured miss rate.
+    """One row per sensor: status, sources, model bound (None for a sensor that keeps its
+    readings under a crash: no eps bound) and measured miss rate.
 
     The measured rate is over the backtest windows in which the sensor was
     rebuilt (a backed-up window is no evidence for the model), with
@@ -238,7 +235,13 @@ def backup_table(plan: BackupPlan) -> list[dict[str, Any]]:
                 "reconstructed from (top 3 by weight, coef)": ""
                 if backed
                 else ", ".join(f"{b} ({c:+.2f})" for b, c in plan.sources(s, 3)),
-                "model error bound": 0.0 if backed else float(bounds[i]),
+                # a sensor keeping its readings under a crash has no eps bound: its target
+                # is its whole variance, which would give a bound below eps by construction
+                "model error bound": 0.0
+                if backed
+                else None
+                if s in plan.kept_sensors
+                else float(bounds[i]),
                 "model P(miss)": float(plan.model_violation_probability[i]),
                 "backtest miss rate (rebuilt windows)": (v / rebuilt) if rebuilt else None,
                 "backtest misses / rebuilt windows": _counted(v, rebuilt) if per else "",
@@ -337,10 +340,11 @@ def measure_whatif(
     return cache.put(_measured_whatif_key(data, params), tuple(points))
 
 
-def range_fraction(data: PlanningData, plan: BackupPlan, cache: PlanCache) -> float:
-    """The fraction the plan's query backs up when planned for whole windows (the range
-    contract): the plan's own for a range plan, a cached preview's for a crash plan."""
+def range_plan(data: PlanningData, plan: BackupPlan, cache: PlanCache) -> BackupPlan:
+    """The plan's query planned for whole windows (the range contract): the plan itself
+    for a range plan; for a crash plan the measured range plan when one was computed
+    (on Tune, with no exposure), else its preview (unmeasured: ``measured`` False)."""
     if plan.parameters.exposure is None:
-        return plan.backup_fraction
+        return plan
     whole = plan.parameters.with_query(exposure=None)
-    return preview_plan(data, whole, cache).backup_fraction
+    return cached_measured_plan(data, whole, cache) or preview_plan(data, whole, cache)

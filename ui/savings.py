@@ -90,33 +90,50 @@ def quality(plan: BackupPlan) -> str:
 
 STRATEGY_OUTCOME = {
     "full backup": "exact",
-    "crash": "a failure loses at most one micro-batch, rebuilt within eps",
-    "range": "whole windows rebuilt within eps by the range plan of the same query (measure "
-    "it on Tune with no exposure)",
     "no backup": "lost windows stay lost",
 }
 
 
-def _outcome(name: str, plan: BackupPlan) -> str:
-    """A strategy's outcome after a failure: the plan's measured quality on its own
-    contract's row, never on the other's (whose fraction is another plan's)."""
+def _outcome(name: str, plan: BackupPlan, whole: BackupPlan) -> str:
+    """A strategy's outcome after a failure: each contract's row states its own plan's
+    measured quality (``whole``: the same query planned for the range contract), or says
+    that nothing measured it; never the other contract's figure."""
     own = "range" if plan.parameters.exposure is None else "crash"
-    return quality(plan) if name == own else STRATEGY_OUTCOME[name]
+    if name == own:
+        return quality(plan)
+    if name == "crash":  # a range plan: no crash plan was made, so none was measured
+        return (
+            "not planned for a crash: set an exposure on Tune for a crash plan's own "
+            "fraction and measurement (priced here at this plan's fraction)"
+        )
+    if name == "range":  # a crash plan's query planned for whole windows
+        if whole.measured and whole.backtest is not None:
+            return f"whole windows rebuilt by the range plan: {quality(whole)}"
+        return (
+            "whole windows rebuilt by the range plan's model preview, not backtested "
+            "(measure it on Tune with no exposure)"
+        )
+    return STRATEGY_OUTCOME[name]
 
 
 def _amount(x: float) -> str:
-    """A number of the unit its column names: three significant digits, whole above 1,000."""
-    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+    """A number of the unit its column names: three significant digits, whole above 1,000,
+    never an exponent ("< 0.001" below 0.001, as ``format_quantity``)."""
+    return f"{x:,.0f}" if x >= 1000 else format_quantity(x)
 
 
-def cost_table(report: CostReport, plan: BackupPlan) -> pd.DataFrame:
-    """One row per strategy: what it persists, holds and writes, and each line of its bill."""
+def cost_table(
+    report: CostReport, plan: BackupPlan, whole: BackupPlan | None = None
+) -> pd.DataFrame:
+    """One row per strategy: what it persists, holds and writes, and each line of its
+    bill. ``whole``: the plan's query planned for the range contract (``plans.range_plan``;
+    default: ``plan``)."""
     full = report.full
     rows = []
     strategies = [full, report.contracts["crash"], report.contracts["range"], report.none]
     for cost in strategies:
         label = f"{cost.name} contract" if cost.name in report.contracts else cost.name
-        outcome = _outcome(cost.name, plan)
+        outcome = _outcome(cost.name, plan, plan if whole is None else whole)
         rows.append(
             {
                 "strategy": label,
@@ -151,7 +168,11 @@ def cost_metrics(report: CostReport, contract: str = "range") -> None:
     even = report.break_even[contract].sensors_per_site
     c[3].metric(
         f"Break-even ({contract})",
-        "never" if math.isinf(even) else f"{math.ceil(even):,} sensors/site",
+        "never"
+        if math.isinf(even)
+        else "any size"  # pays with fewer than one sensor a site: with every one
+        if even < 1
+        else f"{math.ceil(even):,} sensors/site",
         f"at {report.inputs.fleet.interval_s:g} s per reading",
         **QUIET,
         help="Sensors per site at which the saving equals what Lacuna itself costs "
@@ -160,9 +181,10 @@ def cost_metrics(report: CostReport, contract: str = "range") -> None:
 
 
 def recovery_line(report: CostReport, contract: str) -> str:
-    """How long a lost micro-batch of the ``contract``'s job and a lost day take to rebuild,
-    Lacuna against full."""
-    batch, day = report.recovery_batch_s[contract], report.recovery_day_s
+    """How long what one failure loses under ``contract`` and a lost day take to rebuild,
+    Lacuna against full: a crash's micro-batch in flight; under the range contract the
+    open windows (a whole window, or the micro-batch when it holds more)."""
+    lost, day = report.recovery_lost_s[contract], report.recovery_day_s
     rates = report.inputs.recovery
 
     def reach(readings: float) -> str:  # a line read far beyond what was measured says so
@@ -171,25 +193,33 @@ def recovery_line(report: CostReport, contract: str) -> str:
             times > 1.5) else ""  # fmt: skip
 
     day_readings = report.inputs.fleet.readings_per_second * 86400.0
-    per_batch = report.readings_per_batch[contract]
+    readings = report.readings_lost[contract]
+    what = (
+        "a crash's lost micro-batch"
+        if contract == "crash"
+        else "a failure's lost open windows (their state is lost: a whole window)"
+        if readings > report.readings_per_batch[contract]
+        else "a failure's lost micro-batch"
+    )
     return (
-        f"Recovery (one process, {rates.source}): a lost micro-batch of the {contract} "
-        f"contract's job ({format_quantity(per_batch)} readings{reach(per_batch)}) "
-        f"takes {format_quantity(batch['lacuna'], 's')} from Lacuna's backup, "
-        f"{format_quantity(batch['full'], 's')} from a full one; a lost day "
+        f"Recovery (one process, {rates.source}), {contract} contract: {what} "
+        f"({format_quantity(readings)} readings{reach(readings)}) "
+        f"takes {format_quantity(lost['lacuna'], 's')} from Lacuna's backup, "
+        f"{format_quantity(lost['full'], 's')} from a full one; a lost day "
         f"({format_quantity(day_readings)} readings{reach(day_readings)}) "
         f"{format_quantity(day['lacuna'], 's')} against {format_quantity(day['full'], 's')}."
     )
 
 
-def cost_section(report: CostReport, plan: BackupPlan) -> None:
-    """The cost model's answer: metrics, where it pays, the bill by line, recovery, sources."""
+def cost_section(report: CostReport, plan: BackupPlan, whole: BackupPlan | None = None) -> None:
+    """The cost model's answer: metrics, where it pays, the bill by line, recovery, sources
+    (``whole`` as in ``cost_table``)."""
     own = "crash" if plan.parameters.exposure is not None else "range"  # the plan's contract
     cost_metrics(report, own)
     lines = where_it_pays(report, own)
     show = st.success if report.saving(own) > 0 else st.warning
     show("\n\n".join(lines))
-    st.dataframe(cost_table(report, plan), hide_index=True)
+    st.dataframe(cost_table(report, plan, whole), hide_index=True)
     inputs = report.inputs
     executors = report.executors(report.full)
     rates = inputs.rates
@@ -222,6 +252,11 @@ def display_table(rows: list[dict], unmeasured: str | None) -> pd.DataFrame:  # 
         unmeasured or ("never rebuilt" if p is None or math.isnan(p) else format_percent(p))
         for p in table[rate]
     ]
-    for name in ("model error bound", "conditional variance", "variance target"):
+    bound = "model error bound"
+    table[bound] = [
+        "none (keeps readings)" if v is None or math.isnan(v) else format_quantity(v)
+        for v in table[bound]
+    ]
+    for name in ("conditional variance", "variance target"):
         table[name] = [format_quantity(v) for v in table[name]]
     return table

@@ -85,8 +85,8 @@ def measured_section(
         background.forget_if_done(key, lambda: bool(measured_points(data, params)))
         if background.runner().get(key) is None:
             st.caption(
-                f"Backtest the plan at eps x {factors} ({plans.max_folds()} folds each, in the "
-                "background; the page stays usable)."
+                f"Backtest the plan at eps x {factors} (up to {plans.max_folds()} folds "
+                "each, in the background; the page stays usable)."
             )
             if st.button("Measure the trade-off", key="measure_whatif"):
                 _start(data, params)

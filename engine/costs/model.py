@@ -25,8 +25,12 @@ strategy that persists a fraction ``f`` of the readings:
 fraction (``Contracts``): what a plan saves when a failure loses at most one
 micro-batch (crash) or whole windows (range).
 
-Recovery time is the measured line (``RecoveryRates``) at the readings of one lost
-micro-batch (``R`` over the batches a second) and of one lost day (``R * 86,400``).
+Recovery time is the measured line (``RecoveryRates``) at the readings one failure
+loses under each contract (``CostReport.readings_lost``) and at one lost day
+(``R * 86,400``). A crash loses the micro-batch in flight (``R`` over the batches a
+second, its rows capped at the exposure); under the range contract the open windows'
+state is lost with it, so a failure loses a whole window's rows (``R`` times the window
+in seconds), or the micro-batch when that holds more.
 """
 
 from __future__ import annotations
@@ -181,11 +185,14 @@ class Contracts:
     micro-batch of ``crash_exposure_rows`` rows) and range (whole windows are rebuilt).
     The crash contract holds only if no micro-batch holds more rows than its exposure:
     its job triggers at least every ``crash_exposure_rows`` intervals (None: the job's
-    own trigger, an exposure it is assumed to keep)."""
+    own trigger, an exposure it is assumed to keep). ``window_rows``: the plan's window,
+    which a failure under the range contract loses whole (None: not known, a failure is
+    priced as its micro-batch)."""
 
     crash_fraction: float
     range_fraction: float
     crash_exposure_rows: int | None = None
+    window_rows: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("crash_fraction", "range_fraction"):
@@ -194,6 +201,8 @@ class Contracts:
                 raise ParameterError(f"{name} must be a fraction in [0, 1], got {value!r}")
         if self.crash_exposure_rows is not None:
             _count("crash_exposure_rows", self.crash_exposure_rows)
+        if self.window_rows is not None:
+            _count("window_rows", self.window_rows)
 
     def most_rows(self, contract: str) -> int | None:
         """The most rows one of the contract's micro-batches may hold (None: no limit)."""
@@ -267,12 +276,15 @@ class CostReport:
     contracts: dict[str, StrategyCost]
     none: StrategyCost  # no backup at all: nothing paid, lost windows stay lost
     break_even: dict[str, BreakEven]
-    # per contract: "lacuna" / "full" rebuilding one of its lost micro-batches
-    recovery_batch_s: dict[str, dict[str, float]]
     recovery_day_s: dict[str, float]  # "lacuna" / "full": one lost day
-    # per contract: the readings one of its micro-batches holds, what a crash loses (a
-    # crash contract's batches are capped at its exposure, the range contract's are not)
+    # per contract: the readings one of its micro-batches holds (a crash contract's
+    # batches are capped at its exposure, the range contract's are not)
     readings_per_batch: dict[str, float]
+    # per contract: the readings one failure loses, and "lacuna" / "full" rebuilding them:
+    # the crash contract's micro-batch in flight; the range contract's open windows (a
+    # whole window, or its micro-batch when that holds more)
+    readings_lost: dict[str, float]
+    recovery_lost_s: dict[str, dict[str, float]]
     full_backup_share: float = 0.0  # of the job's core time that a full backup takes
 
     def saving(self, contract: str) -> float:
@@ -355,6 +367,10 @@ def compare_costs(inputs: CostInputs) -> CostReport:
         c: inputs.job.readings_per_batch(inputs.fleet, inputs.contracts.most_rows(c))
         for c in CONTRACTS
     }
+    lost = dict(batch)
+    if inputs.contracts.window_rows is not None:  # the range contract loses the open windows
+        window = rate * inputs.contracts.window_rows * inputs.fleet.interval_s
+        lost["range"] = max(batch["range"], window)
     day = rate * 86400.0
     rates = inputs.rates
     core_us = rates.job_core_us + rates.write_core_us
@@ -366,11 +382,12 @@ def compare_costs(inputs: CostInputs) -> CostReport:
         contracts=contracts,
         none=none,
         break_even={c: _break_even(inputs, c) for c in CONTRACTS},
-        recovery_batch_s={
-            c: {s: inputs.recovery.seconds(b, s) for s in ("lacuna", "full")}
-            for c, b in batch.items()
-        },
         recovery_day_s={s: inputs.recovery.seconds(day, s) for s in ("lacuna", "full")},
         readings_per_batch=batch,
+        readings_lost=lost,
+        recovery_lost_s={
+            c: {s: inputs.recovery.seconds(n, s) for s in ("lacuna", "full")}
+            for c, n in lost.items()
+        },
         full_backup_share=share,
     )

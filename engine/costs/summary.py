@@ -72,6 +72,11 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
             f"{most * fleet.interval_s:g} s (the job backs up every sensor for a bigger "
             "batch), one file per micro-batch and partition."
         )
+    elif mine.requests < full.requests:  # it writes nothing: no sensor is backed up
+        out.append(
+            f"Requests: none ({_money(full.requests)} a month for full backup): it backs up "
+            "no sensor, so it writes no file."
+        )
     elif full.requests > 0:
         out.append(
             f"Requests cost the same either way ({_money(full.requests)} a month): one file "

@@ -151,7 +151,7 @@ def test_the_cost_model_counts_what_an_operator_pays_for(app):  # type: ignore[n
     shown = texts(app)
     assert "Break-even:" in shown and "sensors per site" in shown
     assert "Requests cost the same either way" in shown
-    assert "a lost micro-batch of the crash contract's job" in shown  # the plan's contract
+    assert "crash contract: a crash's lost micro-batch" in shown  # the plan's contract
     assert "bench/results/recovery.json" in shown
     # 20,000 sites' lost day is far beyond the ranges the recovery line was measured on
     assert "x the largest range measured" in shown
@@ -397,14 +397,18 @@ def test_storage_is_priced_at_the_bytes_at_rest_and_bandwidth_at_the_bytes_writt
     dollars = float(row["$ storage"].lstrip("$").replace(",", ""))
     held = float(row["storage held (GB)"].replace(",", ""))
     assert dollars > 1 and held * price == pytest.approx(dollars, rel=0.01)
+    # at this fleet both amounts show digits (one site's are "< 0.001", never an exponent)
+    big_stored, big_written = full_backup()
+    app.number_input(key="w_bytes_at_rest").set_value(8.0).run()
+    assert not app.exception
+    assert full_backup()[0] != big_stored and full_backup()[1] == big_written
+    app.number_input(key="w_bytes").set_value(32.0).run()
+    assert full_backup()[1] != big_written
+    app.number_input(key="w_bytes_at_rest").set_value(16.0).run()
+    app.number_input(key="w_bytes").set_value(16.0).run()
     app.number_input(key="w_fleet_sites").set_value(1).run()
     app.number_input(key="w_fleet_interval").set_value(interval).run()
     assert full_backup() == (stored, written)
-    app.number_input(key="w_bytes_at_rest").set_value(8.0).run()
-    assert not app.exception
-    assert full_backup()[0] != stored and full_backup()[1] == written
-    app.number_input(key="w_bytes").set_value(32.0).run()
-    assert full_backup()[1] != written
 
 
 def test_the_job_chart_plots_each_batch_under_its_plans_contract() -> None:
@@ -496,7 +500,7 @@ def test_a_crash_plans_tradeoff_and_cost_rows_show_its_own_contracts_figures(mon
     from engine.planning import PlanParameters
     from engine.query import WindowQuery
     from tests.app.apphelpers import SMALL
-    from ui import savings
+    from ui import plans, savings
     from ui.plans import PlanCache, PlanningData, measure_plan, measure_whatif
     from ui.whatif import measured_contract
 
@@ -519,12 +523,19 @@ def test_a_crash_plans_tradeoff_and_cost_rows_show_its_own_contracts_figures(mon
     assert figures != (bt.violation_rate_worst_sensor, bt.violation_rate_worst_sensor_ucb95,
                        bt.violation_rate_mean)  # fmt: skip
     assert "Crash contract: a failure loses 6 consecutive rows" in measured_contract(6)
-    assert "a failure loses 6 rows" in savings._outcome("crash", plan)
-    assert savings._outcome("range", plan) == savings.STRATEGY_OUTCOME["range"]
+    preview = plans.range_plan(data, plan, cache)  # no range plan measured yet
+    assert not preview.measured and preview.parameters.exposure is None
+    assert "a failure loses 6 rows" in savings._outcome("crash", plan, preview)
+    assert "model preview, not backtested" in savings._outcome("range", plan, preview)
     whole = measure_plan(data, crash.with_query(exposure=None), cache, lambda *_: None)
-    assert savings._outcome("range", whole) == savings.quality(whole)
+    assert plans.range_plan(data, plan, cache) is whole  # measured now: its own figures
+    assert savings._outcome("range", plan, whole) == (
+        f"whole windows rebuilt by the range plan: {savings.quality(whole)}"
+    )
+    assert savings._outcome("range", whole, whole) == savings.quality(whole)
     assert "measured: worst sensor" in savings.quality(whole)
-    assert savings._outcome("crash", whole) == savings.STRATEGY_OUTCOME["crash"]
+    # a range plan made no crash plan: its crash row says nothing measured one
+    assert savings._outcome("crash", whole, whole).startswith("not planned for a crash")
 
 
 def test_the_status_line_tests_sliding_windows_on_their_disjoint_share() -> None:
@@ -588,3 +599,12 @@ def test_kept_sensors_are_drawn_and_said_as_keeping_their_readings() -> None:
     text = summary_text(config, "lacuna_backup.json")
     rebuilt = len(plan.sensors) - len(plan.backup_sensors) - len(plan.kept_sensors)
     assert ("rebuilt from them" in text) == (rebuilt > 0), text
+    # the Plan table says the same: no error bound, where a bound below eps was shown
+    from ui.plans import backup_table
+    from ui.savings import display_table
+
+    shown = display_table(backup_table(plan), None).set_index("sensor")["model error bound"]
+    for s in plan.kept_sensors:
+        assert shown[s] == "none (keeps readings)"
+    for s in set(plan.sensors) - set(plan.kept_sensors) - set(plan.backup_sensors):
+        assert shown[s] != "none (keeps readings)"

@@ -12,12 +12,13 @@ from engine.data import LoadOptions, load_history
 from engine.errors import DataError
 from engine.planning import PlanParameters, make_plan, retarget
 from engine.query import WindowQuery
-from tests.app.apphelpers import SMALL
+from tests.app.apphelpers import ROOT, SMALL
 from ui import graph, plans, savings, state, upload
 from ui.datasets import interval_text
 from ui.format import format_money
 
 pytestmark = pytest.mark.app
+SAMPLE = ROOT / "sample_data" / "beijing_aq_sample.csv"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def data() -> plans.PlanningData:
     return plans.PlanningData(history.select([s for s in history.sensors if "TEMP" in s]), "k")
 
 
-def test_preview_is_the_unbacktested_plan_retargeted(data):  # type: ignore[no-untyped-def]
+def test_preview_is_the_unbacktested_plan_for_its_own_eps(data):  # type: ignore[no-untyped-def]
     cache = plans.PlanCache()
     params = PlanParameters(WindowQuery(0.7, 0.05, 24))
     preview = plans.preview_plan(data, params, cache)
@@ -34,8 +35,27 @@ def test_preview_is_the_unbacktested_plan_retargeted(data):  # type: ignore[no-u
     assert not preview.measured and preview.parameters == params
     assert preview.backup_sensors == direct.backup_sensors
     again = plans.preview_plan(data, PlanParameters(WindowQuery(3.0, 0.05, 24)), cache)
-    assert len(cache) == 1  # eps moved by retarget, no refit
+    assert len(cache) == 2  # another eps is fitted again: calibration depends on it
     assert again.backup_fraction <= preview.backup_fraction
+
+
+def test_a_preview_does_not_depend_on_the_eps_asked_before_it() -> None:
+    """The preview cache is shared by every browser session: a preview at eps 1 is the
+    plan ``make_plan`` makes at eps 1, whether the cache was empty or another session
+    asked for eps 0.5 (or 8) first. Calibration's selection and the readings it keeps
+    depend on eps, so a plan fitted at one eps and rescaled to another is not the plan
+    for that eps (rescaling gave 11 or 4 sensors where the plan at eps 1 or 2 backs up
+    10 or 6, on this sample's temperatures and dew points)."""
+    history = load_history(SAMPLE)
+    chosen = history.select([s for s in history.sensors if s.endswith(("TEMP", "DEWP"))])
+    data = plans.PlanningData(chosen, "k")
+    whole = PlanParameters(WindowQuery(1.0, 0.05, 24))
+    for eps, first in ((1.0, 0.5), (2.0, 0.25), (2.0, 8.0)):
+        asked = whole.with_query(eps=eps)
+        cache = plans.PlanCache()
+        plans.preview_plan(data, whole.with_query(eps=first), cache)
+        direct = make_plan(chosen, asked, run_backtest_now=False)
+        assert plans.preview_plan(data, asked, cache).backup_sensors == direct.backup_sensors
 
 
 def test_a_preview_is_planned_for_its_own_contract(data):  # type: ignore[no-untyped-def]
@@ -49,9 +69,8 @@ def test_a_preview_is_planned_for_its_own_contract(data):  # type: ignore[no-unt
     direct = make_plan(data.history, whole, run_backtest_now=False)
     assert preview.parameters.exposure is None
     assert preview.backup_sensors == direct.backup_sensors
-    assert plans.range_fraction(data, plans.preview_plan(data, crash, cache), cache) == (
-        direct.backup_fraction
-    )
+    assert plans.range_plan(data, plans.preview_plan(data, crash, cache), cache) == preview
+    assert preview.backup_fraction == direct.backup_fraction
     two = plans.preview_plan(data, crash.with_query(exposure=2), cache)
     assert two.parameters.exposure == 2
     assert (
@@ -336,3 +355,12 @@ def test_the_replay_can_run_faster_than_its_feed_to_drain_a_backlog(exposure: in
             # process TRIGGER_HEADROOM times the feed (a trigger of batch / rate, as
             # before, only kept pace, so Spark's start-up backlog never drained)
             assert batch / trigger >= live.TRIGGER_HEADROOM * rate - 1e-9, (exposure, rate)
+
+
+def test_cost_table_amounts_never_show_an_exponent() -> None:
+    """The default sample's storage and bandwidth are tiny (1.02e-07 MB/s was shown)."""
+    assert savings._amount(1.02e-07) == "< 0.001"
+    assert savings._amount(3.22e-05) == "< 0.001"
+    assert savings._amount(0.0123) == "0.0123"
+    assert savings._amount(12_345.6) == "12,346"
+    assert savings._amount(0.0) == "0"

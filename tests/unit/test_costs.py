@@ -185,8 +185,10 @@ def test_recovery_times_follow_the_measured_line() -> None:
     report = compare_costs(_inputs())
     batch = 100 * 10  # readings in one 10 s micro-batch
     assert report.readings_per_batch["range"] == batch
+    # the window is not given: a range failure is priced as its micro-batch
+    assert report.readings_lost["range"] == batch
     full = MEASURED_RECOVERY.seconds(batch, "full")
-    assert report.recovery_batch_s["range"]["full"] == pytest.approx(full)
+    assert report.recovery_lost_s["range"]["full"] == pytest.approx(full)
     assert report.recovery_day_s["lacuna"] == pytest.approx(
         MEASURED_RECOVERY.seconds(100 * 86400, "lacuna")
     )
@@ -309,12 +311,37 @@ def test_a_crash_contract_pays_the_micro_batches_its_exposure_allows() -> None:
     assert report.readings_per_batch == {"crash": 200.0, "range": 6000.0}
     for who in ("lacuna", "full"):
         crash = MEASURED_RECOVERY.seconds(200.0, who)
-        assert report.recovery_batch_s["crash"][who] == pytest.approx(crash)
-        assert report.recovery_batch_s["range"][who] == pytest.approx(
+        assert report.recovery_lost_s["crash"][who] == pytest.approx(crash)
+        assert report.recovery_lost_s["range"][who] == pytest.approx(
             MEASURED_RECOVERY.seconds(6000.0, who)
         )
     with pytest.raises(ParameterError, match="crash_exposure_rows must be an integer >= 1"):
         Contracts(0.1, 0.2, crash_exposure_rows=0)
+
+
+def test_a_range_failure_loses_the_open_windows_not_one_micro_batch() -> None:
+    """Under the range contract the open windows' state is lost with the failure: what it
+    loses, and its recovery, is a whole window of every sensor (an hour of rows at one
+    second: 360,000 readings), not the 60 s micro-batch in flight; the crash contract
+    still loses its micro-batch. A micro-batch longer than the window is what is lost."""
+    base = _inputs(sensors_per_site=100, sites=1)
+    inputs = replace(
+        base,
+        fleet=Fleet(100, 1, interval_s=1.0, bytes_per_reading=16.0),
+        job=replace(base.job, trigger_s=60.0),
+        contracts=Contracts(0.1, 0.25, crash_exposure_rows=2, window_rows=3600),
+    )
+    report = compare_costs(inputs)
+    assert report.readings_per_batch == {"crash": 200.0, "range": 6000.0}
+    assert report.readings_lost == {"crash": 200.0, "range": 360_000.0}
+    for who in ("lacuna", "full"):
+        assert report.recovery_lost_s["range"][who] == pytest.approx(
+            MEASURED_RECOVERY.seconds(360_000.0, who)
+        )
+    short = compare_costs(replace(inputs, contracts=Contracts(0.1, 0.25, window_rows=10)))
+    assert short.readings_lost["range"] == 6000.0
+    with pytest.raises(ParameterError, match="window_rows must be an integer >= 1"):
+        Contracts(0.1, 0.2, window_rows=0)
 
 
 def test_a_benchmark_point_says_when_lacunas_own_work_is_below_its_noise() -> None:
@@ -324,3 +351,15 @@ def test_a_benchmark_point_says_when_lacunas_own_work_is_below_its_noise() -> No
     assert middle.shadow_core_us == 0.0 and middle.own_work_unresolved
     assert small.shadow_core_us > 0 and not small.own_work_unresolved
     assert large.shadow_core_us > 0 and not large.own_work_unresolved
+
+
+def test_a_contract_that_backs_up_nothing_is_not_said_to_pay_the_same_requests() -> None:
+    """A plan backing up no sensor writes no file: its requests are 0, so the sentence that
+    requests cost the same either way would contradict its own table."""
+    report = compare_costs(_inputs(range_fraction=0.0))
+    assert report.contracts["range"].requests == 0.0 < report.full.requests
+    lines = where_it_pays(report, "range")
+    assert not any("cost the same" in line for line in lines)
+    assert any(line.startswith("Requests: none") for line in lines)
+    same = where_it_pays(compare_costs(_inputs(range_fraction=0.25)), "range")
+    assert any(line.startswith("Requests cost the same either way") for line in same)
