@@ -96,8 +96,8 @@ def shadow_counted(misses: float, windows: int, contract: str) -> str:
     missed (range), or the share of the m-row failures touching its windows that missed
     (crash; a window counts the fraction of its failure positions)."""
     if contract == "crash":
-        share = 100 * misses / windows if windows else 0.0
-        return f"{share:.1f} % of the failures touching its {windows:,} shadow windows"
+        share = pct(misses / windows if windows else 0.0)  # never "0.0 %" for a few misses
+        return f"{share} of the failures touching its {windows:,} shadow windows"
     return f"{round(misses):,} of {windows:,} shadow windows"
 
 

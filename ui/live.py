@@ -18,7 +18,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from engine.data import SensorHistory
 from engine.disorder import parse_delays
-from engine.errors import PipelineError
+from engine.errors import EngineError, PipelineError
 from engine.live import (
     AuditLog,
     Disorder,
@@ -178,6 +178,17 @@ def contract_note(plan: BackupPlan) -> None:
             "micro-batch instead (more sensors can be left out)."
         )
         return
+    if resources.home_fallback() is not None:  # the sidebar says why and what to do
+        st.caption(
+            f"Range contract: this plan is for the crash contract (exposure {m} "
+            f"row{'' if m == 1 else 's'}), but LACUNA_HOME is not writable, so the window "
+            f"state and the backup live in the temporary folder {str(home)!r}, which a "
+            "restarted server does not find (it makes a new one). A crash that ends the "
+            "server loses them as the loss of the machine does: every open window is "
+            "rebuilt, and the range contract's figure is the one that holds. Make "
+            "LACUNA_HOME writable (see the sidebar) for the crash contract's."
+        )
+        return
     st.caption(
         f"Crash contract, exposure {m} row{'' if m == 1 else 's'}: the replay commits at most "
         f"{m} rows a micro-batch, a batch holding more (a backlog) backs up every sensor, "
@@ -223,7 +234,11 @@ def _start_now(
     with st.status(
         "Starting Spark and the streaming query (the first start takes about half a minute)..."
     ) as box:
-        start(data, params, mode, rate, disorder, leftovers=action, scheduled=scheduled)
+        try:
+            start(data, params, mode, rate, disorder, leftovers=action, scheduled=scheduled)
+        except EngineError:  # e.g. a refused resume: the page's one error line says why
+            box.update(label="Not started", state="error", expanded=False)
+            raise
         box.update(label="Pipeline running", state="complete")
     st.session_state.pop(ASKING, None)
     st.rerun()

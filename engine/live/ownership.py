@@ -309,12 +309,22 @@ def reconcile(store: BackupStore, checkpoint: Path) -> int:
 
 
 def run_identity(spec: StreamSpec, mode: str) -> dict[str, object]:
-    """What a resumed run must share with the run it continues."""
+    """What a resumed run must share with the run it continues: its sensors, windows and
+    mode, and the query its stored plan versions were made for (eps, per sensor too,
+    delta, horizon, exposure). A resume goes on under the stored backup set and map
+    (``engine.live.versions.read_versions``), so with another query the plan of record,
+    its contract and the figures shown would describe a plan that is not running."""
+    q = spec.query
     return {
         "sensors": list(spec.sensors),
         "window": spec.window,
         "slide": spec.slide,
         "aggregate": spec.aggregate,
+        "eps": q.eps,
+        "eps_by_sensor": dict(q.eps_by_sensor),
+        "delta": q.delta,
+        "horizon": q.horizon,
+        "exposure": q.exposure,
         "mode": mode,
     }
 
@@ -327,7 +337,8 @@ def record_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
 
 
 def check_same_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
-    """``PipelineError`` unless the earlier run streamed the same sensors, windows and mode."""
+    """``PipelineError`` unless the earlier run streamed the same sensors, windows, query
+    and mode (``run_identity``), naming each value that differs, then and now."""
     path = paths.root / RUN_SPEC
     try:
         earlier = json.loads(path.read_text())
@@ -336,10 +347,14 @@ def check_same_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
             f"cannot tell what the earlier run in {str(paths.root)!r} streamed ({err}); "
             "archive it instead of resuming"
         ) from err
-    changed = sorted(k for k in identity if earlier.get(k) != identity[k])
+    changed = sorted(k for k in identity if k not in earlier or earlier[k] != identity[k])
     if changed:
+        # a run spec written before a value was part of the identity does not name it
+        had = ", ".join(f"{k}={earlier[k]!r}" if k in earlier else f"{k} unrecorded"
+                        for k in changed)  # fmt: skip
+        asked = ", ".join(f"{k}={identity[k]!r}" for k in changed)
         raise PipelineError(
             f"the earlier run in {str(paths.root)!r} streamed another {', '.join(changed)} "
-            f"(it had {', '.join(f'{k}={earlier.get(k)!r}' for k in changed)}); resume it "
-            "with the same plan and mode, or archive it"
+            f"(it had {had}) than this start ({asked}): resume it with the same plan, "
+            "query and mode (set those values back), or archive it and start afresh"
         )

@@ -66,10 +66,19 @@ class BatchReporting:
         errors, rows = shadow
         # a window holding rows recovery rebuilt is not measured: those rows are the map's
         # output, and rebuilt again they match themselves (as ``crash_shadow_misses``)
-        errors = np.where(np.asarray(advance.closed.recovered)[:, None], np.nan, errors)
+        # nor is a (window, sensor) pair whose every reading was backed up (by the
+        # version's set or its batch's, over the exposure): it is exact, no evidence for
+        # the map, as the recovery report and online control leave it out
+        errors = rows.mask_exact(
+            np.where(np.asarray(advance.closed.recovered)[:, None], np.nan, errors)
+        )
         crash = spec.query.exposure is not None  # else the range contract: whole windows
         # the crash contract: the windows' m-row losses, as the plan promises
-        misses = crash_shadow_misses(advance.closed, spec, rows.rebuilt) if crash else None
+        misses = (
+            rows.mask_exact(crash_shadow_misses(advance.closed, spec, rows.rebuilt))
+            if crash
+            else None
+        )
         for vid in np.unique(rows.versions):  # each window on its oldest version's record
             own, held = rows.versions == vid, self._history.get(int(vid), version).spec
             share = disjoint_share(held.query.window, held.slide)  # what the status line tests

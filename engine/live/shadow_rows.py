@@ -8,9 +8,10 @@ plan's kept sensors left out), never all with the newest. A window counts on the
 of the oldest version it holds (versions follow one another in row order), so a new
 version is judged only by windows read under it alone. A reading its batch backed up
 beyond the version's set (a batch over a crash plan's exposure, or after a recovery:
-``engine.live.exposure``) is returned as read. A row before every version this
-process knows (a resumed run) takes the oldest one it knows, as the online controller
-does (``engine.live.control_loop``).
+``engine.live.exposure``) is returned as read; a (window, sensor) pair every reading of
+which recovery returns as read is exact (``ShadowRows.exact``), not measured. A row
+before every version this process knows (a resumed run) takes the oldest one it knows,
+as the online controller does (``engine.live.control_loop``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,23 @@ __all__ = ["ShadowRows", "rows_under_versions"]
 @dataclass(frozen=True, eq=False)
 class ShadowRows:
     """``rebuilt`` (B, n): the block as recovery rebuilds it; ``versions`` (W,): each
-    window's oldest plan version id."""
+    window's oldest plan version id; ``exact`` (W, n) bool: the (window, sensor) pairs
+    recovery returns as read, every reading in the window backed up (by its version's
+    set, or by its batch beyond it); None: none."""
 
     rebuilt: np.ndarray
     versions: np.ndarray
+    exact: np.ndarray | None = None
+
+    def mask_exact(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (W, n), the windows' shadow errors or misses, NaN where ``exact``.
+
+        Such a pair is not rebuilt, so it is not measured (as the recovery report leaves
+        out its exact pairs and the online controller its backed-up ones): scored, its
+        zero error would count in the denominator of every shadow rate and test."""
+        if self.exact is None:
+            return np.asarray(values, dtype=float)
+        return np.where(self.exact, np.nan, np.asarray(values, dtype=float))
 
 
 def rows_under_versions(
@@ -43,14 +57,15 @@ def rows_under_versions(
     least); ``crash``: leave each version's kept sensors out of its rows."""
     params = max(versions.values(), key=lambda v: (v.first_seq, v.id)).spec.window_params
     block = np.asarray(closed.block, dtype=float)
+    n = block.shape[1]
     if len(closed) == 0:
-        return ShadowRows(block.copy(), np.zeros(0, dtype=np.int64))
+        return ShadowRows(block.copy(), np.zeros(0, dtype=np.int64), np.zeros((0, n), bool))
     first = int(closed.ids[0]) * params.slide
     ordered, which = versions_of_rows(versions.values(), first, len(block))
     group = np.maximum(which, 0)  # before every version known: the oldest one
     specs = [v.spec for v in ordered]
     maps = [(s.linear_map, s.backup_sensors) for s in specs]
-    rebuilt, _, _ = rebuild_under_versions(block, group, maps, params.sensors)
+    rebuilt, backed, _ = rebuild_under_versions(block, group, maps, params.sensors)
     if crash:
         kept = [s.kept_sensors for s in specs]
         leave_out_under_versions(rebuilt, group, kept, params.sensors, params.aggregate)
@@ -58,4 +73,12 @@ def rows_under_versions(
     rebuilt[stored] = block[stored]
     starts = (closed.ids - closed.ids[0]) * params.slide
     ids = np.array([v.id for v in ordered], dtype=np.int64)
-    return ShadowRows(rebuilt, ids[group[starts]])
+    exact = _mark_whole_windows(backed | stored, starts, params.window)
+    return ShadowRows(rebuilt, ids[group[starts]], exact)
+
+
+def _mark_whole_windows(cells: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+    """(W, n) bool: the windows of ``window`` rows from ``starts`` (W,) in which ``cells``
+    (B, n) holds every row of a sensor."""
+    gaps = np.vstack([np.zeros((1, cells.shape[1]), dtype=np.int64), np.cumsum(~cells, axis=0)])
+    return np.asarray(gaps[starts + window] - gaps[starts] == 0)

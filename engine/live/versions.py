@@ -111,7 +111,8 @@ class PlanVersion:
 
     @classmethod
     def from_record(cls, rec: VersionRecord, base: StreamSpec) -> PlanVersion:
-        """The stored version, on ``base``'s sensors and windows (they never change in a run)."""
+        """The stored version, on ``base``'s sensors, windows and query: a run never changes
+        them, and a resume with others is refused (``engine.live.ownership.run_identity``)."""
         lm = map_from_json(rec.reconstruction)
         spec = replace(
             base,
@@ -160,7 +161,7 @@ def check_reason(reason: str) -> None:
 
 
 def read_versions(store: BackupStore, base: StreamSpec) -> list[PlanVersion]:
-    """Every stored version (oldest first) on ``base``'s sensors and windows."""
+    """Every stored version (oldest first) on ``base``'s sensors, windows and query."""
     return [PlanVersion.from_record(r, base) for r in store.read_versions()]
 
 
