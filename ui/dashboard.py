@@ -185,7 +185,7 @@ def history_summary(points: Sequence[BatchPoint], events: Sequence[PipelineEvent
     rows = {
         "backup readings per batch": [p.backup_rows for p in backups],
         "backup bytes per batch": [p.backup_bytes for p in backups],
-        "store commit (ms)": [p.store_ms for p in backups],
+        "backup write + store commit (ms)": [p.store_ms for p in backups],
         "batch duration (ms)": [p.duration_ms for p in points],
         "recovery time (s)": [e.seconds for e in recoveries],
         "recovery readings read": [e.rows for e in recoveries],
@@ -205,7 +205,8 @@ def recent_table(
     points: Sequence[BatchPoint], events: Sequence[PipelineEvent], limit: int = 12
 ) -> pd.DataFrame:
     """The newest backups (batches that wrote readings) and every failure/recovery, newest
-    first; ``readings``: backed up by the batch, or read back by the recovery."""
+    first; ``readings``: backed up by the batch, or read back by the recovery; ``took``: a
+    backup's Parquet write and store commit, a recovery's whole time."""
     rows = [
         {"time": p.at[11:19], "what": f"backup, batch {p.batch_id} (run {p.run})",
          "readings": p.backup_rows, "size": format_quantity(p.backup_bytes, "B"),

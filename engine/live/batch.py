@@ -59,7 +59,9 @@ class WindowState:
     times : (R,) datetime64[ns] event times, NaT where unknown.
     filled : (R,) rows completed by reconstruction (their windows are ``recovered``).
     damaged_until : rows with ``seq <= damaged_until`` lost readings in a failure;
-        once their backed-up sensors are present, the rest is reconstructed.
+        once their backed-up sensors are present, the rest is reconstructed. A state that
+        skipped past windows no backup could complete takes it up to the row before its
+        ``start``: those rows' windows were given up (``engine.live.recovery``).
     left_out : (R, n) readings a crash lost of kept-readings sensors: ``values`` holds
         their linear-map rebuild (so every consumer of the rows sees finite readings),
         but a window's max or min leaves them out (``aggregate_each_window``).
@@ -184,8 +186,8 @@ class ClosedWindows:
 class WindowAdvance:
     """Result of one batch: the next state, the windows it closed, the late readings.
 
-    ``stale`` counts readings of rows lost in a failure whose windows were given
-    up (dropped, not late); ``duplicates`` second readings of a (row, sensor).
+    ``stale`` counts readings of rows whose windows were given up after a failure
+    (dropped, not late); ``duplicates`` second readings of a (row, sensor).
     """
 
     state: WindowState

@@ -42,7 +42,7 @@ from engine.live.batch import WindowState, advance_windows, results_frame
 from engine.live.failure import CrashedBatch
 from engine.live.operator_state import unpack_state
 from engine.live.records import BACKUP_COLUMNS, BatchWrite, VersionRecord
-from engine.live.recovery import LostRange
+from engine.live.recovery import LostRange, find_damaged_until
 from engine.live.spec import StreamSpec, check_mode
 from engine.live.store import BackupStore
 
@@ -173,12 +173,17 @@ _EMPTY = {
 
 
 def _holes(state: WindowState, last_row: int) -> bool:
-    """Does the state hold a row up to ``last_row`` with a reading still missing?"""
+    """Does the state hold a row up to ``last_row`` with a reading still missing, or not
+    hold one at all (past its last row: no backup reading of it, e.g. in mode ``none``)?"""
+    if last_row >= state.start + state.buffered_rows:  # its windows would wait for ever
+        return True
     stop = min(state.buffered_rows, last_row - state.start + 1)
     return stop > 0 and bool(np.isnan(state.values[:stop]).any())
 
 
 def _past(state: WindowState, last_row: int, spec: StreamSpec) -> WindowState:
-    """An empty state at the first window that starts after ``last_row``."""
-    empty = WindowState.empty(len(spec.sensors), last_row // spec.slide + 1, spec.slide)
-    return replace(empty, damaged_until=last_row)
+    """An empty state at the first window that starts after ``last_row`` (the rows
+    before it stale: ``find_damaged_until``)."""
+    next_window = last_row // spec.slide + 1
+    empty = WindowState.empty(len(spec.sensors), next_window, spec.slide)
+    return replace(empty, damaged_until=find_damaged_until(last_row, next_window, spec.slide))

@@ -321,6 +321,7 @@ class LivePipeline(PlanSwitching, BatchReporting):
         self._readings += len(pdf)
         self._report(pdf, advance, late, shadow, backup, version)
         self._report_backup(choice)
+        # store_ms: the Parquet backup write and the store's commit, until the batch is durable
         self._record(batch_id, pdf, advance, late, backup, 1000 * (t3 - t0), 1000 * (t3 - t2))
         t4 = time.perf_counter()
         self._compact()

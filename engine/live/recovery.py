@@ -17,7 +17,7 @@ inside functions only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,13 +45,24 @@ class LostRange:
         return max(0, self.last_row - self.first_row + 1)
 
     def lost_windows(self, slide: int) -> np.ndarray:
-        """Ids of every window that needs a lost row."""
+        """Ids of every window that needs a lost row (none when no row was lost: a crash
+        that took no batch leaves its open windows to the restarted query, whole)."""
+        if self.rows == 0:
+            return np.zeros(0, dtype=np.int64)
         return np.arange(self.first_window, self.last_row // slide + 1, dtype=np.int64)
 
     def inside_windows(self, window: int, slide: int) -> np.ndarray:
         """Ids of the lost windows that end at or before ``last_row``."""
         stop = (self.last_row - window + 1) // slide + 1 if self.last_row >= window - 1 else 0
         return np.arange(self.first_window, max(self.first_window, stop), dtype=np.int64)
+
+
+def find_damaged_until(last_row: int, next_window: int, slide: int) -> int:
+    """The ``damaged_until`` of a restarted query's state at window ``next_window``: the
+    failure's last lost row, or, when the state skips past windows no backup could
+    complete, the last row before its first. The rows between belong only to windows
+    given up with the lost ones: their readings are stale (dropped), not late."""
+    return max(last_row, next_window * slide - 1)
 
 
 def find_lost_range(store: BackupStore, slide: int) -> LostRange:
@@ -94,8 +105,8 @@ def recover_lost_range(
     if mode == "none" or lost.rows == 0:
         next_window = max(lost.first_window, lost.last_row // spec.slide + 1)
         seed = WindowState.empty(len(spec.sensors), next_window, spec.slide)
-        seed = WindowState(
-            seed.start, seed.next_window, seed.values, seed.times, seed.filled, lost.last_row
+        seed = replace(
+            seed, damaged_until=find_damaged_until(lost.last_row, next_window, spec.slide)
         )
         return RecoveryOutcome(np.zeros(0, dtype=np.int64), seed, 0)
     ordered = sorted(versions, key=lambda v: -v.id) if mode == "approx" else []
@@ -255,7 +266,8 @@ def _seed_from_tail(
     missing = [r for r in range(start, lost.last_row + 1) if r not in have]
     if missing:  # a window that needs a row nobody can rebuild is lost: skip past it
         next_window = max(next_window, max(missing) // spec.slide + 1)
-    return seed_state(tail, spec.sensors, next_window, spec.slide, lost.last_row)
+    damaged = find_damaged_until(lost.last_row, next_window, spec.slide)
+    return seed_state(tail, spec.sensors, next_window, spec.slide, damaged)
 
 
 def stored_throughout(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ParameterError
+from engine.live.records import INDEXED_KINDS
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
@@ -221,9 +222,13 @@ def _truth_aggregates(
 def _recovered_windows(
     store: BackupStore, spec: StreamSpec, lost_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Ids (W,) and aggregates (W, n) of the recovered results among ``lost_ids``."""
-    res = store.read_results(kind="recovered")
-    res = res[res["window_id"].isin(lost_ids.tolist()) & res["final"]]
+    """Ids (W,) and aggregates (W, n) of the results among ``lost_ids``: ``recovered``, or
+    ``live`` where no row was rebuilt (the backup held the lost rows whole: mode ``full``,
+    a crashed batch that stored every sensor). Each came after the failure: a lost window
+    had no result before it."""
+    res = store.read_results()
+    res = res[res["kind"].isin(INDEXED_KINDS) & res["window_id"].isin(lost_ids.tolist())]
+    res = res[res["final"]]
     if res.empty:
         return np.zeros(0, dtype=np.int64), np.zeros((0, len(spec.sensors)))
     wide = res.pivot_table(index="window_id", columns="sensor", values="value", aggfunc="last")
@@ -232,6 +237,8 @@ def _recovered_windows(
 
 
 def _note(mode: str, lost: int, recovered: int) -> str:
+    if lost == 0:
+        return "no window was lost: nothing to recover"
     if mode == "none":
         return f"mode none keeps no backup: {lost} window(s) lost, none can be recovered"
     missing = lost - recovered

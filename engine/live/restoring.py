@@ -87,6 +87,8 @@ class FailureAndRecovery(ManagerViews):
                 deleted = discard_after_crash(pipeline.paths, store, crash, pipeline.source)
                 rows = crash.last_row - crash.first_row + 1
                 what = f"batch {crash.batch_id} lost in flight ({rows} rows), window state kept"
+                if crash.batch_id < 0:  # the stand-in: no batch could come, none was lost
+                    what = "no batch in flight (nothing lost), window state kept"
             else:
                 crash = None
                 deleted = discard_lost_state(pipeline.paths, store, run, pipeline.source)

@@ -123,51 +123,75 @@ class ManagerViews:
         store = self._store
         return None if store is None else store.read_table("plan_log")
 
+    # the last report scored and the recovery it scored: ``report`` while the lock is held
+    _scored: tuple[_Recovery, RecoveryReport] | None = None
+
     def report(self) -> RecoveryReport:
-        """The last recovery, scored against the truth with the results stored so far."""
-        with self._lock:
-            rec = self._recovery
-            if rec is None or self._truth is None:
+        """The last recovery, scored against the truth with the results stored so far.
+
+        Never waits for a control call: a simulated failure holds the lock until the query
+        dies (up to its grace), a recovery through its Spark job, and a page polling the
+        report would freeze as long. Meanwhile the report last scored of the same recovery
+        is returned as it was (``PipelineError`` when there is none: one is under way).
+        """
+        if not self._lock.acquire(blocking=False):
+            scored, rec = self._scored, self._recovery
+            if rec is None:
                 raise PipelineError("no recovery has run yet")
-            cfg = self._require_config()
-            spec, mode = self._current_spec(), cfg.mode
-            report = score_recovery(
-                self._require_store(),
-                spec,
-                mode,
-                rec.lost,
-                self._truth,
-                spark_version=str(self._spark.version),
-                seconds=rec.seconds,
-                rows_read=rec.rows_read,
-                input_rows=self.board.snapshot().input_rows,
-                stored=rec.stored,
-                cells=rec.cells,
-            )
-            emitted = set(report.window_ids)
-            missing = [j for j in rec.lost.lost_windows(spec.slide) if j not in emitted]
-            pending = [j for j in missing if j >= rec.seed_next_window]
-            gone = len(missing) - len(pending)  # recovery skipped them: nothing will come
-            note = report.note if not gone else (
-                f"{report.note}: {gone} of them cannot be rebuilt (a row they need had no "
-                "whole backup when recovery ran) and stay without a result"
-            )  # fmt: skip
-            contract = covering_contract(rec.failure, rec.lost.rows, spec.query.exposure)
-            exact = rec.stored is not None and set(spec.sensors) <= set(rec.stored)
-            note = f"{_failure_note(rec, contract, spec.query.exposure, exact)}; {note}"
-            served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
-            last = self.rows_seen() - 1
-            versions = tuple(v.to_dict(last) for v in self.versions())
-            return replace(
-                report,
-                windows_pending=len(pending),
-                windows_unrecoverable=gone,
-                note=note,
-                rows_by_version=served,
-                plan_versions=versions,
-                failure=rec.failure,
-                contract=contract,
-            )
+            if scored is None or scored[0] is not rec:
+                raise PipelineError("a recovery is under way: its report comes when it ends")
+            return scored[1]
+        try:
+            return self._score_report()
+        finally:
+            self._lock.release()
+
+    def _score_report(self) -> RecoveryReport:
+        """``report``'s scoring, under the lock; kept as ``_scored``."""
+        rec = self._recovery
+        if rec is None or self._truth is None:
+            raise PipelineError("no recovery has run yet")
+        cfg = self._require_config()
+        spec, mode = self._current_spec(), cfg.mode
+        report = score_recovery(
+            self._require_store(),
+            spec,
+            mode,
+            rec.lost,
+            self._truth,
+            spark_version=str(self._spark.version),
+            seconds=rec.seconds,
+            rows_read=rec.rows_read,
+            input_rows=self.board.snapshot().input_rows,
+            stored=rec.stored,
+            cells=rec.cells,
+        )
+        emitted = set(report.window_ids)
+        missing = [j for j in rec.lost.lost_windows(spec.slide) if j not in emitted]
+        pending = [j for j in missing if j >= rec.seed_next_window]
+        gone = len(missing) - len(pending)  # recovery skipped them: nothing will come
+        note = report.note if not gone else (
+            f"{report.note}: {gone} of them cannot be rebuilt (a row they need had no "
+            "whole backup when recovery ran) and stay without a result"
+        )  # fmt: skip
+        contract = covering_contract(rec.failure, rec.lost.rows, spec.query.exposure)
+        exact = rec.stored is not None and set(spec.sensors) <= set(rec.stored)
+        note = f"{_failure_note(rec, contract, spec.query.exposure, exact)}; {note}"
+        served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
+        last = self.rows_seen() - 1
+        versions = tuple(v.to_dict(last) for v in self.versions())
+        report = replace(
+            report,
+            windows_pending=len(pending),
+            windows_unrecoverable=gone,
+            note=note,
+            rows_by_version=served,
+            plan_versions=versions,
+            failure=rec.failure,
+            contract=contract,
+        )
+        self._scored = (rec, report)
+        return report
 
     def _require_pipeline(self) -> LivePipeline:
         if self._pipeline is None:
@@ -199,8 +223,12 @@ class ManagerViews:
 def _failure_note(rec: _Recovery, contract: str, exposure: int | None, exact: bool = False) -> str:
     """What failed, what was rebuilt, and which contract's miss rate covers it; with
     ``exact`` (every sensor backed up throughout the lost rows: a batch over the exposure,
-    or after a recovery) that nothing was rebuilt, whatever the contract."""
+    or after a recovery) that nothing was rebuilt, whatever the contract; with no row
+    lost (a crash once no batch could come) that nothing was lost."""
     rows = f"{rec.lost.rows} row{'' if rec.lost.rows == 1 else 's'}"
+    if rec.lost.rows == 0:  # no batch was in flight: no contract to claim
+        kind = "crash: window state kept" if rec.failure == "crash" else "machine loss"
+        return f"{kind}, no row lost: nothing was rebuilt, no contract's miss rate is needed"
     if rec.failure == "crash":
         what = f"crash: window state kept, the micro-batch in flight ({rows}) rebuilt"
         if rec.kept:
