@@ -132,7 +132,9 @@ class KSlackBuffer:
     """K-slack buffer with zones, window closing and (for ``adaptive``) PD-controlled ``K``.
 
     Feed tuples in arrival order with ``push``; collect results with ``drain``;
-    ``flush`` at the end of the stream releases and closes everything.
+    ``flush`` at the end of the stream releases and closes everything. The windows it
+    closes (``flushed_windows``) close at the last arrival's clock, not when their ``K``
+    let them: their latency says how long the stream went on, not the policy's.
     """
 
     def __init__(self, config: DisorderConfig) -> None:
@@ -164,6 +166,7 @@ class KSlackBuffer:
         self.n_pushed = 0
         self.k_series: list[tuple[float, float]] = []
         self.coverage_series: list[tuple[float, float, float, float]] = []
+        self.flushed_windows: list[int] = []  # closed by ``flush``, in window order
 
     # -- window arithmetic -------------------------------------------------
     def _first_window(self, ts: float) -> int:
@@ -239,7 +242,9 @@ class KSlackBuffer:
         """End of stream: release every buffered tuple and close every window."""
         last = [self._last_window(it.ts) for it in self._heap] + list(self._open)
         if last:
+            closed_before = len(self._out.closed)
             self._close_through(max(last))
+            self.flushed_windows.extend(w.index for w in self._out.closed[closed_before:])
         self._settle(final=True)
 
     def drain(self) -> BufferOutput:
@@ -334,6 +339,7 @@ class KSlackBuffer:
             "coverage_series": [
                 [None if math.isnan(x) else x for x in p] for p in self.coverage_series
             ],
+            "flushed_windows": list(self.flushed_windows),
         }
 
     @classmethod
@@ -371,4 +377,5 @@ class KSlackBuffer:
             (float(t), float(c), math.nan if g is None else float(g), float(a))
             for t, c, g, a in state["coverage_series"]
         ]
+        buf.flushed_windows = [int(j) for j in state.get("flushed_windows", [])]  # older: none
         return buf

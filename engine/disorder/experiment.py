@@ -81,7 +81,14 @@ def window_truth(
 
 @dataclass(frozen=True)
 class MethodReport:
-    """Metrics of one method on the replayed stream (times in seconds)."""
+    """Metrics of one method on the replayed stream (times in seconds).
+
+    ``avg_latency_s`` is over the scored windows closed while the stream ran;
+    ``flush_closed_windows`` counts the scored windows still open when it ended, closed
+    at the last arrival's clock and left out of it (a straggler arriving days late would
+    otherwise add days to their latency, and a stream that simply ends would take some
+    off). NaN when every scored window was still open.
+    """
 
     avg_latency_s: float
     avg_k_s: float
@@ -98,6 +105,7 @@ class MethodReport:
     k_over_time: list[tuple[float, float]]
     cumulative_accuracy: list[tuple[float, float]]
     alpha_over_time: list[tuple[float, float]]
+    flush_closed_windows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -195,10 +203,11 @@ def summarise_method(
     buf = proc.buffer
     ks = [k for _, k in buf.k_series] or [0.0]
     coverage = [c for _, c, _, _ in buf.coverage_series]
+    flushed = set(buf.flushed_windows)
+    timed = [first[key] for key in keys if key in first and key[0] not in flushed]
     return MethodReport(
-        avg_latency_s=float(np.mean([first[key] for key in keys if key in first]))
-        if keys
-        else math.nan,
+        avg_latency_s=float(np.mean(timed)) if timed else math.nan,
+        flush_closed_windows=len({j for j, _ in keys if j in flushed}),
         avg_k_s=buf.k_sum / max(buf.n_pushed, 1),
         max_k_s=float(max(ks)),
         provisional_accuracy=float(np.mean(prov_ok)) if keys else math.nan,
