@@ -76,6 +76,11 @@ def _say_budget(
 DROPPED_SHARE = 0.05  # rows the loader dropped, of those read, above which it is a warning
 
 
+# Commands that plan need two sensors (one backed up, one rebuilt); ``disorder`` replays
+# each sensor on its own, so one will do.
+PLANNING_COMMANDS = ("plan", "backtest", "simulate")
+
+
 def _history(args: argparse.Namespace) -> SensorHistory:
     from engine.data.history import LoadOptions, load_history
     from engine.data.options import parse_step
@@ -95,7 +100,8 @@ def _history(args: argparse.Namespace) -> SensorHistory:
             clock_s=None if clock is None else parse_step(clock),
         ),
     )
-    if chosen is not None and len(history.sensors) < 2:
+    planning = getattr(args, "command", "plan") in PLANNING_COMMANDS
+    if chosen is not None and planning and len(history.sensors) < 2:
         raise ParameterError(
             f"--sensors must select at least 2 sensors, got {len(history.sensors)}"
         )
@@ -181,6 +187,7 @@ def _with_unit_eps(
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from engine.export import check_config_out, plan_to_config, write_config
+    from engine.export.snippets import ProductionPaths
     from engine.planning import BacktestSettings
     from engine.planning.plan import make_plan
 
@@ -203,7 +210,9 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
         progress=Progress(),
     )
     _warn(plan.warnings)
-    config = plan_to_config(plan)
+    # the snippets' --config names the file written (beside which the operator runs them)
+    paths = ProductionPaths(config=Path(args.out).name) if args.out else None
+    config = plan_to_config(plan, paths=paths)
     if args.out:
         config["written_to"] = str(write_config(config, args.out))
     out = summarise_config(config)

@@ -279,6 +279,7 @@ def wrong_map_config(path: Path) -> tuple[Any, dict[str, Any]]:
     ``path``; returns the sample's history and the config."""
     from engine.data import load_history
     from engine.export import plan_to_config
+    from engine.export.seal import seal_config
     from engine.planning import PlanParameters, make_plan
 
     history = load_history(SAMPLE)
@@ -286,5 +287,6 @@ def wrong_map_config(path: Path) -> tuple[Any, dict[str, Any]]:
     config = plan_to_config(make_plan(history.rows(0, 600), params))
     for target in config["reconstruction"].values():
         target["intercept"] += 1000.0
+    seal_config(config)  # the wrong map on purpose: sealed again, or the loader refuses it
     path.write_text(json.dumps(config))
     return history, config

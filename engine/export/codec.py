@@ -21,11 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.data.units import guess_unit
 from engine.errors import ConfigError, EngineError
 from engine.planning.parameters import PlanParameters
 from engine.query import WindowQuery
 
-__all__ = ["from_config", "iso_utc", "parse_utc", "plan_parameters", "to_config"]
+__all__ = [
+    "from_config", "iso_utc", "parse_utc", "plan_parameters", "to_config", "unit_corrections",
+]  # fmt: skip
 
 
 def to_config(query: WindowQuery, sensors: Sequence[str]) -> dict[str, Any]:
@@ -75,15 +78,26 @@ def from_config(config: Mapping[str, Any]) -> WindowQuery:
 
 def plan_parameters(config: Mapping[str, Any]) -> PlanParameters:
     """The planning request behind a config, to plan again the same way: its query, its
-    selection method and the calibration it asked for (``backtest`` when the config
-    records that calibration could not measure, ``unmeasured``)."""
+    selection method, the calibration it asked for (``backtest`` when the config
+    records that calibration could not measure, ``unmeasured``) and the operator's unit
+    corrections (``PlanParameters.units``)."""
     guarantee = dict(config.get("guarantee") or {})
     calibration = dict(guarantee.get("calibration") or {}).get("method", "backtest")
     return PlanParameters(
         from_config(config),
         method=guarantee.get("method", "greedy"),
         calibration="backtest" if calibration == "unmeasured" else calibration,  # loader-checked
+        units=unit_corrections(config),
     )
+
+
+def unit_corrections(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(sensor, unit) for each sensor whose unit in ``parameters.units`` (v2) is not the
+    one its name suggests: the operator's corrections, as the CLI and the app hold them
+    (``PlanParameters.units``). A re-plan gets every unit the config states back (the
+    rest are guessed alike); a v1 config states none."""
+    units = dict(_section(config, "parameters").get("units") or {})
+    return tuple((s, u) for s, u in units.items() if u != guess_unit(s))
 
 
 def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:

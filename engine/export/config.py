@@ -5,7 +5,8 @@ production job rebuilds every sensor (``python -m engine recover`` proves it).
 Top-level keys are fixed because other tools read them; v2 adds one, ``validity``
 (the fit period and how long the plan may be used), and per-sensor ``eps`` and
 ``units`` under ``parameters``; v3 adds ``parameters.exposure`` (the rows one
-failure can lose, the crash contract; null for whole windows, the range contract).
+failure can lose, the crash contract; null for whole windows, the range contract)
+and ``seal`` (``engine.export.seal``: the hash that shows an edit after export).
 The window query's keys are ``engine.export.codec``'s; reading a config back is
 ``engine.export.loader``'s (v1, v2 and v3).
 """
@@ -30,6 +31,7 @@ from engine.data.units import sensor_units
 from engine.errors import ConfigError, ParameterError
 from engine.export.codec import iso_utc, to_config
 from engine.export.loader import SCHEMA_VERSION
+from engine.export.seal import seal_config
 from engine.export.snippets import (
     ProductionPaths,
     contract_text,
@@ -93,7 +95,8 @@ def plan_to_config(
     could not measure (no backtest fold) is null, as written, so the config validates
     before it is written (the app's Export refused such a plan over a NaN). ``paths``:
     where the production snippets say the job reads and writes (the config's own file
-    name among them; default ``ProductionPaths()``)."""
+    name among them; default ``ProductionPaths()``). Sealed (``engine.export.seal``): a
+    caller that changes a key must seal it again or the loader refuses it."""
     p, lm = plan.parameters, plan.linear_map
     query = to_config(plan.query, plan.sensors)["parameters"]
     reconstruction = {
@@ -105,6 +108,12 @@ def plan_to_config(
         for i, target in enumerate(lm.targets)
     }
     by_sensor, exposure = query.pop("eps_by_sensor"), query.pop("exposure")
+    shared = set(by_sensor.values())
+    if len(shared) == 1:
+        # every sensor planned at one eps (an --eps-by-unit covering them all): that is the
+        # plan's eps, not the query's default, which no sensor uses; the loader reads the
+        # uniform map back as that one eps
+        query["eps"] = shared.pop()
     config = {
         "schema_version": SCHEMA_VERSION,
         "created_at": now().isoformat(timespec="seconds"),
@@ -132,7 +141,7 @@ def plan_to_config(
     }
     if plan.kept_sensors:  # absent means none, so configs without the rule read as before
         config["kept_readings"] = list(plan.kept_sensors)
-    return json_safe(config)
+    return seal_config(json_safe(config))
 
 
 def _guarantee(plan: BackupPlan) -> dict[str, Any]:

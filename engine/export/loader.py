@@ -4,8 +4,9 @@ and ``load_config``.
 The schema files are ``schema/backup_config.v<N>.json``; the aggregate's enum is
 filled in from the registry (``engine.aggregates.AGGREGATES``) when a schema is
 loaded, so a new aggregate is accepted without editing them. The loader rejects
-unknown keys, non-finite numbers and oversized documents (``engine.export.guard``)
-and the cross-field mistakes a schema cannot state.
+unknown keys, non-finite numbers and oversized documents (``engine.export.guard``),
+the cross-field mistakes a schema cannot state and, last, a v3 config whose seal does
+not match its contents (``engine.export.seal``: edited after it was exported).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from engine.errors import ConfigError
 from engine.export.codec import from_config, parse_utc, plan_parameters
 from engine.export.guard import check_plain_values, parse_config_text, read_config_text
 from engine.export.reconstruction import coefficient_matrix, schema_problem
+from engine.export.seal import check_seal
 from engine.model.linear import LinearMap
 from engine.planning.calibration import CALIBRATIONS
 from engine.planning.parameters import PlanParameters
@@ -73,14 +75,15 @@ class BackupConfig:
     data: dict[str, Any]
 
     @classmethod
-    def from_dict(cls, data: Any) -> BackupConfig:
-        validate_config(data)
+    def from_dict(cls, data: Any, source: str = "config") -> BackupConfig:
+        """Validated (``validate_config``; ``source`` names the data in its errors), copied."""
+        validate_config(data, source)
         return cls(json.loads(json.dumps(data)))
 
     @classmethod
-    def _from_parsed(cls, data: Any) -> BackupConfig:
+    def _from_parsed(cls, data: Any, source: str = "config") -> BackupConfig:
         """``from_dict`` without its defensive copy, for data just parsed that nobody else holds."""
-        validate_config(data)
+        validate_config(data, source)
         return cls(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,8 +150,9 @@ class BackupConfig:
         )
 
 
-def validate_config(data: Any) -> None:
-    """Schema check plus the cross-field rules a schema cannot say; ``ConfigError``."""
+def validate_config(data: Any, source: str = "config") -> None:
+    """Schema check plus the cross-field rules a schema cannot say, then the seal (a
+    refusal names ``source``, e.g. the file); ``ConfigError``."""
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a JSON/YAML object, got {type(data).__name__}")
     check_plain_values(data)  # before the schema: depth, JSON types, finite numbers by path
@@ -199,10 +203,27 @@ def validate_config(data: Any) -> None:
         )
     if version >= 2:
         _validate_v2(data)
+    if version >= 3:
+        _check_contract(data)
     from_config(data)  # the query's own rules (a slide longer than the window, ...)
+    # last, so that a specific rule's message names the key at fault first
+    check_seal(data, source)
 
 
 MAX_ROWS = 2**31  # the most readings a window, slide, exposure or horizon may span
+
+
+def _check_contract(data: dict[str, Any]) -> None:
+    """``guarantee.contract`` (when stated) is the one ``parameters.exposure`` makes:
+    "crash" with an exposure, "range" without; recover and the job read the exposure."""
+    exposure = data["parameters"].get("exposure")
+    said = data["guarantee"].get("contract")
+    expected = "range" if exposure is None else "crash"
+    if said is not None and said != expected:
+        raise ConfigError(
+            f"guarantee/contract must be {expected!r} for parameters/exposure {exposure!r} "
+            f"(crash with an exposure, range without), got {said!r}"
+        )
 
 
 def _check_time_scale(parameters: dict[str, Any]) -> None:
@@ -309,4 +330,4 @@ def load_config(path: str | Path) -> BackupConfig:
     parsed = parse_config_text(text, src.name, fmt)
     if isinstance(parsed, dict) and "schema_version" not in parsed and "plan_version" in parsed:
         parsed = parsed.get("config")  # a job's plan book file (_lacuna/plans/vNNNNNN.json)
-    return BackupConfig._from_parsed(parsed)
+    return BackupConfig._from_parsed(parsed, src.name)

@@ -81,7 +81,7 @@ class JobPlan:
                 first_batch=int(record["first_batch"]),
                 reason=str(record["reason"]),
                 detail=str(record.get("detail", "")),
-                config=BackupConfig.from_dict(record["config"]),
+                config=BackupConfig.from_dict(record["config"], where),
                 alerted=tuple(map(str, record.get("alerted", []))),
                 pinned=tuple(map(str, record.get("pinned", []))),
             )

@@ -44,6 +44,7 @@ def _as_v2(config: dict) -> dict:
     old = json.loads(json.dumps(config))
     old["schema_version"] = 2
     old["parameters"].pop("exposure")
+    old.pop("seal")  # a v2 config was never sealed (v3 adds it)
     return old
 
 

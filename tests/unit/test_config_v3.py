@@ -125,6 +125,7 @@ def test_recover_says_the_range_contract_covers_what_it_rebuilds(crash_plan, tmp
     old = json.loads(json.dumps(config))
     old["schema_version"] = 2
     old["parameters"].pop("exposure")
+    old.pop("seal")  # a v2 config was never sealed (v3 adds it)
     for key in ("contract", "exposure_rows", "verdicts"):
         old["guarantee"].pop(key)
     old["guarantee"]["verdict"] = range_verdict

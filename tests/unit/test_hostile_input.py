@@ -19,6 +19,7 @@ import pytest
 from engine.cli import main
 from engine.data import LoadOptions, load_history
 from engine.errors import DataError
+from engine.export.seal import seal_config
 from engine.model import GaussianModel, MomentStats
 from engine.query import WindowQuery
 from tests.hostile_corpus import Case, cases, write_corpus
@@ -308,7 +309,7 @@ def test_recover_refuses_to_write_overflowed_values(tmp_path: Path) -> None:
     target = next(iter(data["reconstruction"]))
     first = next(iter(data["reconstruction"][target]["coefficients"]))
     data["reconstruction"][target]["coefficients"][first] = 1e308
-    config.write_text(json.dumps(data))
+    config.write_text(json.dumps(seal_config(data)))  # sealed: past the loader, to recover
     (tmp_path / "backup.csv").write_bytes(history.to_frame().to_csv(index=False).encode())
     with pytest.raises(Refused, match="overflows"):
         recover_file(config, tmp_path / "backup.csv", tmp_path / "all.csv")

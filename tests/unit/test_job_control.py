@@ -14,6 +14,7 @@ import pytest
 
 from engine.data.history import history_from_frame
 from engine.export import BackupConfig, plan_to_config
+from engine.export.seal import seal_config
 from engine.job.control import JobControl
 from engine.job.crash_check import TIME, VERSION, WHOLE, crash_misses
 from engine.job.plans import JobPlan, PlanBook, Replanner, at_once, fit_again
@@ -352,7 +353,7 @@ def test_the_job_says_at_start_whether_online_control_runs(  # type: ignore[no-u
     data["parameters"]["exposure"] = exposure
     data["guarantee"]["contract"] = "crash" if exposure else "range"
     data["guarantee"]["exposure_rows"] = exposure
-    plan = BackupConfig.from_dict(data)
+    plan = BackupConfig.from_dict(seal_config(data))
     settings = replace(JobSettings("s", "b", "c"), **kw)
     spec = WindowSpec.from_query(plan.query, 3600.0, 0.0)
     logged: list = []

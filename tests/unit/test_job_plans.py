@@ -19,6 +19,7 @@ from engine.errors import ConfigError, DataError, PipelineError
 from engine.export import BackupConfig, load_config, plan_to_config
 from engine.export.plan_book import JobPlan, read_plan_book
 from engine.export.recover import recover_dataset
+from engine.export.seal import seal_config
 from engine.job.plans import PlanBook, Replanner, at_once
 from engine.planning import PlanParameters, make_plan
 from engine.query import WindowQuery
@@ -76,7 +77,8 @@ def test_a_re_plan_keeps_a_crash_contract_plans_exposure(first: BackupConfig) ->
     whole windows (the range contract), which would back up far more."""
     data = first.to_dict()
     data["parameters"] = {**data["parameters"], "exposure": 3}
-    assert BackupConfig.from_dict(data).plan_parameters().exposure == 3
+    data["guarantee"]["contract"] = "crash"  # as a crash plan's export says
+    assert BackupConfig.from_dict(seal_config(data)).plan_parameters().exposure == 3
     assert first.plan_parameters().exposure is None
 
 
@@ -261,7 +263,7 @@ def test_a_reading_a_batch_stored_is_recovered_as_read_though_another_version_ba
     del raw["reconstruction"][added]
     for target in raw["reconstruction"].values():
         target["coefficients"][added] = 0.0
-    second = BackupConfig.from_dict(raw)
+    second = BackupConfig.from_dict(seal_config(raw))  # as the job's controller exports it
     assert added in second.backup_sensors and added not in first.backup_sensors
     backup = tmp_path / "backup"
     spans = [(1, first, slice(400, 424)), (2, second, slice(424, 448))]
@@ -290,7 +292,7 @@ def test_a_versions_absent_backup_sensor_leaves_its_steps_unrebuilt_not_the_rang
     del raw["reconstruction"][added]
     for target in raw["reconstruction"].values():
         target["coefficients"][added] = 0.0
-    second = BackupConfig.from_dict(raw)
+    second = BackupConfig.from_dict(seal_config(raw))  # as the job's controller exports it
     backup = tmp_path / "backup"
     _write_backup(backup, history, [(1, first, slice(400, 424)), (2, second, slice(424, 448))])
     part = backup / "batch_id=1" / "date=2013-03-01" / "part-0.parquet"

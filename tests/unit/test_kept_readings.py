@@ -16,6 +16,7 @@ from engine.aggregates import leave_out
 from engine.data.history import DataReport, SensorHistory
 from engine.errors import ConfigError, ParameterError
 from engine.export import BackupConfig, plan_to_config
+from engine.export.seal import seal_config
 from engine.model import GaussianModel
 from engine.planning import PlanParameters, make_plan, retarget
 from engine.planning.reselect import pin_backups
@@ -152,7 +153,7 @@ def test_the_config_carries_kept_readings_and_refuses_wrong_ones() -> None:
 
     guarantee = dict(data["guarantee"])
     guarantee.pop("verdicts", None)
-    bare = BackupConfig.from_dict(dict(data, guarantee=guarantee))
+    bare = BackupConfig.from_dict(seal_config(dict(data, guarantee=guarantee)))
     assert range_guarantee(bare).endswith("not measured: the config states no range verdict")
 
 

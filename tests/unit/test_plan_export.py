@@ -36,6 +36,7 @@ TOP_KEYS = {
     "savings",
     "production",
     "validity",  # added by schema v2
+    "seal",  # engine.export.seal: an edit after export is refused
 }
 
 

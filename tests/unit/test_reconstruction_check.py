@@ -26,6 +26,7 @@ from engine.errors import ConfigError
 from engine.export import BackupConfig, load_config, load_schema, validate_config
 from engine.export import loader as config_module
 from engine.export.reconstruction import coefficient_matrix, schema_problem
+from engine.export.seal import seal_config
 
 SECTION_SCHEMA = load_schema(2)["properties"]["reconstruction"]
 GOOD_ENTRY = {"intercept": 0.5, "coefficients": {"a": 1.0, "b": -2}, "conditional_variance": 0.1}
@@ -168,7 +169,7 @@ def big_config(config: dict[str, Any], n: int = 1000, m: int = 150) -> dict[str,
             "conditional_variance": float(rng.uniform())}
         for t in sensors[m:]
     }  # fmt: skip
-    return data
+    return seal_config(data)  # grown by hand: sealed again, as an export of it would be
 
 
 def _old_message(data: dict[str, Any]) -> str:
