@@ -13,6 +13,7 @@ import streamlit as st
 
 from engine.data import SensorHistory
 from engine.live import PipelineManager, RecoveryReport
+from engine.live.records import INDEXED_KINDS
 from engine.planning import BackupPlan
 from engine.planning.verdict import STATE_LABELS
 from engine.windows import window_aggregates
@@ -32,7 +33,9 @@ def _store_results(manager: PipelineManager) -> pd.DataFrame | None:
 def recovery_frame(
     history: SensorHistory, report: RecoveryReport, sensor: str, margin: int = 8
 ) -> pd.DataFrame:
-    """Truth, live and recovered aggregates of ``sensor`` around the lost windows."""
+    """Truth, live and recovered aggregates of ``sensor`` around the lost windows. A lost
+    window's result is "recovered" whatever its stored kind: a batch that backed up every
+    sensor comes back whole, and its windows are stored ``live``."""
     if not report.window_ids:
         return pd.DataFrame(columns=["window_start", "truth", "live", "recovered"])
     lo, hi = min(report.window_ids) - margin, max(report.window_ids) + margin
@@ -45,12 +48,16 @@ def recovery_frame(
         {"window_id": ids, "window_start": history.times[ids * report.slide], "truth": truth[ids]}
     )
     results = _store_results(resources.pipeline_manager())
-    for kind in ("live", "recovered"):
-        values = pd.Series(dtype=float)
-        if results is not None and len(results):
-            rows = results[(results["sensor"] == sensor) & (results["kind"] == kind)]
-            values = rows.groupby("window_id")["value"].last()
-        frame[kind] = frame["window_id"].map(values)
+    lost = frame["window_id"].isin(report.window_ids)
+    frame["live"], frame["recovered"] = np.nan, np.nan
+    if results is not None and len(results):
+        mine = results[(results["sensor"] == sensor) & results["kind"].isin(INDEXED_KINDS)]
+        by_kind = {k: rows.groupby("window_id")["value"].last() for k, rows in mine.groupby("kind")}
+        live = by_kind.get("live", pd.Series(dtype=float))
+        recovered = by_kind.get("recovered", pd.Series(dtype=float))
+        either = recovered.combine_first(live)  # a lost window's own result, either kind
+        frame["live"] = frame["window_id"].map(live).where(~lost)
+        frame["recovered"] = frame["window_id"].map(either).where(lost)
     return frame
 
 

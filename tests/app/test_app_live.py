@@ -319,6 +319,15 @@ def test_recovery_frame_reads_stored_values_and_truth(monkeypatch):  # type: ign
     lo, hi = recovery.lost_span(history, report)
     assert lo == history.times[120] and hi == history.times[6 * 24 + 23]
     assert recovery.rebuilt_errors(report).shape == (2 * 5,)
+    # a crashed batch that backed up every sensor comes back whole: its windows are
+    # stored live, and they are this recovery's, drawn as recovered
+    whole = results.assign(kind="live")
+    monkeypatch.setattr(
+        resources, "pipeline_manager", lambda: FakeManager("running", report, whole)
+    )
+    again = recovery.recovery_frame(history, report, "Changping_TEMP", margin=2)
+    np.testing.assert_allclose(again["recovered"].iloc[2:4], truth[5:7] + 0.3)
+    assert again["live"].iloc[2:4].isna().all() and again["live"].iloc[:2].notna().all()
 
 
 class OnePlan:

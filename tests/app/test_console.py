@@ -7,6 +7,7 @@ import os
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -296,6 +297,14 @@ def test_verdict_names_every_simpler_buffer_that_is_as_good() -> None:
     tight = disorder.verdict(report, 0.0005)
     assert tight[0].startswith("Ours: provisional accuracy 99.96 % (target 99.95 %)")
     assert tight[-1] == "Below the target: no buffer 99.00 %, fixed watermark 90.00 %."
+    # windows closed by the replay's end are said, and a latency none of the others gives
+    # is "n/a", never "nan s" or "nan %"
+    methods["ours"] = replace(method(0.99, float("nan")), flush_closed_windows=4)
+    report = DisorderReport(parameters={}, stream={}, lambda_thr=0.5, methods=methods)
+    ended = disorder.verdict(report, 0.05)
+    assert "at n/a average latency;" in ended[0] and "nan" not in " ".join(ended)
+    assert ended[1].startswith("4 windows still open when the replay ended")
+    assert disorder.summary(report)["closed at the end"].tolist() == [4, 0, 0, 0]
 
 
 def test_the_shown_recover_command_works_outside_the_repository(app, tmp_path):  # type: ignore[no-untyped-def]
