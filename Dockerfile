@@ -11,10 +11,9 @@
 # host's loopback (as above) and put a TLS reverse proxy in front for remote users
 # (docs/OPERATIONS.md, "Docker and who may act").
 #
-# Base image pinned by tag and digest. The digest is the one several independent
-# public Dockerfiles pin for this tag (found by code search); it could not be
-# checked against Docker Hub where this was written (no registry access). Check
-# it before a release:  docker buildx imagetools inspect python:3.11.14-slim-bookworm
+# Base image pinned by tag and digest. The digest is the one public Dockerfiles pin
+# for this tag and has not been verified against Docker Hub: check it before a
+# release:  docker buildx imagetools inspect python:3.11.14-slim-bookworm
 FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 # Java 17 runs Spark in local mode; curl serves the health check.

@@ -1,17 +1,19 @@
-"""Mutation check of calibration (both contracts), K-slack, re-planning, online control,
-the production job's exposure rule and shadow check, the live backup's compaction and
-the selection's indispensable-sensor screen.
+"""Mutation check of the rules the tests must guard: calibration (both contracts),
+K-slack, re-planning, online control, the production job's exposure rule and shadow
+check, the live pipeline's failures and shadow tallies, the backup's compaction, the
+selection's indispensable-sensor screen, the exported config's seal and the Plan page's
+figures.
 
-Each mutant is one subtle edit that once passed the whole suite. For every
-mutant this script copies ``engine/``, ``tests/`` and ``sample_data/`` into a
-temporary directory, applies the edit there (the working tree is never
-touched), runs the unit tests that must catch it and reports whether they
-failed ("killed") or not ("survived"). The unmutated copy runs first: if it
-fails, nothing is judged.
+Each mutant is one subtle edit (a flipped comparison, a dropped correction). For every
+mutant this script copies ``COPY`` (``engine/``, ``ui/``, ``tests/``, ``sample_data/``,
+``bench/``, ``pyproject.toml``) into a temporary directory, applies the edit there (the
+working tree is never touched), runs the tests that must catch it (unit, hostile, app
+and, for a few, Spark) and reports whether they failed ("killed") or not ("survived").
+The unmutated copy runs first: if it fails, nothing is judged.
 
 Run from the repository root: ``.venv/bin/python -m bench.mutants [--only a,e]``
-(about two minutes on a shared 2-core machine). Prints one JSON object; exits 1 if a
-mutant survived or the control failed.
+(about a quarter of an hour for all of them on a shared 2-core machine). Prints one
+JSON object; exits 1 if a mutant survived or the control failed.
 """
 
 from __future__ import annotations

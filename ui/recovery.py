@@ -12,8 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.live import PipelineManager, RecoveryReport
-from engine.live.records import INDEXED_KINDS
+from engine.live import INDEXED_KINDS, PipelineManager, RecoveryReport
 from engine.planning import BackupPlan
 from engine.planning.verdict import STATE_LABELS
 from engine.windows import window_aggregates

@@ -23,6 +23,7 @@ from engine.live.manager import PipelineManager, get_manager
 from engine.live.metrics import BatchPoint, PipelineEvent, summarise
 from engine.live.ownership import find_leftovers
 from engine.live.pipeline import LivePipeline
+from engine.live.records import INDEXED_KINDS
 from engine.live.recovery import LostRange, recover_lost_range
 from engine.live.recovery_report import RecoveryReport, score_recovery
 from engine.live.replanning import replanning_monitor
@@ -35,6 +36,7 @@ from engine.live.versions import changes
 
 __all__ = [
     "FAILURE_KINDS",
+    "INDEXED_KINDS",
     "AuditLog",
     "BackupStore",
     "BatchPoint",
