@@ -141,6 +141,12 @@ def nice_number(x: float) -> float:
     return float(step * power)
 
 
+def group_default(history: SensorHistory, members: list[str]) -> float:
+    """The default eps of a unit group: a tenth of its sensors' typical spread."""
+    idx = [history.sensors.index(s) for s in members]
+    return nice_number(float(np.median(history.values[:, idx].std(axis=0))) / 10)
+
+
 def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParameters:
     """eps = a tenth of the typical sensor spread (1.0 degC on the sample), delta 0.05,
     window 24 readings (a day of hourly data) or less on short files, avg, the crash
@@ -155,7 +161,10 @@ def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParame
 def reselect_parameters(before: list[str], chosen: list[str]) -> bool:
     """Parameters for a new choice of sensors: the current ones where they still apply;
     eps is reset to the new choice's default when that brings a unit eps was not set
-    for (True then). Per-sensor eps and unit corrections keep the chosen sensors'."""
+    for (True then). Unit corrections keep the chosen sensors'. With one eps per unit
+    group, every chosen sensor has one: its own, else its unit group's, else (a unit new
+    to the choice) that group's default (``group_default``): never the single eps, which
+    that mode does not use."""
     old, dataset = params(), current_dataset()
     planned = before if len(before) >= MIN_SENSORS else st.session_state.get(PLANNED, before)
     was = _eps_by_unit(old, planned)
@@ -165,10 +174,14 @@ def reselect_parameters(before: list[str], chosen: list[str]) -> bool:
         eps = default_parameters(dataset.history, chosen).eps
     else:  # one unit left: its own eps (set per unit group, or the single one)
         eps = was[next(iter(units))] if len(units) == 1 else old.eps
-    keep = set(chosen)
-    query = old.with_query(
-        eps=eps, eps_by_sensor=tuple((s, e) for s, e in old.eps_by_sensor if s in keep)
-    )
+    keep, given = set(chosen), dict(old.eps_by_sensor)
+    per = tuple((s, e) for s, e in old.eps_by_sensor if s in keep)
+    if given and len(units) > 1:  # per unit group: a sensor added takes its group's eps
+        unit_of = sensor_units(chosen, old.units)
+        new = {u: [s for s in chosen if unit_of[s] == u] for u in units - set(was)}
+        group = {**{u: group_default(dataset.history, m) for u, m in new.items()}, **was}
+        per = tuple((s, given.get(s, group[unit_of[s]])) for s in chosen)
+    query = old.with_query(eps=eps, eps_by_sensor=per)
     set_params(replace(query, units=tuple((s, u) for s, u in old.units if s in keep)))
     st.session_state[PLANNED] = list(chosen)
     return not applies

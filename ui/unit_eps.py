@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import streamlit as st
 
 from engine.data import SensorHistory
@@ -65,11 +64,6 @@ def _unit_overrides(sensors: tuple[str, ...], p: PlanParameters) -> tuple[tuple[
     return overrides
 
 
-def _group_default(history: SensorHistory, members: list[str]) -> float:
-    idx = [history.sensors.index(s) for s in members]
-    return state.nice_number(float(np.median(history.values[:, idx].std(axis=0))) / 10)
-
-
 def _group_inputs(
     history: SensorHistory, groups: dict[str, list[str]], p: PlanParameters
 ) -> tuple[tuple[str, float], ...]:
@@ -82,7 +76,7 @@ def _group_inputs(
             key = f"w_eps_unit_{unit}"
             if key not in st.session_state:
                 kept = [given[s] for s in members if s in given]  # a sensor added keeps its group's
-                st.session_state[key] = kept[0] if kept else _group_default(history, members)
+                st.session_state[key] = kept[0] if kept else state.group_default(history, members)
             value = col.number_input(
                 f"eps for {unit} ({len(members)} sensors)",
                 min_value=1e-6,

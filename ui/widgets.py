@@ -128,8 +128,11 @@ def sensor_picker(sensors: tuple[str, ...]) -> list[str]:
         if len(chosen) >= state.MIN_SENSORS:
             if state.reselect_parameters(before, chosen):
                 st.info(
-                    f"eps reset to {state.params().eps:g}: the chosen sensors have a unit the "
-                    "last eps was not set for; the other parameters are kept (see Tune)."
+                    "The chosen sensors have a unit no eps was set for: its group's eps is "
+                    "its default (see Tune); the other parameters are kept."
+                    if state.params().eps_by_sensor
+                    else f"eps reset to {state.params().eps:g}: the chosen sensors have a unit "
+                    "the last eps was not set for; the other parameters are kept (see Tune)."
                 )
             _forget_parameter_widgets()
     return chosen

@@ -323,3 +323,24 @@ def test_one_unit_left_keeps_its_own_eps() -> None:
     assert not any("eps reset" in i.value for i in at.info)
     at.switch_page("pages/tune.py").run()
     assert not at.exception and not at.error and "eps 7," in texts(at)
+
+
+def test_a_sensor_added_to_a_unit_group_takes_its_groups_eps() -> None:
+    """With one eps per unit group, a sensor added on the Data page took the single eps,
+    which that mode does not use (a temperature planned at 5 where its group asked 0.2,
+    exported so); it takes its group's."""
+    at = _session()
+    sensors = at.session_state["dataset"].history.sensors
+    temp, pm = [s for s in sensors if "TEMP" in s], [s for s in sensors if "PM2.5" in s]
+    at.multiselect(key="w_sensors").set_value(temp[:2] + pm[:2]).run()
+    at.switch_page("pages/tune.py").run()
+    at.number_input(key="w_eps_unit_degC").set_value(0.2).run()
+    at.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
+    at.switch_page("pages/data.py").run()
+    at.multiselect(key="w_sensors").set_value(temp[:3] + pm[:3]).run()
+    params = at.session_state["params"]
+    by_sensor = dict(params.eps_by_sensor)
+    assert {by_sensor[s] for s in temp[:3]} == {0.2} and {by_sensor[s] for s in pm[:3]} == {20.0}
+    assert not any("reset" in i.value or "no eps was set" in i.value for i in at.info)
+    at.switch_page("pages/tune.py").run()
+    assert not at.exception and at.number_input(key="w_eps_unit_degC").value == 0.2
