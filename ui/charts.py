@@ -173,8 +173,10 @@ def heatmap(
             hovertemplate="%{y} / %{x}: %{z:.2f}<extra></extra>",
         )
     )
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(showticklabels=False)  # the rows name the sensors; columns match them
+    # sensors are categories: numeric names (loop detector ids) would put rows at their
+    # number on a linear axis, out of cluster order
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(showticklabels=False, type="category")  # the rows name the sensors
     # Every row is named (plotly would thin them out): smaller type and a taller figure
     # for many sensors, so 132 rows stay legible.
     font = 10 if len(names) <= 40 else 8 if len(names) <= 80 else 7
@@ -315,6 +317,7 @@ def violation_bars(rates: dict[str, float], delta: float, title: str) -> go.Figu
         )
     )
     fig.update_yaxes(range=[0, max(110.0 * delta, *values, 1.0) * 1.15])
+    fig.update_xaxes(type="category")  # numeric sensor names are names, not positions
     fig.add_hline(
         y=100 * delta,
         line_dash="dash",

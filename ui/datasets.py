@@ -100,7 +100,8 @@ def report_summary(dataset: state.Dataset) -> None:
     first, last = dataset.history.times[0], dataset.history.times[-1]
     st.caption(
         f"{dataset.name}: time column {r.time_column!r}, {str(first)[:19]} .. "
-        f"{str(last)[:19]}" + (" (the shipped sample)" if dataset.is_sample else "")
+        f"{str(last)[:19]} UTC (times without a zone are read as UTC)"
+        + (" (the shipped sample)" if dataset.is_sample else "")
     )
     with st.expander(f"What the loader did ({len(r.notes)} notes)"):
         for note in r.notes:

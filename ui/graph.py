@@ -83,8 +83,9 @@ def spring_layout(
 def strong_edges(
     corr: np.ndarray, threshold: float | None = None, top_k: int | None = None
 ) -> list[tuple[int, int]]:
-    """Edges (i < j) with ``|r| >= threshold``, or each node's ``top_k`` strongest."""
-    a = np.abs(corr.copy())
+    """Edges (i < j) with ``|r| >= threshold``, or each node's ``top_k`` strongest among
+    those with some correlation (a constant sensor, |r| = 0 with every other, has none)."""
+    a = np.nan_to_num(np.abs(corr), nan=0.0)
     np.fill_diagonal(a, -1.0)
     n = a.shape[0]
     edges: set[tuple[int, int]] = set()
@@ -92,7 +93,8 @@ def strong_edges(
         k = max(0, min(top_k, n - 1))
         for i in range(n):
             for j in np.argsort(-a[i])[:k]:
-                edges.add((min(i, int(j)), max(i, int(j))))
+                if a[i, j] > 0.0:
+                    edges.add((min(i, int(j)), max(i, int(j))))
     if threshold is not None:
         ii, jj = np.nonzero(np.triu(a >= threshold, 1))
         edges.update(zip(ii.tolist(), jj.tolist(), strict=True))

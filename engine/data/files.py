@@ -367,4 +367,13 @@ def _duckdb_message(err: duckdb.Error) -> str:
         return f"line {line} has {got} field(s) where the header line has {want}: {what}"
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     head = lines[0].split("Error: ", 1)[-1] if lines else type(err).__name__
-    return "; ".join([head] + [ln for ln in lines[1:] if ln.startswith("Expected")])
+    if any("Invalid unicode" in ln for ln in lines):  # past the header's check of the start
+        return f"{head}: the file is not UTF-8 text (save it as UTF-8)"
+    # the reason is the line before DuckDB's suggestions ("Possible fixes", "Possible
+    # Solution"), after the quoted line, which an open quote stretches over many lines
+    fixes = next((i for i, ln in enumerate(lines) if ln.startswith("Possible")), None)
+    reason = lines[fixes - 1] if fixes is not None and fixes > 1 else ""
+    if reason.startswith("Original Line") or reason.startswith("Expected"):
+        reason = ""
+    expected = [ln for ln in lines[1:] if ln.startswith("Expected")]
+    return "; ".join([head, *([reason.rstrip(".")] if reason else []), *expected])

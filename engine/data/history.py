@@ -274,11 +274,24 @@ def history_from_frame(
     return _assemble(decoded, options)
 
 
+def _name_time_column(decoded: Decoded) -> None:
+    """The header's unnamed column read as the time column is no saved row index: its
+    note (a warning, ``NO_NAME``) becomes a plain one, in place."""
+    unnamed = f"{NO_NAME}: read as {decoded.time_column!r}"
+    decoded.notes[:] = [
+        f"the time column is unnamed in the header line (read as {decoded.time_column!r})"
+        if unnamed in n
+        else n
+        for n in decoded.notes
+    ]
+
+
 def _assemble(decoded: Decoded, options: LoadOptions) -> SensorHistory:
     if options.sensors is not None:
         _keep_sensors(decoded, options.sensors)
     if decoded.layout == "long":  # each sensor kept a column of the backup and recovered files
         check_names(decoded.source, list(decoded.sensors), "sensor")
+    _name_time_column(decoded)
     source, sensors, notes = decoded.source, decoded.sensors, decoded.notes
     if "time" in sensors:
         raise DataError(f"{source}: a sensor is named 'time', which is reserved for the time axis")

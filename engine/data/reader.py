@@ -420,7 +420,8 @@ def _decode_long(
     )
     (expr,) = _number_expressions(table, [value])
     got = table.con.execute(
-        f"SELECT {time[0]} AS t, CAST({_q(sensor)} AS VARCHAR) AS k, {expr} AS v FROM raw"
+        # ids trimmed as a wide file's header names are (', a' is sensor 'a')
+        f"SELECT {time[0]} AS t, trim(CAST({_q(sensor)} AS VARCHAR)) AS k, {expr} AS v FROM raw"
     ).fetchnumpy()
     t = _to_ns(table, time_col, got["t"], time[1])
     if np.any(np.diff(t) < 0):

@@ -129,6 +129,30 @@ def test_strong_edges_match_a_brute_force_reference() -> None:
         assert all((min(i, j), max(i, j)) in top for j in best)
 
 
+def test_a_constant_sensor_gets_no_strongest_edge() -> None:
+    """A constant sensor correlates with nothing (|r| = 0, or NaN from a zero variance):
+    'strongest per sensor' drew it an edge at |r| = 0.0."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(50, 3))
+    cov = np.cov(np.column_stack([x, np.full(50, 2.0)]), rowvar=False)
+    corr = graph.correlation(cov)
+    for given in (corr, np.where(corr == 0.0, np.nan, corr)):
+        edges = graph.strong_edges(given, top_k=1)
+        assert not any(3 in e for e in edges) and edges
+
+
+def test_sensor_axes_are_categories_whatever_the_names() -> None:
+    """Numeric sensor names (loop detector ids) would be numbers on plotly's default axis:
+    rows at their id, out of cluster order, the starred one dropped."""
+    from ui import charts
+
+    names = ("400001", "400107", "401000")
+    fig = charts.heatmap(np.eye(3), names, [2, 0, 1], ("400107",))
+    assert fig.layout.yaxis.type == "category" and fig.layout.xaxis.type == "category"
+    bars = charts.violation_bars(dict.fromkeys(names, 0.01), 0.05, "t")
+    assert bars.layout.xaxis.type == "category"
+
+
 def test_layout_separates_identical_sensors_and_orders_clusters() -> None:
     base = np.random.default_rng(0).normal(size=(200, 3))
     x = np.column_stack([base, base[:, :1], base[:, :1]])  # sensors 0, 3, 4 identical

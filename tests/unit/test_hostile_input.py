@@ -473,6 +473,12 @@ def test_a_header_cell_without_a_name_is_said(tmp_path: Path) -> None:
     assert said in history.report.warning_notes()  # a warning (CLI, Data page), not a note
     frame.to_csv(tmp_path / "plain.csv", index=False)
     assert not [n for n in load_history(tmp_path / "plain.csv").report.notes if "no name" in n]
+    # the time as an unnamed index (``to_csv()`` of a frame indexed by time) is no row
+    # index read as a sensor: a plain note, not the warning
+    frame.set_index("time").rename_axis(None).to_csv(tmp_path / "timed.csv")
+    timed = load_history(tmp_path / "timed.csv").report
+    assert timed.time_column == "column1" and timed.warning_notes() == []
+    assert "the time column is unnamed in the header line (read as 'column1')" in timed.notes
 
 
 def test_a_csv_without_its_header_line_is_refused(tmp_path: Path) -> None:
@@ -623,3 +629,33 @@ def test_rows_the_loader_dropped_are_a_warning_and_backtest_names_them(
     frame.to_csv(tmp_path / "early.csv", index=False)
     code, _, err = run_main(capsys, "plan", "--data", str(tmp_path / "early.csv"), *argv[2:])
     assert code == 0 and "rows dropped" not in err
+
+
+def test_a_long_files_sensor_ids_are_trimmed_as_header_names_are(tmp_path: Path) -> None:
+    """', a' in a long file was sensor ' a': padded unevenly, one sensor split in two
+    whose names looked alike in every message, and `--sensors a` did not match it."""
+    rows = "".join(
+        f"2024-01-01T{h:02d}:00:00,{' a' if h % 2 else 'a'},{h}\n"
+        f"2024-01-01T{h:02d}:00:00, b,{2 * h}\n2024-01-01T{h:02d}:00:00,c ,{h % 3}\n"
+        for h in range(24)
+    )
+    (tmp_path / "padded.csv").write_text("time,sensor,value\n" + rows)
+    history = load_history(tmp_path / "padded.csv")
+    assert history.sensors == ("a", "b", "c") and history.values.shape == (24, 3)
+    np.testing.assert_array_equal(history.values[:, 0], np.arange(24.0))
+
+
+def test_duckdbs_reason_for_a_bad_csv_is_kept(tmp_path: Path) -> None:
+    """DuckDB's reason was cut to its first line, 'CSV Error on Line: 2502', for a
+    Windows-1252 byte past the first kilobytes or an unterminated quote."""
+    rows = [f"2024-01-0{1 + h // 1440} {h // 60 % 24:02d}:{h % 60:02d}:00,{h % 17}.5,{h % 9}.25"
+            for h in range(2880)]  # fmt: skip
+    latin = [*rows[:2500], rows[2500] + "\xe9", *rows[2501:]]
+    (tmp_path / "latin.csv").write_bytes(("time,a,b\n" + "\n".join(latin) + "\n").encode("cp1252"))
+    with pytest.raises(DataError, match=r"not UTF-8 text \(save it as UTF-8\)"):
+        load_history(tmp_path / "latin.csv")
+    quoted = [*rows[:2500], rows[2500].replace(",", ',"', 1), *rows[2501:]]
+    (tmp_path / "quote.csv").write_text("time,a,b\n" + "\n".join(quoted) + "\n")
+    with pytest.raises(DataError, match="unterminated quote") as err:
+        load_history(tmp_path / "quote.csv")
+    assert "\n" not in str(err.value)
