@@ -48,6 +48,7 @@ from engine.disorder.experiment import (  # noqa: E402
     METHODS,
     evaluate,
     make_replay_stream,
+    on_common_windows,
     run_disorder_experiment,
     window_truth,
 )
@@ -87,9 +88,19 @@ def side_runs(history, slide: int | None, args: argparse.Namespace, sweep: bool)
         ("ours_kd_0", {"kd": 0.0}),
         ("ours_srs_target_kd_0", {"target_model": "srs", "kd": 0.0}),
     )
+    mp_report, mp_proc, mp_rows, _ = evaluate(
+        replace(base, policy=METHODS["mp_kslack"]), stream, truth
+    )
     for name, changes in ablations:
-        report, *_ = evaluate(replace(base, **changes), stream, truth)
-        out[name] = {key: getattr(report, key) for key in SUMMARY}
+        report, proc, rows, _ = evaluate(replace(base, **changes), stream, truth)
+        # its latency and MP-K-slack's over the same windows (those neither left open)
+        both = on_common_windows(
+            {name: (report, proc, rows), "mp_kslack": (mp_report, mp_proc, mp_rows)}, truth
+        )
+        out[name] = {key: getattr(both[name], key) for key in SUMMARY}
+        out[name]["latency_ratio_to_mp_kslack"] = (
+            both[name].avg_latency_s / both["mp_kslack"].avg_latency_s
+        )
     if sweep:
         out["fixed_watermark_sweep"] = []
         for factor in (0.25, 0.5, 1.0, 2.0, 4.0):

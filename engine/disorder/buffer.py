@@ -377,5 +377,6 @@ class KSlackBuffer:
             (float(t), float(c), math.nan if g is None else float(g), float(a))
             for t, c, g, a in state["coverage_series"]
         ]
-        buf.flushed_windows = [int(j) for j in state.get("flushed_windows", [])]  # older: none
+        # a snapshot without the key was taken before any flush: none
+        buf.flushed_windows = [int(j) for j in state.get("flushed_windows", [])]
         return buf

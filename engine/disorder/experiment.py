@@ -87,7 +87,9 @@ class MethodReport:
     ``flush_closed_windows`` counts the scored windows still open when it ended, closed
     at the last arrival's clock and left out of it (a straggler arriving days late would
     otherwise add days to their latency, and a stream that simply ends would take some
-    off). NaN when every scored window was still open.
+    off). NaN when every scored window was still open. Methods compared side by side
+    (``run_disorder_experiment``, ``on_common_windows``) leave out the windows any of them
+    left open, so each latency is over the same windows.
     """
 
     avg_latency_s: float
@@ -183,12 +185,11 @@ def summarise_method(
         (int(j), str(s)): float(v)
         for j, s, v in complete[["window", "sensor", "value"]].itertuples(index=False)
     }
-    first: dict[tuple[int, str], float] = {}
+    first = first_latencies(rows)
     provisional: dict[tuple[int, str], float] = {}
     last: dict[tuple[int, str], float] = {}
-    for j, _, end, sensor, value, kind, _, _, at in rows:
+    for j, _, _, sensor, value, kind, _, _, _ in rows:
         key = (j, sensor)
-        first.setdefault(key, at - end)
         if kind == "provisional":
             provisional[key] = value
         last[key] = value
@@ -204,9 +205,8 @@ def summarise_method(
     ks = [k for _, k in buf.k_series] or [0.0]
     coverage = [c for _, c, _, _ in buf.coverage_series]
     flushed = set(buf.flushed_windows)
-    timed = [first[key] for key in keys if key in first and key[0] not in flushed]
     return MethodReport(
-        avg_latency_s=float(np.mean(timed)) if timed else math.nan,
+        avg_latency_s=mean_latency(first, keys, flushed),
         flush_closed_windows=len({j for j, _ in keys if j in flushed}),
         avg_k_s=buf.k_sum / max(buf.n_pushed, 1),
         max_k_s=float(max(ks)),
@@ -223,6 +223,46 @@ def summarise_method(
         cumulative_accuracy=cumulative_accuracy(rows, truth, eps, t0),
         alpha_over_time=_downsample([(t - t0, a) for t, _, _, a in buf.coverage_series]),
     )
+
+
+def first_latencies(rows: list[ResultRow]) -> dict[tuple[int, str], float]:
+    """(window, sensor) -> seconds from the window's end to its first result."""
+    first: dict[tuple[int, str], float] = {}
+    for j, _, end, sensor, _, _, _, _, at in rows:
+        first.setdefault((j, sensor), at - end)
+    return first
+
+
+def mean_latency(
+    first: dict[tuple[int, str], float], keys: list[tuple[int, str]], left_out: set[int]
+) -> float:
+    """Mean first-result latency over the scored ``keys`` of windows not ``left_out``;
+    NaN when none is left."""
+    timed = [first[key] for key in keys if key in first and key[0] not in left_out]
+    return float(np.mean(timed)) if timed else math.nan
+
+
+def on_common_windows(
+    runs: dict[str, tuple[MethodReport, DisorderProcessor, list[ResultRow]]],
+    truth: pd.DataFrame,
+) -> dict[str, MethodReport]:
+    """Each method's report with its latency over the same windows as every other's: those
+    no method left open when the stream ended. Each method leaves its own open windows
+    out (``summarise_method``), and a method that holds windows longer leaves more:
+    compared so, two latencies are means over different windows."""
+    window = next(iter(runs.values()))[1].buffer.config.window
+    complete = truth[truth["count"] == window]
+    keys = [(int(j), str(s)) for j, s in complete[["window", "sensor"]].itertuples(index=False)]
+    left_out = set().union(*(set(p.buffer.flushed_windows) for _, p, _ in runs.values()))
+    n_left = len({j for j, _ in keys if j in left_out})
+    return {
+        name: replace(
+            report,
+            avg_latency_s=mean_latency(first_latencies(rows), keys, left_out),
+            flush_closed_windows=n_left,
+        )
+        for name, (report, _, rows) in runs.items()
+    }
 
 
 def replay(
@@ -382,7 +422,7 @@ def run_disorder_experiment(
     )  # fmt: skip
     fixed = base.width_s if fixed_k_s is None else fixed_k_s
     truth = window_truth(stream.times, stream.sensors, stream.values, base)
-    methods: dict[str, MethodReport] = {}
+    runs: dict[str, tuple[MethodReport, DisorderProcessor, list[ResultRow]]] = {}
     lambda_thr = math.nan
     for i, (name, policy) in enumerate(METHODS.items()):
         config = replace(base, policy=policy, fixed_k_s=fixed if policy == "fixed" else 0.0)
@@ -391,11 +431,13 @@ def run_disorder_experiment(
             if progress is not None:
                 progress((i + done) / len(METHODS), f"replaying with {name}")
 
-        methods[name], proc, rows, late = evaluate(config, stream, truth, step)
+        report, proc, rows, late = evaluate(config, stream, truth, step)
+        runs[name] = (report, proc, rows)
         if name == "ours":
             lambda_thr = proc.buffer.target.lambda_thr() or math.nan
             if record is not None:
                 record(late, rows)
+    methods = on_common_windows(runs, truth)
     skip = ("policy", "origin_s", "fixed_k_s", "gamma_s")
     parameters = {k: v for k, v in base.to_dict().items() if k not in skip}
     parameters.update(
