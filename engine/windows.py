@@ -15,11 +15,20 @@ from engine.errors import ParameterError
 
 __all__ = [
     "check_window",
+    "count_unheld",
     "violation_rates",
     "window_aggregates",
     "window_errors",
     "window_starts",
 ]
+
+
+def count_unheld(held: np.ndarray, first: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """(W, n) how many rows ``first[w] <= r < stop[w]`` of each sensor ``held`` (R, n) bool
+    does not hold: 0 where a window's readings of a sensor are all held (backed up, say).
+    One pass of cumulative sums, whatever the windows' overlap."""
+    gaps = np.vstack([np.zeros((1, held.shape[1]), dtype=np.int64), np.cumsum(~held, axis=0)])
+    return np.asarray(gaps[stop] - gaps[first])
 
 
 def check_window(window: int, slide: int) -> None:

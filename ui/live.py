@@ -180,13 +180,15 @@ def contract_note(plan: BackupPlan) -> None:
         return
     if resources.home_fallback() is not None:  # the sidebar says why and what to do
         st.caption(
-            f"Range contract: this plan is for the crash contract (exposure {m} "
-            f"row{'' if m == 1 else 's'}), but LACUNA_HOME is not writable, so the window "
-            f"state and the backup live in the temporary folder {str(home)!r}, which a "
-            "restarted server does not find (it makes a new one). A crash that ends the "
-            "server loses them as the loss of the machine does: every open window is "
-            "rebuilt, and the range contract's figure is the one that holds. Make "
-            "LACUNA_HOME writable (see the sidebar) for the crash contract's."
+            f"Range contract for a restart: this plan is for the crash contract (exposure "
+            f"{m} row{'' if m == 1 else 's'}), but LACUNA_HOME is not writable, so the "
+            f"window state and the backup live in the temporary folder {str(home)!r}, which "
+            "a restarted server does not find (it makes a new one). A crash of the pipeline "
+            "while the server runs (Simulate failure: crash) keeps them, and the crash "
+            "contract's figure holds for it; a crash that ends the server loses them as the "
+            "loss of the machine does: every open window is rebuilt, and only the range "
+            "contract's figure holds. Make LACUNA_HOME writable (see the sidebar) for the "
+            "crash contract's in both."
         )
         return
     st.caption(

@@ -310,18 +310,19 @@ def reconcile(store: BackupStore, checkpoint: Path) -> int:
 
 def run_identity(spec: StreamSpec, mode: str) -> dict[str, object]:
     """What a resumed run must share with the run it continues: its sensors, windows and
-    mode, and the query its stored plan versions were made for (eps, per sensor too,
+    mode, and the query its stored plan versions were made for (each sensor's eps,
     delta, horizon, exposure). A resume goes on under the stored backup set and map
     (``engine.live.versions.read_versions``), so with another query the plan of record,
-    its contract and the figures shown would describe a plan that is not running."""
+    its contract and the figures shown would describe a plan that is not running. The eps
+    is each sensor's, however it was written (one eps, or one per unit group)."""
     q = spec.query
+    eps = q.eps_vector(tuple(spec.sensors))
     return {
         "sensors": list(spec.sensors),
         "window": spec.window,
         "slide": spec.slide,
         "aggregate": spec.aggregate,
-        "eps": q.eps,
-        "eps_by_sensor": dict(q.eps_by_sensor),
+        "eps": {s: float(e) for s, e in zip(spec.sensors, eps, strict=True)},
         "delta": q.delta,
         "horizon": q.horizon,
         "exposure": q.exposure,
@@ -348,10 +349,15 @@ def check_same_run(paths: PipelinePaths, identity: dict[str, object]) -> None:
             "archive it instead of resuming"
         ) from err
     changed = sorted(k for k in identity if k not in earlier or earlier[k] != identity[k])
+    unrecorded = [k for k in changed if k not in earlier]
+    if unrecorded:  # a run spec of an earlier version of Lacuna: its query is not known
+        raise PipelineError(
+            f"the earlier run in {str(paths.root)!r} did not record its "
+            f"{', '.join(unrecorded)}: which plan it ran is not known, so it cannot be "
+            "resumed; archive it and start afresh"
+        )
     if changed:
-        # a run spec written before a value was part of the identity does not name it
-        had = ", ".join(f"{k}={earlier[k]!r}" if k in earlier else f"{k} unrecorded"
-                        for k in changed)  # fmt: skip
+        had = ", ".join(f"{k}={earlier[k]!r}" for k in changed)
         asked = ", ".join(f"{k}={identity[k]!r}" for k in changed)
         raise PipelineError(
             f"the earlier run in {str(paths.root)!r} streamed another {', '.join(changed)} "

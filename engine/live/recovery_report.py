@@ -19,7 +19,7 @@ from engine.live.records import INDEXED_KINDS
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
-from engine.windows import window_aggregates
+from engine.windows import count_unheld, window_aggregates
 
 __all__ = ["RecoveryReport", "covering_contract", "score_recovery"]
 
@@ -198,10 +198,9 @@ def _exact_pairs(
     n = len(spec.sensors)
     if cells is None or not ids.size or not cells.size:
         return np.zeros((len(ids), n), dtype=bool)
-    missing = np.vstack([np.zeros((1, n), dtype=np.int64), np.cumsum(~cells, axis=0)])
     first = np.clip(ids * spec.slide - lost.first_row, 0, len(cells))
     last = np.clip(ids * spec.slide + spec.window - lost.first_row, 0, len(cells))
-    return (missing[last] - missing[first]) == 0
+    return count_unheld(cells, first, last) == 0
 
 
 def _truth_aggregates(
@@ -226,7 +225,9 @@ def _recovered_windows(
     ``live`` where no row was rebuilt (the backup held the lost rows whole: mode ``full``,
     a crashed batch that stored every sensor). Each came after the failure: a lost window
     had no result before it."""
-    res = store.read_results()
+    if lost_ids.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, len(spec.sensors)))
+    res = store.read_results(windows=(int(lost_ids.min()), int(lost_ids.max())))
     res = res[res["kind"].isin(INDEXED_KINDS) & res["window_id"].isin(lost_ids.tolist())]
     res = res[res["final"]]
     if res.empty:

@@ -24,6 +24,7 @@ import numpy as np
 from engine.live.batch import ClosedWindows
 from engine.live.versions import PlanVersion, versions_of_rows
 from engine.planning.feedback import leave_out_under_versions, rebuild_under_versions
+from engine.windows import count_unheld
 
 __all__ = ["ShadowRows", "rows_under_versions"]
 
@@ -73,12 +74,5 @@ def rows_under_versions(
     rebuilt[stored] = block[stored]
     starts = (closed.ids - closed.ids[0]) * params.slide
     ids = np.array([v.id for v in ordered], dtype=np.int64)
-    exact = _mark_whole_windows(backed | stored, starts, params.window)
+    exact = count_unheld(backed | stored, starts, starts + params.window) == 0
     return ShadowRows(rebuilt, ids[group[starts]], exact)
-
-
-def _mark_whole_windows(cells: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
-    """(W, n) bool: the windows of ``window`` rows from ``starts`` (W,) in which ``cells``
-    (B, n) holds every row of a sensor."""
-    gaps = np.vstack([np.zeros((1, cells.shape[1]), dtype=np.int64), np.cumsum(~cells, axis=0)])
-    return np.asarray(gaps[starts + window] - gaps[starts] == 0)

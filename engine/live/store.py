@@ -368,9 +368,19 @@ class BackupStore:
                 return compact_run(root, run, [b for b in eligible if lo <= b <= hi])
             return None
 
-    def read_results(self, kind: str | None = None) -> pd.DataFrame:
-        """Window results (``RESULT_COLUMNS`` plus run and batch_id), ordered by window."""
-        where, params = ("WHERE kind = ?", [kind]) if kind else ("", [])
+    def read_results(
+        self, kind: str | None = None, windows: tuple[int, int] | None = None
+    ) -> pd.DataFrame:
+        """Window results (``RESULT_COLUMNS`` plus run and batch_id), ordered by window;
+        of one ``kind``, and of the window ids ``first..last`` (``windows``), when given."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if kind:
+            clauses, params = ["kind = ?"], [kind]
+        if windows is not None:
+            clauses.append("window_id BETWEEN ? AND ?")
+            params += [int(windows[0]), int(windows[1])]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         sql = f"SELECT * FROM results {where} ORDER BY window_id, kind, sensor"
         with self._cursor() as cur:
             return cur.execute(sql, params).df()

@@ -139,7 +139,10 @@ class ManagerViews:
             if rec is None:
                 raise PipelineError("no recovery has run yet")
             if scored is None or scored[0] is not rec:
-                raise PipelineError("a recovery is under way: its report comes when it ends")
+                raise PipelineError(
+                    "the pipeline is busy with a control call (a failure, a recovery, a "
+                    "start or a stop): the report comes when it ends"
+                )
             return scored[1]
         try:
             return self._score_report()

@@ -31,6 +31,7 @@ from engine.errors import ParameterError
 from engine.model import GaussianModel
 from engine.model.linear import LinearMap, column_indices
 from engine.planning.control import ShadowFeedback
+from engine.windows import count_unheld
 
 
 def window_misses(
@@ -125,9 +126,8 @@ def shadow_feedback(
 
 def _rebuilt_in_window(backed: np.ndarray, count: int, window: int, slide: int) -> np.ndarray:
     """(count, n) True where any of the sensor's readings in the window was not backed up."""
-    gaps = np.vstack([np.zeros((1, backed.shape[1])), np.cumsum(~backed, axis=0)])
     starts = np.arange(count) * slide
-    return np.asarray(gaps[starts + window] - gaps[starts] > 0)
+    return count_unheld(backed, starts, starts + window) > 0
 
 
 def drop_one_rebuild(

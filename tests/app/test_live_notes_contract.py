@@ -37,9 +37,13 @@ def test_a_temporary_home_puts_a_crash_plan_under_the_range_contract(
     blocker = tmp_path / "a_file"
     blocker.write_text("")  # a folder cannot be made inside a file, whoever runs the test
     text = captions(monkeypatch, blocker / "home", 6)
-    assert text.startswith("Range contract: this plan is for the crash contract (exposure 6 rows)")
+    assert text.startswith(
+        "Range contract for a restart: this plan is for the crash contract (exposure 6 rows)"
+    )
     assert "temporary folder" in text and "restarted server does not find" in text
-    assert "the crash contract's figure holds" not in text
+    # a crash the server survives keeps the state; one that ends it does not
+    assert "Simulate failure: crash) keeps them, and the crash contract's figure holds" in text
+    assert "only the range contract's figure holds" in text
     assert str(blocker) not in text  # the folder it works in is named, not the one it wanted
 
 

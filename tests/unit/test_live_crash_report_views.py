@@ -21,7 +21,8 @@ from tests.unit.test_live_crash_report_exact import crashed_manager, history, ma
 
 def test_the_report_does_not_wait_for_a_control_call_holding_the_lock(tmp_path: Path) -> None:
     """While another thread holds the lock, ``report`` returns the report last scored of
-    the same recovery at once; a recovery under way (a new one) has none to give yet."""
+    the same recovery at once; for a new recovery, or a control call before any report,
+    it has none to give yet and says the pipeline is busy."""
     x = history()
     spec = make_spec(x)
     manager, _ = crashed_manager(tmp_path, x, spec, "approx")
@@ -47,7 +48,7 @@ def test_the_report_does_not_wait_for_a_control_call_holding_the_lock(tmp_path: 
         assert got[0] is scored
         assert manager._recovery is not None
         manager._recovery = replace(manager._recovery, seconds=1.0)  # a new recovery's
-        with pytest.raises(PipelineError, match="under way"):
+        with pytest.raises(PipelineError, match="busy with a control call"):
             manager.report()
     finally:
         done.set()

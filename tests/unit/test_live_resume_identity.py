@@ -64,21 +64,28 @@ def stopped_run(paths: PipelinePaths, spec: StreamSpec) -> None:
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"eps": 0.5}, r"another eps \(it had eps=5\.0\) than this start \(eps=0\.5\)"),
+        (
+            {"eps": 0.5},
+            r"another eps \(it had eps=\{'a': 5\.0, 'b': 2\.0, 'c': 5\.0, 'd': 5\.0\}\) "
+            r"than this start \(eps=\{'a': 0\.5, 'b': 2\.0, 'c': 0\.5, 'd': 0\.5\}\)",
+        ),
         ({"delta": 0.01}, r"another delta \(it had delta=0\.05\) than this start \(delta=0\.01\)"),
         ({"exposure": 3}, r"another exposure \(it had exposure=2\) than this start \(exposure=3\)"),
         (
             {"horizon": 40},
             r"another horizon \(it had horizon=None\) than this start \(horizon=40\)",
         ),
-        ({"eps_by_sensor": ()}, r"another eps_by_sensor \(it had eps_by_sensor=\{'b': 2\.0\}"),
+        (
+            {"eps_by_sensor": ()},
+            r"another eps \(it had eps=\{'a': 5\.0, 'b': 2\.0, .*\(eps=\{'a': 5\.0, 'b': 5\.0",
+        ),
     ],
 )
 def test_a_resume_with_another_query_is_refused_naming_what_differs(
     tmp_path: Path, change: dict[str, object], named: str
 ) -> None:
-    """Fails before the fix: the resume check passed, and the run went on with the stored
-    backup set under the new query."""
+    """Without the query in the run's identity, the resume check passed and the run went on
+    with the stored backup set under the new query."""
     paths = PipelinePaths(tmp_path)
     stopped_run(paths, make_spec(OLD, kept=("c",)))
     asked = make_spec(replace(OLD, **change))
@@ -90,8 +97,8 @@ def test_a_resume_with_another_query_is_refused_naming_what_differs(
 
 
 def test_a_resume_of_a_kept_readings_plan_without_its_exposure_says_so(tmp_path: Path) -> None:
-    """The audit's second case: a max/min plan with kept sensors, resumed with no exposure,
-    failed reading its stored version with an unrelated ParameterError about kept sensors."""
+    """A max/min plan with kept sensors, resumed with no exposure, failed reading its
+    stored version with an unrelated ParameterError about kept sensors."""
     paths = PipelinePaths(tmp_path)
     stopped_run(paths, make_spec(OLD, kept=("c",)))
     asked = make_spec(replace(OLD, exposure=None))
@@ -122,5 +129,18 @@ def test_a_run_spec_written_before_the_query_was_recorded_is_not_resumed(tmp_pat
     legacy = {k: v for k, v in run_identity(spec, "approx").items() if k in
               ("sensors", "window", "slide", "aggregate", "mode")}  # fmt: skip
     (paths.root / "lacuna_run_spec.json").write_text(json.dumps(legacy))
-    with pytest.raises(PipelineError, match=r"it had delta unrecorded, eps unrecorded"):
+    with pytest.raises(
+        PipelineError, match=r"did not record its delta, eps, exposure, horizon: .* archive it"
+    ):
         check_same_run(paths, run_identity(spec, "approx"))
+
+
+def test_the_same_eps_written_another_way_resumes(tmp_path: Path) -> None:
+    """One eps per unit group that gives every sensor the single eps is the same query: the
+    stored plan was made for the same tolerances, so the run resumes."""
+    paths = PipelinePaths(tmp_path)
+    paths.ensure()
+    plain = WindowQuery(2.0, 0.05, 8, aggregate="max", exposure=2)
+    record_run(paths, run_identity(make_spec(plain), "approx"))
+    per_unit = replace(plain, eps=7.0, eps_by_sensor=tuple((s, 2.0) for s in SENSORS))
+    check_same_run(paths, run_identity(make_spec(per_unit), "approx"))
