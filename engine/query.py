@@ -95,6 +95,12 @@ def check_exposure(exposure: object) -> None:
         raise ParameterError(f"exposure must be an integer >= 1 row, got {exposure!r}")
 
 
+def contract_of(exposure: int | None) -> str:
+    """The contract a plan with this ``exposure`` is made for: "crash" (a failure loses
+    at most ``exposure`` rows) or "range" (None: whole windows rebuilt)."""
+    return "range" if exposure is None else "crash"
+
+
 def horizon_rows(horizon: int | None, window: int, default: int) -> int:
     """Rows a plan is used before re-planning: ``horizon``, else ``default``; at least a window.
 
@@ -156,6 +162,11 @@ class WindowQuery:
     def effective_slide(self) -> int:
         """The slide in readings (the window when tumbling)."""
         return self.window if self.slide is None else self.slide
+
+    @property
+    def contract(self) -> str:
+        """``contract_of(self.exposure)``."""
+        return contract_of(self.exposure)
 
     def eps_vector(self, sensors: tuple[str, ...]) -> np.ndarray:
         """Each sensor's eps, (n,) in ``sensors`` order; ``eps`` unless overridden.

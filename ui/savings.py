@@ -98,7 +98,7 @@ def _outcome(name: str, plan: BackupPlan, whole: BackupPlan) -> str:
     """A strategy's outcome after a failure: each contract's row states its own plan's
     measured quality (``whole``: the same query planned for the range contract), or says
     that nothing measured it; never the other contract's figure."""
-    own = "range" if plan.parameters.exposure is None else "crash"
+    own = plan.query.contract
     if name == own:
         return quality(plan)
     if name == "crash":  # a range plan: no crash plan was made, so none was measured
@@ -122,18 +122,16 @@ def _amount(x: float) -> str:
     return f"{x:,.0f}" if x >= 1000 else format_quantity(x)
 
 
-def cost_table(
-    report: CostReport, plan: BackupPlan, whole: BackupPlan | None = None
-) -> pd.DataFrame:
+def cost_table(report: CostReport, plan: BackupPlan, whole: BackupPlan) -> pd.DataFrame:
     """One row per strategy: what it persists, holds and writes, and each line of its
-    bill. ``whole``: the plan's query planned for the range contract (``plans.range_plan``;
-    default: ``plan``)."""
+    bill. ``whole``: the plan's query planned for the range contract (``plans.range_plan``:
+    ``plan`` itself for a range plan)."""
     full = report.full
     rows = []
     strategies = [full, report.contracts["crash"], report.contracts["range"], report.none]
     for cost in strategies:
         label = f"{cost.name} contract" if cost.name in report.contracts else cost.name
-        outcome = _outcome(cost.name, plan, plan if whole is None else whole)
+        outcome = _outcome(cost.name, plan, whole)
         rows.append(
             {
                 "strategy": label,
@@ -211,10 +209,10 @@ def recovery_line(report: CostReport, contract: str) -> str:
     )
 
 
-def cost_section(report: CostReport, plan: BackupPlan, whole: BackupPlan | None = None) -> None:
+def cost_section(report: CostReport, plan: BackupPlan, whole: BackupPlan) -> None:
     """The cost model's answer: metrics, where it pays, the bill by line, recovery, sources
     (``whole`` as in ``cost_table``)."""
-    own = "crash" if plan.parameters.exposure is not None else "range"  # the plan's contract
+    own = plan.query.contract
     cost_metrics(report, own)
     lines = where_it_pays(report, own)
     show = st.success if report.saving(own) > 0 else st.warning

@@ -151,10 +151,8 @@ def default_parameters(history: SensorHistory, sensors: list[str]) -> PlanParame
     """eps = a tenth of the typical sensor spread (1.0 degC on the sample), delta 0.05,
     window 24 readings (a day of hourly data) or less on short files, avg, the crash
     contract for the live replay's micro-batch (``engine.live.exposure.default_exposure``)."""
-    idx = [history.sensors.index(s) for s in sensors]
-    spread = float(np.median(history.values[:, idx].std(axis=0))) if idx else 1.0
     window = int(max(1, min(24, history.values.shape[0] // 12)))
-    eps = nice_number(spread / 10)
+    eps = group_default(history, sensors) if sensors else nice_number(0.1)
     return PlanParameters(WindowQuery(eps, 0.05, window, exposure=default_exposure(window)))
 
 

@@ -72,7 +72,7 @@ def where_it_pays(report: CostReport, contract: str = "range") -> list[str]:
             f"{most * fleet.interval_s:g} s (the job backs up every sensor for a bigger "
             "batch), one file per micro-batch and partition."
         )
-    elif mine.requests < full.requests:  # it writes nothing: no sensor is backed up
+    elif mine.fraction == 0.0 and full.requests > 0:  # no sensor backed up: no file written
         out.append(
             f"Requests: none ({_money(full.requests)} a month for full backup): it backs up "
             "no sensor, so it writes no file."

@@ -155,7 +155,7 @@ def _guarantee(plan: BackupPlan) -> dict[str, Any]:
             "repair": plan.model_note,
         },
         "backtest": None if plan.backtest is None else plan.backtest.to_dict(),
-        "contract": "range" if plan.parameters.exposure is None else "crash",
+        "contract": plan.query.contract,
         "exposure_rows": plan.parameters.exposure,
         "verdict": (
             "not measured: no backtest was run for this plan"

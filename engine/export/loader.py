@@ -30,7 +30,7 @@ from engine.export.seal import check_seal
 from engine.model.linear import LinearMap
 from engine.planning.calibration import CALIBRATIONS
 from engine.planning.parameters import PlanParameters
-from engine.query import WindowQuery
+from engine.query import WindowQuery, contract_of
 
 SCHEMA_VERSION = 3
 SCHEMA_PATHS = {v: Path(__file__).parent / "schema" / f"backup_config.v{v}.json" for v in (1, 2, 3)}
@@ -218,7 +218,7 @@ def _check_contract(data: dict[str, Any]) -> None:
     "crash" with an exposure, "range" without; recover and the job read the exposure."""
     exposure = data["parameters"].get("exposure")
     said = data["guarantee"].get("contract")
-    expected = "range" if exposure is None else "crash"
+    expected = contract_of(exposure)
     if said is not None and said != expected:
         raise ConfigError(
             f"guarantee/contract must be {expected!r} for parameters/exposure {exposure!r} "

@@ -295,7 +295,7 @@ def _run_query(
         seconds=round(now() - started, 3),
         backup=paths.backup,
         results=paths.results,
-        contract="range" if config.query.exposure is None else "crash",
+        contract=config.query.contract,
         crash_windows=int(writer.totals["crash_windows"]),
         crash_misses=round(float(writer.totals["crash_misses"]), 6),
     )
@@ -319,7 +319,7 @@ def job_control(
         else "re-planning is off (--no-replan): the plan never changes" if not settings.replan
         else None
     )  # fmt: skip
-    contract = "crash" if config.query.exposure is not None else "range"
+    contract = config.query.contract
     steers = f"every closed window's shadow check ({contract} contract) steers the set"
     log({"event": "control_mode", "online_control": why_not is None, "reason": why_not or steers})
     if why_not is not None:

@@ -46,6 +46,7 @@ from engine.planning.monitor import (
     rate_upper_bound,
 )
 from engine.planning.verdict import disjoint_share
+from engine.query import contract_of
 
 BATCH_COLUMNS = (
     "batch_id", "plan_version", "readings", "windows", "rebuilt_pairs", "misses",
@@ -127,7 +128,7 @@ class JobStatus:
             "alerts": sum(len(named) for named in self._alerted().values()),
             # micro-batches over the plan's exposure: each backed up every sensor
             "batches_over_exposure": int(b["over_exposure"].eq(True).sum()),
-            "contract": "range" if exposure is None else "crash",
+            "contract": contract_of(exposure),
             "exposure_rows": exposure,
             **self._shadow_contract(),
             "rows_per_trigger": self.run.get("rows_per_trigger"),

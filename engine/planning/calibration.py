@@ -62,7 +62,7 @@ from engine.planning.horizon import (
     scored_horizons,
 )
 from engine.planning.scores import calibration_scores, dropped_variance, kept_scores
-from engine.query import WindowQuery, check_exposure, check_horizon, horizon_rows
+from engine.query import WindowQuery, check_exposure, check_horizon, contract_of, horizon_rows
 from engine.selection import Method, Selection, select_backups
 
 CALIBRATIONS: tuple[str, ...] = ("backtest", "none")
@@ -121,7 +121,7 @@ class PlanningSpec:
     @property
     def contract(self) -> str:
         """``"crash"`` (a failure loses ``exposure`` rows) or ``"range"`` (whole windows)."""
-        return "range" if self.exposure is None else "crash"
+        return contract_of(self.exposure)
 
     @property
     def keeps_readings(self) -> bool:

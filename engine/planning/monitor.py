@@ -190,7 +190,7 @@ class ViolationMonitor:
         promises (a crash plan, one with an exposure, under the crash contract; else whole
         windows), its windows' disjoint share counted as trials (sliding windows overlap).
         The job's monitor and the re-planning one are both built here."""
-        contract = "range" if query.exposure is None else "crash"
+        contract = query.contract
         share = disjoint_share(query.window, query.effective_slide)
         return cls(sensors, eps, query.delta, confidence, min_windows, contract, share)
 
