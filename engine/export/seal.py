@@ -14,7 +14,9 @@ others with coefficients fitted with it). Nothing in a config is meant to be edi
 docs/OPERATIONS.md and docs/INTERFACES.md tell an operator to re-plan, never to edit
 a key, so the seal covers every key.
 
-A v3 config without a seal (written before seals) is read as before; so are v1 and v2.
+A v3 config without a seal (an older export, or one whose seal was deleted) is read
+unchecked, as v1 and v2 are: the seal catches an edit made by mistake, not one made to
+deceive.
 """
 
 from __future__ import annotations

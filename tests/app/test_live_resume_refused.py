@@ -1,7 +1,7 @@
 """A Resume whose query differs from the earlier run's is refused with one clear message.
 
 The refusal is the manager's (``engine.live.ownership.check_same_run``); the page shows
-its one error line, and the start box no longer says Spark is starting.
+its one error line, and the start box says the pipeline was not started.
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ def test_plan_with_eps_by_unit_covering_every_sensor_writes_that_eps(tmp_path, c
 
 
 def test_a_re_plan_keeps_the_operators_unit_corrections(drift) -> None:
-    """The audit's u1.py: two sensors corrected to degC were exported as degC and
-    re-planned as guessed (``unknown:s``), losing the mixed-unit warning."""
+    """Two sensors corrected to degC are exported as degC; a re-plan that read them as
+    guessed (``unknown:s``) would lose the mixed-unit warning."""
     corrections = (("s00", "degC"), ("s01", "degC"))
     params = PlanParameters(WindowQuery(0.5, 0.05, 30), units=corrections)
     plan = make_plan(drift, params, run_backtest_now=False)

@@ -45,8 +45,8 @@ def fresh(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def drop_backup_sensor(c: dict[str, Any]) -> None:
-    """The audit's tamper2: a backup sensor removed from every section that names it,
-    so the config stays internally consistent."""
+    """A backup sensor removed from every section that names it, so the config stays
+    internally consistent."""
     drop = c["backup_sensors"][0]
     c["sensors"].remove(drop)
     c["backup_sensors"].remove(drop)
@@ -150,12 +150,17 @@ def test_a_config_written_before_seals_and_v1_still_load(config, tmp_path) -> No
     assert load_config(tmp_path / "v1.json").schema_version == 1
 
 
-def test_a_seal_is_refused_under_v1_and_v2(config) -> None:
+def test_a_seal_is_refused_under_v1_and_v2(config, tmp_path) -> None:
     c = fresh(config)
     c["schema_version"] = 2
     c["parameters"].pop("exposure")
-    with pytest.raises(ConfigError, match="Additional properties"):
+    with pytest.raises(ConfigError, match="'seal' was unexpected"):
         BackupConfig.from_dict(c)
+    write_reference_config(tmp_path / "v1.json", sample_rows(40))
+    v1 = json.loads((tmp_path / "v1.json").read_text())
+    v1["seal"] = config["seal"]
+    with pytest.raises(ConfigError, match="'seal' was unexpected"):
+        BackupConfig.from_dict(v1)
 
 
 def test_an_edited_plan_book_version_is_refused(config, tmp_path) -> None:

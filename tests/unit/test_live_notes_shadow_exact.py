@@ -62,8 +62,8 @@ def closed_windows(x: np.ndarray, spec: StreamSpec, stored_rows: np.ndarray) -> 
 
 
 def test_windows_a_full_batch_stored_whole_are_not_counted_by_the_board() -> None:
-    """The audit's case: every reading stored. Before, the worst sensor read 0 misses of
-    100 windows (rate 0); those windows were never rebuilt: nothing is measured."""
+    """Every reading stored: those windows are never rebuilt, so nothing is measured (scored
+    as read, the worst sensor would read 0 misses of 100 windows, rate 0)."""
     x = readings(400)
     spec = make_spec(x, WindowQuery(0.1, 0.05, 4, aggregate="avg"))
     v = PlanVersion.initial(spec, T0)
