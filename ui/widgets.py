@@ -36,7 +36,8 @@ def _seed(key: str, value: object) -> None:
 
 
 def load_options() -> LoadOptions:
-    """Layout, time column and numeric time unit of an upload (auto-detected by default)."""
+    """Layout, time column, numeric time unit, clock and sensors to read of an upload
+    (auto-detected, every column, by default)."""
     cols = st.columns(3)
     layout = cols[0].selectbox(
         "Layout",
@@ -73,11 +74,22 @@ def load_options() -> LoadOptions:
     except ParameterError as err:
         st.error(f"Clock step: {err}; the times are read as they are")
         clock_s = None
+    read = st.text_input(
+        "Sensors to read",
+        "",
+        placeholder="every sensor",
+        help="names or globs, comma-separated (e.g. *_TEMP,Dongsi_*), as the CLI's --sensors: "
+        "the others are left out before missing values are handled, so a dead sensor (no "
+        "reading at all) or one that drops many rows does not block the file",
+        key="w_read_sensors",
+    )
+    items = tuple(s.strip() for s in read.split(",") if s.strip())
     return LoadOptions(
         layout=layout,
         time_column=time_column.strip() or None,
         numeric_time_unit=None if unit == AUTO_UNIT else unit,
         clock_s=clock_s,
+        sensors=items or None,
     )
 
 

@@ -45,6 +45,8 @@ MOSTLY_FILLED = 0.5
 # Steps this share of the file shorter than the median step / GAP_FACTOR: another rate
 SHORT_STEPS = 0.1
 UNSTEADY = "the sampling interval is not steady"  # the note's words (``warning_notes``)
+# how an operator reads a file without some of its sensors, on the CLI and in the app
+LEAVE_OUT = "--sensors on the command line, Sensors to read on the Data page"
 
 
 @dataclass(frozen=True)
@@ -394,7 +396,7 @@ def _mark_missing(decoded: Decoded, values: np.ndarray) -> tuple[np.ndarray, np.
     if empty.size:
         raise DataError(
             f"{decoded.source}: sensor {decoded.sensors[empty[0]]!r} has no values "
-            f"(all {values.shape[0]} rows missing)"
+            f"(all {values.shape[0]} rows missing): leave it out ({LEAVE_OUT})"
         )
     return values, rate
 
@@ -429,8 +431,8 @@ def _blame(unfilled: np.ndarray, sensors: tuple[str, ...]) -> str:
         return ""
     which = ", ".join(f"{sensors[j]!r} ({int(unfilled[j])} rows)" for j in order)
     return (
-        f"; the rows dropped lack readings of {which}: leave such a sensor out (--sensors "
-        "on the command line) or fill its gaps"
+        f"; the rows dropped lack readings of {which}: leave such a sensor out "
+        f"({LEAVE_OUT}) or fill its gaps"
     )
 
 

@@ -344,3 +344,17 @@ def test_a_sensor_added_to_a_unit_group_takes_its_groups_eps() -> None:
     assert not any("reset" in i.value or "no eps was set" in i.value for i in at.info)
     at.switch_page("pages/tune.py").run()
     assert not at.exception and at.number_input(key="w_eps_unit_degC").value == 0.2
+
+
+def test_a_dead_sensor_is_left_out_with_sensors_to_read() -> None:
+    """A sensor with no reading at all refuses the whole file; the CLI reads it with
+    --sensors, and the Data page had no way to: its 'Sensors to read' leaves it out."""
+    frame = _wide(96)
+    frame["dead"] = np.nan
+    at = _upload(_session(), "dead.csv", frame)
+    assert len(at.error) == 1 and "'dead' has no values" in at.error[0].value
+    assert "Sensors to read on the Data page" in at.error[0].value
+    at.text_input(key="w_read_sensors").set_value("w, x,y*").run()
+    assert not at.exception and not at.error
+    assert at.session_state["dataset"].history.sensors == ("w", "x", "y")
+    assert any("selected 3 of 5 sensors" in c.value for c in at.caption)

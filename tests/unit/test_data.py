@@ -487,7 +487,10 @@ def test_too_few_rows_after_dropping(tmp_csv):
 def test_all_missing_sensor_is_an_error(tmp_csv):
     frame = make_wide(10, 3)
     frame["s1"] = np.nan
-    assert error_of(tmp_csv(frame)) == "data.csv: sensor 's1' has no values (all 10 rows missing)"
+    assert error_of(tmp_csv(frame)) == (
+        "data.csv: sensor 's1' has no values (all 10 rows missing): leave it out (--sensors "
+        "on the command line, Sensors to read on the Data page)"
+    )
 
 
 def test_non_csv_bytes_and_broken_rows(tmp_csv, tmp_path):
