@@ -273,6 +273,7 @@ def cmd_backtest(args: argparse.Namespace) -> dict[str, Any]:
     params = _params(args)
     history = _history(args)
     params = _with_unit_eps(params, history, args)
+    _warn([w for w in [params.unit_warning(history.sensors)] if w])  # as ``plan`` says it
     n_rows = history.values.shape[0]
     params.check_fits(n_rows)  # the same refusals as ``plan``
     horizon = resolve_horizon(params, n_rows, history.report.sampling_interval_s)
@@ -349,7 +350,7 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     _params(args)  # the same: parameters before the data
     history = _history(args)
     params = _with_unit_eps(_params(args), history, args)
-    return simulate_from_cli(history, params, args, before_run=_say_warnings)
+    return simulate_from_cli(history, params, args, before_run=_say_warnings, warn=_warn)
 
 
 def cmd_disorder(args: argparse.Namespace) -> dict[str, Any]:

@@ -133,7 +133,7 @@ def start(
             "at": datetime.now(UTC).strftime("%H:%M:%S UTC"),
             "signature": plan_signature(plan),
             "rows": str(len(history.times)),
-            "split": replay_split(data).describe(data.history),
+            "split": replay_split(data).describe(data.history, plan.history_rows),
             "sensors": str(len(plan.sensors)),
             "source": str(history.report.source),
         }

@@ -12,9 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.data import SensorHistory
-from engine.live import INDEXED_KINDS, PipelineManager, RecoveryReport
+from engine.live import INDEXED_KINDS, PipelineManager, RecoveryReport, promise_note
 from engine.planning import BackupPlan
-from engine.planning.verdict import STATE_LABELS
 from engine.windows import window_aggregates
 from ui import charts, resources
 from ui.format import pct, plural, span
@@ -182,28 +181,6 @@ def pipeline_inputs(
     if set(report.sensors) <= set(history.sensors):
         return history, plan
     return None
-
-
-def promise_note(report: RecoveryReport, plan: BackupPlan) -> str:
-    """ "" unless a crash plan rebuilt whole windows (a machine loss, a crash that lost
-    more than its exposure): its delta is promised for the crash contract, and what it
-    gets for whole windows is its range backtest's figure (or nothing measured)."""
-    exposure = plan.parameters.exposure
-    if report.contract != "range" or exposure is None or not report.windows_recovered:
-        return ""
-    promise = (
-        f"This plan promises delta {100 * report.delta:g} % for a crash that loses at most "
-        f"{exposure} row{'' if exposure == 1 else 's'}; this recovery rebuilt whole windows, "
-    )
-    bt = plan.backtest
-    if bt is None or not bt.n_folds or bt.crash is None:
-        return promise + "which no backtest of this plan measured: compare with nothing."
-    return (
-        promise + f"which its backtest measured at {bt.pooled_label()} pooled, worst sensor "
-        f"{bt.worst_label()} (range verdict: {STATE_LABELS[bt.assess(report.delta).state]}): "
-        "compare the rates here with "
-        "that, not with delta."
-    )
 
 
 def report_metrics(report: RecoveryReport) -> None:

@@ -25,7 +25,7 @@ from engine.live.ownership import find_leftovers
 from engine.live.pipeline import LivePipeline
 from engine.live.records import INDEXED_KINDS
 from engine.live.recovery import LostRange, recover_lost_range
-from engine.live.recovery_report import RecoveryReport, score_recovery
+from engine.live.recovery_report import RecoveryReport, promise_note, score_recovery
 from engine.live.replanning import replanning_monitor
 from engine.live.simulate import simulate_from_cli
 from engine.live.spec import PipelineOptions, PipelinePaths, StreamSpec
@@ -59,6 +59,7 @@ __all__ = [
     "feed_within_exposure",
     "find_leftovers",
     "get_manager",
+    "promise_note",
     "recover_lost_range",
     "replanning_monitor",
     "score_recovery",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,9 +19,13 @@ from engine.live.records import INDEXED_KINDS
 from engine.live.recovery import LostRange
 from engine.live.spec import StreamSpec
 from engine.live.store import BackupStore
+from engine.planning.verdict import STATE_LABELS
 from engine.windows import count_unheld, window_aggregates
 
-__all__ = ["RecoveryReport", "covering_contract", "score_recovery"]
+if TYPE_CHECKING:
+    from engine.planning import BackupPlan
+
+__all__ = ["RecoveryReport", "covering_contract", "promise_note", "score_recovery"]
 
 
 def covering_contract(failure: str, lost_rows: int, exposure: int | None) -> str:
@@ -250,3 +254,25 @@ def _note(mode: str, lost: int, recovered: int) -> str:
     )
     tail = f"; {missing} window(s) not (yet) recovered" if missing else ""
     return f"{recovered} of {lost} lost window(s) recovered: {what}{tail}"
+
+
+def promise_note(report: RecoveryReport, plan: BackupPlan) -> str:
+    """ "" unless a crash plan rebuilt whole windows (a machine loss, a crash that lost
+    more than its exposure): its delta is promised for the crash contract, and what it
+    gets for whole windows is its range backtest's figure (or nothing measured)."""
+    exposure = plan.parameters.exposure
+    if report.contract != "range" or exposure is None or not report.windows_recovered:
+        return ""
+    promise = (
+        f"This plan promises delta {100 * report.delta:g} % for a crash that loses at most "
+        f"{exposure} row{'' if exposure == 1 else 's'}; this recovery rebuilt whole windows, "
+    )
+    bt = plan.backtest
+    if bt is None or not bt.n_folds or bt.crash is None:
+        return promise + "which no backtest of this plan measured: compare with nothing."
+    return (
+        promise + f"which its backtest measured at {bt.pooled_label()} pooled, worst sensor "
+        f"{bt.worst_label()} (range verdict: {STATE_LABELS[bt.assess(report.delta).state]}): "
+        "compare the rates here with "
+        "that, not with delta."
+    )

@@ -12,7 +12,7 @@ import argparse
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from engine.data import SensorHistory
+from engine.live.recovery_report import promise_note
 from engine.live.split import split_for_replay
 from engine.planning import BacktestSettings, PlanParameters, default_history, make_plan
+from engine.planning.plan import contract_verdict, contract_verdicts
 
 SIMULATE_BACKTEST_FOLDS = 20  # enough to carry a measured guarantee, quick to compute
 
@@ -32,6 +34,7 @@ def simulate_from_cli(
     params: PlanParameters,
     args: argparse.Namespace,
     before_run: Callable[[], None] = lambda: None,
+    warn: Callable[[Sequence[str]], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Plan on a prefix of ``history``, replay the rows after it through Spark, fail at
     ``args.fail_at`` of the replay, recover (``--rows``: replay the last ROWS rows).
@@ -43,7 +46,9 @@ def simulate_from_cli(
     state survives, the micro-batch in flight is lost) or a machine loss (every open
     window rebuilt); by default a crash for a crash-contract plan (``--exposure``).
     ``before_run`` is called once the run has accepted its input, before its minutes
-    (the CLI says its warnings there, not after the run)."""
+    (the CLI says its warnings there, not after the run); ``warn`` is given the plan's
+    warnings (mixed units under one eps, an unmeasured plan, a backup of no sensor) as
+    soon as it is made, and the report's ``plan`` carries them with its verdicts."""
     from engine.disorder import parse_delays
     from engine.live.launch import Disorder
     from engine.live.replanning import replanning_monitor
@@ -60,6 +65,7 @@ def simulate_from_cli(
     rows = params.history or default_history(fit.values.shape[0], params.window)
     settings = BacktestSettings(history=rows, max_folds=SIMULATE_BACKTEST_FOLDS)
     plan = make_plan(fit, params, backtest=settings)
+    warn(plan.warnings)  # said before the run's minutes, with the input's own
     replay = split.replay(history)
     managers: list[Any] = []  # the run's manager: its status outlives the run
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="lacuna-sim-") as tmp:
@@ -83,6 +89,8 @@ def simulate_from_cli(
             started=before_run,  # after the run's own refusals: a refusal comes alone
         )
     out = report.to_dict()
+    # a crash plan's whole windows rebuilt are measured against its range backtest, not delta
+    out["promise"] = promise_note(report, plan) or None
     # Top level: every plan version of the run; the report keeps rows_by_version.
     out["plan_versions"] = out.pop("plan_versions")
     out["horizon_rows"] = plan.horizon_rows
@@ -90,11 +98,17 @@ def simulate_from_cli(
     out["live_monitor"] = live_monitor(status)
     if disorder is not None:
         out["disorder"] = disorder_summary(disorder, status)
-    out["split"] = {**split.to_dict(), "note": split.describe(history)}
+    out["split"] = {**split.to_dict(), "note": split.describe(history, plan.history_rows)}
+    bt = plan.backtest
     out["plan"] = {
         "backup_sensors": list(plan.backup_sensors),
         "backup_fraction": plan.backup_fraction,
-        "backtest": None if plan.backtest is None else plan.backtest.to_dict(),
+        "contract": plan.query.contract,
+        # the plan's own contract's verdict, as ``plan`` prints it (None: not measured)
+        "verdict": contract_verdict(bt, params.delta) if bt is not None and bt.n_folds else None,
+        "verdicts": contract_verdicts(bt, params.delta),
+        "warnings": list(plan.warnings),
+        "backtest": None if bt is None else bt.to_dict(),
         "model_worst_violation_probability": plan.model_worst_probability,
     }
     return out

@@ -49,12 +49,17 @@ class ReplaySplit:
         self._check(history)
         return history.rows(self.fit_rows, self.total_rows)
 
-    def describe(self, history: SensorHistory) -> str:
-        """One line for a page or a report: which rows plan, which are replayed."""
-        t = history.times
+    def describe(self, history: SensorHistory, fitted_rows: int | None = None) -> str:
+        """One line for a page or a report: which rows plan, which are replayed.
+        ``fitted_rows``: the rows the plan itself learnt from (``BackupPlan.history_rows``,
+        the last of the prefix), when fewer than the prefix its backtest runs over."""
+        t, last = history.times, self.fit_rows - 1
+        first = 0 if fitted_rows is None else max(0, self.fit_rows - fitted_rows)
+        fitted = f"plan fitted on rows {first}-{last} ({_day(t[first])} to {_day(t[last])})"
+        if first > 0:
+            fitted += f", backtested on rows 0-{last}"
         return (
-            f"plan fitted on rows 0-{self.fit_rows - 1} ({_day(t[0])} to "
-            f"{_day(t[self.fit_rows - 1])}); replay of the {self.replay_rows} rows after it "
+            f"{fitted}; replay of the {self.replay_rows} rows after it "
             f"({_day(t[self.fit_rows])} to {_day(t[-1])})"
         )
 

@@ -218,6 +218,14 @@ def test_simulate_with_disorder_runs_the_stage_through_failure_and_recovery(
     out, err = capsys.readouterr()
     assert code == 0, err
     report = __import__("json").loads(out)
+    # the plan's warnings (one eps over degC and ug/m3) are said, and reported with its
+    # verdicts, as ``plan`` says them
+    plan = report["plan"]
+    assert plan["contract"] == "range" and set(plan["verdicts"]) == {"crash", "range"}
+    assert plan["verdict"] is None or isinstance(plan["verdict"], str)
+    assert any(w.startswith("the sensors have 2 units") for w in plan["warnings"])
+    assert "warning: the sensors have 2 units" in err
+    assert report["promise"] is None  # a range plan: its own contract scores the loss
     disorder = report["disorder"]
     assert disorder["delays"].startswith("exp")
     assert disorder["late_readings"] > 0 and disorder["corrected_results"] > 0

@@ -406,7 +406,8 @@ def test_simulate_says_its_warnings_before_the_run_and_each_once(
 ) -> None:
     """The run takes minutes: a warning about accepted input is said before it starts,
     not kept to its end; the parameters are read twice (before and after the data), their
-    warning is said once."""
+    warning is said once. The plan's own warnings (here: two units under one eps) are
+    said there too, as ``plan`` says them."""
     import engine.live.simulation as simulation
     from engine.cli import _main
     from engine.errors import DataError
@@ -422,8 +423,9 @@ def test_simulate_says_its_warnings_before_the_run_and_each_once(
                   "--window", "24", "--horizon", "12", "--rows", "96"])  # fmt: skip
     assert code == 2
     said = seen[0].strip().splitlines()
-    assert said == ["warning: --horizon 12 is shorter than a window: planned for one window "
-                    "(24 rows)"], said  # fmt: skip
+    assert said[0] == ("warning: --horizon 12 is shorter than a window: planned for one "
+                       "window (24 rows)"), said  # fmt: skip
+    assert len(said) == 2 and said[1].startswith("warning: the sensors have 2 units"), said
     assert capsys.readouterr().err.strip() == "error: the run stopped here"
 
 
@@ -444,3 +446,17 @@ def test_simulate_refuses_a_replay_too_short_to_fail_in_alone_without_its_warnin
     assert code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "leaves no open window" in lines[0], lines
+
+
+def test_backtest_says_the_mixed_unit_warning_as_plan_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One eps over degC and ug/m3 pools errors of both units in the verdict: ``plan``
+    warned of it, ``backtest`` of the same parameters said nothing."""
+    from engine.cli import _main
+
+    code = _main(["backtest", "--data", str(SMALL), "--eps", "1", "--delta", "0.05",
+                  "--window", "24", "--max-folds", "2"])  # fmt: skip
+    assert code == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any(line.startswith("warning: the sensors have 2 units") for line in err), err
