@@ -179,7 +179,7 @@ class ManagerViews:
         )  # fmt: skip
         contract = covering_contract(rec.failure, rec.lost.rows, spec.query.exposure)
         exact = rec.stored is not None and set(spec.sensors) <= set(rec.stored)
-        note = f"{_failure_note(rec, contract, spec.query.exposure, exact)}; {note}"
+        note = f"{_failure_note(rec, contract, spec.query.exposure, exact, mode)}; {note}"
         served = {str(k): v for k, v in sorted(rec.rows_by_version.items())}
         last = self.rows_seen() - 1
         versions = tuple(v.to_dict(last) for v in self.versions())
@@ -223,15 +223,20 @@ class ManagerViews:
         return self._store
 
 
-def _failure_note(rec: _Recovery, contract: str, exposure: int | None, exact: bool = False) -> str:
+def _failure_note(
+    rec: _Recovery, contract: str, exposure: int | None, exact: bool = False, mode: str = "approx"
+) -> str:
     """What failed, what was rebuilt, and which contract's miss rate covers it; with
     ``exact`` (every sensor backed up throughout the lost rows: a batch over the exposure,
     or after a recovery) that nothing was rebuilt, whatever the contract; with no row
-    lost (a crash once no batch could come) that nothing was lost."""
+    lost (a crash once no batch could come) that nothing was lost; in mode ``none`` (no
+    backup) that nothing could be rebuilt."""
     rows = f"{rec.lost.rows} row{'' if rec.lost.rows == 1 else 's'}"
+    kind = "crash: window state kept" if rec.failure == "crash" else "machine loss"
     if rec.lost.rows == 0:  # no batch was in flight: no contract to claim
-        kind = "crash: window state kept" if rec.failure == "crash" else "machine loss"
         return f"{kind}, no row lost: nothing was rebuilt, no contract's miss rate is needed"
+    if mode == "none":  # no backup: the lost rows' windows are given up, not rebuilt
+        return f"{kind}, {rows} lost: mode none keeps no backup, so nothing was rebuilt"
     if rec.failure == "crash":
         what = f"crash: window state kept, the micro-batch in flight ({rows}) rebuilt"
         if rec.kept:

@@ -154,3 +154,17 @@ def test_a_crash_of_a_batch_that_stored_every_sensor_is_said_exact_not_under_a_c
     assert "came back exactly" in exact and "contract covers" not in exact
     rebuilt = _failure_note(rec, "range", EXPOSURE, exact=False)
     assert "the range contract covers it, more than its 2" in rebuilt
+
+
+def test_a_failure_in_mode_none_is_not_said_rebuilt_under_a_contract() -> None:
+    """Mode none keeps no backup: the note said 'every open window rebuilt (12 rows); the
+    range contract covers it' beside 'none can be recovered'."""
+    from engine.live.recovery import LostRange
+    from engine.live.run_config import _Recovery
+    from engine.live.views import _failure_note
+
+    for failure in ("crash", "machine"):
+        rec = _Recovery(LostRange(1, 4, 7), 0.1, 8, 2, failure=failure)
+        note = _failure_note(rec, "range", None, mode="none")
+        assert "mode none keeps no backup, so nothing was rebuilt" in note
+        assert "rebuilt (" not in note and "contract covers" not in note
