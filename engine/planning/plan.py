@@ -198,7 +198,10 @@ def make_plan(
         settings = plan_backtest_settings(x.shape[0], len(sensors), spec, rows, backtest)
         result, scale = run_backtest(x, sensors, spec, settings, progress, return_scale=True)
     if result is not None and result.n_folds == 0 and spec.calibration == "backtest":
-        fold = _unmeasured_plan(x[-rows:], sensors, spec, x.shape[0], settings.history)
+        # a fold's first fit is calibration's rows unless --history caps the fits below it
+        # (the default history grows with the file: a longer one needs them all)
+        first = settings.history if params.history else _first_fit(len(sensors), spec)
+        fold = _unmeasured_plan(x[-rows:], sensors, spec, x.shape[0], first)
     else:
         fold = plan_on(x[-rows:], sensors, spec, scale)
     plan = assemble_plan(
@@ -237,13 +240,17 @@ def _check_sizes(x: np.ndarray, sensors: tuple[str, ...], params: PlanParameters
     params.check_fits(x.shape[0])
 
 
+def _first_fit(n_sensors: int, spec: PlanningSpec) -> int:
+    """The rows a backtest's first fold fits on when the history does not cap them."""
+    return max(calibration_rows(n_sensors, spec.window, spec.horizon_rows, spec.level), 4)
+
+
 def plan_backtest_settings(
     n_rows: int, n_sensors: int, spec: PlanningSpec, rows: int, given: BacktestSettings | None
 ) -> BacktestSettings:
     """Folds as the plan is made: first fold at the rows calibration needs, fits growing
     to the plan's ``rows``, each plan kept for the horizon (or ``given.step``)."""
-    first = min(calibration_rows(n_sensors, spec.window, spec.horizon_rows, spec.level), rows)
-    first = max(first, 4)
+    first = max(min(_first_fit(n_sensors, spec), rows), 4)
     return BacktestSettings(
         history=first,
         step=(given.step if given else None) or spec.horizon_rows,

@@ -152,6 +152,10 @@ def test_a_plan_no_backtest_fold_can_measure_backs_up_every_sensor(temps) -> Non
     assert set(plan.backup_sensors) == set(temps.sensors)
     assert plan.calibration.method == "unmeasured"
     assert any("one backtest fold needs 288" in w for w in plan.warnings)
+    # the rows a fold needs do not shrink with the file: calibration's rows are not
+    # capped at what the file holds (190 rows said 286, and 250 rows then 288)
+    shorter = make_plan(temps.rows(0, 190), params)
+    assert any("one backtest fold needs 288" in w for w in shorter.warnings), shorter.warnings
     # what it could not measure is null in its config, which validates as written: the
     # app's Export refused it over a NaN while the CLI wrote it
     config = plan_to_config(plan)
