@@ -13,6 +13,7 @@ import streamlit as st
 from engine.data import SensorHistory
 from engine.disorder import DisorderReport, MethodReport, run_disorder_experiment
 from engine.planning import PlanParameters
+from engine.planning.verdict import delta_digits
 from ui import background, resources
 from ui.charts import ACCENT, BACKUP_COLOUR, REBUILT_COLOUR, _layout
 from ui.format import format_percent, plural
@@ -156,7 +157,7 @@ def scored_note(report: DisorderReport, params: PlanParameters) -> str | None:
 def verdict(report: DisorderReport, delta: float) -> list[str]:
     """Plain sentences: ours against every baseline, and whether a simpler one is as good."""
     target, by = 1 - delta, report.methods
-    digits = _digits(delta)  # the target and the accuracies beside it alike
+    digits = delta_digits(delta)  # the target and the accuracies beside it alike
     ours, mp = by["ours"], by["mp_kslack"]
     ratio = ours.avg_latency_s / mp.avg_latency_s if mp.avg_latency_s else float("nan")
     share = "" if math.isnan(ratio) else f", {100 * ratio:.0f} % of MP-K-slack's"
@@ -195,15 +196,6 @@ def verdict(report: DisorderReport, delta: float) -> list[str]:
             + "."
         )
     return lines
-
-
-def _digits(delta: float) -> int:
-    """Decimals of a percentage that show ``1 - delta`` exactly enough to compare with:
-    one, or as many as delta's own percentage needs (0.05 % -> 99.95 %), at most four."""
-    for digits in range(1, 4):
-        if abs(round(100 * delta, digits) - 100 * delta) < 1e-9:
-            return digits
-    return 4
 
 
 def _hours(seconds: float) -> str:

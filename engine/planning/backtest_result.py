@@ -22,6 +22,7 @@ from engine.planning.verdict import (
     VERDICT_ALPHA,
     VERDICT_TEST,
     Verdict,
+    delta_digits,
     disjoint,
     disjoint_stride,
     first_settled,
@@ -83,10 +84,11 @@ class BacktestResult:
         misses, rebuilt, _ = self.per_sensor.get(self.worst_sensor, (0, 0, 0))
         return misses, rebuilt
 
-    def pooled_label(self) -> str:
+    def pooled_label(self, digits: int = 1) -> str:
         """``1.2 % of 416 (window, rebuilt sensor) pairs``: the pooled rate with what it
         counts (a window where three sensors were rebuilt counts three times)."""
-        return f"{pct(self.violation_rate_mean)} of {self.windows:,} (window, rebuilt sensor) pairs"
+        rate = pct(self.violation_rate_mean, digits)
+        return f"{rate} of {self.windows:,} (window, rebuilt sensor) pairs"
 
     def worst_label(self) -> str:
         """``T5 missed 2 of 8 rebuilt windows (25.0 %)``: the worst sensor, counted."""
@@ -119,10 +121,11 @@ class BacktestResult:
                 "holds",
                 f"holds trivially over {where}: every sensor was backed up, nothing was rebuilt",
             )
-        pooled = f"pooled {self.pooled_label()} missed eps"
+        d = delta_digits(delta)  # the pooled rate beside delta, both shown exactly enough
+        pooled = f"pooled {self.pooled_label(d)} missed eps"
         if self.violation_rate_mean > delta:
             return Verdict(
-                "fails", f"DOES NOT HOLD: {pooled}, above delta {pct(delta)} ({where})", FIX
+                "fails", f"DOES NOT HOLD: {pooled}, above delta {pct(delta, d)} ({where})", FIX
             )
         rejected = self.rejected_sensors(delta)
         if rejected:
@@ -130,7 +133,7 @@ class BacktestResult:
             return Verdict(
                 "fails",
                 f"DOES NOT HOLD: {len(rejected)} sensor(s) miss eps more often than delta "
-                f"{pct(delta)} (binomial test, Bonferroni over {self.rebuilt_sensors}), e.g. "
+                f"{pct(delta, d)} (binomial test, Bonferroni over {self.rebuilt_sensors}), e.g. "
                 f"{rejected[0]} missed {v:,} of {r:,} rebuilt windows; {pooled} ({where})",
                 FIX,
             )

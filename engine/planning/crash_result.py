@@ -13,6 +13,7 @@ from engine.planning.verdict import (
     FIX,
     VERDICT_ALPHA,
     Verdict,
+    delta_digits,
     disjoint,
     disjoint_stride,
     first_settled,
@@ -103,21 +104,22 @@ class CrashResult:
                 "holds", f"holds trivially ({what}): every sensor was backed up, nothing rebuilt"
             )
         windows = self.scored // self.positions
+        d = delta_digits(delta)  # the pooled rate beside delta, both shown exactly enough
         pooled = (
-            f"pooled {pct(self.violation_rate_mean)} of {self.scored:,} (failure, window, sensor) "
-            f"triples over {windows:,} (window, sensor not backed up) pairs missed eps"
+            f"pooled {pct(self.violation_rate_mean, d)} of {self.scored:,} (failure, window, "
+            f"sensor) triples over {windows:,} (window, sensor not backed up) pairs missed eps"
         )
         where = what
         if self.violation_rate_mean > delta:
             return Verdict(
-                "fails", f"DOES NOT HOLD: {pooled}, above delta {pct(delta)} ({where})", FIX
+                "fails", f"DOES NOT HOLD: {pooled}, above delta {pct(delta, d)} ({where})", FIX
             )
         rejected = self.rejected_sensors(delta)
         if rejected:
             return Verdict(
                 "fails",
                 f"DOES NOT HOLD: {len(rejected)} sensor(s) miss eps more often than delta "
-                f"{pct(delta)} (binomial test over windows, Bonferroni over "
+                f"{pct(delta, d)} (binomial test over windows, Bonferroni over "
                 f"{self.rebuilt_sensors}), e.g. {rejected[0]}; {pooled} ({where})",
                 FIX,
             )

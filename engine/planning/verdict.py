@@ -99,16 +99,17 @@ def unrejected(
     95 % bound is within it (``ucb``, the largest, is ``loosest``'s: a sensor and its
     counts), else *not enough evidence*, with ``settle()``'s (what would settle it, the
     windows it needs). Both contracts' results read their figures into these sentences."""
+    d = delta_digits(delta)  # rates beside delta to the digits that show it exactly
     if ucb <= delta:
         return Verdict(
             "holds",
             f"holds: {pooled}; every rebuilt sensor's 95 % bound (Bonferroni) is at most "
-            f"{pct(ucb)} <= delta {pct(delta)}, the largest that of {loosest} ({where})",
+            f"{pct(ucb, d)} <= delta {pct(delta, d)}, the largest that of {loosest} ({where})",
         )
     text = (
-        f"not enough evidence: {pooled} <= delta {pct(delta)} and no sensor misses "
+        f"not enough evidence: {pooled} <= delta {pct(delta, d)} and no sensor misses "
         f"significantly more often than delta, but the 95 % bound of {loosest}, is "
-        f"{pct(ucb)}, above delta ({where})"
+        f"{pct(ucb, d)}, above delta ({where})"
     )
     advice, needed = settle()
     return Verdict("unsettled", text, advice, needed)
@@ -211,6 +212,15 @@ def window_upper_bound(misses: float, windows: int, confidence: float) -> float:
     if windows <= 0 or misses >= windows:
         return 1.0
     return float(betaincinv(misses + 1.0, windows - misses, confidence))
+
+
+def delta_digits(delta: float) -> int:
+    """Decimals of a percentage that show ``delta`` exactly enough to compare a rate with:
+    one, or as many as its percentage needs (0.05 % -> 2, 0.24 % -> 2), at most four."""
+    for digits in range(1, 4):
+        if abs(round(100 * delta, digits) - 100 * delta) < 1e-9:
+            return digits
+    return 4
 
 
 def pct(x: float | None, digits: int = 1) -> str:

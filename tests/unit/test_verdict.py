@@ -224,3 +224,16 @@ def test_disjoint_counts_every_gth_window_exactly() -> None:
         assert [disjoint(0, d * g, share)[1] for d in range(1, 50)] == list(range(1, 50))
     with pytest.raises(ParameterError, match="share must be 1 / a whole number"):
         disjoint(1, 10, 0.4)
+
+
+def test_a_small_delta_and_the_rate_beside_it_are_said_exactly_enough_to_compare() -> None:
+    """At delta 0.0011 a pooled 0.12 % read 'pooled 0.1 % ... above delta 0.1 %', and
+    delta 0.0005 read as 0.1 %, twice itself."""
+    from engine.planning.verdict import delta_digits
+
+    assert [delta_digits(d) for d in (0.05, 0.1, 0.0024, 0.0005, 0.0011, 0.00001)] == [
+        1, 1, 2, 2, 2, 3,
+    ]  # fmt: skip
+    text = _result([12, 12], [10_000, 10_000]).assess(0.0011).text
+    assert text.startswith("DOES NOT HOLD: pooled 0.12 %") and "above delta 0.11 %" in text
+    assert "above delta 5.0 %" in _result([30, 30], [400, 400]).assess(0.05).text
