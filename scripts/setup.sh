@@ -52,17 +52,24 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
   die "Spark 4 needs Java 17 or newer, found ${major:-none}; install openjdk-17-jre-headless (or 21) and put it first on PATH or in JAVA_HOME"
 fi
 
+usable_python() {
+  command -v "$1" >/dev/null && "$1" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'
+}
 find_python() {
   local candidate
-  for candidate in ${LACUNA_PYTHON:-} python3.13 python3.12 python3.11 python3; do
-    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))'; then
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if usable_python "$candidate"; then
       echo "$candidate"; return 0
     fi
   done
   return 1
 }
-python="$(find_python || true)"
-if [ -z "$python" ] && [ -z "${LACUNA_PYTHON:-}" ] && ! command -v python3 >/dev/null; then
+if [ -n "${LACUNA_PYTHON:-}" ]; then
+  # the Python asked for is used, or refused: never silently another one
+  usable_python "$LACUNA_PYTHON" || die "LACUNA_PYTHON=$LACUNA_PYTHON is not Python 3.11, 3.12 or 3.13 on PATH"
+fi
+python="${LACUNA_PYTHON:-$(find_python || true)}"
+if [ -z "$python" ] && ! command -v python3 >/dev/null; then
   # a bare Debian 12 or Ubuntu 24.04 has no Python at all: theirs is 3.11 or 3.12
   apt_install python3 python3-venv
   python="$(find_python || true)"
@@ -77,6 +84,13 @@ fi
 # A .venv without a working pip (created without ensurepip, or half-removed) is rebuilt.
 if [ -d .venv ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   echo "setup: .venv has no working pip; rebuilding it" >&2
+  rm -rf .venv
+fi
+# A .venv on another Python than LACUNA_PYTHON asks for is rebuilt on it.
+pyversion() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+if [ -n "${LACUNA_PYTHON:-}" ] && [ -x .venv/bin/python ] \
+    && [ "$(pyversion .venv/bin/python)" != "$(pyversion "$python")" ]; then
+  echo "setup: .venv is on Python $(pyversion .venv/bin/python), LACUNA_PYTHON asks for $(pyversion "$python"); rebuilding it" >&2
   rm -rf .venv
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
