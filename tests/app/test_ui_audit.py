@@ -308,16 +308,24 @@ def test_a_new_sensor_choice_keeps_the_tuned_parameters() -> None:
     assert at.number_input(key="w_window").value == 48
 
 
-def test_one_unit_left_keeps_its_own_eps() -> None:
-    """With one eps per unit group, the group left alone keeps the eps it was given."""
+def _tuned_per_unit(eps: dict[str, float]) -> tuple[AppTest, list[str], list[str]]:
+    """A session with two temperatures and two PM2.5 sensors chosen and ``eps`` (unit ->
+    eps) set on Tune, one per unit group, back on the Data page; and those sensors."""
     at = _session()
     sensors = at.session_state["dataset"].history.sensors
     temp, pm = [s for s in sensors if "TEMP" in s], [s for s in sensors if "PM2.5" in s]
     at.multiselect(key="w_sensors").set_value(temp[:2] + pm[:2]).run()
     at.switch_page("pages/tune.py").run()
-    at.number_input(key="w_eps_unit_ug/m3").set_value(7.0).run()
-    assert dict(at.session_state["params"].eps_by_sensor)[pm[0]] == 7.0
+    for unit, value in eps.items():
+        at.number_input(key=f"w_eps_unit_{unit}").set_value(value).run()
     at.switch_page("pages/data.py").run()
+    return at, temp, pm
+
+
+def test_one_unit_left_keeps_its_own_eps() -> None:
+    """With one eps per unit group, the group left alone keeps the eps it was given."""
+    at, _, pm = _tuned_per_unit({"ug/m3": 7.0})
+    assert dict(at.session_state["params"].eps_by_sensor)[pm[0]] == 7.0
     at.multiselect(key="w_sensors").set_value(pm).run()
     assert at.session_state["params"].eps == 7.0
     assert not any("eps reset" in i.value for i in at.info)
@@ -329,14 +337,7 @@ def test_a_sensor_added_to_a_unit_group_takes_its_groups_eps() -> None:
     """With one eps per unit group, a sensor added on the Data page took the single eps,
     which that mode does not use (a temperature planned at 5 where its group asked 0.2,
     exported so); it takes its group's."""
-    at = _session()
-    sensors = at.session_state["dataset"].history.sensors
-    temp, pm = [s for s in sensors if "TEMP" in s], [s for s in sensors if "PM2.5" in s]
-    at.multiselect(key="w_sensors").set_value(temp[:2] + pm[:2]).run()
-    at.switch_page("pages/tune.py").run()
-    at.number_input(key="w_eps_unit_degC").set_value(0.2).run()
-    at.number_input(key="w_eps_unit_ug/m3").set_value(20.0).run()
-    at.switch_page("pages/data.py").run()
+    at, temp, pm = _tuned_per_unit({"degC": 0.2, "ug/m3": 20.0})
     at.multiselect(key="w_sensors").set_value(temp[:3] + pm[:3]).run()
     params = at.session_state["params"]
     by_sensor = dict(params.eps_by_sensor)

@@ -38,7 +38,7 @@ def history(rows: int = 16) -> np.ndarray:
     return base @ np.array([[1.0, 0.8, 0.5, 1.2]]) + 0.05 * rng.normal(size=(rows, 4))
 
 
-def readings(x: np.ndarray, rows: range, sensors: tuple[str, ...]) -> pd.DataFrame:
+def readings(x: np.ndarray, rows: range, sensors: tuple[str, ...] = SENSORS) -> pd.DataFrame:
     """Long readings (seq, event_time, sensor, value, arrival_time) of ``rows``."""
     t0 = np.datetime64("2024-01-01T00:00", "ns")
     out = [

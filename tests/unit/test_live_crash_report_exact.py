@@ -19,7 +19,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from engine.live.batch import WindowState, advance_windows, results_frame
@@ -34,28 +33,10 @@ from engine.live.spec import PipelinePaths, StreamSpec
 from engine.live.store import BackupStore
 from engine.query import WindowQuery
 from tests.helpers import fit_map, write_backup_batch
+from tests.unit.test_crash_in_flight import history, readings
 
 SENSORS = ("a", "b", "c", "d")
 W = 4  # tumbling windows of 4 rows
-
-
-def history(rows: int = 16) -> np.ndarray:
-    rng = np.random.default_rng(3)
-    base = np.cumsum(rng.normal(size=(rows, 1)), axis=0)
-    return base @ np.array([[1.0, 0.8, 0.5, 1.2]]) + 0.05 * rng.normal(size=(rows, 4))
-
-
-def readings(x: np.ndarray, rows: range, sensors: tuple[str, ...] = SENSORS) -> pd.DataFrame:
-    """Long readings (seq, event_time, sensor, value, arrival_time) of ``rows``."""
-    t0 = np.datetime64("2024-01-01T00:00", "ns")
-    out = [
-        (r, t0 + np.timedelta64(r, "h"), s, float(x[r, SENSORS.index(s)]))
-        for r in rows
-        for s in sensors
-    ]
-    frame = pd.DataFrame(out, columns=["seq", "event_time", "sensor", "value"])
-    frame["arrival_time"] = frame["event_time"]
-    return frame
 
 
 def make_spec(x: np.ndarray, backup: tuple[str, ...] = ("a",)) -> StreamSpec:

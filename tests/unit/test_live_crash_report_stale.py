@@ -48,6 +48,13 @@ def make_spec(x: np.ndarray) -> StreamSpec:
     return StreamSpec(SENSORS, ("a",), fit_map(x, SENSORS, ("a",)), query)
 
 
+def commit_rows_0_to_9(store: BackupStore, spec: StreamSpec, x: np.ndarray) -> None:
+    """Run 0's batch 0: rows 0-9 read and committed, the state before the crashed batch."""
+    adv = advance_windows(WindowState.empty(2, 0, L), readings(x, range(10)), spec.window_params)
+    store.commit_batch(BatchWrite(run=0, batch_id=0, results=results_frame(adv.closed, SENSORS),
+                                  state=pack_state(adv.state, None), max_seq=9))  # fmt: skip
+
+
 def test_mode_none_drops_the_rows_before_its_restart_as_stale() -> None:
     """A machine loss at row 13 in mode none: windows 2-3 (rows 8-19) are given up, the
     restart begins at window 4 (row 16); rows 14-15 belong to given-up windows only."""
@@ -69,10 +76,7 @@ def test_a_crash_no_backup_completes_drops_the_rows_before_its_restart_as_stale(
     x = history()
     spec = make_spec(x)
     with BackupStore(tmp_path / "s.duckdb") as store:
-        adv = advance_windows(WindowState.empty(2, 0, L), readings(x, range(10)),
-                              spec.window_params)  # fmt: skip
-        store.commit_batch(BatchWrite(run=0, batch_id=0, results=results_frame(adv.closed, SENSORS),
-                                      state=pack_state(adv.state, None), max_seq=9))  # fmt: skip
+        commit_rows_0_to_9(store, spec, x)
         out = recover_crash(store, spec, "none", CrashedBatch(0, 1, 10, 13, 0))
     assert out.seed.start == 16 and out.seed.damaged_until == 15
     after = advance_windows(out.seed, readings(x, range(14, 24)), spec.window_params)
@@ -112,10 +116,7 @@ def test_a_crash_whose_last_rows_have_no_backup_leaves_a_state_that_closes_windo
     x = history()
     spec = make_spec(x)
     with BackupStore(tmp_path / "s.duckdb") as store:
-        adv = advance_windows(WindowState.empty(2, 0, L), readings(x, range(10)),
-                              spec.window_params)  # fmt: skip
-        store.commit_batch(BatchWrite(run=0, batch_id=0, results=results_frame(adv.closed, SENSORS),
-                                      state=pack_state(adv.state, None), max_seq=9))  # fmt: skip
+        commit_rows_0_to_9(store, spec, x)
         backup = readings(x, backed_up)
         backup = backup[backup["sensor"] == "a"]
         nbytes = write_backup_batch(store.batch_uri(0, 1), backup) if len(backup) else 0
